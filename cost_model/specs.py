@@ -1,0 +1,247 @@
+"""Input specifications of the cost model: model, hardware, training setup, parallel config.
+
+Config objects are plain frozen dataclasses; they are validated in `validate.py` and turned
+into numbers by the term modules (`flops`, `memory`, `comm`, `compute`, `pipeline`).
+Units are in the names: `_bytes`, `_s`, `_gb_s` (10^9 bytes/s), `_tflops` (10^12 FLOP/s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+TRAIN_DTYPES = ("bf16", "fp16", "fp8", "fp32")
+MLP_KINDS = ("gelu", "swiglu")
+NORM_KINDS = ("layernorm", "rmsnorm")
+POSITION_KINDS = ("learned", "rope")
+RECOMPUTE_MODES = ("none", "selective", "full")
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+OPTIMIZERS = ("adam", "adamw", "sgd")
+ATTENTION_KINDS = ("flash", "eager")
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Mixture-of-experts FFN (Switch/GShard style routing; DeepSeek-V3 shared experts).
+
+    `layer_freq` = k means every k-th block is an MoE block (block index % k == k - 1 is
+    not used: Megatron's `--moe-layer-freq` with k puts MoE on blocks where i % k == 0);
+    `first_dense_layers` leading blocks are dense (DeepSeek-V3: 3).
+    """
+
+    num_experts: int
+    top_k: int
+    ffn_hidden_size: int
+    layer_freq: int = 1
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+
+    def is_moe_layer(self, index: int) -> bool:
+        if index < self.first_dense_layers:
+            return False
+        return (index - self.first_dense_layers) % self.layer_freq == 0
+
+
+@dataclass(frozen=True)
+class TransformerSpec:
+    """Decoder-only transformer: GPT (MHA, GELU, LayerNorm, learned pos) or Llama (GQA,
+    SwiGLU, RMSNorm, RoPE, untied embeddings), optionally with MoE blocks."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    mlp: str = "gelu"
+    norm: str = "layernorm"
+    position: str = "learned"
+    tie_embeddings: bool = False
+    max_position_embeddings: int = 2048
+    moe: MoESpec | None = None
+    head_dim: int | None = None  # defaults to hidden_size / num_attention_heads
+    rope_theta: float | None = None
+
+    @property
+    def kind(self) -> str:
+        return "transformer"
+
+    @property
+    def kv_channels(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer of a generic model, as measured or computed by the user (per sequence
+    of training.seq_length tokens, forward pass, unsharded)."""
+
+    name: str
+    fwd_flops: float
+    params: float
+    activation_bytes: float  # bytes saved for backward per sequence
+    output_bytes: float  # bytes of the layer output per sequence (sent between stages)
+
+
+@dataclass(frozen=True)
+class LayerListSpec:
+    name: str
+    layers: tuple[LayerSpec, ...]
+
+    @property
+    def kind(self) -> str:
+        return "layers"
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+
+ModelSpec = TransformerSpec | LayerListSpec
+
+
+# --------------------------------------------------------------------------- hardware
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator type. Every number here comes from a datasheet (`source`) except
+    the efficiency-model constants, which are fitted and say so in `efficiency_source`."""
+
+    name: str
+    description: str
+    memory_gib: float
+    peak_tflops: dict[str, float]  # dense, per dtype
+    hbm_gb_s: float
+    nvlink_gb_s: float  # per GPU per direction inside a node
+    network_gb_s: float  # per GPU per direction across nodes
+    gpus_per_node: int
+    source: str
+    # Shape-dependent GEMM efficiency (see compute.gemm_efficiency):
+    gemm_max_efficiency: float = 0.75
+    gemm_half_dim: float = 256.0  # GEMM dim at which efficiency is half its max
+    memory_bound_efficiency: float = 0.7  # achieved fraction of HBM bandwidth
+    kernel_overhead_s: float = 4e-6  # launch/tail cost per kernel
+    intra_node_latency_s: float = 5e-6
+    inter_node_latency_s: float = 1e-5
+    link_efficiency: float = 0.8  # achieved fraction of link bandwidth by collectives
+    efficiency_source: str = ""
+    host: bool = False  # a CPU process as device
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    gpu: GPUSpec
+    num_gpus: int
+    gpus_per_node: int
+    intra_node_gb_s: float
+    inter_node_gb_s: float
+    intra_node_latency_s: float
+    inter_node_latency_s: float
+
+    @property
+    def num_nodes(self) -> int:
+        return -(-self.num_gpus // self.gpus_per_node)
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.gpu.memory_gib * 2**30
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    global_batch_size: int  # sequences per step
+    seq_length: int
+    dtype: str = "bf16"
+    optimizer: str = "adam"
+    master_weights_dtype: str = "fp32"
+    grad_dtype: str = "fp32"  # gradient accumulation/reduction dtype
+    attention: str = "flash"  # flash: O(s) attention memory; eager: s^2 scores stored
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_length
+
+
+# --------------------------------------------------------------------------- parallelism
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """A fully given configuration (what `estimate` and `check` take, and a Plan holds).
+
+    zero: 0 plain DP; 1 optimizer states sharded (Megatron distributed optimizer);
+    2 + gradients; 3 + parameters (FSDP full-shard). Sharding is over the DP group
+    (dp x cp ranks share one model replica's data-parallel group as in Megatron).
+    recompute: "full" recomputes `recompute_layers[i]` blocks of stage i (the first ones,
+    Megatron's block method); None means every block.
+    stage_layers: blocks per pipeline stage (pp * vpp entries, in model order); None is
+    the balanced split.
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    sequence_parallel: bool = False
+    zero: int = 0
+    micro_batch_size: int = 1
+    recompute: str = "none"
+    recompute_layers: tuple[int, ...] | None = None
+    schedule: str = "1f1b"
+    stage_layers: tuple[int, ...] | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def num_micro_batches(self, global_batch_size: int) -> int:
+        return global_batch_size // (self.dp * self.micro_batch_size)
+
+    def replace(self, **changes) -> ParallelConfig:
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+
+# --------------------------------------------------------------------------- profile
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    """A measured layer (per micro-batch, one GPU) that replaces the analytic time."""
+
+    fwd_s: float
+    bwd_s: float
+    activation_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class CommFit:
+    """Measured alpha-beta fit of one collective on one link level."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+
+
+@dataclass(frozen=True)
+class CalibrationProfile:
+    """What a profile feeds into the cost model (see profiler/). Keys of `layers`:
+    (kind, tp, micro_batch_size, seq_length) with kind in {"block", "moe_block",
+    "embedding", "logits"}. Keys of `comm`: (collective, level) with level in
+    {"intra", "inter"}."""
+
+    device: str
+    layers: dict[tuple[str, int, int, int], LayerTiming] = field(default_factory=dict)
+    comm: dict[tuple[str, str], CommFit] = field(default_factory=dict)
+    gemm_tflops: dict[int, float] = field(default_factory=dict)  # square dim -> TFLOP/s
+    source: str = ""
