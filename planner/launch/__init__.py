@@ -1,0 +1,104 @@
+"""Launch-artifact emitters: Plan dict -> ready-to-run commands and configs per target.
+
+Everything here is a pure function of the plan dict (no torch, no I/O except write_artifacts).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from planner.launch import (
+    deepspeed,
+    kubernetes,
+    megatron,
+    ranks,
+    runtime,
+    slurm,
+    torchrun,
+    torchtitan,
+)
+from planner.launch._common import NotApplicable
+
+_EMITTERS = {
+    "megatron": megatron.emit,
+    "torchtitan": torchtitan.emit,
+    "deepspeed": deepspeed.emit,
+    "torchrun": torchrun.emit,
+    "slurm": slurm.emit,
+    "kubernetes": kubernetes.emit,
+    "ranks": ranks.emit,
+    "runtime": runtime.emit,
+}
+TARGETS: tuple[str, ...] = tuple(_EMITTERS)
+SKIPPED = "skipped"  # key in emit()'s result: {target: reason} for targets that do not apply
+
+__all__ = ["TARGETS", "NotApplicable", "emit", "write_artifacts"]
+
+
+def emit(plan: dict, targets: list[str] | None = None) -> dict[str, dict]:
+    """Artifacts for the requested targets (all when None), plus a "skipped" entry with reasons."""
+    wanted = list(TARGETS) if targets is None else list(targets)
+    unknown = [t for t in wanted if t not in _EMITTERS]
+    if unknown:
+        raise ValueError(f"unknown launch target(s) {unknown}; allowed: {list(TARGETS)}")
+    out: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    for target in wanted:
+        try:
+            out[target] = _EMITTERS[target](plan)
+        except NotApplicable as exc:
+            skipped[target] = str(exc)
+    if skipped:
+        out[SKIPPED] = skipped
+    return out
+
+
+# target -> [(file name, how to get its text from the artifact)]
+_FILES = {
+    "megatron": [("megatron_args.txt", lambda a: "\n".join(a["args"]) + "\n"), ("megatron.sh", lambda a: _sh(a["command"]))],
+    "torchtitan": [("torchtitan.toml", lambda a: a["toml"]), ("torchtitan.sh", lambda a: _sh(a["command"]))],
+    "deepspeed": [("ds_config.json", lambda a: json.dumps(a["config"], indent=2) + "\n")],
+    "torchrun": [("torchrun.sh", lambda a: _torchrun_sh(a))],
+    "slurm": [("slurm.sbatch", lambda a: a["script"])],
+    "kubernetes": [("pytorchjob.yaml", lambda a: a["yaml"])],
+    "ranks": [("ranks.json", lambda a: json.dumps(a, indent=2) + "\n")],
+    "runtime": [("run_runtime.sh", lambda a: _sh(a["command"]))],
+}
+
+
+def _sh(command: str, env: dict[str, str] | None = None) -> str:
+    exports = "".join(f"export {k}={v}\n" for k, v in (env or {}).items())
+    return f"#!/bin/bash\nset -euo pipefail\n{exports}{command}\n"
+
+
+def _torchrun_sh(art: dict) -> str:
+    # One file for all nodes: NODE_RANK picks this node's command.
+    cases = "".join(f"  {r}) {cmd} ;;\n" for r, cmd in enumerate(art["commands"]))
+    body = f'case "${{NODE_RANK:?set NODE_RANK}}" in\n{cases}  *) echo "bad NODE_RANK" >&2; exit 2 ;;\nesac'
+    return _sh(body, art.get("env"))
+
+
+def write_artifacts(plan: dict, out_dir, targets: list[str] | None = None) -> list[Path]:
+    """Write plan.json (what the runtime reads) and every artifact as a file; return the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    launch = plan.get("launch") or emit(plan, targets)
+    full = dict(plan)
+    full["launch"] = launch
+    if "ranks" in launch:
+        full.setdefault("ranks", launch["ranks"])
+    paths = [out / runtime.PLAN_FILE]
+    paths[0].write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
+    for target, art in launch.items():
+        for name, render in _FILES.get(target, []):
+            path = out / name
+            path.write_text(render(art))
+            if name.endswith((".sh", ".sbatch")):
+                path.chmod(0o755)
+            paths.append(path)
+    if launch.get(SKIPPED):
+        path = out / "skipped.json"
+        path.write_text(json.dumps(launch[SKIPPED], indent=2) + "\n")
+        paths.append(path)
+    return paths

@@ -1,0 +1,95 @@
+"""Helpers shared by the emitters: everything is derived from the plan dict only."""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+RDZV_PORT = 29500
+MASTER_ADDR = "$MASTER_ADDR"
+
+
+class NotApplicable(Exception):
+    """Raised by an emitter when the plan cannot be expressed for its target (reason in args)."""
+
+
+def par(plan: dict) -> dict:
+    p = dict(plan.get("parallelism") or {})
+    for key in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "num_micro_batches"):
+        p[key] = int(p.get(key) or 1)
+    p.setdefault("zero", 0)
+    p.setdefault("recompute", "none")
+    p.setdefault("schedule", "1f1b")
+    p.setdefault("sequence_parallel", False)
+    return p
+
+
+def world_size(plan: dict) -> int:
+    # EP is carved out of DP (Megatron semantics), so it does not multiply the world.
+    p = par(plan)
+    return p["tp"] * p["pp"] * p["dp"] * p["cp"]
+
+
+def node_layout(plan: dict) -> tuple[int, int]:
+    """(nnodes, nproc_per_node) for the plan's world on the plan's cluster."""
+    cluster = plan.get("cluster") or {}
+    world = world_size(plan)
+    per_node = int(cluster.get("gpus_per_node") or world)
+    nproc = min(per_node, world)
+    return math.ceil(world / nproc), nproc
+
+
+def is_transformer(plan: dict) -> bool:
+    """Engine targets (Megatron, torchtitan, DeepSpeed+Megatron) need real model dims."""
+    model = plan.get("model") or {}
+    return model.get("kind") != "layers" and bool(model.get("hidden_size"))
+
+
+def require_transformer(plan: dict, target: str) -> None:
+    if not is_transformer(plan):
+        name = (plan.get("model") or {}).get("name", "?")
+        raise NotApplicable(
+            f"{target}: not applicable to generic layer-list model {name!r} "
+            "(needs transformer dims: hidden_size, num_attention_heads, ...); use the runtime target"
+        )
+
+
+def stage_sizes(plan: dict) -> list[int]:
+    """Number of transformer blocks per virtual stage, in model order (stage k on pp rank k % pp)."""
+    return [max(0, int(s["layers"][1]) - int(s["layers"][0]) + 1) for s in plan.get("stages") or []]
+
+
+def plan_id(plan: dict) -> str:
+    return str(plan.get("id") or "plan")
+
+
+def join(argv: list[str]) -> str:
+    """Shell-quote argv, but leave $VARS and ${VARS} expandable."""
+    out = []
+    for a in argv:
+        out.append(a if a.startswith("$") and " " not in a else shlex.quote(a))
+    return " ".join(out)
+
+
+def torchrun_argv(plan: dict, node_rank: str | int, endpoint: str = f"{MASTER_ADDR}:{RDZV_PORT}") -> list[str]:
+    nnodes, nproc = node_layout(plan)
+    return [
+        "torchrun",
+        "--nnodes", str(nnodes),
+        "--nproc-per-node", str(nproc),
+        "--node-rank", str(node_rank),
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", endpoint,
+        "--rdzv-id", plan_id(plan),
+    ]
+
+
+def entry_argv(plan: dict) -> list[str]:
+    """What torchrun starts: Megatron for transformer models, the project runtime otherwise."""
+    if is_transformer(plan):
+        from planner.launch import megatron
+
+        return ["pretrain_gpt.py", *megatron.args(plan)]
+    from planner.launch import runtime
+
+    return list(runtime.RUNTIME_ARGS)

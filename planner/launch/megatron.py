@@ -1,0 +1,205 @@
+"""Megatron-LM pretrain_gpt.py arguments (names checked against data/megatron_flags.txt)."""
+
+from __future__ import annotations
+
+from planner.launch import data
+from planner.launch._common import join, par, require_transformer, stage_sizes
+
+FLAGS_FILE = "megatron_flags.txt"
+
+_DTYPE = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}
+
+
+def pipeline_layout(plan: dict) -> tuple[list[str], list[str]]:
+    """Flags that reproduce the plan's stage boundaries, and notes.
+
+    Megatron offers three ways, tried from simplest to most general:
+      * even split: nothing, or --num-virtual-stages-per-pipeline-rank for VPP;
+      * --decoder-first/last-pipeline-num-layers: first/last pp rank differ, but every
+        middle rank must hold the same count, and with VPP every rank's layers are split
+        evenly over its virtual chunks (TransformerConfig.__post_init__ checks both);
+      * --pipeline-model-parallel-layout "Et*9|t*10|...|t*9L": any split (stage k of the
+        string sits on pp rank k % pp, like the plan's stages). It excludes the VPP flags.
+    """
+    p = par(plan)
+    pp, vpp = p["pp"], p["vpp"]
+    sizes = stage_sizes(plan)
+    vflags = ["--num-virtual-stages-per-pipeline-rank", str(vpp)] if vpp > 1 else []
+    if pp == 1 and vpp == 1:
+        return [], []
+    if len(sizes) != pp * vpp:
+        return vflags, [f"plan has {len(sizes)} stages, expected pp*vpp={pp * vpp}; using Megatron's even split"]
+    per_rank = [[sizes[c * pp + r] for c in range(vpp)] for r in range(pp)]
+    uniform = [len(set(chunks)) == 1 for chunks in per_rank]
+    if len(set(sizes)) == 1:
+        return vflags, []
+    middle = per_rank[1:-1]
+    middle_ok = all(uniform[1:-1]) and len({c[0] for c in middle}) <= 1
+    if uniform[0] and uniform[-1] and middle_ok and pp > 1:
+        first, last = per_rank[0][0] * vpp, per_rank[-1][0] * vpp
+        mid = middle[0][0] * vpp if middle else None
+        flags = []
+        if mid is None or first != mid:
+            flags += ["--decoder-first-pipeline-num-layers", str(first)]
+        if mid is None or last != mid:
+            flags += ["--decoder-last-pipeline-num-layers", str(last)]
+        if first > 0 and last > 0:
+            return flags + vflags, []
+    # General case: an explicit layout string (E = embedding, t = block, L = loss/output).
+    parts = []
+    for k, n in enumerate(sizes):
+        body = f"t*{n}" if n > 1 else "t" * n
+        parts.append(("E" if k == 0 else "") + body + ("L" if k == len(sizes) - 1 else ""))
+    note = "uneven stages beyond first/last: expressed with --pipeline-model-parallel-layout"
+    return ["--pipeline-model-parallel-layout", "|".join(parts)], [note]
+
+
+def recompute(plan: dict) -> tuple[list[str], list[str]]:
+    p = par(plan)
+    mode = p["recompute"]
+    if mode == "selective":
+        return ["--recompute-granularity", "selective"], []
+    if mode != "full":
+        return [], []
+    per_stage = [int(s.get("recompute_layers") or 0) for s in plan.get("stages") or []]
+    n = max(per_stage, default=0)
+    if n == 0:
+        # No per-stage count: recompute every block of a stage (uniform, one block per unit).
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"], []
+    notes = []
+    if len(set(per_stage)) > 1:
+        notes.append(
+            f"plan recomputes {per_stage} blocks per stage; Megatron takes one --recompute-num-layers, "
+            f"emitted the max ({n}), so some stages recompute more than planned"
+        )
+    return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(n)], notes
+
+
+def moe_layer_pattern(num_layers: int, moe: dict) -> str | None:
+    """--moe-layer-freq value: None for all-MoE, an int string, or a '[0]*k+[1]*m' pattern."""
+    freq = int(moe.get("layer_freq") or 1)
+    dense = int(moe.get("first_dense_layers") or 0)
+    if dense == 0:
+        return None if freq == 1 else str(freq)
+    bits = [0 if i < dense or (i % freq) != 0 else 1 for i in range(num_layers)]
+    runs: list[list[int]] = []
+    for b in bits:
+        if runs and runs[-1][0] == b:
+            runs[-1][1] += 1
+        else:
+            runs.append([b, 1])
+    return "+".join(f"[{b}]*{n}" for b, n in runs)
+
+
+def model_args(plan: dict) -> list[str]:
+    m = plan["model"]
+    t = plan.get("training") or {}
+    seq = int(t.get("seq_length") or m.get("max_position_embeddings") or 2048)
+    heads = int(m["num_attention_heads"])
+    a = [
+        "--num-layers", str(m["num_layers"]),
+        "--hidden-size", str(m["hidden_size"]),
+        "--num-attention-heads", str(heads),
+        "--ffn-hidden-size", str(m.get("ffn_hidden_size") or 4 * int(m["hidden_size"])),
+        "--seq-length", str(seq),
+        "--max-position-embeddings", str(max(seq, int(m.get("max_position_embeddings") or seq))),
+    ]
+    kv = m.get("num_kv_heads")
+    if kv and int(kv) != heads:
+        a += ["--group-query-attention", "--num-query-groups", str(kv)]
+    if m.get("mlp") == "swiglu":
+        a += ["--swiglu"]
+    if m.get("norm") == "rmsnorm":
+        a += ["--normalization", "RMSNorm"]
+    if m.get("position", "rope" if m.get("mlp") == "swiglu" else "learned") == "rope":
+        a += ["--position-embedding-type", "rope"]
+        if m.get("rope_theta"):
+            a += ["--rotary-base", str(int(float(m["rope_theta"])))]
+    if not m.get("tie_embeddings", True):
+        a += ["--untie-embeddings-and-output-weights"]
+    if m.get("mlp") == "swiglu" or m.get("norm") == "rmsnorm":
+        a += ["--disable-bias-linear"]  # Llama-style blocks have no linear biases
+    if m.get("dropout") is False:
+        a += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    moe = m.get("moe")
+    if moe:
+        a += [
+            "--num-experts", str(moe["num_experts"]),
+            "--moe-router-topk", str(moe["top_k"]),
+            "--moe-ffn-hidden-size", str(moe.get("ffn_hidden_size") or m.get("ffn_hidden_size")),
+            "--moe-grouped-gemm",
+            "--moe-token-dispatcher-type", "alltoall",
+        ]
+        pattern = moe_layer_pattern(int(m["num_layers"]), moe)
+        if pattern:
+            a += ["--moe-layer-freq", pattern]
+        shared = int(moe.get("num_shared_experts") or 0)
+        if shared:
+            ffn = int(moe.get("ffn_hidden_size") or m.get("ffn_hidden_size"))
+            a += ["--moe-shared-expert-intermediate-size", str(shared * ffn)]
+    a += _DTYPE.get(t.get("dtype", "bf16"), [])
+    return a
+
+
+def build(plan: dict) -> tuple[list[str], list[str]]:
+    require_transformer(plan, "megatron")
+    p = par(plan)
+    m = plan["model"]
+    notes: list[str] = []
+    a = [
+        "--tensor-model-parallel-size", str(p["tp"]),
+        "--pipeline-model-parallel-size", str(p["pp"]),
+        "--context-parallel-size", str(p["cp"]),
+    ]
+    if m.get("moe"):
+        a += ["--expert-model-parallel-size", str(p["ep"])]
+    if p["sequence_parallel"] and p["tp"] > 1:
+        a += ["--sequence-parallel"]
+    layout, n = pipeline_layout(plan)
+    a += layout
+    notes += n
+    if p["schedule"] == "gpipe":
+        notes.append("Megatron has no GPipe schedule; it will run 1F1B (same bubble, less activation memory)")
+    a += [
+        "--micro-batch-size", str(p["micro_batch_size"]),
+        "--global-batch-size", str(global_batch(plan)),
+    ]
+    rc, n = recompute(plan)
+    a += rc
+    notes += n
+    zero = int(p["zero"])
+    if zero >= 1:
+        a += ["--use-distributed-optimizer"]
+    if zero >= 2:
+        notes.append(
+            f"ZeRO-{zero}: Megatron's distributed optimizer shards optimizer state (ZeRO-1) and reduce-scatters "
+            "gradients; parameter sharding needs --use-megatron-fsdp (not emitted)"
+        )
+    a += model_args(plan)
+    # Runnable as-is on synthetic data; swap for --data-path/--tokenizer-model for a real run.
+    a += [
+        "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.get("vocab_size") or 32000),
+        "--optimizer", "sgd" if (plan.get("training") or {}).get("optimizer") == "sgd" else "adam",
+        "--lr", "3.0e-4", "--train-iters", "1000",
+    ]
+    notes.append("--mock-data/NullTokenizer/--lr/--train-iters are placeholders for a smoke run")
+    return a, notes
+
+
+def global_batch(plan: dict) -> int:
+    p = par(plan)
+    return p["micro_batch_size"] * p["num_micro_batches"] * p["dp"]
+
+
+def args(plan: dict) -> list[str]:
+    return build(plan)[0]
+
+
+def emit(plan: dict) -> dict:
+    a, notes = build(plan)
+    return {
+        "args": a,
+        "command": join(["python", "pretrain_gpt.py", *a]),
+        "source_commit": data.source_commit(FLAGS_FILE),
+        "notes": notes,
+    }
