@@ -1,0 +1,49 @@
+"""Pipeline parallelism with torch.distributed.pipelining and the planned stage split.
+
+Virtual stage k (of pp*vpp, in model order) lives on pp rank k % pp, the placement of
+Megatron's and torch's interleaved schedules; with vpp=1 that is one stage per rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+)
+
+from planner.runtime.plan_io import RunPlan
+
+
+def local_stage_ids(plan: RunPlan, pp_rank: int) -> list[int]:
+    return [k for k in range(len(plan.stages)) if k % plan.pp == pp_rank]
+
+
+def build_schedule(
+    plan: RunPlan,
+    parts: dict[int, nn.Module],
+    pp_group,
+    device: torch.device,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+):
+    """One PipelineStage per local model part, driven by the planned schedule.
+
+    Stage shapes are inferred from the first micro-batch (dynamic mode), which also
+    covers sequence-parallel stages whose boundary tensors are sequence shards.
+    scale_grads=True divides grads by the micro-batch count, matching a loss that is the
+    mean over micro-batches.
+    """
+    n = len(plan.stages)
+    stages = [
+        PipelineStage(part, k, n, device, group=pp_group) for k, part in sorted(parts.items())
+    ]
+    nmb = plan.num_micro_batches
+    if plan.schedule == "interleaved":
+        return ScheduleInterleaved1F1B(stages, n_microbatches=nmb, loss_fn=loss_fn)
+    cls = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
+    return cls(stages[0], n_microbatches=nmb, loss_fn=loss_fn)

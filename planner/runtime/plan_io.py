@@ -1,0 +1,277 @@
+"""Load a Plan JSON and check it can be executed, before any process group exists.
+
+Pure Python (no torch), so a bad plan is refused in milliseconds and never leaves ranks
+waiting on each other at a rendezvous.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+
+
+class PlanError(ValueError):
+    """The plan cannot be executed by this runtime; the message names the field."""
+
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    first: int  # first block (inclusive)
+    last: int  # last block (inclusive)
+    recompute_layers: int = 0
+
+    @property
+    def num_layers(self) -> int:
+        return self.last - self.first + 1
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the runtime needs from a Plan, normalised."""
+
+    plan_id: str
+    # model
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    mlp: str
+    tie_embeddings: bool
+    # training
+    global_batch_size: int
+    seq_length: int
+    dtype: str
+    optimizer: str
+    # parallelism
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    vpp: int
+    sequence_parallel: bool
+    zero: int
+    micro_batch_size: int
+    num_micro_batches: int
+    recompute: str
+    schedule: str
+    stages: tuple[Stage, ...] = field(default_factory=tuple)
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.dp * self.cp * self.tp
+
+
+def _get(d: dict, key: str, where: str, default=None, required: bool = True):
+    if key in d and d[key] is not None:
+        return d[key]
+    if required and default is None:
+        raise PlanError(f"{where}.{key} is missing")
+    return default
+
+
+def _int(d: dict, key: str, where: str, default=None, minimum: int = 1) -> int:
+    v = _get(d, key, where, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise PlanError(f"{where}.{key} must be an integer, got {v!r}")
+    if v < minimum:
+        raise PlanError(f"{where}.{key} must be >= {minimum}, got {v}")
+    return v
+
+
+def parse_plan(doc: dict) -> RunPlan:
+    """Normalise a Plan dict into a RunPlan (types and presence only; see validate)."""
+    if not isinstance(doc, dict):
+        raise PlanError("plan must be a JSON object")
+    model = _get(doc, "model", "plan")
+    train = _get(doc, "training", "plan")
+    par = _get(doc, "parallelism", "plan")
+    stages_doc = _get(doc, "stages", "plan")
+    if model.get("moe"):
+        raise PlanError("model.moe: mixture-of-experts models are not supported by the runtime yet")
+    for key, allowed in (("norm", "rmsnorm"), ("position", "rope")):
+        if model.get(key, allowed) != allowed:
+            raise PlanError(
+                f"model.{key}={model[key]!r} is not supported by the runtime (only {allowed!r})"
+            )
+    mlp = model.get("mlp", "swiglu")
+    if mlp not in ("swiglu", "gelu"):
+        raise PlanError(f"model.mlp={mlp!r} must be one of swiglu, gelu")
+    heads = _int(model, "num_attention_heads", "model")
+    stages = []
+    if not isinstance(stages_doc, list) or not stages_doc:
+        raise PlanError("stages must be a non-empty list")
+    for i, s in enumerate(stages_doc):
+        layers = s.get("layers") if isinstance(s, dict) else None
+        if not (isinstance(layers, list) and len(layers) == 2 and all(isinstance(x, int) for x in layers)):
+            raise PlanError(f"stages[{i}].layers must be [first, last], got {layers!r}")
+        rl = s.get("recompute_layers", 0) or 0
+        stages.append(Stage(s.get("index", i), layers[0], layers[1], int(rl)))
+    return RunPlan(
+        plan_id=str(doc.get("id", "plan")),
+        num_layers=_int(model, "num_layers", "model"),
+        hidden_size=_int(model, "hidden_size", "model"),
+        num_attention_heads=heads,
+        num_kv_heads=_int(model, "num_kv_heads", "model", default=heads),
+        ffn_hidden_size=_int(model, "ffn_hidden_size", "model"),
+        vocab_size=_int(model, "vocab_size", "model"),
+        mlp=mlp,
+        tie_embeddings=bool(model.get("tie_embeddings", False)),
+        global_batch_size=_int(train, "global_batch_size", "training"),
+        seq_length=_int(train, "seq_length", "training"),
+        dtype=str(train.get("dtype", "fp32")),
+        optimizer=str(train.get("optimizer", "adam")),
+        dp=_int(par, "dp", "parallelism", 1),
+        tp=_int(par, "tp", "parallelism", 1),
+        pp=_int(par, "pp", "parallelism", 1),
+        cp=_int(par, "cp", "parallelism", 1),
+        ep=_int(par, "ep", "parallelism", 1),
+        vpp=_int(par, "vpp", "parallelism", 1),
+        sequence_parallel=bool(par.get("sequence_parallel", False)),
+        zero=_int(par, "zero", "parallelism", 0, minimum=0),
+        micro_batch_size=_int(par, "micro_batch_size", "parallelism", 1),
+        num_micro_batches=_int(par, "num_micro_batches", "parallelism", 1),
+        recompute=str(par.get("recompute", "none")),
+        schedule=str(par.get("schedule", "1f1b")),
+        stages=tuple(stages),
+    )
+
+
+def validate(p: RunPlan, world_size: int | None) -> None:
+    """Raise PlanError naming the first field that makes the plan unrunnable."""
+    if world_size is not None and world_size != p.world_size:
+        raise PlanError(
+            f"WORLD_SIZE={world_size} but the plan needs pp*dp*cp*tp = "
+            f"{p.pp}*{p.dp}*{p.cp}*{p.tp} = {p.world_size} processes"
+        )
+    if p.cp > 1:
+        raise PlanError(f"parallelism.cp={p.cp}: context parallelism is not supported by the runtime yet")
+    if p.ep > 1:
+        raise PlanError(f"parallelism.ep={p.ep}: expert parallelism is not supported by the runtime yet")
+    if p.zero not in (0, 1, 2, 3):
+        raise PlanError(f"parallelism.zero={p.zero} must be 0, 1, 2 or 3")
+    if p.recompute not in RECOMPUTE:
+        raise PlanError(f"parallelism.recompute={p.recompute!r} must be one of {', '.join(RECOMPUTE)}")
+    if p.schedule not in SCHEDULES:
+        raise PlanError(f"parallelism.schedule={p.schedule!r} must be one of {', '.join(SCHEDULES)}")
+    if p.hidden_size % p.num_attention_heads:
+        raise PlanError(
+            f"model.hidden_size={p.hidden_size} is not divisible by num_attention_heads={p.num_attention_heads}"
+        )
+    if p.num_attention_heads % p.num_kv_heads:
+        raise PlanError(
+            f"model.num_attention_heads={p.num_attention_heads} is not divisible by num_kv_heads={p.num_kv_heads}"
+        )
+    if (p.hidden_size // p.num_attention_heads) % 2:
+        raise PlanError("model.hidden_size/num_attention_heads (head dim) must be even for RoPE")
+    for name in ("num_attention_heads", "num_kv_heads", "ffn_hidden_size"):
+        if getattr(p, name) % p.tp:
+            raise PlanError(f"model.{name}={getattr(p, name)} is not divisible by parallelism.tp={p.tp}")
+    if p.tp > 1 and p.vocab_size % p.tp:
+        raise PlanError(f"model.vocab_size={p.vocab_size} is not divisible by parallelism.tp={p.tp}")
+    if p.sequence_parallel and p.tp > 1 and p.seq_length % p.tp:
+        raise PlanError(
+            f"training.seq_length={p.seq_length} is not divisible by tp={p.tp} (sequence parallel)"
+        )
+    if p.tie_embeddings and (p.pp > 1 or p.tp > 1):
+        raise PlanError(
+            "model.tie_embeddings with pp>1 or tp>1 is not supported by the runtime yet"
+        )
+    mb = p.micro_batch_size * p.num_micro_batches * p.dp
+    if mb != p.global_batch_size:
+        raise PlanError(
+            f"micro_batch_size*num_micro_batches*dp = {p.micro_batch_size}*{p.num_micro_batches}*{p.dp}"
+            f" = {mb} != training.global_batch_size={p.global_batch_size}"
+        )
+    if p.pp * p.vpp != len(p.stages):
+        raise PlanError(f"len(stages)={len(p.stages)} != pp*vpp = {p.pp}*{p.vpp}")
+    expect = 0
+    for i, s in enumerate(p.stages):
+        if s.first != expect or s.last < s.first:
+            raise PlanError(
+                f"stages[{i}].layers=[{s.first}, {s.last}]: stages must cover layers "
+                f"0..{p.num_layers - 1} contiguously, each with >= 1 layer (expected first={expect})"
+            )
+        if not 0 <= s.recompute_layers <= s.num_layers:
+            raise PlanError(f"stages[{i}].recompute_layers={s.recompute_layers} not in [0, {s.num_layers}]")
+        expect = s.last + 1
+    if expect != p.num_layers:
+        raise PlanError(f"stages end at layer {expect - 1} but model.num_layers={p.num_layers}")
+    if p.pp > 1:
+        if p.schedule == "interleaved" and p.vpp < 2:
+            raise PlanError("parallelism.schedule=interleaved needs vpp >= 2")
+        if p.schedule != "interleaved" and p.vpp != 1:
+            raise PlanError(f"parallelism.vpp={p.vpp} needs schedule=interleaved")
+        if p.schedule == "1f1b" and p.num_micro_batches < p.pp:
+            raise PlanError(
+                f"parallelism.num_micro_batches={p.num_micro_batches} must be >= pp={p.pp} for 1f1b"
+            )
+        if p.schedule == "interleaved":
+            rounds = max(1, p.num_micro_batches // p.pp)
+            if p.num_micro_batches % rounds:
+                raise PlanError(
+                    f"parallelism.num_micro_batches={p.num_micro_batches} must be a multiple of "
+                    f"max(1, num_micro_batches // pp) = {rounds} for the interleaved schedule"
+                )
+
+
+def load_plan(path: str) -> RunPlan:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise PlanError(f"cannot read plan file {path}: {e}") from e
+    except json.JSONDecodeError as e:
+        raise PlanError(f"plan file {path} is not valid JSON: {e}") from e
+    return parse_plan(doc)
+
+
+# ---------------------------------------------------------------------------- scale-down
+#
+# Rule (--scale-down): keep every degree, the schedule, micro-batch count and the *shape*
+# of the stage split; shrink everything else so a CPU can run it in seconds.
+#  * heads:  kv_heads' = tp (the least that still shards), heads' = kv_heads' * min(g, 2)
+#            where g = heads/kv_heads, so GQA stays GQA and MHA stays MHA.
+#  * width:  head_dim' = 8, hidden' = heads' * 8; ffn' keeps the ffn/hidden ratio, rounded
+#            up to a multiple of tp.  vocab' = 64 * tp; seq' = 16 rounded up to tp.
+#  * depth:  every stage keeps ceil(n_k / f) blocks, f = max(1, floor(L / (2 * stages))),
+#            so stages stay proportional (uneven ones stay uneven) and each keeps >= 1;
+#            recompute_layers scales by the same factor (ceil, capped at the stage size).
+#  * batch:  micro_batch_size' = 1; global batch = num_micro_batches * dp.
+
+
+def scale_down(p: RunPlan) -> RunPlan:
+    g = p.num_attention_heads // p.num_kv_heads
+    kv = p.tp
+    heads = kv * min(g, 2)
+    hidden = heads * 8
+    ratio = p.ffn_hidden_size / p.hidden_size
+    ffn = p.tp * math.ceil(ratio * hidden / p.tp)
+    f = max(1, p.num_layers // (2 * len(p.stages)))
+    stages, first = [], 0
+    for s in p.stages:
+        n = math.ceil(s.num_layers / f)
+        rl = min(n, math.ceil(s.recompute_layers / f))
+        stages.append(Stage(s.index, first, first + n - 1, rl))
+        first += n
+    return replace(
+        p,
+        num_layers=first,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv,
+        ffn_hidden_size=ffn,
+        vocab_size=64 * p.tp,
+        seq_length=p.tp * math.ceil(16 / p.tp),
+        micro_batch_size=1,
+        global_batch_size=p.num_micro_batches * p.dp,
+        stages=tuple(stages),
+    )

@@ -1,0 +1,199 @@
+"""Training loop of the reference runtime, and the single-process reference it checks against."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from planner.runtime.mesh import init_distributed
+from planner.runtime.parallelize import allreduce_grads, apply_fsdp, apply_recompute, apply_tp
+from planner.runtime.pipeline import build_schedule, local_stage_ids
+from planner.runtime.plan_io import RunPlan
+from profiler.blocks import ModelDims, build_model, cross_entropy_loss
+
+LR = 1e-3
+
+
+def model_dims(plan: RunPlan) -> ModelDims:
+    return ModelDims(
+        num_layers=plan.num_layers,
+        hidden_size=plan.hidden_size,
+        num_attention_heads=plan.num_attention_heads,
+        num_kv_heads=plan.num_kv_heads,
+        ffn_hidden_size=plan.ffn_hidden_size,
+        vocab_size=plan.vocab_size,
+        mlp=plan.mlp,
+        tie_embeddings=plan.tie_embeddings,
+    )
+
+
+def make_batch(plan: RunPlan, step: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global batch of `step`: synthetic tokens, identical on every rank and run.
+
+    Returns (inputs, labels), each [global_batch, seq]; labels are inputs shifted by one.
+    """
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed * 1_000_003 + step)
+    tokens = torch.randint(
+        0, plan.vocab_size, (plan.global_batch_size, plan.seq_length + 1), generator=g
+    )
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def make_optimizer(plan: RunPlan, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    if plan.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=LR)
+    # adam / adamw / anything else: Adam without weight decay, so the check compares
+    # the gradient path and not a decay convention.
+    return torch.optim.Adam(params, lr=LR)
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ------------------------------------------------------------------------------ reference
+
+
+def run_reference(plan: RunPlan, steps: int, seed: int) -> list[float]:
+    """Same model, same data, one process, whole global batch per step."""
+    model = build_model(model_dims(plan), seed=seed)
+    opt = make_optimizer(plan, list(model.parameters()))
+    losses = []
+    for step in range(steps):
+        inputs, labels = make_batch(plan, step, seed)
+        opt.zero_grad(set_to_none=True)
+        loss = cross_entropy_loss(model(inputs), labels)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+# ---------------------------------------------------------------------------- distributed
+
+
+def _build_part(plan: RunPlan, k: int, seed: int, mesh, device: torch.device) -> nn.Module:
+    stage = plan.stages[k]
+    last = len(plan.stages) - 1
+    layer_ids = range(stage.first, stage.last + 1)
+    if plan.pp == 1:
+        # Without pipelining, all virtual stages are one local model.
+        layer_ids = range(0, plan.num_layers)
+    part = build_model(
+        model_dims(plan),
+        seed=seed,
+        layer_ids=layer_ids,
+        with_embedding=k == 0,
+        with_head=k == last or plan.pp == 1,
+        device=device,
+    )
+    if plan.pp == 1 and plan.recompute == "full":
+        # recompute_layers counts per planned stage; re-apply it stage by stage.
+        blocks = list(part.layers.values())
+        for s in plan.stages:
+            for n, i in enumerate(range(s.first, s.last + 1)):
+                blocks[i].set_recompute("full" if n < s.recompute_layers else "none")
+    else:
+        apply_recompute(part, stage, plan.recompute)
+    if plan.tp > 1:
+        apply_tp(part, mesh["tp"], plan.sequence_parallel)
+    if plan.zero > 0 and plan.dp > 1:
+        apply_fsdp(part, mesh["dp"], plan.zero)
+    return part
+
+
+def run_distributed(plan: RunPlan, steps: int, seed: int, timeout_s: float) -> list[float]:
+    device, mesh = init_distributed(plan, timeout_s)
+    rank = dist.get_rank()
+    pp_rank = mesh["pp"].get_local_rank()
+    dp_rank = mesh["dp"].get_local_rank()
+    tp_rank = mesh["tp"].get_local_rank()
+    ids = local_stage_ids(plan, pp_rank) if plan.pp > 1 else [0]
+    parts = {k: _build_part(plan, k, seed, mesh, device) for k in ids}
+    params = [p for part in parts.values() for p in part.parameters()]
+    opt = make_optimizer(plan, params)
+    n_stages = len(plan.stages)
+    has_first = 0 in ids
+    has_last = (n_stages - 1 in ids) or plan.pp == 1
+    schedule = (
+        build_schedule(plan, parts, mesh["pp"].get_group(), device, cross_entropy_loss)
+        if plan.pp > 1
+        else None
+    )
+    local_bs = plan.micro_batch_size * plan.num_micro_batches
+    dp_group = mesh["dp"].get_group()
+    losses = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        inputs, labels = make_batch(plan, step, seed)
+        # Each DP rank takes its contiguous slice of the global batch.
+        sl = slice(dp_rank * local_bs, (dp_rank + 1) * local_bs)
+        inputs, labels = inputs[sl].to(device), labels[sl].to(device)
+        opt.zero_grad(set_to_none=True)
+        mb_losses: list[torch.Tensor] = []
+        if schedule is not None:
+            args = (inputs,) if has_first else ()
+            if has_last:
+                schedule.step(*args, target=labels, losses=mb_losses)
+            else:
+                schedule.step(*args)
+        else:
+            model = parts[0]
+            for x, y in zip(
+                inputs.chunk(plan.num_micro_batches), labels.chunk(plan.num_micro_batches),
+                strict=True,
+            ):
+                loss = cross_entropy_loss(model(x), y)
+                (loss / plan.num_micro_batches).backward()
+                mb_losses.append(loss.detach())
+        if plan.zero == 0 or plan.dp == 1:
+            allreduce_grads(params, dp_group, plan.dp)
+        opt.step()
+        # The loss lives on the last pipeline stage; one TP rank per DP replica
+        # contributes its mean so a world all-reduce brings the global mean to rank 0.
+        contrib = has_last and tp_rank == 0
+        local = torch.stack(mb_losses).mean() if contrib else torch.zeros((), device=device)
+        total = local.detach().clone().reshape(1).to(device)
+        dist.all_reduce(total)
+        loss_val = total.item() / plan.dp
+        dt = time.perf_counter() - t0
+        losses.append(loss_val)
+        if rank == 0:
+            _log(f"step {step} loss {loss_val:.6f} time_s {dt:.4f}")
+    return losses
+
+
+def compare(dist_losses: list[float], ref_losses: list[float], rtol: float) -> bool:
+    ok = True
+    for i, (a, b) in enumerate(zip(dist_losses, ref_losses, strict=True)):
+        rel = abs(a - b) / max(abs(b), 1e-12)
+        status = "ok" if rel <= rtol else "MISMATCH"
+        ok = ok and rel <= rtol
+        _log(f"check step {i} runtime {a:.6f} reference {b:.6f} rel_diff {rel:.2e} {status}")
+    return ok
+
+
+def run(plan: RunPlan, steps: int, seed: int, check: bool, timeout_s: float, rtol: float) -> int:
+    dist_losses = run_distributed(plan, steps, seed, timeout_s)
+    rank = dist.get_rank()
+    code = 0
+    if check:
+        flag = torch.zeros(1)
+        if rank == 0:
+            ok = compare(dist_losses, run_reference(plan, steps, seed), rtol)
+            _log(f"check {'passed' if ok else 'FAILED'} (rtol {rtol:g})")
+            flag[0] = 0 if ok else 1
+        # Everyone leaves with rank 0's verdict; broadcast over a CPU-capable group.
+        cpu_group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
+        dist.broadcast(flag, src=0, group=cpu_group)
+        code = int(flag.item())
+    dist.barrier()
+    dist.destroy_process_group()
+    if code and rank == 0:
+        print("error: distributed losses differ from the single-process reference", file=sys.stderr)
+    return code
