@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from planner.launch._common import entry_argv, join, node_layout, par, torchrun_argv
+from planner.launch._common import entry_argv, is_transformer, join, node_layout, par, torchrun_argv
 
 
 def env(plan: dict) -> dict[str, str]:
     p = par(plan)
     out = {"OMP_NUM_THREADS": "1"}
-    if p["tp"] > 1 or p["cp"] > 1:
-        # Megatron needs one CUDA work queue so TP/SP/CP communication kernels are scheduled
+    if is_transformer(plan) and (p["tp"] > 1 or p["cp"] > 1):
+        # Only for the Megatron entry (FSDP-based runtimes want more than one queue). Megatron needs one CUDA work queue so TP/SP/CP communication kernels are scheduled
         # ahead of the compute they overlap with.
         out["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     return out
