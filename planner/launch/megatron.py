@@ -164,6 +164,12 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         "--micro-batch-size", str(p["micro_batch_size"]),
         "--global-batch-size", str(global_batch(plan)),
     ]
+    requested = (plan.get("training") or {}).get("global_batch_size")
+    if requested and int(requested) != global_batch(plan):
+        notes.append(
+            f"training.global_batch_size={requested} but micro*num_micro_batches*dp={global_batch(plan)}; "
+            "emitted the latter (what the planned schedule runs)"
+        )
     rc, n = recompute(plan)
     a += rc
     notes += n
