@@ -63,6 +63,7 @@ class TransformerSpec:
     tie_embeddings: bool = False
     max_position_embeddings: int = 2048
     moe: MoESpec | None = None
+    dropout: bool = False  # GPT-era training used hidden/attention dropout 0.1
     head_dim: int | None = None  # defaults to hidden_size / num_attention_heads
     rope_theta: float | None = None
 
@@ -122,15 +123,20 @@ class GPUSpec:
     gpus_per_node: int
     source: str
     # Shape-dependent GEMM efficiency (see compute.gemm_efficiency):
-    gemm_max_efficiency: float = 0.75
-    gemm_half_dim: float = 256.0  # GEMM dim at which efficiency is half its max
-    memory_bound_efficiency: float = 0.7  # achieved fraction of HBM bandwidth
+    gemm_max_efficiency: float = 0.70
+    gemm_half_dim: float = 96.0  # GEMM dim at which efficiency is half its max
+    memory_bound_efficiency: float = 0.8  # achieved fraction of HBM bandwidth
+    attention_efficiency: float = 0.55  # fused (flash) attention: achieved fraction of peak
     kernel_overhead_s: float = 4e-6  # launch/tail cost per kernel
     intra_node_latency_s: float = 5e-6
     inter_node_latency_s: float = 1e-5
     link_efficiency: float = 0.8  # achieved fraction of link bandwidth by collectives
+    # Overlapped communication still slows compute (NCCL kernels take SMs and HBM
+    # bandwidth; Rashidi et al. ISCA'21): this fraction of the hidden part stays exposed.
+    overlap_interference: float = 0.2
     efficiency_source: str = ""
     host: bool = False  # a CPU process as device
+    reserved_gib: float = 1.0  # CUDA context + communicator buffers, not in torch's allocator
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Analytic cost model: specs, FLOPs, memory, communication, pipeline -> Estimate. Pure Python."""

@@ -1,0 +1,166 @@
+"""GPU catalog: every hardware number the cost model uses, with the datasheet it came from.
+
+Peak FLOP/s are dense (no 2:4 sparsity), in TFLOP/s. `nvlink_gb_s` is per GPU per
+direction inside a node (NVLink/Infinity Fabric/PCIe); `network_gb_s` is per GPU per
+direction across nodes (the usual one NIC per GPU: 200 Gb/s HDR = 25 GB/s, 400 Gb/s NDR =
+50 GB/s). `memory_gib` is the capacity a framework can allocate (cudaMemGetInfo total).
+
+Efficiency-model constants (`gemm_max_efficiency`, `gemm_half_dim`, `memory_bound_efficiency`,
+`attention_efficiency` via `gemm_max_efficiency`, `link_efficiency`) are not datasheet
+numbers: they are fitted or assumed and `efficiency_source` says which. The A100 values are
+fitted to the calibration set (validation/published.py, Narayanan et al. SC'21 Tables 1-2);
+Hopper/Blackwell use the same shape model with a lower achievable fraction of peak, from
+public GEMM benchmarks (e.g. NVIDIA's cuBLAS H100 results: ~650-750 of 989 TFLOP/s dense bf16
+at large square shapes) and Meta's Llama 3 report (38-43% MFU at 16K H100s).
+"""
+
+from __future__ import annotations
+
+from .errors import SpecError
+from .specs import GPUSpec
+
+_A100_FIT = (
+    "fitted to NAR21 Tables 1-2 by a grid over (eta_max, d_half, HBM fraction, overlap "
+    "interference, link fraction): 0.70, 96, 0.8, 0.2, 0.8 (validation/published.py)"
+)
+_HOPPER = "assumed: A100 shape model scaled to published H100 cuBLAS bf16 throughput"
+
+CATALOG: dict[str, GPUSpec] = {
+    g.name: g
+    for g in (
+        GPUSpec(
+            name="a100-40gb",
+            description="NVIDIA A100 SXM4 40GB",
+            memory_gib=39.4,
+            peak_tflops={"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0, "fp8": 312.0},
+            hbm_gb_s=1555.0,
+            nvlink_gb_s=300.0,
+            network_gb_s=25.0,
+            gpus_per_node=8,
+            source="NVIDIA A100 Tensor Core GPU datasheet (2021); NVLink3 600 GB/s bidirectional; fp8 not supported, runs at bf16 rate",
+            efficiency_source=_A100_FIT,
+        ),
+        GPUSpec(
+            name="a100-80gb",
+            description="NVIDIA A100 SXM4 80GB",
+            memory_gib=79.2,
+            peak_tflops={"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0, "fp8": 312.0},
+            hbm_gb_s=2039.0,
+            nvlink_gb_s=300.0,
+            network_gb_s=25.0,
+            gpus_per_node=8,
+            source="NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB; NVLink3 600 GB/s bidirectional; DGX A100: 8x200 Gb/s HDR IB",
+            efficiency_source=_A100_FIT,
+        ),
+        GPUSpec(
+            name="h100-sxm",
+            description="NVIDIA H100 SXM5 80GB",
+            memory_gib=79.1,
+            peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+            hbm_gb_s=3350.0,
+            nvlink_gb_s=450.0,
+            network_gb_s=50.0,
+            gpus_per_node=8,
+            source="NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5; NVLink4 900 GB/s bidirectional; DGX H100: 8x400 Gb/s NDR",
+            gemm_max_efficiency=0.62,
+            gemm_half_dim=128.0,
+            efficiency_source=_HOPPER,
+        ),
+        GPUSpec(
+            name="h200",
+            description="NVIDIA H200 SXM 141GB",
+            memory_gib=140.0,
+            peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+            hbm_gb_s=4800.0,
+            nvlink_gb_s=450.0,
+            network_gb_s=50.0,
+            gpus_per_node=8,
+            source="NVIDIA H200 Tensor Core GPU datasheet (2024); NVLink4 900 GB/s bidirectional; 400 Gb/s NDR per GPU",
+            gemm_max_efficiency=0.64,
+            gemm_half_dim=128.0,
+            efficiency_source=_HOPPER,
+        ),
+        GPUSpec(
+            name="b200",
+            description="NVIDIA B200 180GB (HGX B200)",
+            memory_gib=178.0,
+            peak_tflops={"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
+            hbm_gb_s=7700.0,
+            nvlink_gb_s=900.0,
+            network_gb_s=50.0,
+            gpus_per_node=8,
+            source="NVIDIA HGX B200 datasheet (2025): dense = half the sparse figures; NVLink5 1.8 TB/s bidirectional; ConnectX-7 400 Gb/s per GPU",
+            gemm_max_efficiency=0.60,
+            gemm_half_dim=192.0,
+            efficiency_source="assumed: Hopper shape model, larger tiles",
+        ),
+        GPUSpec(
+            name="mi300x",
+            description="AMD Instinct MI300X 192GB",
+            memory_gib=191.5,
+            peak_tflops={"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
+            hbm_gb_s=5300.0,
+            nvlink_gb_s=64.0,
+            network_gb_s=50.0,
+            gpus_per_node=8,
+            source="AMD Instinct MI300X datasheet (2023); Infinity Fabric 64 GB/s per link per direction to each peer (7 links); 400 Gb/s per GPU",
+            gemm_max_efficiency=0.48,
+            gemm_half_dim=192.0,
+            efficiency_source="assumed: public MI300X bf16 GEMM benchmarks reach ~600-700 of 1307 TFLOP/s",
+        ),
+        GPUSpec(
+            name="l40s",
+            description="NVIDIA L40S 48GB (PCIe)",
+            memory_gib=44.4,
+            peak_tflops={"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
+            hbm_gb_s=864.0,
+            nvlink_gb_s=32.0,
+            network_gb_s=25.0,
+            gpus_per_node=8,
+            source="NVIDIA L40S datasheet (2023): no NVLink, PCIe Gen4 x16 64 GB/s bidirectional",
+            gemm_max_efficiency=0.65,
+            efficiency_source="assumed: A100 shape model",
+        ),
+        GPUSpec(
+            name="v100-32gb",
+            description="NVIDIA V100 SXM2 32GB",
+            memory_gib=31.7,
+            peak_tflops={"fp32": 15.7, "tf32": 15.7, "bf16": 15.7, "fp16": 125.0, "fp8": 125.0},
+            hbm_gb_s=900.0,
+            nvlink_gb_s=150.0,
+            network_gb_s=12.5,
+            gpus_per_node=8,
+            source="NVIDIA V100 datasheet (2018), SXM2; NVLink2 300 GB/s bidirectional; no bf16 tensor cores (bf16 at fp32 rate); DGX-1/2: 100 Gb/s per GPU",
+            gemm_max_efficiency=0.70,
+            efficiency_source="assumed: A100 shape model",
+        ),
+        GPUSpec(
+            name="cpu",
+            description="a CPU process as the device (gloo); refine with a CPU profile",
+            memory_gib=16.0,
+            peak_tflops={"fp32": 0.1, "tf32": 0.1, "bf16": 0.05, "fp16": 0.02, "fp8": 0.02},
+            hbm_gb_s=10.0,
+            nvlink_gb_s=2.0,
+            network_gb_s=1.0,
+            gpus_per_node=2,
+            source="assumed: one modern x86 core with AVX2/AVX-512 FMA (~100 GFLOP/s fp32), a share of DDR bandwidth; loopback gloo",
+            gemm_max_efficiency=0.5,
+            gemm_half_dim=32.0,
+            memory_bound_efficiency=0.5,
+            reserved_gib=0.2,
+            kernel_overhead_s=2e-5,
+            intra_node_latency_s=5e-5,
+            inter_node_latency_s=1e-4,
+            link_efficiency=0.5,
+            efficiency_source="assumed; `planner profile` on the machine replaces it",
+            host=True,
+        ),
+    )
+}
+
+
+def get_gpu(name: str) -> GPUSpec:
+    key = name.strip().lower()
+    if key not in CATALOG:
+        raise SpecError("cluster.gpu", f"unknown GPU {name!r}", allowed=sorted(CATALOG))
+    return CATALOG[key]

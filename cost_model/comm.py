@@ -1,0 +1,99 @@
+"""Alpha-beta costs of collectives over a two-level (NVLink inside a node, network across
+nodes) hierarchy.
+
+Ring algorithms (Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009): for n ranks and
+a buffer of B bytes,
+  all-reduce      2(n-1) alpha + 2(n-1)/n * B / bw
+  reduce-scatter  (n-1) alpha + (n-1)/n * B / bw       (B = the full, unsharded buffer)
+  all-gather      (n-1) alpha + (n-1)/n * B / bw       (B = the full, gathered buffer)
+  all-to-all      (n-1) alpha + (n-1)/n * B / bw       (B = bytes each rank sends in all)
+  send/recv       alpha + B / bw
+`bw` is the per-GPU per-direction bandwidth of the slowest level the group crosses, times
+the achieved fraction `link_efficiency` from the catalog (NCCL's bus bandwidth runs below
+the link rate: nccl-tests report ~80% on NVLink and IB). Deviation: NCCL switches to trees
+and NVLS for some sizes; alpha is charged per ring step, which over-charges large groups
+with tiny messages only.
+
+Placement: ranks are laid out in Megatron's order tp-cp-ep-dp-pp (tp fastest). A group of
+`size` ranks whose members are `stride` ranks apart spans nodes when size*stride exceeds
+the GPUs per node (for stride < GPUs per node, members sit in the same node until the
+group outgrows it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .specs import ClusterSpec, CommFit
+
+
+@dataclass(frozen=True)
+class Link:
+    bandwidth_bytes_s: float
+    latency_s: float
+    level: str  # "intra" | "inter"
+
+
+def group_link(cluster: ClusterSpec, size: int, stride: int) -> Link:
+    """The link that bounds a group of `size` ranks spaced `stride` apart."""
+    g = cluster.gpu
+    if size <= 1 or size * stride <= cluster.gpus_per_node:
+        return Link(cluster.intra_node_gb_s * 1e9 * g.link_efficiency, cluster.intra_node_latency_s, "intra")
+    return Link(cluster.inter_node_gb_s * 1e9 * g.link_efficiency, cluster.inter_node_latency_s, "inter")
+
+
+def _fit(profile_comm: dict | None, name: str, level: str) -> CommFit | None:
+    if not profile_comm:
+        return None
+    return profile_comm.get((name, level))
+
+
+def all_reduce_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
+    """Ring all-reduce: 2(n-1) alpha + 2(n-1)/n B/bw."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    fit = _fit(fits, "all_reduce", link.level)
+    if fit:
+        return fit.alpha_s + 2 * (size - 1) / size * nbytes * fit.beta_s_per_byte
+    return 2 * (size - 1) * link.latency_s + 2 * (size - 1) / size * nbytes / link.bandwidth_bytes_s
+
+
+def reduce_scatter_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
+    """Ring reduce-scatter of a B-byte buffer: (n-1) alpha + (n-1)/n B/bw."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    fit = _fit(fits, "reduce_scatter", link.level)
+    if fit:
+        return fit.alpha_s + (size - 1) / size * nbytes * fit.beta_s_per_byte
+    return (size - 1) * link.latency_s + (size - 1) / size * nbytes / link.bandwidth_bytes_s
+
+
+def all_gather_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
+    """Ring all-gather into a B-byte buffer: (n-1) alpha + (n-1)/n B/bw."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    fit = _fit(fits, "all_gather", link.level)
+    if fit:
+        return fit.alpha_s + (size - 1) / size * nbytes * fit.beta_s_per_byte
+    return (size - 1) * link.latency_s + (size - 1) / size * nbytes / link.bandwidth_bytes_s
+
+
+def all_to_all_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
+    """Pairwise all-to-all, B bytes sent per rank: (n-1) alpha + (n-1)/n B/bw
+    (DeepSeek-V3 §3.2.2 dispatch/combine)."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    fit = _fit(fits, "all_to_all", link.level)
+    if fit:
+        return fit.alpha_s + (size - 1) / size * nbytes * fit.beta_s_per_byte
+    return (size - 1) * link.latency_s + (size - 1) / size * nbytes / link.bandwidth_bytes_s
+
+
+def send_recv_s(nbytes: float, link: Link, fits: dict | None = None) -> float:
+    """Point-to-point: alpha + B/bw."""
+    if nbytes <= 0:
+        return 0.0
+    fit = _fit(fits, "send_recv", link.level)
+    if fit:
+        return fit.alpha_s + nbytes * fit.beta_s_per_byte
+    return link.latency_s + nbytes / link.bandwidth_bytes_s

@@ -1,0 +1,56 @@
+"""Compute time of GEMMs and memory-bound kernels on one device.
+
+GEMM: t = 2MNK / (peak * eta(M, N, K)) + overhead, with a saturating shape model
+    eta = eta_max * prod_d d / (d + d_half),   d in (M, N, K)
+— the smooth form of the tile/wave-quantisation and fixed-cost losses that make small GEMMs
+slow (NVIDIA "Matrix Multiplication Background" user guide; the roofline of Williams et al.
+2009 caps it: t >= bytes / HBM bandwidth). eta_max and d_half are per-GPU catalog entries.
+Memory-bound kernels (norms, activations, dropout, residual adds, softmax, optimizer):
+t = bytes / (HBM bandwidth * achieved fraction) + overhead per kernel (roofline, Williams
+et al. 2009). FlashAttention's core runs at `attention_efficiency` of peak (Dao 2023 reports
+50-73% of A100 peak for FA2; Shah et al. 2024, 75% on H100 for FA3).
+"""
+
+from __future__ import annotations
+
+from .specs import DTYPE_BYTES, GPUSpec
+
+
+def peak_flops(gpu: GPUSpec, dtype: str) -> float:
+    """Dense peak FLOP/s for the matmul dtype (fp32 training uses TF32 tensor cores, as
+    PyTorch's default `allow_tf32` for cuDNN and Megatron do; say so)."""
+    key = "tf32" if dtype == "fp32" and not gpu.host else dtype
+    return gpu.peak_tflops[key] * 1e12
+
+
+def gemm_efficiency(gpu: GPUSpec, m: float, n: float, k: float) -> float:
+    """eta(M, N, K) of the module docstring."""
+    eta = gpu.gemm_max_efficiency
+    for d in (m, n, k):
+        eta *= d / (d + gpu.gemm_half_dim)
+    return eta
+
+
+def gemm_time_s(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1.0) -> float:
+    """Time of `batch` GEMMs of (M x K) @ (K x N), bounded below by reading A, B and writing C."""
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        return 0.0
+    flops = 2.0 * m * n * k * batch
+    compute = flops / (peak_flops(gpu, dtype) * gemm_efficiency(gpu, m, n, k))
+    nbytes = DTYPE_BYTES[dtype] * batch * (m * k + k * n + m * n)
+    memory = nbytes / (gpu.hbm_gb_s * 1e9 * gpu.memory_bound_efficiency)
+    return max(compute, memory) + gpu.kernel_overhead_s
+
+
+def memory_bound_time_s(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
+    """Elementwise / reduction kernels moving `nbytes` through HBM."""
+    if nbytes <= 0:
+        return 0.0
+    return nbytes / (gpu.hbm_gb_s * 1e9 * gpu.memory_bound_efficiency) + kernels * gpu.kernel_overhead_s
+
+
+def flash_attention_time_s(gpu: GPUSpec, dtype: str, flops: float) -> float:
+    """Fused attention core at `attention_efficiency` of peak (module docstring)."""
+    if flops <= 0:
+        return 0.0
+    return flops / (peak_flops(gpu, dtype) * gpu.attention_efficiency) + gpu.kernel_overhead_s

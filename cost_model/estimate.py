@@ -1,0 +1,143 @@
+"""estimate(): time and memory of one fully given configuration."""
+
+from __future__ import annotations
+
+from . import flops
+from .compute import peak_flops
+from .layers import LayerTable, layer_table
+from .results import GIB, Estimate, MemoryBreakdown, Prediction, StageEstimate, TimeBreakdown
+from .specs import (
+    CalibrationProfile,
+    ClusterSpec,
+    LayerListSpec,
+    ModelSpec,
+    ParallelConfig,
+    TrainingSpec,
+)
+from .stages import (
+    RankCost,
+    StageSlice,
+    balanced_stage_layers,
+    pipeline_time_s,
+    rank_cost,
+    slices_from_counts,
+    step_time_s,
+)
+from .validate import validate_config
+
+
+def resolve_slices(model: ModelSpec, cfg: ParallelConfig) -> list[StageSlice]:
+    n_stages = cfg.pp * cfg.vpp
+    counts = list(cfg.stage_layers) if cfg.stage_layers else balanced_stage_layers(model.num_layers, n_stages)
+    recompute = cfg.recompute_layers if cfg.recompute == "full" else [0] * n_stages
+    return slices_from_counts(counts, recompute)
+
+
+def rank_costs(
+    table: LayerTable, slices: list[StageSlice], cfg: ParallelConfig, m: int, cluster: ClusterSpec
+) -> list[RankCost]:
+    reserved = cluster.gpu.reserved_gib * GIB
+    return [
+        rank_cost(table, slices, r, cfg.pp, cfg.recompute, cfg.schedule, m, cfg.vpp, reserved, cluster.gpu.overlap_interference)
+        for r in range(cfg.pp)
+    ]
+
+
+def model_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
+    if isinstance(model, LayerListSpec):
+        return 3.0 * sum(layer.fwd_flops for layer in model.layers) * training.global_batch_size
+    return flops.model_flops_per_step(model, training.global_batch_size, training.seq_length)
+
+
+def compose(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    cfg: ParallelConfig,
+    table: LayerTable,
+    slices: list[StageSlice],
+) -> Estimate:
+    """Turn per-rank costs into the Estimate (shared by estimate() and the planner)."""
+    m = cfg.num_micro_batches(training.global_batch_size)
+    ranks = rank_costs(table, slices, cfg, m, cluster)
+    step = step_time_s(ranks, m, cfg.vpp)
+    t_pipe = pipeline_time_s([r.time_s for r in ranks], m, cfg.vpp)
+    crit = max(ranks, key=lambda r: r.time_s)
+    tail = max(ranks, key=lambda r: r.exposed_dp_s + r.optimizer_s)
+    breakdown = TimeBreakdown(
+        compute_s=m * crit.compute_s,
+        recompute_s=m * crit.recompute_s,
+        bubble_s=t_pipe - m * crit.time_s,
+        tp_comm_s=m * crit.tp_comm_s,
+        cp_comm_s=m * crit.cp_comm_s,
+        dp_comm_s=tail.exposed_dp_s + m * crit.zero3_comm_s,
+        pp_comm_s=m * crit.pp_comm_s,
+        ep_comm_s=m * crit.ep_comm_s,
+        optimizer_s=tail.optimizer_s,
+    )
+    n_gpus = cfg.world_size
+    model_f = model_flops_per_step(model, training)
+    # recomputed FLOPs: per micro-batch per rank, over all micro-batches and replicas
+    extra = sum(r.hardware_extra_flops for r in ranks) * m * cfg.dp * cfg.tp * cfg.cp
+    peak = peak_flops(cluster.gpu, training.dtype)
+    mfu = model_f / (step * n_gpus * peak)
+    hfu = (model_f + extra) / (step * n_gpus * peak)
+    peak_rank = max(ranks, key=lambda r: r.peak_bytes)
+    capacity = cluster.memory_bytes
+    mem = MemoryBreakdown(
+        peak_gib=peak_rank.peak_bytes / GIB,
+        capacity_gib=capacity / GIB,
+        weights_gib=peak_rank.weights_bytes / GIB,
+        grads_gib=peak_rank.grads_bytes / GIB,
+        optimizer_gib=peak_rank.optimizer_bytes / GIB,
+        activations_gib=peak_rank.activations_bytes / GIB,
+        other_gib=peak_rank.other_bytes / GIB,
+    )
+    stages = []
+    for sl in slices:
+        rank = ranks[sl.index % cfg.pp]
+        one = rank_cost(table, [sl], 0, 1, cfg.recompute, cfg.schedule, 1, 1)
+        stages.append(
+            StageEstimate(
+                index=sl.index,
+                layers=(sl.first, sl.last),
+                recompute_layers=sl.recompute_layers if cfg.recompute == "full" else 0,
+                memory_gib=rank.peak_bytes / GIB,
+                time_ms=(one.time_s - one.pp_comm_s) * 1e3 + _stage_p2p(table, sl, len(slices)) * 1e3,
+            )
+        )
+    prediction = Prediction(
+        step_time_s=step,
+        tokens_per_s=training.tokens_per_step / step,
+        mfu=mfu,
+        hfu=hfu,
+        tflops_per_gpu=(model_f + extra) / step / n_gpus / 1e12,
+        breakdown=breakdown,
+        memory=mem,
+    )
+    return Estimate(
+        prediction=prediction,
+        stages=tuple(stages),
+        fits=peak_rank.peak_bytes <= capacity,
+        num_micro_batches=m,
+        memory_per_rank_gib=tuple(r.peak_bytes / GIB for r in ranks),
+        sources=dict(table.sources),
+    )
+
+
+def _stage_p2p(table: LayerTable, sl: StageSlice, n: int) -> float:
+    return ((sl.index < n - 1) + (sl.index > 0)) * table.p2p_s
+
+
+def estimate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    cfg: ParallelConfig,
+    profile: CalibrationProfile | None = None,
+) -> Estimate:
+    """Predicted step time, throughput, MFU/HFU and per-rank memory of `cfg`.
+    Raises SpecError (naming the field) for an inconsistent configuration."""
+    validate_config(model, cluster, training, cfg)
+    table = layer_table(model, cluster, training, cfg, profile)
+    return compose(model, cluster, training, cfg, table, resolve_slices(model, cfg))

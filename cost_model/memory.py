@@ -1,0 +1,203 @@
+"""Memory per GPU: model states (weights, gradients, optimizer) and activations.
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models") §4, term by term, so that GQA, SwiGLU, MoE, dropout-free training and
+FlashAttention fall out of the same accounting:
+  per block, b sequences of s tokens, 16-bit activations:
+  attention 11sbh + 5as^2b, MLP 19sbh, 2 LayerNorms 4sbh  ->  sbh(34 + 5as/h)   (Table 2).
+With flash attention (what Megatron-Core, torchtitan and DeepSpeed run today: Dao 2022,
+2023) the s^2 terms vanish: only the output and a fp32 logsumexp per head and token are
+saved. Without dropout (Llama-style training) the 1-byte masks vanish.
+Model states follow ZeRO (Rajbhandari et al. 2020, §3 and Fig. 1: (2 + 2 + K)Psi with K=12
+for mixed-precision Adam) and Megatron-LM's distributed-optimizer table (docs/source/
+distrib_optimizer.md: fp16/bf16 param + fp32 grad = 6 bytes + 12/d optimizer bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .specs import DTYPE_BYTES, TrainingSpec, TransformerSpec
+
+# Stated margin: the PyTorch caching allocator fragments; 5% of allocated bytes is the
+# typical gap between memory_reserved and memory_allocated at the peak of a training step
+# (PyTorch CUDA memory-management notes; expandable segments shrink it). An assumption.
+ALLOCATOR_FRAGMENTATION = 0.05
+
+# --------------------------------------------------------------------------- model states
+
+
+@dataclass(frozen=True)
+class StateBytesPerParam:
+    """Bytes per parameter of model states on one GPU, after sharding over `shard` ranks."""
+
+    weights: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+
+def optimizer_bytes_per_param(t: TrainingSpec) -> float:
+    """K of ZeRO §3: Adam keeps an fp32 master copy, momentum and variance (4+4+4 = 12);
+    SGD with momentum 4+4. fp32 training needs no separate master copy."""
+    master = 0 if t.dtype == "fp32" else DTYPE_BYTES[t.master_weights_dtype]
+    moments = 8 if t.optimizer in ("adam", "adamw") else 4
+    return master + moments
+
+
+def model_state_bytes_per_param(t: TrainingSpec, zero: int, shard: int) -> StateBytesPerParam:
+    """ZeRO stage 0-3 over a data-parallel group of `shard` ranks.
+    0: (w + g + K); 1 (= Megatron distributed optimizer): w + g + K/d;
+    2: w + (g + K)/d; 3: (w + g + K)/d.
+    With bf16 weights, fp32 grads and Adam this is Megatron's 18 bytes and 6 + 12/d; with
+    16-bit grads it is ZeRO's 16, 4 + 12/d, 2 + 14/d, 16/d."""
+    w = DTYPE_BYTES[t.dtype]
+    g = DTYPE_BYTES[t.grad_dtype] if t.dtype != "fp32" else 4
+    k = optimizer_bytes_per_param(t)
+    d = max(1, shard)
+    if zero <= 0:
+        return StateBytesPerParam(w, g, k)
+    if zero == 1:
+        return StateBytesPerParam(w, g, k / d)
+    if zero == 2:
+        return StateBytesPerParam(w, g / d, k / d)
+    return StateBytesPerParam(w / d, g / d, k / d)
+
+
+# --------------------------------------------------------------------------- activations
+
+
+@dataclass(frozen=True)
+class ActivationBytes:
+    """Bytes saved for backward by one block for one micro-batch on one GPU, by the
+    recompute level applied to that block."""
+
+    none: float
+    selective: float
+    full: float
+
+
+def block_activation_bytes(
+    m: TransformerSpec,
+    t: TrainingSpec,
+    micro_batch: int,
+    tp: int,
+    cp: int,
+    sequence_parallel: bool,
+    moe_layer: bool,
+    ep_tokens_factor: float = 1.0,
+) -> ActivationBytes:
+    """Korthikanti et al. 2022 §4.1 term by term, generalised (see module docstring).
+
+    Sharding (§4.2): tensors inside attention and MLP are split by tp; LayerNorm inputs,
+    the QKV/MLP inputs and the dropout masks on the residual path are split only with
+    sequence parallelism. Context parallelism splits the sequence (s/cp tokens per rank);
+    the eager s^2 scores are (s/cp) x s per rank.
+    Checks: GPT, no parallelism -> sbh(34 + 5as/h); TP -> sbh(10 + 24/t + 5as/(ht));
+    TP+SP -> sbh/t (34 + 5as/h); selective drops the 5as^2b core; full keeps the block
+    input, 2sbh (/t with SP: Megatron checkpoints the sharded input; the paper's table
+    lists 2sbh without SP).
+    """
+    dt = DTYPE_BYTES[t.dtype] if t.dtype != "fp8" else 2  # fp8 training keeps bf16 activations
+    s = t.seq_length / cp
+    b = micro_batch
+    h, d = m.hidden_size, m.kv_channels
+    a, g = m.num_attention_heads, m.num_kv_heads
+    sbh = s * b * h
+    mask = 1.0 if m.dropout else 0.0
+    rep = 1.0 if sequence_parallel else float(tp)  # replicated tensors are not divided
+
+    # --- residual-path tensors (split by tp only with SP)
+    ln_inputs = 2 * dt * sbh  # two norms' inputs
+    qkv_input = dt * sbh
+    mlp_input = dt * sbh
+    residual_masks = 2 * mask * sbh  # dropout after attention and after MLP
+    replicated = (ln_inputs + qkv_input + mlp_input + residual_masks) / rep
+
+    # --- attention internals (split by tp)
+    q = dt * s * b * a * d
+    k = dt * s * b * g * d
+    v = dt * s * b * g * d
+    proj_input = dt * s * b * a * d
+    if t.attention == "eager":
+        scores = s * b * a * t.seq_length  # (s/cp) x s per head
+        core = dt * scores + mask * scores + (dt * scores if m.dropout else 0.0)
+        core_small = 0.0
+    else:
+        core = 0.0
+        core_small = 4.0 * s * b * a  # fp32 logsumexp per head and token (FlashAttention)
+    attn_sharded = q + k + v + proj_input + core_small
+
+    # --- MLP internals (split by tp)
+    if moe_layer and m.moe is not None:
+        e = m.moe
+        f = e.ffn_hidden_size
+        routed_tokens = e.top_k * ep_tokens_factor
+        per_expert_token = (3 if m.mlp == "swiglu" else 2) * dt * f + dt * h  # acts + permuted input
+        mlp_sharded = s * b * per_expert_token * (routed_tokens + e.num_shared_experts)
+        mlp_sharded += 4.0 * s * b * e.num_experts / max(1, tp)  # fp32 router logits
+    else:
+        f = m.ffn_hidden_size
+        mlp_sharded = (3 if m.mlp == "swiglu" else 2) * dt * s * b * f
+
+    sharded = (attn_sharded + mlp_sharded) / tp
+    none = replicated + sharded + core / tp
+    selective = replicated + sharded
+    full = dt * sbh / rep
+    return ActivationBytes(none=none, selective=selective, full=full)
+
+
+def korthikanti_table2_bytes(
+    s: int, b: int, h: int, a: int, tp: int, mode: str
+) -> float:
+    """Korthikanti et al. 2022 Table 2, verbatim (GPT, 16-bit, dropout): the test reference."""
+    sbh = s * b * h
+    table = {
+        "none": sbh * (34 + 5 * a * s / h),
+        "tp": sbh * (10 + 24 / tp + 5 * a * s / (h * tp)),
+        "tp_sp": sbh * (34 / tp + 5 * a * s / (h * tp)),
+        "tp_selective": sbh * (10 + 24 / tp),
+        "tp_sp_selective": sbh * 34 / tp,
+        "full": sbh * 2,
+    }
+    return table[mode]
+
+
+def embedding_activation_bytes(
+    m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int, sp: bool
+) -> float:
+    """First stage: the embedding dropout mask sbh (Korthikanti §4.3); nothing without dropout."""
+    s = t.seq_length / cp
+    return (s * micro_batch * m.hidden_size if m.dropout else 0.0) / (tp if sp else 1)
+
+
+def logits_activation_bytes(
+    m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int, sp: bool
+) -> float:
+    """Last stage (Korthikanti §4.3): final-norm input and output-layer input (2 x d*sbh,
+    /t with SP) plus the fp32 logits the vocab-parallel cross-entropy keeps, 4*s*b*V/t."""
+    dt = DTYPE_BYTES[t.dtype] if t.dtype != "fp8" else 2
+    s = t.seq_length / cp
+    sbh = s * micro_batch * m.hidden_size
+    return 2 * dt * sbh / (tp if sp else 1) + 4.0 * s * micro_batch * m.vocab_size / tp
+
+
+# --------------------------------------------------------------------------- in flight
+
+
+def in_flight_micro_batches(schedule: str, pp: int, rank: int, m: int, vpp: int) -> float:
+    """Micro-batches whose activations a pipeline rank holds at its peak, in units of 'one
+    micro-batch through all of this rank's layers'.
+    GPipe: all m (Huang et al. 2019). 1F1B: min(m, p - rank) (Narayanan et al. SC'21 §2.2;
+    Korthikanti §4.2.3: the first stage holds p). Interleaved: Megatron's warm-up of
+    2(p - rank - 1) + (v - 1)p chunks plus the one in progress, each 1/v of the rank's layers
+    — for rank 0 this is p(1 + (p - 1)/(p v)), Korthikanti §4.2.3's factor."""
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "interleaved" and vpp > 1:
+        chunks = min(m * vpp, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1)
+        return chunks / vpp
+    return float(min(m, pp - rank))
