@@ -8,6 +8,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from planner.runtime.mesh import init_distributed
 from planner.runtime.parallelize import allreduce_grads, apply_fsdp, apply_recompute, apply_tp
@@ -52,6 +53,30 @@ def make_optimizer(plan: RunPlan, params: list[nn.Parameter]) -> torch.optim.Opt
     return torch.optim.Adam(params, lr=LR)
 
 
+def global_grad_norm(params: list[nn.Parameter], pp_group) -> float:
+    """L2 norm of the whole model's gradient, the same number on every rank.
+
+    --check compares it with the reference because Adam's first steps are nearly
+    invariant to gradient scale (update ~ g/|g|), so a loss-only check would miss a
+    wrong 1/dp or 1/num_micro_batches factor.  DTensor grads (TP and/or FSDP sharded)
+    reduce over their own mesh via full_tensor(); plain grads are whole replicas.
+    Stage sums are then added over the pp group.
+    """
+    sq = torch.zeros((), dtype=torch.float64)
+    for p in params:
+        if p.grad is None:
+            continue
+        g = p.grad.detach()
+        s = g.float().pow(2).sum()
+        if isinstance(s, DTensor):
+            s = s.full_tensor()
+        sq += s.double().cpu()
+    if pp_group is not None:
+        sq = sq.to(params[0].device) if params else sq
+        dist.all_reduce(sq, group=pp_group)
+    return float(sq.sqrt())
+
+
 def _log(msg: str) -> None:
     print(msg, flush=True)
 
@@ -59,19 +84,20 @@ def _log(msg: str) -> None:
 # ------------------------------------------------------------------------------ reference
 
 
-def run_reference(plan: RunPlan, steps: int, seed: int) -> list[float]:
+def run_reference(plan: RunPlan, steps: int, seed: int) -> tuple[list[float], list[float]]:
     """Same model, same data, one process, whole global batch per step."""
     model = build_model(model_dims(plan), seed=seed)
     opt = make_optimizer(plan, list(model.parameters()))
-    losses = []
+    losses, norms = [], []
     for step in range(steps):
         inputs, labels = make_batch(plan, step, seed)
         opt.zero_grad(set_to_none=True)
         loss = cross_entropy_loss(model(inputs), labels)
         loss.backward()
+        norms.append(global_grad_norm(list(model.parameters()), None))
         opt.step()
         losses.append(loss.item())
-    return losses
+    return losses, norms
 
 
 # ---------------------------------------------------------------------------- distributed
@@ -107,7 +133,9 @@ def _build_part(plan: RunPlan, k: int, seed: int, mesh, device: torch.device) ->
     return part
 
 
-def run_distributed(plan: RunPlan, steps: int, seed: int, timeout_s: float) -> list[float]:
+def run_distributed(
+    plan: RunPlan, steps: int, seed: int, timeout_s: float
+) -> tuple[list[float], list[float]]:
     device, mesh = init_distributed(plan, timeout_s)
     rank = dist.get_rank()
     pp_rank = mesh["pp"].get_local_rank()
@@ -127,7 +155,8 @@ def run_distributed(plan: RunPlan, steps: int, seed: int, timeout_s: float) -> l
     )
     local_bs = plan.micro_batch_size * plan.num_micro_batches
     dp_group = mesh["dp"].get_group()
-    losses = []
+    pp_group = mesh["pp"].get_group() if plan.pp > 1 else None
+    losses, norms = [], []
     for step in range(steps):
         t0 = time.perf_counter()
         inputs, labels = make_batch(plan, step, seed)
@@ -153,6 +182,7 @@ def run_distributed(plan: RunPlan, steps: int, seed: int, timeout_s: float) -> l
                 mb_losses.append(loss.detach())
         if plan.zero == 0 or plan.dp == 1:
             allreduce_grads(params, dp_group, plan.dp)
+        norms.append(global_grad_norm(params, pp_group))
         opt.step()
         # The loss lives on the last pipeline stage; one TP rank per DP replica
         # contributes its mean so a world all-reduce brings the global mean to rank 0.
@@ -164,28 +194,30 @@ def run_distributed(plan: RunPlan, steps: int, seed: int, timeout_s: float) -> l
         dt = time.perf_counter() - t0
         losses.append(loss_val)
         if rank == 0:
-            _log(f"step {step} loss {loss_val:.6f} time_s {dt:.4f}")
-    return losses
+            _log(f"step {step} loss {loss_val:.6f} time_s {dt:.4f} grad_norm {norms[-1]:.6f}")
+    return losses, norms
 
 
-def compare(dist_losses: list[float], ref_losses: list[float], rtol: float) -> bool:
+def compare(name: str, got: list[float], ref: list[float], rtol: float) -> bool:
     ok = True
-    for i, (a, b) in enumerate(zip(dist_losses, ref_losses, strict=True)):
+    for i, (a, b) in enumerate(zip(got, ref, strict=True)):
         rel = abs(a - b) / max(abs(b), 1e-12)
         status = "ok" if rel <= rtol else "MISMATCH"
         ok = ok and rel <= rtol
-        _log(f"check step {i} runtime {a:.6f} reference {b:.6f} rel_diff {rel:.2e} {status}")
+        _log(f"check step {i} {name} runtime {a:.6f} reference {b:.6f} rel_diff {rel:.2e} {status}")
     return ok
 
 
 def run(plan: RunPlan, steps: int, seed: int, check: bool, timeout_s: float, rtol: float) -> int:
-    dist_losses = run_distributed(plan, steps, seed, timeout_s)
+    dist_losses, dist_norms = run_distributed(plan, steps, seed, timeout_s)
     rank = dist.get_rank()
     code = 0
     if check:
         flag = torch.zeros(1)
         if rank == 0:
-            ok = compare(dist_losses, run_reference(plan, steps, seed), rtol)
+            ref_losses, ref_norms = run_reference(plan, steps, seed)
+            ok = compare("loss", dist_losses, ref_losses, rtol)
+            ok = compare("grad_norm", dist_norms, ref_norms, rtol) and ok
             _log(f"check {'passed' if ok else 'FAILED'} (rtol {rtol:g})")
             flag[0] = 0 if ok else 1
         # Everyone leaves with rank 0's verdict; broadcast over a CPU-capable group.
