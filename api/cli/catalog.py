@@ -1,0 +1,89 @@
+"""`planner models` and `planner gpus`: the built-in presets and the GPU catalog."""
+
+from __future__ import annotations
+
+import argparse
+
+from cost_model.catalog import CATALOG
+from cost_model.flops import total_params
+from cost_model.presets import PRESETS
+
+from .common import print_json
+
+
+def models_table() -> list[dict]:
+    out = []
+    for m in PRESETS.values():
+        out.append(
+            {
+                "name": m.name,
+                "params_b": round(total_params(m) / 1e9, 2),
+                "num_layers": m.num_layers,
+                "hidden_size": m.hidden_size,
+                "num_attention_heads": m.num_attention_heads,
+                "num_kv_heads": m.num_kv_heads,
+                "ffn_hidden_size": m.ffn_hidden_size,
+                "vocab_size": m.vocab_size,
+                "mlp": m.mlp,
+                "moe": None
+                if m.moe is None
+                else {"num_experts": m.moe.num_experts, "top_k": m.moe.top_k, "ffn_hidden_size": m.moe.ffn_hidden_size},
+            }
+        )
+    return out
+
+
+def gpus_table() -> list[dict]:
+    return [
+        {
+            "name": g.name,
+            "description": g.description,
+            "memory_gib": g.memory_gib,
+            "peak_tflops": g.peak_tflops,
+            "hbm_gb_s": g.hbm_gb_s,
+            "nvlink_gb_s": g.nvlink_gb_s,
+            "network_gb_s": g.network_gb_s,
+            "gpus_per_node": g.gpus_per_node,
+            "source": g.source,
+            "efficiency_source": g.efficiency_source,
+        }
+        for g in CATALOG.values()
+    ]
+
+
+def run_models(args: argparse.Namespace) -> int:
+    rows = models_table()
+    if args.json:
+        print_json(rows)
+        return 0
+    print(f"{'name':16s} {'params':>9s} {'layers':>6s} {'hidden':>6s} {'heads':>5s} {'kv':>4s} {'ffn':>6s} {'vocab':>7s}  moe")
+    for r in rows:
+        moe = f"{r['moe']['num_experts']}x top-{r['moe']['top_k']}" if r["moe"] else "-"
+        print(
+            f"{r['name']:16s} {r['params_b']:8.1f}B {r['num_layers']:6d} {r['hidden_size']:6d} {r['num_attention_heads']:5d} "
+            f"{r['num_kv_heads']:4d} {r['ffn_hidden_size']:6d} {r['vocab_size']:7d}  {moe}"
+        )
+    return 0
+
+
+def run_gpus(args: argparse.Namespace) -> int:
+    rows = gpus_table()
+    if args.json:
+        print_json(rows)
+        return 0
+    print(f"{'name':10s} {'mem GiB':>7s} {'bf16 TF':>8s} {'fp8 TF':>7s} {'HBM GB/s':>8s} {'NVLink':>6s} {'net':>5s}  source")
+    for r in rows:
+        print(
+            f"{r['name']:10s} {r['memory_gib']:7.1f} {r['peak_tflops']['bf16']:8.1f} {r['peak_tflops']['fp8']:7.1f} "
+            f"{r['hbm_gb_s']:8.0f} {r['nvlink_gb_s']:6.0f} {r['network_gb_s']:5.0f}  {r['source']}"
+        )
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("models", help="list the built-in model presets")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_models)
+    p = sub.add_parser("gpus", help="list the GPU catalog")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_gpus)
