@@ -1,0 +1,109 @@
+"""Plan validation and --scale-down: pure Python, and bad plans refused before any
+process group exists (exit 2, message names the field)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from planner.runtime.plan_io import PlanError, parse_plan, scale_down, validate
+from tests.runtime.plans import make_plan, write_plan
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_base_plan_is_valid():
+    p = parse_plan(make_plan())
+    validate(p, 4)
+    assert p.world_size == 4 and len(p.stages) == 2
+
+
+BAD = [
+    ("world", make_plan(), 8, "WORLD_SIZE=8"),
+    ("tp heads", make_plan(stages=[(0, 7)], pp=1, dp=1, tp=4, num_micro_batches=8,
+                           model={"num_kv_heads": 2}), 4, "num_kv_heads=2 is not divisible by parallelism.tp=4"),
+    ("tp ffn", make_plan(stages=[(0, 7)], pp=1, dp=2, tp=2, model={"ffn_hidden_size": 127}), 4,
+     "ffn_hidden_size=127"),
+    ("gap", make_plan(stages=[(0, 2), (4, 7)]), 4, "contiguously"),
+    ("short", make_plan(stages=[(0, 3), (4, 6)]), 4, "num_layers=8"),
+    ("batch", make_plan(num_micro_batches=3), 4, "global_batch_size=8"),
+    ("stage count", make_plan(vpp=2, schedule="interleaved"), 4, "len(stages)=2 != pp*vpp"),
+    ("cp", make_plan(stages=[(0, 7)], pp=1, dp=2, cp=2), 4, "not supported by the runtime yet"),
+    ("schedule", make_plan(schedule="zb"), 4, "schedule='zb'"),
+    ("recompute layers", make_plan(stages=[(0, 3, 5), (4, 7)]), 4, "recompute_layers=5"),
+    ("1f1b mb", make_plan(stages=[(0, 1), (2, 3), (4, 5), (6, 7)], pp=4, dp=1, num_micro_batches=2,
+                          training={"global_batch_size": 2}), 4, "num_micro_batches=2 must be >= pp=4"),
+]
+
+
+@pytest.mark.parametrize("name,doc,world,msg", BAD, ids=[b[0] for b in BAD])
+def test_bad_plans_raise(name, doc, world, msg):
+    with pytest.raises(PlanError) as exc:
+        validate(parse_plan(doc), world)
+    assert msg in str(exc.value)
+
+
+def test_missing_field_named():
+    doc = make_plan()
+    del doc["model"]["hidden_size"]
+    with pytest.raises(PlanError, match="model.hidden_size"):
+        parse_plan(doc)
+
+
+@pytest.mark.parametrize("name,doc,world,msg", [BAD[0], BAD[3], BAD[7]], ids=["world", "gap", "cp"])
+def test_cli_exits_2_before_process_group(tmp_path, name, doc, world, msg):
+    """Run as rank 0 of a world whose other ranks never come: if the runtime reached
+    init_process_group it would block at the rendezvous, so a quick exit 2 proves the
+    plan was refused first."""
+    path = write_plan(tmp_path, doc)
+    env = dict(os.environ, WORLD_SIZE=str(world), RANK="0", LOCAL_RANK="0",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT="1", OMP_NUM_THREADS="1")
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "planner.runtime", "--plan", str(path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 2, r.stderr
+    assert msg in r.stderr
+    assert "error: plan not runnable" in r.stderr
+    assert time.monotonic() - t0 < 30
+
+
+def test_cli_unreadable_plan(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "planner.runtime", "--plan", str(tmp_path / "nope.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 2 and "cannot read plan file" in r.stderr
+
+
+def test_runtime_package_imports_without_torch():
+    code = "import sys, planner, planner.runtime; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def test_scale_down_keeps_degrees_and_stage_shape():
+    big = make_plan(
+        stages=[(0, 9, 4), (10, 39, 0), (40, 69, 30), (70, 79, 0)],
+        pp=4, dp=2, tp=4, num_micro_batches=16, sequence_parallel=True, recompute="full",
+        model={"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+               "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128256},
+        training={"global_batch_size": 512, "seq_length": 8192, "dtype": "bf16"},
+        micro_batch_size=16,
+    )
+    p = parse_plan(big)
+    validate(p, 32)
+    s = scale_down(p)
+    validate(s, 32)
+    assert (s.pp, s.dp, s.tp, s.vpp, s.schedule, s.num_micro_batches) == (4, 2, 4, 1, "1f1b", 16)
+    sizes = [st.num_layers for st in s.stages]
+    # f = 80 // (2*4) = 10 -> ceil(n/10): uneven stays uneven, each >= 1.
+    assert sizes == [1, 3, 3, 1]
+    assert [st.recompute_layers for st in s.stages] == [1, 0, 3, 0]
+    assert s.num_attention_heads % s.tp == 0 and s.num_kv_heads % s.tp == 0
+    assert s.num_attention_heads // s.num_kv_heads == 2  # GQA stays GQA
+    assert s.hidden_size <= 64 and s.seq_length % s.tp == 0
