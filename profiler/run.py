@@ -1,0 +1,164 @@
+"""Orchestration of a layer + GEMM profile: which shapes, in what order, within what time,
+with progress on stderr; returns the profile JSON object (cost_model.profile_schema)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from cost_model.profile_schema import SCHEMA_VERSION, profile_from_dict
+from profiler import gemm, layers
+from profiler.blocks import ModelDims
+
+# torch.cuda.get_device_name() substring -> catalog name (cost_model.catalog); checked in
+# order, so the more specific names come first.
+_GPU_NAMES = (
+    ("H200", "h200"), ("H100", "h100-sxm"), ("B200", "b200"), ("MI300X", "mi300x"),
+    ("L40S", "l40s"), ("V100", "v100-32gb"), ("A100", "a100"),
+)
+
+
+def catalog_device_name() -> str:
+    """The catalog name of the local device ("cpu" without CUDA); an unknown GPU keeps its
+    own name, lower-cased, so the profile still says what measured it."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    name = torch.cuda.get_device_name()
+    for needle, key in _GPU_NAMES:
+        if needle in name.upper():
+            if key == "a100":
+                gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+                return "a100-80gb" if gib > 50 else "a100-40gb"
+            return key
+    return name.lower().replace(" ", "-")
+
+
+def device_description() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return platform.processor() or platform.machine()
+
+
+@dataclass
+class ProfileOptions:
+    dims: ModelDims
+    tps: list[int]
+    micro_batches: list[int]
+    seq_len: int
+    dtype: str = "fp32"
+    moe: layers.MoEDims | None = None
+    dense_blocks: bool = True  # the model has dense blocks (False: every block is MoE)
+    repeats: int = 5
+    warmup: int = 2
+    max_seconds: float = 300.0
+    gemm_dims: tuple[int, ...] | None = None  # None: the device's default sweep
+    model_name: str = ""
+    device_name: str | None = None  # catalog name override
+    meta: dict = field(default_factory=dict)
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _jobs(o: ProfileOptions, tps: list[int]) -> list[tuple[str, int, int]]:
+    """(kind, tp, micro_batch) in increasing cost, so a time bound drops the largest."""
+    kinds = (["block"] if o.dense_blocks or o.moe is None else []) + (["moe_block"] if o.moe else [])
+    out = []
+    for b in sorted(o.micro_batches):
+        for tp in sorted(tps, reverse=True):
+            out += [("embedding", tp, b), *((k, tp, b) for k in kinds), ("logits", tp, b)]
+    return out
+
+
+def skipped_tps(dims: ModelDims, tps: list[int]) -> list[int]:
+    """TP degrees the model cannot be split by (heads, ffn and vocab must divide)."""
+    return [
+        tp for tp in tps
+        if dims.num_attention_heads % tp or dims.ffn_hidden_size % tp or dims.vocab_size % tp
+    ]
+
+
+def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) -> dict:
+    device = layers.pick_device()
+    if o.dtype not in layers.TORCH_DTYPES:
+        raise ValueError(f"dtype {o.dtype!r} cannot be profiled (allowed: {', '.join(layers.TORCH_DTYPES)})")
+    dtype = layers.TORCH_DTYPES[o.dtype]
+    bad = skipped_tps(o.dims, o.tps)
+    if bad:
+        progress(f"profile: skipping tp={bad} (heads, ffn and vocab must be divisible by tp)")
+    tps = [tp for tp in o.tps if tp not in bad]
+    t0 = time.perf_counter()
+    jobs = _jobs(o, tps)
+    gemm_dims = o.gemm_dims if o.gemm_dims is not None else (gemm.GPU_DIMS if device.type == "cuda" else gemm.CPU_DIMS)
+    n = len(jobs) + len(gemm_dims)
+    progress(f"profile: {n} measurements on {device_description()} ({device.type}, {o.dtype}, "
+             f"{torch.get_num_threads()} threads), at most {o.max_seconds:.0f} s")
+    rows, gemm_rows, skipped = [], [], []
+    # The GEMM sweep gets a tenth of the time; layers share the rest.
+    layer_deadline = t0 + 0.9 * o.max_seconds
+    for i, (kind, tp, b) in enumerate(jobs):
+        now = time.perf_counter()
+        if now >= layer_deadline:
+            skipped.append(f"{kind} tp={tp} mb={b}")
+            continue
+        budget = (layer_deadline - now) / (len(jobs) - i)
+        args = (o.dims, tp, b, o.seq_len, device, dtype, o.warmup, o.repeats, budget)
+        if kind == "embedding":
+            m = layers.measure_embedding(*args)
+        elif kind == "logits":
+            m = layers.measure_logits(*args)
+        else:
+            m = layers.measure_block(*args, moe=o.moe if kind == "moe_block" else None)
+        row = {"kind": kind, "tp": tp, "micro_batch_size": b, "seq_length": o.seq_len,
+               "fwd_s": m.fwd_s, "bwd_s": m.bwd_s, "activation_bytes": m.activation_bytes}
+        if m.peak_bytes is not None:
+            row["peak_bytes"] = m.peak_bytes
+        rows.append(row)
+        peak = f" peak {m.peak_bytes / 2**20:.1f} MiB" if m.peak_bytes is not None else ""
+        progress(f"[{i + 1:3d}/{n}] {kind:9s} tp={tp} mb={b} s={o.seq_len}: fwd {m.fwd_s * 1e3:.2f} ms "
+                 f"bwd {m.bwd_s * 1e3:.2f} ms saved {m.activation_bytes / 2**20:.1f} MiB{peak} "
+                 f"({time.perf_counter() - t0:.1f} s)")
+    gemm_deadline = t0 + o.max_seconds
+    for j, dim in enumerate(gemm_dims):
+        now = time.perf_counter()
+        if now >= gemm_deadline:
+            skipped.append(f"gemm {dim}")
+            continue
+        tf = gemm.gemm_tflops(dim, device, dtype, o.warmup, o.repeats, (gemm_deadline - now) / (len(gemm_dims) - j))
+        gemm_rows.append({"dim": dim, "tflops": tf})
+        progress(f"[{len(jobs) + j + 1:3d}/{n}] gemm {dim}^3: {tf * 1e3:.1f} GFLOP/s ({time.perf_counter() - t0:.1f} s)")
+    if skipped:
+        progress(f"profile: --max-seconds reached, skipped {len(skipped)}: {', '.join(skipped)}")
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "device": o.device_name or catalog_device_name(),
+        "device_name": device_description(),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "dtype": o.dtype,
+        "threads": torch.get_num_threads() if device.type == "cpu" else None,
+        "model": {"name": o.model_name, **o.dims.__dict__,
+                  "moe": o.moe.__dict__ if o.moe else None},
+        "source": f"planner profile on {device_description()} ({device.type}), torch {torch.__version__}",
+        "layers": rows,
+        "comm": [],
+        "gemm": gemm_rows,
+        "skipped": skipped,
+        "elapsed_s": time.perf_counter() - t0,
+        **o.meta,
+    }
+    profile_from_dict(out)  # what we write must read back
+    return out
+
+
+def merge_comm(profile: dict, comm_rows: list[dict]) -> dict:
+    """Replace `profile`'s fits for the (collective, level) pairs `comm_rows` measured."""
+    keys = {(r["collective"], r["level"]) for r in comm_rows}
+    kept = [r for r in profile.get("comm") or [] if (r["collective"], r["level"]) not in keys]
+    return {**profile, "comm": kept + comm_rows}
