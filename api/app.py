@@ -1,0 +1,121 @@
+"""FastAPI app factory of `planner serve`: `create_app(settings=None)`.
+
+uvicorn runs it with `--factory` (one app per process); everything process-local (engine,
+solver pool, metrics registry) is built in the lifespan, so replicas share only the database."""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import errors
+from .metrics import Metrics, MetricsMiddleware
+from .settings import Settings
+from .store import Store, make_engine, migrate
+from .worker import SolverPool
+
+log = logging.getLogger("planner.api")
+
+DESCRIPTION = """Auto-parallelism planner: POST a model and a cluster, get DP/TP/PP/CP/EP degrees,
+stage boundaries, predicted step time / MFU / memory, and launch artifacts.
+
+Errors always have the body `{"error": {"code", "message", "details"}}`. When the service runs
+with `PLANNER_API_TOKEN`, every `/v1` route needs `Authorization: Bearer <token>`."""
+
+
+class BodyLimitMiddleware:
+    """413 for bodies over `max_bytes`, whether or not the client sent Content-Length. The
+    body is buffered (it is at most max_bytes) and replayed to the app."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _reject(self, send: Send) -> None:
+        body = json.dumps({"error": {"code": "payload_too_large",
+                                     "message": f"request body over {self.max_bytes} bytes",
+                                     "details": {"max_bytes": self.max_bytes}}}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        for k, v in scope.get("headers", []):
+            if k == b"content-length":
+                try:
+                    if int(v) > self.max_bytes:
+                        await self._reject(send)
+                        return
+                except ValueError:
+                    pass
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._reject(send)
+                return
+            chunks.append(chunk)
+            more = msg.get("more_body", False)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        engine = make_engine(settings.sqlalchemy_url())
+        migrate(engine)  # upgrades keep stored plans; replicas serialise on a lock
+        app.state.store = Store(engine)
+        app.state.pool = SolverPool(settings.workers, settings.queue_size, settings.test_solve_delay_s,
+                                    on_depth=metrics.queue_depth.set)
+        log.info("planner service ready (database %s, %d solver workers, queue %d)",
+                 engine.url.render_as_string(hide_password=True), settings.workers, settings.queue_size)
+        try:
+            yield
+        finally:
+            app.state.pool.shutdown()
+            engine.dispose()
+
+    app = FastAPI(
+        title="parallel-planner",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    errors.install(app)
+
+    from .routes import router, v1
+
+    app.include_router(router)
+    app.include_router(v1)
+    # outermost first: metrics see the 413s too
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

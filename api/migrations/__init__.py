@@ -1,0 +1,1 @@
+"""Alembic migrations of the service database; `api.store.migrate` runs them at startup."""

@@ -1,0 +1,41 @@
+"""Service settings, read from `PLANNER_*` environment variables (docs/service.md lists them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PLANNER_", extra="ignore")
+
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db; "
+        "unset = SQLite file planner.db under data_dir",
+    )
+    data_dir: Path = Field(Path("."), description="directory of the default SQLite file")
+    api_token: str | None = Field(
+        None, description="when set, every /v1 route needs `Authorization: Bearer <token>`"
+    )
+    host: str = Field("127.0.0.1", description="bind address of `planner serve`")
+    port: int = Field(8000, description="port of `planner serve`")
+    workers: int = Field(2, ge=1, le=256, description="solver threads (concurrent solves)")
+    queue_size: int = Field(
+        16, ge=0, le=100_000, description="solves that may wait for a worker; beyond it: 429"
+    )
+    solve_time_limit_s: float = Field(
+        30.0, gt=0, description="upper bound on one solve; a request's search.time_limit_s may lower it"
+    )
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="larger request bodies get 413")
+    retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 429/503")
+    # Test-only hook: every solve sleeps this long before it starts, so tests can fill the
+    # queue deterministically. Never set it in production.
+    test_solve_delay_s: float = Field(0.0, ge=0, description="TEST ONLY: sleep before each solve")
+
+    def sqlalchemy_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'planner.db').resolve()}"

@@ -1,0 +1,191 @@
+"""Plans and profiles in SQL (SQLite by default, PostgreSQL for shared replicas).
+
+Rows keep the response JSON as text, so a stored plan is served byte-for-byte as it was
+acknowledged; the indexed columns are only what lookups need (request hash, creation time).
+The schema is owned by the Alembic migrations in api/migrations; `migrate()` runs them."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import fcntl
+import json
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import BigInteger, Index, String, Text, create_engine, event, select, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class PlanRow(Base):
+    __tablename__ = "plans"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    # not unique: `?refresh=true` stores a newer plan for the same request, and two
+    # replicas may solve the same request at once; lookups take the newest.
+    request_hash: Mapped[str] = mapped_column(String(64), index=True)
+    created_us: Mapped[int] = mapped_column(BigInteger)  # microseconds since the epoch
+    status: Mapped[str] = mapped_column(String(16))
+    body: Mapped[str] = mapped_column(Text)
+    __table_args__ = (Index("ix_plans_created", "created_us", "id"),)
+
+
+class ProfileRow(Base):
+    __tablename__ = "profiles"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    created_us: Mapped[int] = mapped_column(BigInteger)
+    device: Mapped[str] = mapped_column(String(200))
+    body: Mapped[str] = mapped_column(Text)
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _):
+            # WAL: readers never block the writer; synchronous=FULL: a committed plan
+            # survives the process (and the machine) dying right after its 201.
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+@contextmanager
+def _migration_lock(engine: Engine):
+    """Serialise migrations of replicas that start together on one database."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(726354)"))
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(726354)"))
+                conn.commit()
+    elif engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+        with open(f"{engine.url.database}.migrate-lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            yield
+    else:
+        yield
+
+
+def alembic_config(engine: Engine):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    return cfg
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    from alembic import command
+
+    cfg = alembic_config(engine)
+    with _migration_lock(engine), engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def encode_cursor(created_us: int, id_: str) -> str:
+    return base64.urlsafe_b64encode(f"{created_us}:{id_}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    """Raises ValueError for anything that is not a cursor this service issued."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        ts, id_ = raw.split(":", 1)
+        return int(ts), id_
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError("not a cursor returned by this service") from exc
+
+
+class Store:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    # plans
+    def put_plan(self, plan: dict[str, Any]) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.add(
+                PlanRow(
+                    id=plan["id"],
+                    request_hash=plan["request_hash"],
+                    created_us=plan.get("_created_us") or now_us(),
+                    status=str(plan.get("status", "")),
+                    body=json.dumps({k: v for k, v in plan.items() if k != "_created_us"}),
+                )
+            )
+
+    def get_plan(self, plan_id: str) -> dict | None:
+        with Session(self.engine) as s:
+            row = s.get(PlanRow, plan_id)
+            return json.loads(row.body) if row else None
+
+    def find_plan_by_hash(self, request_hash: str) -> dict | None:
+        with Session(self.engine) as s:
+            row = s.scalars(
+                select(PlanRow)
+                .where(PlanRow.request_hash == request_hash)
+                .order_by(PlanRow.created_us.desc(), PlanRow.id.desc())
+                .limit(1)
+            ).first()
+            return json.loads(row.body) if row else None
+
+    def list_plans(
+        self, limit: int, cursor: tuple[int, str] | None = None, offset: int = 0
+    ) -> tuple[list[dict], str | None, int]:
+        """Newest first. Returns (summaries, next_cursor, total)."""
+        from sqlalchemy import func, or_
+
+        with Session(self.engine) as s:
+            q = select(PlanRow.id, PlanRow.request_hash, PlanRow.status, PlanRow.created_us)
+            if cursor is not None:
+                ts, id_ = cursor
+                q = q.where(or_(PlanRow.created_us < ts, (PlanRow.created_us == ts) & (PlanRow.id < id_)))
+            q = q.order_by(PlanRow.created_us.desc(), PlanRow.id.desc()).offset(offset).limit(limit + 1)
+            rows = s.execute(q).all()
+            total = s.scalar(select(func.count()).select_from(PlanRow)) or 0
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = [
+            {"id": r.id, "request_hash": r.request_hash, "status": r.status, "created_at": r.created_us / 1e6}
+            for r in rows
+        ]
+        nxt = encode_cursor(rows[-1].created_us, rows[-1].id) if more and rows else None
+        return items, nxt, total
+
+    # profiles
+    def put_profile(self, profile_id: str, device: str, body: dict) -> int:
+        created = now_us()
+        with Session(self.engine) as s, s.begin():
+            s.add(ProfileRow(id=profile_id, created_us=created, device=device[:200], body=json.dumps(body)))
+        return created
+
+    def get_profile(self, profile_id: str) -> tuple[dict, int] | None:
+        with Session(self.engine) as s:
+            row = s.get(ProfileRow, profile_id)
+            return (json.loads(row.body), row.created_us) if row else None
