@@ -151,10 +151,13 @@ class CheckRequest(EstimateRequest):
 class ProfileIn(BaseModel):
     model_config = ConfigDict(
         extra="allow", allow_inf_nan=False,
-        json_schema_extra={"examples": [{"schema_version": 1, "device": "NVIDIA A100-SXM4-80GB", "layers": {}, "collectives": {}}]},
+        json_schema_extra={"examples": [{"schema_version": 1, "device": "a100-80gb", "source": "planner profile",
+                                         "layers": [{"kind": "block", "tp": 1, "micro_batch_size": 1, "seq_length": 2048,
+                                                     "fwd_s": 0.004, "bwd_s": 0.008, "activation_bytes": 3.0e8}],
+                                         "comm": [], "gemm": []}]},
     )
     schema_version: int = Field(ge=1, le=1000)
-    device: str = Field(max_length=200)
+    device: str = Field(max_length=200, description="catalog name the numbers describe")
 
 
 # ---- responses
