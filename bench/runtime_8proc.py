@@ -47,7 +47,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--keep", help="also write the plan to this file")
+    ap.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto",
+        help="auto: CUDA when the machine has >= 8 GPUs, else CPU processes (gloo)",
+    )
     args = ap.parse_args()
+    device = args.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.device_count() >= 8 else "cpu"
     with tempfile.TemporaryDirectory() as tmp:
         path = args.keep or os.path.join(tmp, "plan.json")
         with open(path, "w") as f:
@@ -58,7 +67,7 @@ def main() -> int:
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "8",
             "--master-port", str(port), "-m", "planner.runtime", "--plan", path,
-            "--steps", str(args.steps), "--check",
+            "--steps", str(args.steps), "--check", "--device", device,
         ]
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1")

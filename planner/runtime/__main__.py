@@ -32,6 +32,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--timeout", type=float, default=300.0, help="collective timeout in seconds (default 300)"
     )
+    ap.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: CUDA (NCCL) when present, else CPU (gloo)",
+    )
     return ap.parse_args(argv)
 
 
@@ -73,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from planner.runtime.train import run
 
     if rank == 0:
-        on_gpu = torch.cuda.is_available()
+        on_gpu = args.device != "cpu" and torch.cuda.is_available()
         print(
             f"runtime: plan {plan.plan_id} world {world} pp={plan.pp} dp={plan.dp} "
             f"tp={plan.tp} cp={plan.cp} vpp={plan.vpp} sp={plan.sequence_parallel} "
@@ -89,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"note: plan dtype {plan.dtype} is run in fp32 (reference runtime, exact --check)",
                 flush=True,
             )
-    return run(plan, args.steps, args.seed, args.check, args.timeout, args.rtol)
+    return run(plan, args.steps, args.seed, args.check, args.timeout, args.rtol, args.device)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,17 @@ from planner.runtime.plan_io import RunPlan
 MESH_DIMS = ("pp", "dp", "cp", "tp")
 
 
-def init_distributed(plan: RunPlan, timeout_s: float) -> tuple[torch.device, DeviceMesh]:
+def init_distributed(
+    plan: RunPlan, timeout_s: float, device_kind: str = "auto"
+) -> tuple[torch.device, DeviceMesh]:
     """NCCL on CUDA, gloo on CPU; every collective times out after `timeout_s` so a
-    failed peer makes the others exit instead of hanging."""
-    if torch.cuda.is_available():
+    failed peer makes the others exit instead of hanging.
+
+    device_kind "auto" uses CUDA when present (one process per GPU); "cpu" forces gloo,
+    e.g. to run more processes than the machine has GPUs."""
+    if device_kind == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda requested but CUDA is not available")
+    if device_kind != "cpu" and torch.cuda.is_available():
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

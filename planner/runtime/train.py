@@ -134,9 +134,9 @@ def _build_part(plan: RunPlan, k: int, seed: int, mesh, device: torch.device) ->
 
 
 def run_distributed(
-    plan: RunPlan, steps: int, seed: int, timeout_s: float
+    plan: RunPlan, steps: int, seed: int, timeout_s: float, device_kind: str = "auto"
 ) -> tuple[list[float], list[float]]:
-    device, mesh = init_distributed(plan, timeout_s)
+    device, mesh = init_distributed(plan, timeout_s, device_kind)
     rank = dist.get_rank()
     pp_rank = mesh["pp"].get_local_rank()
     dp_rank = mesh["dp"].get_local_rank()
@@ -208,8 +208,16 @@ def compare(name: str, got: list[float], ref: list[float], rtol: float) -> bool:
     return ok
 
 
-def run(plan: RunPlan, steps: int, seed: int, check: bool, timeout_s: float, rtol: float) -> int:
-    dist_losses, dist_norms = run_distributed(plan, steps, seed, timeout_s)
+def run(
+    plan: RunPlan,
+    steps: int,
+    seed: int,
+    check: bool,
+    timeout_s: float,
+    rtol: float,
+    device_kind: str = "auto",
+) -> int:
+    dist_losses, dist_norms = run_distributed(plan, steps, seed, timeout_s, device_kind)
     rank = dist.get_rank()
     code = 0
     if check:

@@ -32,7 +32,7 @@ def run_plan(tmp_path, doc, nproc=4, steps=3, extra=()):
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
         "--master-port", str(_free_port()), "-m", "planner.runtime", "--plan", str(path),
-        "--steps", str(steps), "--check", "--timeout", "120", *extra,
+        "--steps", str(steps), "--check", "--timeout", "120", "--device", "cpu", *extra,
     ]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     out = r.stdout + r.stderr
