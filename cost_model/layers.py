@@ -316,6 +316,12 @@ def _block_cost(
     )
 
 
+def _profiled(profile, kind: str, cfg: ParallelConfig, t: TrainingSpec, fwd: float, bwd: float):
+    """A profiled (kind, tp, micro-batch, seq/cp) entry replaces the analytic fwd/bwd."""
+    timing = profile.layers.get((kind, cfg.tp, cfg.micro_batch_size, t.seq_length // cfg.cp)) if profile else None
+    return (timing.fwd_s, timing.bwd_s, "profile") if timing else (fwd, bwd, "analytic")
+
+
 def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> LayerCost:
     """Vocab-parallel embedding lookup (Megatron): gather rows, all-reduce the partial
     outputs over TP (reduce-scatter with SP); backward scatter-adds into the gradient."""
@@ -325,11 +331,11 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     nbytes = 2 * act_dt * tokens * m.hidden_size
     fwd = compute.memory_bound_time_s(gpu, nbytes, kernels=2)
     bwd = compute.memory_bound_time_s(gpu, 2 * nbytes, kernels=2)
+    fwd, bwd, sources["embedding"] = _profiled(profile, "embedding", cfg, t, fwd, bwd)
     fits = profile.comm if profile else None
     tp_comm = 2 * comm.all_reduce_s(act_dt * tokens * m.hidden_size, tp, comm.group_link(cluster, tp, 1), fits)
     params = flops.embedding_params(m) / tp
     w, g, o = _state(t, cfg, params, _dense_dp_size(cfg))
-    sources.setdefault("embedding", "analytic")
     return LayerCost(
         name="embedding",
         compute_s=fwd + bwd,
@@ -363,13 +369,13 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     ce = compute.memory_bound_time_s(gpu, tokens * v_local * (act_dt + 3 * 4), kernels=4)  # upcast, max, exp-sum, grad
     fwd = gemm + norm + ce
     bwd = 2 * gemm + 2 * norm + ce
+    fwd, bwd, sources["output"] = _profiled(profile, "logits", cfg, t, fwd, bwd)
     fits = profile.comm if profile else None
     link = comm.group_link(cluster, tp, 1)
     tp_comm = 3 * comm.all_reduce_s(4 * tokens, tp, link, fits)
     tp_comm += 2 * comm.all_reduce_s(act_dt * tokens * m.hidden_size, tp, link, fits)  # f/g operators
     params = flops.output_params(m) / tp
     w, g, o = _state(t, cfg, params, _dense_dp_size(cfg))
-    sources.setdefault("output", "analytic")
     act_bytes = memory.logits_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
     return LayerCost(
         name="output",
@@ -479,6 +485,8 @@ def layer_table(
         if moe not in cache:
             cache[moe] = _block_cost(model, cluster, training, cfg, i, profile, sources)
         blocks.append(cache[moe])
+    # collectives: measured alpha-beta fits (profiler.comm) or the catalog's link numbers
+    sources["comm"] = "profile" if profile is not None and profile.comm else "analytic"
     return LayerTable(
         blocks=tuple(blocks),
         embedding=_embedding_cost(model, cluster, training, cfg, profile, sources),
