@@ -46,7 +46,8 @@ def _err(desc: str) -> dict:
     return {"model": ErrorBody, "description": desc}
 
 
-COMMON_ERRORS = {401: _err("missing or wrong bearer token (when PLANNER_API_TOKEN is set)"),
+COMMON_ERRORS = {400: _err("body is not parseable JSON"),
+                 401: _err("missing or wrong bearer token (when PLANNER_API_TOKEN is set)"),
                  413: _err("request body too large"),
                  422: _err("invalid input (details.field names it) or infeasible request")}
 SOLVE_ERRORS = {429: _err("solver queue full; retry after Retry-After seconds"),
@@ -109,6 +110,18 @@ def _planner():
         raise ApiError(503, "planner_unavailable", f"the planner is not installed in this service: {exc}",
                        headers={"Retry-After": "60"}) from None
     return plan_request, check_request, Infeasible
+
+
+def _run_plan(req: dict, profile, limit_s: float) -> dict:
+    # imported in the worker thread: the first import of ortools is slow and must not
+    # stall the event loop
+    plan_request, _, _ = _planner()
+    return plan_request(req, profile=profile, time_limit_s=limit_s)
+
+
+def _run_check(req: dict, max_slowdown: float, profile) -> dict:
+    _, check_request, _ = _planner()
+    return check_request(req, max_slowdown=max_slowdown, profile=profile)
 
 
 def _infeasible_class():
@@ -231,11 +244,10 @@ async def create_plan(
             app.state.metrics.cache_hits.inc()
             return json_response(cached, 200, {"Location": f"/v1/plans/{cached['id']}", "X-Plan-Cache": "hit"})
     app.state.metrics.cache_misses.inc()
-    plan_request, _, _ = _planner()
     profile = await _load_profile(request, req)
     limit = _time_limit(app.state.settings, req)
     solve_req = {k: v for k, v in req.items() if k not in NON_SEMANTIC}
-    plan = await _solve(request, plan_request, solve_req, profile, limit, limit_s=limit, kind="plan")
+    plan = await _solve(request, _run_plan, solve_req, profile, limit, limit_s=limit, kind="plan")
     plan = dict(plan)
     plan["id"] = new_id("p")
     plan["request_hash"] = h
@@ -295,10 +307,9 @@ async def check(body: CheckRequest, request: Request):
     """CI gate: does this configuration fit, and is it within `max_slowdown` of the best plan?"""
     req = _body(body)
     max_slowdown = req.pop("max_slowdown", 0.10)
-    _, check_request, _ = _planner()
     profile = await _load_profile(request, req)
     limit = _time_limit(request.app.state.settings, req)
-    result = await _solve(request, check_request, req, max_slowdown, profile, limit_s=limit, kind="check")
+    result = await _solve(request, _run_check, req, max_slowdown, profile, limit_s=limit, kind="check")
     return json_response(result)
 
 
