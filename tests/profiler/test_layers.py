@@ -1,0 +1,98 @@
+"""The CPU layer profile of a tiny Llama, and the cost model fed with it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cost_model.estimate import estimate  # noqa: E402
+from cost_model.layers import layer_table  # noqa: E402
+from cost_model.parse import parse_cluster, parse_model, parse_training  # noqa: E402
+from cost_model.profile_schema import profile_from_dict, profile_to_dict  # noqa: E402
+from cost_model.specs import ParallelConfig  # noqa: E402
+from profiler.blocks import ModelDims  # noqa: E402
+from profiler.run import ProfileOptions, run_profile  # noqa: E402
+
+DIMS = ModelDims(num_layers=4, hidden_size=128, num_attention_heads=4, num_kv_heads=2,
+                 ffn_hidden_size=352, vocab_size=512)
+SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def profile() -> dict:
+    opts = ProfileOptions(dims=DIMS, tps=[1, 2], micro_batches=[1, 4], seq_len=SEQ, repeats=5,
+                          warmup=1, max_seconds=30, gemm_dims=(64, 256))
+    return run_profile(opts, progress=lambda msg: None)
+
+
+def test_tables_complete_and_positive(profile):
+    keys = {(r["kind"], r["tp"], r["micro_batch_size"]) for r in profile["layers"]}
+    assert keys == {(k, tp, b) for k in ("embedding", "block", "logits") for tp in (1, 2) for b in (1, 4)}
+    for r in profile["layers"]:
+        assert r["fwd_s"] > 0 and r["bwd_s"] > 0 and r["seq_length"] == SEQ
+        if r["kind"] != "embedding":
+            assert r["activation_bytes"] > 0
+    assert [g["dim"] for g in profile["gemm"]] == [64, 256] and all(g["tflops"] > 0 for g in profile["gemm"])
+    assert profile["device"] == ("cpu" if not torch.cuda.is_available() else profile["device"])
+    assert profile["torch_version"] == torch.__version__ and not profile["skipped"]
+
+
+def _row(profile, kind, tp, b):
+    return next(r for r in profile["layers"] if (r["kind"], r["tp"], r["micro_batch_size"]) == (kind, tp, b))
+
+
+def test_larger_shapes_cost_more(profile):
+    small, big = _row(profile, "block", 1, 1), _row(profile, "block", 1, 4)
+    # 4x the tokens: time is noisy on a shared CPU, so only ask for clearly more
+    assert big["fwd_s"] + big["bwd_s"] > 1.3 * (small["fwd_s"] + small["bwd_s"])
+    # saved activations are deterministic: 4x the tokens, 4x the bytes
+    assert big["activation_bytes"] == pytest.approx(4 * small["activation_bytes"], rel=0.05)
+    # a TP shard keeps fewer heads and FFN columns, so it saves less
+    assert _row(profile, "block", 2, 4)["activation_bytes"] < big["activation_bytes"]
+
+
+def test_json_round_trip(profile):
+    text = json.dumps(profile)
+    p = profile_from_dict(json.loads(text))
+    assert profile_from_dict(profile_to_dict(p)) == p
+    assert len(p.layers) == len(profile["layers"])
+
+
+def _specs(dims: ModelDims):
+    model = parse_model({"transformer": {
+        "num_layers": dims.num_layers, "hidden_size": dims.hidden_size,
+        "num_attention_heads": dims.num_attention_heads, "num_kv_heads": dims.num_kv_heads,
+        "ffn_hidden_size": dims.ffn_hidden_size, "vocab_size": dims.vocab_size, "mlp": "swiglu"}})
+    cluster = parse_cluster({"gpu": "cpu", "num_gpus": 2})
+    training = parse_training({"global_batch_size": 8, "seq_length": SEQ, "dtype": "fp32"})
+    return model, cluster, training
+
+
+@pytest.mark.parametrize("tp, b", [(1, 1), (1, 4), (2, 4)])
+def test_cost_model_reproduces_profiled_times(profile, tp, b):
+    p = profile_from_dict(profile)
+    model, cluster, training = _specs(DIMS)
+    cfg = ParallelConfig(tp=tp, dp=2 // tp, micro_batch_size=b)
+    table = layer_table(model, cluster, training, cfg, p)
+    row = _row(profile, "block", tp, b)
+    assert table.blocks[0].compute_s == pytest.approx(row["fwd_s"] + row["bwd_s"])
+    assert table.blocks[0].fwd_s == pytest.approx(row["fwd_s"])
+    logits = _row(profile, "logits", tp, b)
+    assert table.output.compute_s == pytest.approx(logits["fwd_s"] + logits["bwd_s"])
+    est = estimate(model, cluster, training, cfg, p)
+    assert est.sources["block"] == "profile" and est.sources["embedding"] == "profile"
+    assert est.sources["output"] == "profile" and est.sources["comm"] == "analytic"
+    # compute over the step: m micro-batches x (blocks + embedding + output) on one rank
+    m = cfg.num_micro_batches(training.global_batch_size)
+    per_mb = DIMS.num_layers * (row["fwd_s"] + row["bwd_s"]) + table.embedding.compute_s + table.output.compute_s
+    assert est.prediction.breakdown.compute_s == pytest.approx(m * per_mb)
+
+
+def test_missing_entries_fall_back_to_analytic(profile):
+    p = profile_from_dict(profile)
+    model, cluster, training = _specs(DIMS)
+    est = estimate(model, cluster, training, ParallelConfig(dp=2, micro_batch_size=2), p)  # mb=2 not profiled
+    assert est.sources["block"] == "analytic" and est.sources["output"] == "analytic"
