@@ -1,0 +1,195 @@
+"""`planner estimate` / `planner models` / `planner gpus` end to end, in a subprocess
+(issue 2, item 10; DESIGN.md "Command line" and "Plan")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+ACCEPTANCE = [
+    "--model", "gpt3-175b", "--gpu", "a100-80gb", "--gpus", "1536", "--gpus-per-node", "8",
+    "--tp", "8", "--pp", "8", "--dp", "24", "--micro-batch", "1", "--global-batch", "1536",
+    "--seq-len", "2048", "--recompute", "full",
+]
+
+BREAKDOWN = ("compute_s", "recompute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "dp_comm_s", "pp_comm_s", "ep_comm_s", "optimizer_s")
+MEMORY = ("peak_gib", "capacity_gib", "weights_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib")
+PREDICTION = ("step_time_s", "tokens_per_s", "mfu", "hfu", "tflops_per_gpu", "breakdown", "memory")
+STAGE = ("index", "layers", "recompute_layers", "memory_gib", "time_ms")
+
+DESIGN_GPUS = ("a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "mi300x", "l40s", "v100-32gb", "cpu")
+DESIGN_PRESETS = ("gpt3-175b", "llama3-70b", "llama3-405b", "mixtral-8x22b")
+
+
+def planner(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.fixture(scope="module")
+def acceptance() -> dict:
+    r = planner("estimate", *ACCEPTANCE, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_estimate_json_field_names(acceptance):
+    d = acceptance
+    assert {"prediction", "stages", "fits"} <= set(d)
+    p = d["prediction"]
+    assert set(PREDICTION) <= set(p)
+    assert set(p["breakdown"]) == set(BREAKDOWN)
+    assert set(p["memory"]) == set(MEMORY)
+    assert isinstance(d["fits"], bool)
+    assert len(d["stages"]) == 8
+    for i, s in enumerate(d["stages"]):
+        assert set(STAGE) <= set(s)
+        assert s["index"] == i
+        first, last = s["layers"]
+        assert last - first + 1 == 12  # 96 layers over 8 stages
+        assert s["recompute_layers"] == 12  # full recompute of every block
+        assert s["memory_gib"] > 0 and s["time_ms"] > 0
+    covered = [s["layers"] for s in d["stages"]]
+    assert covered[0][0] == 0 and covered[-1][1] == 95
+    assert all(b[0] == a[1] + 1 for a, b in zip(covered, covered[1:], strict=False))
+
+
+def test_estimate_breakdown_sums_to_step_time(acceptance):
+    p = acceptance["prediction"]
+    assert sum(p["breakdown"][k] for k in BREAKDOWN) == pytest.approx(p["step_time_s"], rel=1e-9)
+    assert all(p["breakdown"][k] >= 0 for k in BREAKDOWN)
+    assert p["tokens_per_s"] == pytest.approx(1536 * 2048 / p["step_time_s"], rel=1e-9)
+
+
+def test_estimate_acceptance_numbers(acceptance):
+    p = acceptance["prediction"]
+    assert acceptance["fits"] is True
+    assert 0.30 < p["mfu"] < 0.60
+    assert p["hfu"] > p["mfu"]  # full recompute adds hardware FLOPs
+    m = p["memory"]
+    assert m["capacity_gib"] == pytest.approx(79.2)
+    assert m["peak_gib"] <= m["capacity_gib"]
+    parts = sum(m[k] for k in ("weights_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib"))
+    assert parts == pytest.approx(m["peak_gib"], rel=1e-9)
+    assert p["breakdown"]["cp_comm_s"] == 0 and p["breakdown"]["ep_comm_s"] == 0
+
+
+def test_estimate_human_output():
+    r = planner("estimate", *ACCEPTANCE)
+    assert r.returncode == 0, r.stderr
+    assert "MFU" in r.stdout and "fits" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"--tp": "7"}, "parallelism.tp"),
+        ({"--gpu": "a100-81gb"}, "cluster.gpu"),
+        ({"--global-batch": "0"}, "training.global_batch_size"),
+        ({"--gpu": None}, "cluster.gpu"),
+        ({"--model": "gpt-5"}, "model.name"),
+        ({"--global-batch": "1000"}, "training.global_batch_size"),
+        ({"--gpus": "64"}, "parallelism"),
+    ],
+)
+def test_bad_input_exits_2_naming_field(change, field):
+    args = list(ACCEPTANCE)
+    for flag, value in change.items():
+        i = args.index(flag)
+        if value is None:
+            del args[i : i + 2]
+        else:
+            args[i + 1] = value
+    r = planner("estimate", *args, "--json")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert field in r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_argparse_rejects_bad_choice_with_exit_2():
+    r = planner("estimate", *ACCEPTANCE, "--recompute", "most")
+    assert r.returncode == 2
+    assert "--recompute" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_models_and_gpus_json():
+    r = planner("models", "--json")
+    assert r.returncode == 0, r.stderr
+    names = {row["name"] for row in json.loads(r.stdout)}
+    assert set(DESIGN_PRESETS) <= names
+    assert all(n == n.lower() for n in names)
+    r = planner("gpus", "--json")
+    assert r.returncode == 0, r.stderr
+    gpus = {row["name"]: row for row in json.loads(r.stdout)}
+    assert set(DESIGN_GPUS) <= set(gpus)
+    assert gpus["a100-80gb"]["peak_tflops"]["bf16"] == 312.0  # A100 datasheet, dense bf16
+
+
+def test_models_and_gpus_tables():
+    r = planner("models")
+    assert r.returncode == 0 and "gpt3-175b" in r.stdout
+    r = planner("gpus")
+    assert r.returncode == 0 and "h100-sxm" in r.stdout
+
+
+REQUEST = {
+    "model": {"name": "gpt3-175b"},
+    "cluster": {"gpu": "a100-80gb", "num_gpus": 1536, "gpus_per_node": 8},
+    "training": {"global_batch_size": 1536, "seq_length": 2048},
+    "parallelism": {"tp": 8, "pp": 8, "dp": 24, "micro_batch_size": 1, "recompute": "full"},
+}
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_request_file(tmp_path, acceptance, suffix):
+    f = tmp_path / f"req{suffix}"
+    f.write_text(json.dumps(REQUEST) if suffix == ".json" else yaml.safe_dump(REQUEST))
+    r = planner("estimate", "--request", str(f), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == acceptance  # same question, same answer as the flags
+
+
+def test_request_file_flags_override(tmp_path):
+    f = tmp_path / "req.yaml"
+    f.write_text(yaml.safe_dump(REQUEST))
+    r = planner("estimate", "--request", str(f), "--tp", "7", "--json")
+    assert r.returncode == 2 and "parallelism.tp" in r.stderr
+
+
+def test_request_file_errors(tmp_path):
+    r = planner("estimate", "--request", str(tmp_path / "missing.json"), "--json")
+    assert r.returncode == 2 and "--request" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = planner("estimate", "--request", str(bad), "--json")
+    assert r.returncode == 2 and "--request" in r.stderr and "Traceback" not in r.stderr
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({k: v for k, v in REQUEST.items() if k != "parallelism"}))
+    r = planner("estimate", "--request", str(partial), "--json")
+    assert r.returncode == 2 and "parallelism" in r.stderr
+
+
+def test_model_file_hf_config(tmp_path):
+    cfg = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        "max_position_embeddings": 8192,
+    }
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    args = ["--gpu", "h100-sxm", "--gpus", "8", "--tp", "8", "--pp", "1", "--dp", "1",
+            "--micro-batch", "1", "--global-batch", "8", "--seq-len", "8192", "--json"]
+    r = planner("estimate", "--model", str(f), *args)
+    assert r.returncode == 0, r.stderr
+    r2 = planner("estimate", "--model", "llama3-8b", *args)
+    assert json.loads(r.stdout)["prediction"] == json.loads(r2.stdout)["prediction"]
