@@ -21,7 +21,7 @@ from .specs import GPUSpec
 
 _A100_FIT = (
     "fitted to NAR21 Tables 1-2 by a grid over (eta_max, d_half, HBM fraction, overlap "
-    "interference, link fraction): 0.70, 96, 0.8, 0.2, 0.8 (validation/published.py)"
+    "interference, link fraction): 0.70, 64, 0.8, 0.2, 0.8 (validation/published.py)"
 )
 _HOPPER = "assumed: A100 shape model scaled to published H100 cuBLAS bf16 throughput"
 

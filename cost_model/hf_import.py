@@ -16,6 +16,9 @@ from typing import Any
 from .errors import SpecError
 from .specs import MoESpec, TransformerSpec
 
+# transformers' PretrainedConfig ties embeddings by default; these classes default to untied
+_UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "deepseek_v3", "deepseek_v2"}
+
 
 def _req(cfg: dict, *names: str) -> Any:
     for n in names:
@@ -67,7 +70,6 @@ def from_hf_config(cfg: dict, name: str | None = None) -> TransformerSpec:
             num_shared_experts=int(cfg.get("n_shared_experts") or 0),
             first_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
         )
-    act = str(cfg.get("hidden_act", "silu")).lower()
     head_dim = cfg.get("head_dim")
     if head_dim is None and "qk_nope_head_dim" in cfg:  # DeepSeek MLA: approximate by its qk head dim
         head_dim = int(cfg["qk_nope_head_dim"]) + int(cfg.get("qk_rope_head_dim", 0))
@@ -79,10 +81,13 @@ def from_hf_config(cfg: dict, name: str | None = None) -> TransformerSpec:
         num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
         ffn_hidden_size=int(_req(cfg, "intermediate_size")),
         vocab_size=int(_req(cfg, "vocab_size")),
-        mlp="swiglu" if act in ("silu", "swish", "swiglu") else "gelu",
+        # Llama-family configs (Llama, Mistral, Qwen2, Mixtral, Gemma, DeepSeek) all use a
+        # gated MLP (gate, up, down) whatever the activation; only the cost of the
+        # activation itself differs, which the model ignores.
+        mlp="swiglu",
         norm="rmsnorm" if "rms_norm_eps" in cfg else "layernorm",
         position="rope",
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", model_type not in _UNTIED_BY_DEFAULT)),
         max_position_embeddings=int(cfg.get("max_position_embeddings") or 4096),
         moe=moe,
         head_dim=int(head_dim) if head_dim else None,

@@ -78,6 +78,17 @@ class LayerTable:
     p2p_s: float  # one activation send/recv between adjacent stages (per direction)
     sources: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def block_act_peak_bytes(self) -> float:
+        """A fully recomputed block's activations live again during its backward
+        (Korthikanti §5): a rank that recomputes holds the largest block's, at most."""
+        return max((b.act.none for b in self.blocks), default=0.0)
+
+    @property
+    def zero3_buffer_bytes(self) -> float:
+        """ZeRO-3 gathered parameters in flight (current + prefetched layer)."""
+        return max((b.transient_bytes for b in (*self.blocks, self.embedding, self.output)), default=0.0)
+
 
 _ZERO_ACT = memory.ActivationBytes(0.0, 0.0, 0.0)
 
@@ -181,7 +192,7 @@ def _block_cost(
     tokens = b * s_local  # tokens this GPU processes (all TP ranks see all tokens)
     h, d = m.hidden_size, m.kv_channels
     a, g = m.num_attention_heads, m.num_kv_heads
-    rep = tp if not cfg.sequence_parallel else 1  # replicated elementwise work without SP
+    rep = tp if cfg.sequence_parallel else 1  # without SP every TP rank repeats the elementwise work
 
     # --- GEMMs (forward), per TP shard
     gemm_s = compute.gemm_time_s(gpu, dt, tokens, (a * d + 2 * g * d) / tp, h)  # QKV
@@ -365,7 +376,8 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     tokens = b * t.seq_length / cfg.cp
     v_local = m.vocab_size / tp
     gemm = compute.gemm_time_s(gpu, dt, tokens, v_local, m.hidden_size)
-    norm = compute.memory_bound_time_s(gpu, 2 * act_dt * tokens * m.hidden_size / (1 if cfg.sequence_parallel else tp) * tp, kernels=1)
+    # final norm: replicated over TP ranks unless sequence-parallel
+    norm = compute.memory_bound_time_s(gpu, 2 * act_dt * tokens * m.hidden_size / (tp if cfg.sequence_parallel else 1), kernels=1)
     ce = compute.memory_bound_time_s(gpu, tokens * v_local * (act_dt + 3 * 4), kernels=4)  # upcast, max, exp-sum, grad
     fwd = gemm + norm + ce
     bwd = 2 * gemm + 2 * norm + ce

@@ -108,7 +108,7 @@ def block_activation_bytes(
     a, g = m.num_attention_heads, m.num_kv_heads
     sbh = s * b * h
     mask = 1.0 if m.dropout else 0.0
-    rep = 1.0 if sequence_parallel else float(tp)  # replicated tensors are not divided
+    rep = float(tp) if sequence_parallel else 1.0  # without SP these tensors are replicated on every TP rank
 
     # --- residual-path tensors (split by tp only with SP)
     ln_inputs = 2 * dt * sbh  # two norms' inputs

@@ -124,7 +124,7 @@ class GPUSpec:
     source: str
     # Shape-dependent GEMM efficiency (see compute.gemm_efficiency):
     gemm_max_efficiency: float = 0.70
-    gemm_half_dim: float = 96.0  # GEMM dim at which efficiency is half its max
+    gemm_half_dim: float = 64.0  # GEMM dim at which efficiency is half its max
     memory_bound_efficiency: float = 0.8  # achieved fraction of HBM bandwidth
     attention_efficiency: float = 0.55  # fused (flash) attention: achieved fraction of peak
     kernel_overhead_s: float = 4e-6  # launch/tail cost per kernel

@@ -111,7 +111,7 @@ def rank_cost(
     n_stages = len(slices)
     time = comp = rc = tp = cp = ep = z3 = ppc = bwd = dp = opt = 0.0
     w = g = o = act = extra_flops = 0.0
-    transient = 0.0
+    recomputes = False
     for sl in slices:
         if sl.index % pp != rank:
             continue
@@ -124,7 +124,7 @@ def rank_cost(
             full = recompute_mode == "full" and 0 <= pos < sl.recompute_layers
             if full:
                 extra, a = lc.recompute_full_s, lc.act.full
-                transient = max(transient, lc.act.none)  # one block's activations live again in its backward
+                recomputes = True
                 extra_flops += lc.flops_model / 3.0
             elif recompute_mode == "selective" and pos >= 0:
                 extra, a = lc.recompute_selective_s, lc.act.selective
@@ -143,10 +143,10 @@ def rank_cost(
             g += lc.grads_bytes
             o += lc.optimizer_bytes
             act += a
-            transient = max(transient, lc.transient_bytes)
         sends = (sl.index < n_stages - 1) + (sl.index > 0)
         ppc += sends * table.p2p_s
     time = comp + rc + tp + cp + ep + z3 + ppc
+    transient = max(table.zero3_buffer_bytes, table.block_act_peak_bytes if recomputes else 0.0)
     inflight = memory.in_flight_micro_batches(schedule, pp, rank, num_micro_batches, vpp)
     return RankCost(
         rank=rank,

@@ -33,13 +33,6 @@ TABLE3_ROWS = [
 ]
 S = 2048
 
-BUG_SP = (
-    "memory.py:111 has the sequence-parallel switch inverted: `rep = 1.0 if sequence_parallel "
-    "else float(tp)` divides the residual-path tensors (LN inputs, QKV/MLP inputs, residual "
-    "dropout masks) and the full-recompute checkpoint by t WITHOUT SP and not at all WITH SP; "
-    "must be `rep = float(tp) if sequence_parallel else 1.0`"
-)
-
 
 def gpt(h: int, a: int, dropout: bool = True, layers: int = 2) -> TransformerSpec:
     return TransformerSpec(
@@ -70,7 +63,6 @@ def test_table2_no_parallelism(a, h, _t, b, dtype):
     assert r.full == pytest.approx(2 * sbh, rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_SP)
 @pytest.mark.parametrize("a,h,t", TABLE3_ROWS)
 def test_table2_tensor_parallel(a, h, t):
     s, b = S, 1
@@ -80,7 +72,6 @@ def test_table2_tensor_parallel(a, h, t):
     assert r.selective == pytest.approx(sbh * (10 + 24 / t), rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_SP)
 @pytest.mark.parametrize("a,h,t", TABLE3_ROWS)
 def test_table2_tensor_and_sequence_parallel(a, h, t):
     s, b = S, 1
@@ -90,7 +81,6 @@ def test_table2_tensor_and_sequence_parallel(a, h, t):
     assert r.selective == pytest.approx(sbh * 34 / t, rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_SP)
 @pytest.mark.parametrize("a,h,t", TABLE3_ROWS)
 def test_table2_full_recompute_keeps_block_input(a, h, t):
     s, b = S, 1
@@ -107,7 +97,6 @@ def test_gpt3_175b_table2_numbers_by_hand():
     assert r.selective == 25_165_824 * 34
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_SP)
 def test_gpt3_175b_tp8_numbers_by_hand():
     # t = 8: TP sbh*(10 + 3 + 10) = 23 sbh = 578,813,952; TP+SP 114/8 sbh = 358,612,992
     # TP+selective 13 sbh = 327,155,712; TP+SP+selective 34/8 sbh = 106,954,752

@@ -101,18 +101,8 @@ def test_acceptance_gpt3_175b_on_1536_a100():
     assert p.tokens_per_s == pytest.approx(1536 * 2048 / p.step_time_s, rel=1e-12)
 
 
-BUG_SP_MEM = (
-    "memory.py:111 inverts the sequence-parallel switch (see test_memory_terms), so turning on "
-    "SP at tp=8 triples the activation memory instead of cutting it"
-)
-BUG_SP_TIME = (
-    "layers.py:184 `rep = tp if not cfg.sequence_parallel else 1` inverts the switch: without "
-    "SP the norms/dropout/residual adds run on the full s*b*h on every TP rank, with SP on "
-    "s*b*h/t; must be `rep = tp if cfg.sequence_parallel else 1` (as a divisor)"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_SP_MEM)
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_sequence_parallel_reduces_activation_memory(recompute):
     kw = dict(tp=8, pp=8, dp=1, recompute=recompute)
@@ -121,7 +111,6 @@ def test_sequence_parallel_reduces_activation_memory(recompute):
     assert on < off
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_SP_TIME)
 def test_sequence_parallel_reduces_elementwise_compute():
     # SP splits the LayerNorm/dropout/residual work across the TP ranks; GEMMs and
     # attention are unchanged, so per-rank compute must not grow

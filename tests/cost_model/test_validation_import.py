@@ -217,14 +217,6 @@ def test_hf_missing_field_is_named():
     assert "num_hidden_layers" in str(e)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "hf_import.py:82 picks the MLP from hidden_act (`swiglu` only for silu/swish), but every "
-        "Llama-family HF architecture (LlamaMLP/GemmaMLP: gate_proj, up_proj, down_proj) is gated "
-        "whatever the activation: Gemma's gelu MLP (GeGLU) has 3 matrices, imported as 2"
-    ),
-)
 def test_hf_gemma_gated_gelu_mlp():
     cfg = {
         "architectures": ["GemmaForCausalLM"], "model_type": "gemma", "head_dim": 256,
