@@ -1,0 +1,81 @@
+"""Human-readable lines: why a plan wins, why an alternative loses, why nothing fits."""
+
+from __future__ import annotations
+
+from cost_model.results import Estimate
+from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig
+
+from .space import Candidate
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, model: ModelSpec) -> list[str]:
+    p = best.prediction
+    b = p.breakdown
+    out = []
+    gpn = cluster.gpus_per_node
+    if cfg.tp > 1:
+        where = "NVLink" if cfg.tp <= gpn else "the network"
+        out.append(f"tp={cfg.tp} keeps TP all-reduces on {where} ({b.tp_comm_s:.3g} s per step exposed)")
+    if cfg.pp > 1:
+        out.append(
+            f"pp={cfg.pp}{f' x vpp={cfg.vpp}' if cfg.vpp > 1 else ''}: model states need "
+            f"{p.memory.weights_gib + p.memory.grads_gib + p.memory.optimizer_gib:.1f} GiB per GPU at this split; "
+            f"bubble {b.bubble_s:.3g} s ({_pct(b.bubble_s / p.step_time_s)} of the step) with {best.num_micro_batches} micro-batches"
+        )
+    if cfg.cp > 1:
+        out.append(f"cp={cfg.cp} splits the {model.num_layers}-layer activations of long sequences; ring exchange exposes {b.cp_comm_s:.3g} s")
+    if cfg.zero:
+        out.append(f"ZeRO-{cfg.zero} shards {'optimizer states' if cfg.zero == 1 else 'optimizer states and gradients' if cfg.zero == 2 else 'parameters, gradients and optimizer states'} over dp={cfg.dp * cfg.cp}")
+    if cfg.recompute != "none":
+        out.append(f"recompute={cfg.recompute}: activations {p.memory.activations_gib:.1f} GiB at the cost of {b.recompute_s:.3g} s per step")
+    out.append(
+        f"peak memory {p.memory.peak_gib:.1f} of {p.memory.capacity_gib:.1f} GiB; step {p.step_time_s:.4g} s, "
+        f"MFU {_pct(p.mfu)}; largest term: {max(vars(b).items(), key=lambda kv: kv[1])[0]}"
+    )
+    return out
+
+
+def alternative_reason(alt: Estimate, best: Estimate, alt_c: Candidate, best_c: Candidate) -> str:
+    slower = alt.prediction.step_time_s / best.prediction.step_time_s - 1
+    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel") if getattr(alt_c, k) != getattr(best_c, k)]
+    ab, bb = vars(alt.prediction.breakdown), vars(best.prediction.breakdown)
+    worst = max(ab, key=lambda key: ab[key] - bb[key])
+    return f"{_pct(slower)} slower: {', '.join(diffs) or 'same degrees, other split'}; most of the difference is {worst} (+{ab[worst] - bb[worst]:.3g} s)"
+
+
+def infeasible_details(stats, capacity_gib: float, headroom: float) -> tuple[str, dict]:
+    c = stats.min_memory_config
+    details = {
+        "capacity_gib": round(capacity_gib, 2),
+        "memory_headroom": headroom,
+        "candidates": stats.candidates,
+        "pruned_by_memory": stats.pruned_memory,
+        "least_memory_gib": round(stats.min_memory_gib, 2) if stats.min_memory_gib != float("inf") else None,
+    }
+    if stats.candidates == 0:
+        msg = "no configuration satisfies the divisibility rules and the search restrictions"
+        details["binding"] = "search space"
+        details["suggestions"] = ["relax the pinned knobs in `search`", "check that global_batch_size is divisible by some dp x micro-batch"]
+        return msg, details
+    usable = capacity_gib * (1 - headroom)
+    msg = (
+        f"no configuration fits: the least memory any candidate needs is {stats.min_memory_gib:.1f} GiB per GPU "
+        f"(lower bound) vs {usable:.1f} GiB usable"
+    )
+    if c is not None:
+        details["least_memory_config"] = {k: getattr(c, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero", "recompute")}
+    details["binding"] = "memory per GPU"
+    ratio = stats.min_memory_gib / max(usable, 1e-9)
+    details["suggestions"] = [
+        f"about {max(2, int(ratio + 0.999))}x more GPUs (more pipeline/tensor stages share the model states)",
+        "ZeRO-3 (search.zero: [3]) shards parameters, gradients and optimizer states",
+        "full activation recomputation (search.recompute: [\"full\"])",
+        "context parallelism for long sequences (search.cp)",
+        "a smaller micro-batch or sequence length",
+        "a GPU with more memory",
+    ]
+    return msg, details

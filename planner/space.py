@@ -1,0 +1,213 @@
+"""The search space: which values each knob may take (request `search` block), and the
+enumeration of degree / micro-batch / memory-option candidates shared by the planner and
+the brute-force reference, so both search exactly the same space."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cost_model.errors import SpecError
+from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
+from cost_model.validate import divisors
+
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "zero", "schedule", "sequence_parallel")
+TARGETS = ("megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "runtime")
+MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
+MAX_VPP = 8
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    allowed: dict[str, tuple | None] = field(default_factory=dict)  # None = open
+    memory_headroom: float = 0.0
+    top_k: int = 3
+    time_limit_s: float = 10.0
+    targets: tuple[str, ...] = TARGETS
+    use_all_gpus: bool = True
+    tp_within_node: bool = True
+
+    def ok(self, knob: str, value: Any) -> bool:
+        allowed = self.allowed.get(knob)
+        return allowed is None or value in allowed
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Everything but the stage partition and per-stage recompute counts."""
+
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    vpp: int
+    schedule: str
+    sequence_parallel: bool
+    zero: int
+    micro_batch_size: int
+    recompute: str
+
+    @property
+    def table_key(self) -> tuple:
+        """What the per-layer cost table depends on."""
+        return (self.dp, self.tp, self.cp, self.ep, self.sequence_parallel, self.zero, self.micro_batch_size)
+
+
+def _values(raw: Any, path: str, kind: type) -> tuple | None:
+    if raw is None:
+        return None
+    items = raw if isinstance(raw, list | tuple) else [raw]
+    out = []
+    for v in items:
+        if kind is int and (isinstance(v, bool) or not isinstance(v, int)):
+            raise SpecError(path, f"must be an integer or a list of integers, got {v!r}")
+        if kind is bool and not isinstance(v, bool):
+            raise SpecError(path, f"must be true/false or a list of them, got {v!r}")
+        if kind is str and not isinstance(v, str):
+            raise SpecError(path, f"must be a string or a list of strings, got {v!r}")
+        if kind is int and v < 0:
+            raise SpecError(path, f"must be >= 0, got {v}")
+        out.append(v.lower() if isinstance(v, str) else v)
+    if not out:
+        raise SpecError(path, "an empty list allows nothing")
+    return tuple(out)
+
+
+def parse_search(d: Any) -> SearchSpace:
+    if d is None:
+        d = {}
+    if not isinstance(d, dict):
+        raise SpecError("search", "must be an object")
+    allowed: dict[str, tuple | None] = {}
+    for knob in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero"):
+        allowed[knob] = _values(d.get(knob), f"search.{knob}", int)
+    allowed["recompute"] = _values(d.get("recompute"), "search.recompute", str)
+    allowed["schedule"] = _values(d.get("schedule"), "search.schedule", str)
+    allowed["sequence_parallel"] = _values(d.get("sequence_parallel"), "search.sequence_parallel", bool)
+    for knob, choices in (("recompute", ("none", "selective", "full")), ("schedule", ("gpipe", "1f1b", "interleaved")), ("zero", (0, 1, 2, 3))):
+        bad = [v for v in allowed[knob] or () if v not in choices]
+        if bad:
+            raise SpecError(f"search.{knob}", f"unknown value {bad[0]!r}", allowed=list(choices))
+    headroom = d.get("memory_headroom", 0.0)
+    if not isinstance(headroom, int | float) or isinstance(headroom, bool) or not 0 <= headroom < 1:
+        raise SpecError("search.memory_headroom", f"must be in [0, 1), got {headroom!r}", allowed="[0, 1)")
+    top_k = d.get("top_k", 3)
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 50:
+        raise SpecError("search.top_k", f"must be in 1..50, got {top_k!r}", allowed="1..50")
+    limit = d.get("time_limit_s", 10.0)
+    if not isinstance(limit, int | float) or isinstance(limit, bool) or not 0 < limit <= 3600:
+        raise SpecError("search.time_limit_s", f"must be in (0, 3600], got {limit!r}", allowed="(0, 3600]")
+    targets = d.get("targets", list(TARGETS))
+    if not isinstance(targets, list) or any(t not in TARGETS for t in targets):
+        raise SpecError("search.targets", f"unknown target in {targets!r}", allowed=list(TARGETS))
+    use_all = d.get("use_all_gpus", True)
+    tp_node = d.get("tp_within_node", True)
+    for name, v in (("use_all_gpus", use_all), ("tp_within_node", tp_node)):
+        if not isinstance(v, bool):
+            raise SpecError(f"search.{name}", f"must be true or false, got {v!r}")
+    return SearchSpace(allowed, float(headroom), top_k, float(limit), tuple(targets), use_all, tp_node)
+
+
+def _tp_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace) -> list[int]:
+    limit = cluster.gpus_per_node if space.tp_within_node else cluster.num_gpus
+    if isinstance(model, TransformerSpec):
+        ok = [t for t in divisors(model.num_attention_heads) if model.num_kv_heads % t == 0 and model.ffn_hidden_size % t == 0]
+    else:
+        ok = divisors(cluster.num_gpus)
+    return [t for t in ok if t <= limit and space.ok("tp", t)]
+
+
+def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: SearchSpace):
+    """Every candidate of the space that passes the divisibility rules of
+    cost_model.validate (so each one can be costed). GPipe is listed only where 1F1B is not
+    allowed: it has the same time formula and never less memory (stages.py)."""
+    n, L = cluster.num_gpus, model.num_layers
+    B, s = training.global_batch_size, training.seq_length
+    is_tf = isinstance(model, TransformerSpec)
+    moe = is_tf and model.moe is not None
+    recomputes = [r for r in ("none", "selective", "full") if space.ok("recompute", r)]
+    if not is_tf:
+        recomputes = [r for r in recomputes if r != "selective"]
+    zeros = [z for z in (0, 1, 2, 3) if space.ok("zero", z)]
+    for tp in _tp_values(model, cluster, space):
+        cps = [c for c in divisors(s) if (c == 1 or (is_tf and (s // c) % 2 == 0 and c <= MAX_CP)) and space.ok("cp", c)]
+        if space.allowed.get("cp"):
+            cps = [c for c in space.allowed["cp"] if s % c == 0 and (c == 1 or (is_tf and (s // c) % 2 == 0))]
+        for cp in cps:
+            if tp * cp > n or n % (tp * cp) and space.use_all_gpus:
+                continue
+            for pp in divisors(n // (tp * cp)) if space.use_all_gpus else range(1, n // (tp * cp) + 1):
+                if pp > L or not space.ok("pp", pp):
+                    continue
+                dps = [n // (tp * cp * pp)] if space.use_all_gpus else list(range(1, n // (tp * cp * pp) + 1))
+                for dp in dps:
+                    if not space.ok("dp", dp) or B % dp:
+                        continue
+                    eps = [1]
+                    if moe:
+                        eps = [e for e in divisors(model.moe.num_experts) if (dp * cp) % e == 0]
+                    for ep in eps:
+                        if not space.ok("ep", ep):
+                            continue
+                        yield from _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training)
+
+
+def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: list[str], zeros: list[int], sps: list[bool]):
+    """Drop options another allowed option dominates in the cost model (never slower,
+    never more memory), so the search is smaller but its optimum unchanged:
+    - ZeRO-1 vs 0: reduce-scatter + all-gather moves (g + w)(n-1)/n bytes against the
+      all-reduce's 2g(n-1)/n, with less optimizer memory and work; ZeRO-2 vs 1: the same
+      time, less gradient memory. With one data-parallel rank all stages are the same.
+    - sequence parallelism: the same TP volume, less elementwise work and activation memory.
+    - full recompute with a per-stage count includes the count 0 = no recompute; selective
+      recompute under flash attention saves and costs nothing (memory.py).
+    """
+    z = list(zeros)
+    if dp * cp == 1:
+        z = z[:1]
+    else:
+        if 1 in z or 2 in z:
+            z = [x for x in z if x != 0]
+        if 2 in z:
+            z = [x for x in z if x != 1]
+    s = [True] if (True in sps and tp > 1) else sps
+    r = list(recomputes)
+    if "full" in r:
+        r = [x for x in r if x != "none"]
+    if "selective" in r and (getattr(training, "attention", "flash") == "flash") and len(r) > 1:
+        r = [x for x in r if x != "selective"]
+    return r, z, s
+
+
+def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=None):
+    sps = [False, True] if tp > 1 else [False]
+    sps = [v for v in sps if space.ok("sequence_parallel", v)]
+    recomputes, zeros, sps = dominant_options(model, training, tp, dp, cp, recomputes, zeros, sps)
+    schedules: list[tuple[str, int]] = []
+    if pp == 1:
+        for sched in ("1f1b", "gpipe"):
+            if space.ok("schedule", sched) and space.ok("vpp", 1):
+                schedules.append((sched, 1))
+                break
+    else:
+        if space.ok("vpp", 1):
+            if space.ok("schedule", "1f1b"):
+                schedules.append(("1f1b", 1))
+            elif space.ok("schedule", "gpipe"):
+                schedules.append(("gpipe", 1))
+        if space.ok("schedule", "interleaved"):
+            for v in range(2, MAX_VPP + 1):
+                if pp * v <= L and space.ok("vpp", v):
+                    schedules.append(("interleaved", v))
+    for mb in divisors(B // dp):
+        if not space.ok("micro_batch_size", mb):
+            continue
+        m = B // (dp * mb)
+        for sched, v in schedules:
+            if sched == "interleaved" and m % pp:
+                continue
+            for sp in sps:
+                for zero in zeros:
+                    for rc in recomputes:
+                        yield Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc)
