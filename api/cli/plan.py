@@ -1,0 +1,91 @@
+"""`planner plan`: the best plan (and alternatives) for a model on a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .common import add_problem_flags, fmt_s, load_profile_arg, print_json, request_from_args
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="best plan for a model on a cluster")
+    add_problem_flags(p)
+    p.add_argument("--top-k", type=int, metavar="N", help="alternatives to keep (default 3)")
+    p.add_argument("--time-limit", type=float, metavar="S", help="search time limit in seconds (default 10)")
+    p.add_argument("--exhaustive", action="store_true", help="brute-force reference search (small instances)")
+    p.add_argument("--emit", metavar="DIR", help="write plan.json and the launch artifacts into DIR")
+    p.add_argument("--headroom", type=float, metavar="F", help="memory headroom fraction (default 0)")
+    p.set_defaults(func=run)
+
+
+def _with_search_flags(req: dict, args: argparse.Namespace) -> dict:
+    search = dict(req.get("search") or {})
+    if args.top_k is not None:
+        search["top_k"] = args.top_k
+    if args.time_limit is not None:
+        search["time_limit_s"] = args.time_limit
+    if args.headroom is not None:
+        search["memory_headroom"] = args.headroom
+    if search:
+        req["search"] = search
+    return req
+
+
+def print_plan(plan: dict) -> None:
+    par, pred = plan["parallelism"], plan["prediction"]
+    print(
+        f"plan {plan['id']} ({plan['status']}): dp={par['dp']} tp={par['tp']} pp={par['pp']} cp={par['cp']} ep={par['ep']} "
+        f"vpp={par['vpp']} sp={'on' if par['sequence_parallel'] else 'off'} zero={par['zero']} "
+        f"micro-batch={par['micro_batch_size']} x {par['num_micro_batches']} recompute={par['recompute']} schedule={par['schedule']}"
+    )
+    m = pred["memory"]
+    print(
+        f"step {fmt_s(pred['step_time_s'])}  tokens/s {pred['tokens_per_s']:,.0f}  MFU {pred['mfu'] * 100:.1f}%  "
+        f"{pred['tflops_per_gpu']:.1f} TFLOP/s/GPU  memory {m['peak_gib']:.1f}/{m['capacity_gib']:.1f} GiB"
+    )
+    stages = plan["stages"]
+    shown = stages if len(stages) <= 16 else stages[:8] + stages[-4:]
+    print(f"{'stage':>5s} {'layers':>9s} {'recompute':>9s} {'time/mb':>10s} {'mem GiB':>8s}")
+    for s in shown:
+        print(f"{s['index']:5d} {s['layers'][0]:4d}-{s['layers'][1]:<4d} {s['recompute_layers']:9d} {s['time_ms']:8.2f}ms {s['memory_gib']:8.1f}")
+    if len(stages) > len(shown):
+        print(f"  ... {len(stages) - len(shown)} more stages")
+    print("why:")
+    for r in plan["reasons"]:
+        print(f"  - {r}")
+    if plan["alternatives"]:
+        print("alternatives:")
+        for a in plan["alternatives"]:
+            print(f"  - {fmt_s(a['prediction']['step_time_s'])}: {a['reason']}")
+    s = plan["search"]
+    print(
+        f"search: {s['candidates']} candidates, {s['pruned']} pruned, {s['ilp_solves']} ILP solves, "
+        f"solver {s['solver']} {s['solve_time_s']:.2f}s, gap {s['gap'] * 100:.2f}%"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from planner import Infeasible, plan_request
+
+    req = _with_search_flags(request_from_args(args), args)
+    try:
+        plan = plan_request(req, load_profile_arg(args), exhaustive=args.exhaustive)
+    except Infeasible as exc:
+        if args.json:
+            print_json({"error": {"code": "infeasible", "message": exc.message, "details": exc.details}})
+        print(f"infeasible: {exc.message}", file=sys.stderr)
+        for s in exc.details.get("suggestions", []):
+            print(f"  - {s}", file=sys.stderr)
+        return 1
+    if args.emit:
+        from planner.launch import write_artifacts
+
+        paths = write_artifacts(plan, Path(args.emit))
+        print(f"wrote {len(paths)} files to {args.emit}", file=sys.stderr)
+    if args.json:
+        print_json(plan)
+    else:
+        print_plan(plan)
+    return 0
