@@ -338,6 +338,8 @@ def solve(
     solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
     solver.parameters.num_workers = 1  # deterministic: the same request gives the same plan
     solver.parameters.random_seed = seed
+    # stop once within 1e-6 of the bound: below the precision of the integer scaling
+    solver.parameters.relative_gap_limit = 1e-6
     status = solver.Solve(b.model)
     name = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -25,7 +25,7 @@ from cost_model.stages import slices_from_counts
 
 from . import exhaustive as brute
 from .greedy import greedy_partition
-from .ilp import StageProblem, block_act_bytes, block_time_s, capacity_bytes, solve
+from .ilp import StageProblem, block_time_s, capacity_bytes, solve
 from .space import Candidate, SearchSpace, enumerate_candidates
 
 
@@ -85,6 +85,7 @@ class _Tables:
     def __init__(self, prob: Problem):
         self.prob = prob
         self.cache: dict[tuple, LayerTable] = {}
+        self.sums: dict[tuple, TableSums] = {}
 
     def get(self, c: Candidate) -> LayerTable:
         key = c.table_key
@@ -92,29 +93,51 @@ class _Tables:
             self.cache[key] = layer_table(self.prob.model, self.prob.cluster, self.prob.training, _to_config(c), self.prob.profile)
         return self.cache[key]
 
+    def get_sums(self, c: Candidate) -> TableSums:
+        key = c.table_key
+        if key not in self.sums:
+            self.sums[key] = table_sums(self.get(c), self.prob.cluster.gpu.overlap_interference)
+        return self.sums[key]
 
-def time_lower_bound_s(table: LayerTable, c: Candidate, m: int, gamma: float) -> float:
+
+@dataclass(frozen=True)
+class TableSums:
+    """Whole-model totals of a layer table, computed once per table for the bounds."""
+
+    time_s: dict[str, float]  # by recompute mode: blocks + embedding + output, no full recompute
+    tail_s: float  # sum of g*dp_sync + optimizer over all layers
+    states_bytes: float
+    act_bytes: dict[str, float]  # by recompute mode: the least activation bytes of all blocks
+
+
+def table_sums(table: LayerTable, gamma: float) -> TableSums:
+    layers = (*table.blocks, table.embedding, table.output)
+    extras = table.embedding.time_s + table.output.time_s
+    return TableSums(
+        time_s={r: sum(block_time_s(b, r) for b in table.blocks) + extras for r in ("none", "selective", "full")},
+        tail_s=sum(gamma * x.dp_sync_s + x.optimizer_s for x in layers),
+        states_bytes=sum(x.state_bytes for x in layers),
+        act_bytes={
+            "none": sum(b.act.none for b in table.blocks),
+            "selective": sum(b.act.selective for b in table.blocks),
+            "full": sum(b.act.full for b in table.blocks),
+        },
+    )
+
+
+def time_lower_bound_s(sums: TableSums, table: LayerTable, c: Candidate, m: int) -> float:
     """Optimistic step time: with W the summed per-micro-batch time of all layers (no full
     recompute), max_r T_r >= W/p and sum_r T_r = W + p2p, so T_pipe >= (m - 1/v) W/p + W/v;
     the tail is at least the mean over ranks of g*dp + optimizer."""
-    W = sum(block_time_s(b, c.recompute) for b in table.blocks) + table.embedding.time_s + table.output.time_s
-    W += 2 * (c.pp * c.vpp - 1) * table.p2p_s
-    layers = (*table.blocks, table.embedding, table.output)
-    tail = sum(gamma * x.dp_sync_s + x.optimizer_s for x in layers) / c.pp
-    return (m - 1.0 / c.vpp) * W / c.pp + W / c.vpp + tail
+    W = sums.time_s[c.recompute] + 2 * (c.pp * c.vpp - 1) * table.p2p_s
+    return (m - 1.0 / c.vpp) * W / c.pp + W / c.vpp + sums.tail_s / c.pp
 
 
-def memory_lower_bound_bytes(table: LayerTable, c: Candidate, m: int, reserved: float) -> float:
+def memory_lower_bound_bytes(sums: TableSums, c: Candidate, m: int, reserved: float) -> float:
     """Some rank holds at least 1/p of the model states and, being the last rank, at least
-    one micro-batch of the output layer; full recompute keeps at least the block inputs."""
-    layers = (*table.blocks, table.embedding, table.output)
-    states = sum(x.state_bytes for x in layers) / c.pp
-    if c.recompute == "full":
-        act = sum(b.act.full for b in table.blocks) / c.pp
-    else:
-        act = sum(block_act_bytes(b, c.recompute) for b in table.blocks) / c.pp
-    act = act * memory.in_flight_micro_batches(c.schedule, c.pp, c.pp - 1, m, c.vpp)
-    return (1 + memory.ALLOCATOR_FRAGMENTATION) * (states + act) + reserved
+    one micro-batch of 1/p of the blocks' least activations (block inputs under full recompute)."""
+    act = sums.act_bytes[c.recompute] / c.pp * memory.in_flight_micro_batches(c.schedule, c.pp, c.pp - 1, m, c.vpp)
+    return (1 + memory.ALLOCATOR_FRAGMENTATION) * (sums.states_bytes / c.pp + act) + reserved
 
 
 def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProblem:
@@ -146,15 +169,15 @@ def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = N
     queue: list[tuple[float, int, Candidate]] = []
     for i, c in enumerate(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space)):
         stats.candidates += 1
-        table = tables.get(c)
+        table, sums = tables.get(c), tables.get_sums(c)
         m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
-        mem_lb = memory_lower_bound_bytes(table, c, m, reserved)
+        mem_lb = memory_lower_bound_bytes(sums, c, m, reserved)
         if mem_lb / GIB < stats.min_memory_gib:
             stats.min_memory_gib, stats.min_memory_config = mem_lb / GIB, c
         if mem_lb > cap:
             stats.pruned_memory += 1
             continue
-        queue.append((time_lower_bound_s(table, c, m, gpu.overlap_interference), i, c))
+        queue.append((time_lower_bound_s(sums, table, c, m), i, c))
     heapq.heapify(queue)
     if exhaustive:
         brute.check_size(prob.model.num_layers, max((c.pp * c.vpp for _, _, c in queue), default=1), True, 1)
@@ -164,8 +187,9 @@ def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = N
     optimal_all = True
     while queue:
         lb, _, c = queue[0]
-        kth = found[k - 1].estimate.prediction.step_time_s if len(found) >= k else math.inf
-        if lb >= kth * (1 - 1e-9):
+        # prune against the best plan: alternatives are the runners-up among what was solved
+        best_t = found[0].estimate.prediction.step_time_s if found else math.inf
+        if lb >= best_t * (1 - 1e-9):
             stats.pruned_time += len(queue)
             break
         if time.perf_counter() - t0 > limit:
