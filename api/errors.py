@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cost_model.errors import SpecError
@@ -95,6 +96,13 @@ def install(app: FastAPI) -> None:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "error")
         return error_response(exc.status_code, code, str(exc.detail), {}, getattr(exc, "headers", None))
+
+    @app.exception_handler(OperationalError)
+    async def _db_down(request: Request, exc: OperationalError) -> JSONResponse:
+        # the database, not the request, is at fault: tell clients to come back
+        log.error("database error on %s %s: %s", request.method, request.url.path, exc)
+        return error_response(503, "database_unavailable", "the database is unavailable; retry later", {},
+                              {"Retry-After": "5"})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

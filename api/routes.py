@@ -38,8 +38,10 @@ from .worker import QueueFull, SolveTimeout
 
 log = logging.getLogger("planner.api")
 
-# fields that do not change the answer, left out of the request hash
-NON_SEMANTIC = ("metadata",)
+# what a plan depends on; anything else in the body (metadata, client labels) is left out of
+# the request hash and of the solve. Same rule as planner.api.request_hash, so the CLI and
+# the service give one request the same hash.
+SEMANTIC = ("model", "cluster", "training", "search")
 
 
 def _err(desc: str) -> dict:
@@ -70,8 +72,8 @@ v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses={4
 
 def request_hash(req: dict) -> str:
     """sha256 of the canonical JSON (sorted keys, no whitespace) of the semantic request."""
-    semantic = {k: v for k, v in req.items() if k not in NON_SEMANTIC}
-    canon = json.dumps(semantic, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    semantic = {k: req[k] for k in SEMANTIC if req.get(k) is not None}
+    canon = json.dumps(semantic, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
@@ -112,16 +114,16 @@ def _planner():
     return plan_request, check_request, Infeasible
 
 
-def _run_plan(req: dict, profile, limit_s: float) -> dict:
+def _run_plan(req: dict, profile, limit_s: float, plan_id: str) -> dict:
     # imported in the worker thread: the first import of ortools is slow and must not
     # stall the event loop
     plan_request, _, _ = _planner()
-    return plan_request(req, profile=profile, time_limit_s=limit_s)
+    return plan_request(req, profile=profile, time_limit_s=limit_s, plan_id=plan_id)
 
 
-def _run_check(req: dict, max_slowdown: float, profile) -> dict:
+def _run_check(req: dict, max_slowdown: float, profile, limit_s: float) -> dict:
     _, check_request, _ = _planner()
-    return check_request(req, max_slowdown=max_slowdown, profile=profile)
+    return check_request(req, max_slowdown=max_slowdown, profile=profile, time_limit_s=limit_s)
 
 
 def _infeasible_class():
@@ -246,10 +248,11 @@ async def create_plan(
     app.state.metrics.cache_misses.inc()
     profile = await _load_profile(request, req)
     limit = _time_limit(app.state.settings, req)
-    solve_req = {k: v for k, v in req.items() if k not in NON_SEMANTIC}
-    plan = await _solve(request, _run_plan, solve_req, profile, limit, limit_s=limit, kind="plan")
+    solve_req = {k: req[k] for k in SEMANTIC if k in req}
+    plan_id = new_id("p")  # given to the planner so launch artifacts name the stored plan
+    plan = await _solve(request, _run_plan, solve_req, profile, limit, plan_id, limit_s=limit, kind="plan")
     plan = dict(plan)
-    plan["id"] = new_id("p")
+    plan["id"] = plan_id
     plan["request_hash"] = h
     json_response(plan)  # refuses non-finite numbers before anything is stored
     await run_in_threadpool(store.put_plan, plan)  # committed before the 201 goes out
@@ -309,7 +312,7 @@ async def check(body: CheckRequest, request: Request):
     max_slowdown = req.pop("max_slowdown", 0.10)
     profile = await _load_profile(request, req)
     limit = _time_limit(request.app.state.settings, req)
-    result = await _solve(request, _run_check, req, max_slowdown, profile, limit_s=limit, kind="check")
+    result = await _solve(request, _run_check, req, max_slowdown, profile, limit, limit_s=limit, kind="check")
     return json_response(result)
 
 

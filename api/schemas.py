@@ -124,7 +124,7 @@ class PlanRequest(_In):
     cluster: ClusterIn
     training: TrainingIn
     search: SearchIn | None = None
-    metadata: dict[str, Any] | None = Field(None, description="free-form client labels; not part of the request hash")
+    metadata: dict[str, Any] | None = Field(None, description="free-form client labels; not part of the request hash nor of the solve")
 
 
 class EstimateRequest(_In):
@@ -145,7 +145,7 @@ class CheckRequest(EstimateRequest):
                                          "parallelism": _PAR_EX, "max_slowdown": 0.1}]},
     )
     search: SearchIn | None = None
-    max_slowdown: float = Field(0.10, ge=0, le=100, description="fail when slower than the best plan by more than this fraction")
+    max_slowdown: float = Field(0.10, ge=0, lt=100, description="fail when slower than the best plan by more than this fraction")
 
 
 class ProfileIn(BaseModel):

@@ -139,6 +139,9 @@ def test_plan_create_get_cache_refresh(client):
     plan = r.json()
     assert r.headers["location"] == f"/v1/plans/{plan['id']}"
     assert plan["id"].startswith("p_") and len(plan["request_hash"]) == 64
+    from planner.api import request_hash
+
+    assert plan["request_hash"] == request_hash({k: v for k, v in req.items() if k != "metadata"})  # == the CLI's
     assert plan["status"] in ("optimal", "feasible")
     for key in ("parallelism", "stages", "prediction", "launch", "reasons"):
         assert key in plan
