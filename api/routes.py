@@ -39,8 +39,7 @@ from .worker import QueueFull, SolveTimeout
 log = logging.getLogger("planner.api")
 
 # what a plan depends on; anything else in the body (metadata, client labels) is left out of
-# the request hash and of the solve. Same rule as planner.api.request_hash, so the CLI and
-# the service give one request the same hash.
+# the request hash and of the solve (the same keys planner.api.request_hash uses).
 SEMANTIC = ("model", "cluster", "training", "search")
 
 
