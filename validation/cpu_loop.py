@@ -49,13 +49,28 @@ def run(cmd: list[str], env: dict | None = None, timeout: float = 600) -> str:
 
 
 def profile(work: Path, threads: int) -> Path:
+    """Layer profile taken by PROCS concurrent processes of `threads` threads each, as the
+    runtime's processes will share this CPU (one process alone would see the whole memory
+    bandwidth and caches, and time a faster device than the one the plan runs on); the
+    first one's file is the profile. Then the 2-process collective fits are merged in."""
     out = work / "profile.json"
     model_file = work / "model.json"
     model_file.write_text(json.dumps({"transformer": MODEL}))
-    run([sys.executable, "-m", "api.cli", "profile", "--model", str(model_file), "--tp", "1,2",
-         "--micro-batch", ",".join(map(str, MICRO_BATCHES)), "--seq-len", str(SEQ), "--dtype", "fp32",
-         "--threads", str(threads), "--repeats", "7", "--max-seconds", "120", "--comm-procs", str(PROCS),
-         "--out", str(out)], env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    base = [sys.executable, "-m", "api.cli", "profile", "--model", str(model_file), "--tp", "1,2",
+            "--micro-batch", ",".join(map(str, MICRO_BATCHES)), "--seq-len", str(SEQ), "--dtype", "fp32",
+            "--threads", str(threads), "--repeats", "9", "--max-seconds", "120"]
+    outs = [out] + [work / f"profile_peer{i}.json" for i in range(1, PROCS)]
+    print(f"$ {PROCS} x " + " ".join(base), file=sys.stderr, flush=True)
+    procs = [subprocess.Popen([*base, "--out", str(o)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for o in outs]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        if p.returncode:
+            sys.stderr.write(err[-4000:])
+            raise SystemExit(f"planner profile failed ({p.returncode})")
+    run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={PROCS}",
+         "-m", "profiler.comm", "--out", str(out)], env)
     return out
 
 
@@ -122,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     predicted = p["prediction"]["step_time_s"]
     err = (predicted - measured) / measured
     par = p["parallelism"]
-    print(f"plan ({how}): dp={par['dp']} tp={par['tp']} pp={par.get('pp', 1)} mb={par['micro_batch_size']}"
+    print(f"plan ({how}): dp={par['dp']} tp={par.get('tp', 1)} pp={par.get('pp', 1)} mb={par['micro_batch_size']}"
           f" x {par['num_micro_batches']} zero={par.get('zero', 0)} schedule={par.get('schedule', '1f1b')}")
     print(f"sources: {p.get('sources')}")
     print(f"threads per process: {threads}; measured steps (s): {', '.join(f'{t:.4f}' for t in times)}")
