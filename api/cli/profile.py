@@ -52,7 +52,7 @@ def register(sub) -> None:
     p.add_argument("--device-name", metavar="NAME", help="catalog name to file the profile under (default: detected)")
     g = p.add_argument_group("shape overrides (profile a scaled-down model quickly, e.g. on CPU)")
     for flag, hint in (("hidden", "hidden size"), ("heads", "attention heads"), ("kv-heads", "kv heads"),
-                       ("ffn", "FFN hidden size"), ("vocab", "vocabulary size")):
+                       ("ffn", "FFN hidden size (also each expert's, for MoE)"), ("vocab", "vocabulary size")):
         g.add_argument(f"--{flag}", type=int, metavar="N", help=hint)
     p.add_argument("--json", action="store_true", help="print the profile JSON on stdout")
     p.set_defaults(func=run)
@@ -67,6 +67,8 @@ def resolve_model(args: argparse.Namespace) -> TransformerSpec:
                               ("vocab_size", args.vocab)) if v is not None}
     if args.heads is not None and args.kv_heads is None:
         over["num_kv_heads"] = min(m.num_kv_heads, args.heads)
+    if args.ffn is not None and m.moe is not None:  # scaled-down MoE: experts shrink too
+        over["moe"] = replace(m.moe, ffn_hidden_size=args.ffn)
     m = replace(m, **over)
     if m.hidden_size % m.num_attention_heads or m.num_attention_heads % m.num_kv_heads:
         raise SpecError("--hidden/--heads/--kv-heads", f"hidden {m.hidden_size} must divide by heads "
