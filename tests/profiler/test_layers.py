@@ -46,16 +46,20 @@ def _row(profile, kind, tp, b):
 
 def test_larger_shapes_cost_more(profile):
     small, big = _row(profile, "block", 1, 1), _row(profile, "block", 1, 4)
-
-    def total(b):  # summed over both tp: time is noisy on a shared CPU
-        return sum(_row(profile, k, tp, b)["fwd_s"] + _row(profile, k, tp, b)["bwd_s"]
-                   for k in ("block", "logits") for tp in (1, 2))
-
-    assert total(4) > 1.3 * total(1)  # 4x the tokens: only ask for clearly more
     # saved activations are deterministic: 4x the tokens, 4x the bytes
     assert big["activation_bytes"] == pytest.approx(4 * small["activation_bytes"], rel=0.05)
     # a TP shard keeps fewer heads and FFN columns, so it saves less
     assert _row(profile, "block", 2, 4)["activation_bytes"] < big["activation_bytes"]
+    # Time on a shared CPU only ever gets slower under others' load, so compare the best of
+    # interleaved trials rather than one median each.
+    from profiler.layers import measure_block
+
+    def once(b):
+        m = measure_block(DIMS, 1, b, SEQ, torch.device("cpu"), torch.float32, warmup=1, repeats=3)
+        return m.fwd_s + m.bwd_s
+
+    trials = [(once(1), once(4)) for _ in range(3)]
+    assert min(t[1] for t in trials) > 1.5 * min(t[0] for t in trials)
 
 
 def test_json_round_trip(profile):
