@@ -62,12 +62,20 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 30) -> Server:
+        return self.launch().wait_ready(timeout_s)
+
+    def launch(self) -> Server:
         env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning"],
-            cwd=self.cwd, env=env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
-        )
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", "127.0.0.1",
+                 "--port", str(self.port), "--log-level", "warning"],
+                cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )
+        return self
+
+    def wait_ready(self, timeout_s: float = 30) -> Server:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -99,11 +107,12 @@ class Server:
 def make_server(tmp_path):
     servers: list[Server] = []
 
-    def make(**env: str) -> Server:
+    def make(wait: bool = True, **env: str) -> Server:
         base = {"PLANNER_DATA_DIR": str(tmp_path)}
         s = Server({**base, **env}, tmp_path)
         servers.append(s)
-        return s.start()
+        s.launch()
+        return s.wait_ready() if wait else s
 
     yield make
     for s in servers:
@@ -113,9 +122,9 @@ def make_server(tmp_path):
 TOKEN = "test-token-123"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    """One SQLite server with auth on, shared by a module's read-mostly tests."""
+    """One SQLite server with auth on, shared by the read-mostly tests."""
     d = tmp_path_factory.mktemp("srv")
     s = Server({"PLANNER_DATA_DIR": str(d), "PLANNER_API_TOKEN": TOKEN}, d).start()
     yield s

@@ -13,10 +13,10 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def two_servers(make_server, postgres_url):
-    # both start at once in spirit: migrations serialise on an advisory lock
-    a = make_server(PLANNER_DATABASE_URL=postgres_url)
-    b = make_server(PLANNER_DATABASE_URL=postgres_url)
-    return a, b
+    # both start at once: their startup migrations serialise on an advisory lock
+    a = make_server(wait=False, PLANNER_DATABASE_URL=postgres_url)
+    b = make_server(wait=False, PLANNER_DATABASE_URL=postgres_url)
+    return a.wait_ready(), b.wait_ready()
 
 
 def test_replicas_share_profiles(two_servers):
