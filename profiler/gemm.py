@@ -15,11 +15,11 @@ CPU_DIMS = (64, 128, 256, 512, 1024)
 
 
 def gemm_tflops(dim: int, device: torch.device, dtype: torch.dtype, warmup: int = 2, repeats: int = 5,
-                budget_s: float = 5.0) -> float:
+                budget_s: float = 5.0, cpu_clock: bool = False) -> float:
     """Median TFLOP/s of one (dim x dim) @ (dim x dim) matmul."""
     a = torch.randn(dim, dim, device=device, dtype=dtype)
     b = torch.randn(dim, dim, device=device, dtype=dtype)
-    timer = _Timer(device)
+    timer = _Timer(device, cpu_clock)
     times = []
     t0 = time.perf_counter()
     for i in range(warmup + repeats):

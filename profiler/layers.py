@@ -49,10 +49,13 @@ def pick_device() -> torch.device:
 
 class _Timer:
     """Wall time of a callable: CUDA events on GPU (kernels are asynchronous), perf_counter
-    on CPU."""
+    on CPU. `cpu_clock` (CPU only) times with this process's CPU clock instead: on a shared
+    machine other processes' load then does not count, and with one thread it is the wall
+    time the same work takes on a dedicated core."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, cpu_clock: bool = False):
         self.cuda = device.type == "cuda"
+        self.clock = time.process_time if cpu_clock and not self.cuda else time.perf_counter
 
     def __call__(self, fn: Callable[[], object]) -> tuple[float, object]:
         if self.cuda:
@@ -62,9 +65,9 @@ class _Timer:
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 1e3, out
-        t0 = time.perf_counter()
+        t0 = self.clock()
         out = fn()
-        return time.perf_counter() - t0, out
+        return self.clock() - t0, out
 
 
 class _SavedBytes:
@@ -180,8 +183,9 @@ def _measure(
     warmup: int,
     repeats: int,
     budget_s: float,
+    cpu_clock: bool = False,
 ) -> Measurement:
-    timer = _Timer(device)
+    timer = _Timer(device, cpu_clock)
     cuda = device.type == "cuda"
     fwd, bwd, saved, peak = [], [], 0, None
     t_start = time.perf_counter()
@@ -209,25 +213,31 @@ def _measure(
     return Measurement(statistics.median(fwd), statistics.median(bwd), float(saved), peak)
 
 
-def measure_block(dims, tp, b, s, device, dtype, warmup=2, repeats=5, budget_s=30.0, moe=None) -> Measurement:
+def measure_block(dims, tp, b, s, device, dtype, warmup=2, repeats=5, budget_s=30.0, cpu_clock=False,
+                  moe=None) -> Measurement:
     block = build_block(dims, tp, device, dtype, moe)
     x = torch.randn(b, s, dims.hidden_size, device=device, dtype=dtype, requires_grad=True)
     grad = torch.randn_like(x)
     cos, sin = rope_cos_sin(s, dims.head_dim, dims.rope_theta, device)
-    return _measure(block, lambda: block(x, cos, sin), lambda out: out.backward(grad), device, warmup, repeats, budget_s)
+    return _measure(block, lambda: block(x, cos, sin), lambda out: out.backward(grad), device, warmup, repeats, budget_s,
+                    cpu_clock)
 
 
-def measure_embedding(dims, tp, b, s, device, dtype, warmup=2, repeats=5, budget_s=30.0) -> Measurement:
+def measure_embedding(dims, tp, b, s, device, dtype, warmup=2, repeats=5, budget_s=30.0,
+                      cpu_clock=False) -> Measurement:
     emb = _materialise(nn.Embedding(dims.vocab_size // tp, dims.hidden_size, device="meta"), device, dtype)
     ids = torch.randint(0, dims.vocab_size // tp, (b, s), device=device)
     grad = torch.randn(b, s, dims.hidden_size, device=device, dtype=dtype)
-    return _measure(emb, lambda: emb(ids), lambda out: out.backward(grad), device, warmup, repeats, budget_s)
+    return _measure(emb, lambda: emb(ids), lambda out: out.backward(grad), device, warmup, repeats, budget_s,
+                    cpu_clock)
 
 
-def measure_logits(dims, tp, b, s, device, dtype, warmup=2, repeats=5, budget_s=30.0) -> Measurement:
+def measure_logits(dims, tp, b, s, device, dtype, warmup=2, repeats=5, budget_s=30.0,
+                   cpu_clock=False) -> Measurement:
     with torch.device("meta"):
         head = _Logits(dims, tp)
     head = _materialise(head, device, dtype)
     x = torch.randn(b, s, dims.hidden_size, device=device, dtype=dtype, requires_grad=True)
     labels = torch.randint(0, dims.vocab_size // tp, (b, s), device=device)
-    return _measure(head, lambda: head(x, labels), lambda loss: loss.backward(), device, warmup, repeats, budget_s)
+    return _measure(head, lambda: head(x, labels), lambda loss: loss.backward(), device, warmup, repeats, budget_s,
+                    cpu_clock)

@@ -59,6 +59,7 @@ class ProfileOptions:
     gemm_dims: tuple[int, ...] | None = None  # None: the device's default sweep
     model_name: str = ""
     device_name: str | None = None  # catalog name override
+    cpu_clock: bool = False  # CPU: time with the process CPU clock (see layers._Timer)
     meta: dict = field(default_factory=dict)
 
 
@@ -110,11 +111,11 @@ def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) 
         budget = (layer_deadline - now) / (len(jobs) - i)
         args = (o.dims, tp, b, o.seq_len, device, dtype, o.warmup, o.repeats, budget)
         if kind == "embedding":
-            m = layers.measure_embedding(*args)
+            m = layers.measure_embedding(*args, cpu_clock=o.cpu_clock)
         elif kind == "logits":
-            m = layers.measure_logits(*args)
+            m = layers.measure_logits(*args, cpu_clock=o.cpu_clock)
         else:
-            m = layers.measure_block(*args, moe=o.moe if kind == "moe_block" else None)
+            m = layers.measure_block(*args, cpu_clock=o.cpu_clock, moe=o.moe if kind == "moe_block" else None)
         row = {"kind": kind, "tp": tp, "micro_batch_size": b, "seq_length": o.seq_len,
                "fwd_s": m.fwd_s, "bwd_s": m.bwd_s, "activation_bytes": m.activation_bytes}
         if m.peak_bytes is not None:
@@ -130,7 +131,8 @@ def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) 
         if now >= gemm_deadline:
             skipped.append(f"gemm {dim}")
             continue
-        tf = gemm.gemm_tflops(dim, device, dtype, o.warmup, o.repeats, (gemm_deadline - now) / (len(gemm_dims) - j))
+        tf = gemm.gemm_tflops(dim, device, dtype, o.warmup, o.repeats, (gemm_deadline - now) / (len(gemm_dims) - j),
+                             o.cpu_clock)
         gemm_rows.append({"dim": dim, "tflops": tf})
         progress(f"[{len(jobs) + j + 1:3d}/{n}] gemm {dim}^3: {tf * 1e3:.1f} GFLOP/s ({time.perf_counter() - t0:.1f} s)")
     if skipped:
@@ -143,6 +145,7 @@ def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) 
         "cuda_version": torch.version.cuda,
         "dtype": o.dtype,
         "threads": torch.get_num_threads() if device.type == "cpu" else None,
+        "clock": "cuda_events" if device.type == "cuda" else ("process_time" if o.cpu_clock else "perf_counter"),
         "model": {"name": o.model_name, **o.dims.__dict__,
                   "moe": o.moe.__dict__ if o.moe else None},
         "source": f"planner profile on {device_description()} ({device.type}), torch {torch.__version__}",

@@ -49,6 +49,9 @@ def register(sub) -> None:
     p.add_argument("--max-seconds", type=float, default=300.0, metavar="S",
                    help="time bound for the layer + GEMM part; the largest shapes are dropped first")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads (match what each training process gets)")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="CPU: time with the process CPU clock, so other load on a shared machine does not "
+                        "count (use with --threads 1)")
     p.add_argument("--device-name", metavar="NAME", help="catalog name to file the profile under (default: detected)")
     g = p.add_argument_group("shape overrides (profile a scaled-down model quickly, e.g. on CPU)")
     for flag, hint in (("hidden", "hidden size"), ("heads", "attention heads"), ("kv-heads", "kv heads"),
@@ -119,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
     dense = moe is None or any(not m.moe.is_moe_layer(i) for i in range(m.num_layers))
     opts = ProfileOptions(dims=dims, tps=args.tp, micro_batches=args.micro_batch, seq_len=args.seq_len,
                           dtype=dtype, moe=moe, dense_blocks=dense, repeats=args.repeats, warmup=args.warmup,
-                          max_seconds=args.max_seconds, model_name=m.name, device_name=args.device_name)
+                          max_seconds=args.max_seconds, model_name=m.name, device_name=args.device_name,
+                          cpu_clock=args.cpu_time)
     profile = run_profile(opts)
     Path(args.out).write_text(json.dumps(profile, indent=2) + "\n")
     if args.comm_procs:
