@@ -52,14 +52,16 @@ def profile(work: Path, threads: int) -> Path:
     """Layer profile taken by PROCS concurrent processes of `threads` threads each, as the
     runtime's processes will share this CPU (one process alone would see the whole memory
     bandwidth and caches, and time a faster device than the one the plan runs on); the
-    first one's file is the profile. Then the 2-process collective fits are merged in."""
+    first one's file is the profile. Timed on the process CPU clock (--cpu-time) so that
+    other work on a shared machine does not leak into the profile. Then the 2-process
+    collective fits are merged in."""
     out = work / "profile.json"
     model_file = work / "model.json"
     model_file.write_text(json.dumps({"transformer": MODEL}))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     base = [sys.executable, "-m", "api.cli", "profile", "--model", str(model_file), "--tp", "1,2",
             "--micro-batch", ",".join(map(str, MICRO_BATCHES)), "--seq-len", str(SEQ), "--dtype", "fp32",
-            "--threads", str(threads), "--repeats", "9", "--max-seconds", "120"]
+            "--threads", str(threads), "--repeats", "9", "--max-seconds", "120", "--cpu-time"]
     outs = [out] + [work / f"profile_peer{i}.json" for i in range(1, PROCS)]
     print(f"$ {PROCS} x " + " ".join(base), file=sys.stderr, flush=True)
     procs = [subprocess.Popen([*base, "--out", str(o)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -142,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sources: {p.get('sources')}")
     print(f"threads per process: {threads}; measured steps (s): {', '.join(f'{t:.4f}' for t in times)}")
     # the loop shares the CPU with whatever else runs: say how busy it was
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    load = os.getloadavg()[0]
+    print(f"load average {load:.2f} on {os.cpu_count()} cores"
+          + ("  (busy machine: the measured time includes other work's share of the cores)"
+             if load > (os.cpu_count() or 1) + 0.5 else ""))
     print(f"predicted step time {predicted * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms, "
           f"error {err * 100:+.1f}% (target within {TARGET * 100:.0f}%)")
     return 0 if abs(err) <= TARGET else 1
