@@ -29,14 +29,17 @@ SEQ, GLOBAL_BATCH, MICRO_BATCHES = 128, 8, (1, 2, 4)
 TARGET = 0.25
 
 
-def _request() -> dict:
-    return {
+def _request(zero: list[int] | None = None) -> dict:
+    req = {
         "model": {"transformer": MODEL},
         "cluster": {"gpu": "cpu", "num_gpus": PROCS, "gpus_per_node": PROCS},
         "training": {"global_batch_size": GLOBAL_BATCH, "seq_length": SEQ, "dtype": "fp32"},
         # what the runtime executes and the profile covers
         "search": {"cp": 1, "ep": 1, "micro_batch_size": list(MICRO_BATCHES), "targets": ["runtime"]},
     }
+    if zero is not None:
+        req["search"]["zero"] = zero
+    return req
 
 
 def run(cmd: list[str], env: dict | None = None, timeout: float = 600) -> str:
@@ -76,13 +79,13 @@ def profile(work: Path, threads: int) -> Path:
     return out
 
 
-def plan(profile_path: Path, fixed: bool = False) -> tuple[dict, str]:
+def plan(profile_path: Path, fixed: bool = False, zero: list[int] | None = None) -> tuple[dict, str]:
     """The planner's best plan; with `fixed` (or without planner.plan_request) the fixed
     config dp=2, micro-batch 2, zero 0."""
     from cost_model.profile_schema import profile_from_dict
 
     prof = profile_from_dict(json.loads(profile_path.read_text()))
-    req = _request()
+    req = _request(zero)
     if not fixed:
         try:
             from planner import plan_request
@@ -120,13 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="runtime steps; the first is warm-up (default 6)")
     ap.add_argument("--keep", metavar="DIR", help="keep profile.json and plan.json in DIR")
     ap.add_argument("--fixed", action="store_true", help="run the fixed dp=2 config instead of the planner's plan")
+    ap.add_argument("--zero", type=lambda t: [int(x) for x in t.split(",")], metavar="0,1,2,3",
+                    help="restrict the planner's ZeRO stages (default: any)")
     args = ap.parse_args(argv)
     threads = max(1, (os.cpu_count() or 2) // PROCS)
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="cpu_loop_"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         prof_path = profile(work, threads)
-        p, how = plan(prof_path, args.fixed)
+        p, how = plan(prof_path, args.fixed, args.zero)
         plan_path = work / "plan.json"
         plan_path.write_text(json.dumps(p, indent=2))
         times = measure(plan_path, args.steps, threads)
