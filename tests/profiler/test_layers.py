@@ -107,3 +107,14 @@ def test_missing_entries_fall_back_to_analytic(profile):
     model, cluster, training = _specs(DIMS)
     est = estimate(model, cluster, training, ParallelConfig(dp=2, micro_batch_size=2), p)  # mb=2 not profiled
     assert est.sources["block"] == "analytic" and est.sources["output"] == "analytic"
+
+
+def test_time_bound_skips_the_largest_shapes():
+    opts = ProfileOptions(dims=DIMS, tps=[1, 2, 3], micro_batches=[1, 2, 4, 8], seq_len=SEQ, repeats=2,
+                          warmup=0, max_seconds=0.05, gemm_dims=(64,))
+    lines: list[str] = []
+    out = run_profile(opts, progress=lines.append)
+    assert out["skipped"] and out["elapsed_s"] < 5
+    assert any("tp=[3]" in line for line in lines)  # 4 heads do not split 3 ways
+    assert all(r["tp"] != 3 for r in out["layers"])
+    profile_from_dict(out)  # a partial profile is still a valid one
