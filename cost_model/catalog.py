@@ -152,6 +152,8 @@ CATALOG: dict[str, GPUSpec] = {
             intra_node_latency_s=5e-5,
             inter_node_latency_s=1e-4,
             link_efficiency=0.5,
+            # gloo runs collectives on the same cores as compute: nothing hides behind it
+            overlap_interference=1.0,
             efficiency_source="assumed; `planner profile` on the machine replaces it",
             host=True,
         ),

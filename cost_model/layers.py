@@ -19,6 +19,7 @@ Times are per micro-batch. Communication inside a layer follows Megatron-LM:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from . import comm, compute, flops, memory
 from .specs import (
@@ -78,13 +79,13 @@ class LayerTable:
     p2p_s: float  # one activation send/recv between adjacent stages (per direction)
     sources: dict[str, str] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def block_act_peak_bytes(self) -> float:
         """A fully recomputed block's activations live again during its backward
         (Korthikanti §5): a rank that recomputes holds the largest block's, at most."""
         return max((b.act.none for b in self.blocks), default=0.0)
 
-    @property
+    @cached_property
     def zero3_buffer_bytes(self) -> float:
         """ZeRO-3 gathered parameters in flight (current + prefetched layer)."""
         return max((b.transient_bytes for b in (*self.blocks, self.embedding, self.output)), default=0.0)

@@ -192,7 +192,8 @@ class _Builder:
                 mdl.Add(transient >= sc.mem_up(p.table.block_act_peak_bytes) * u)
             mdl.Add((c_state + c_act) * self.N[r] - c_save * self.R[r] + const_mem + transient <= cap_units)
         mdl.Add(sum(self.N.values()) == L)
-        mdl.Minimize(v * p.num_micro_batches * M + sum(T) - M + v * tail)
+        self.objective = v * p.num_micro_batches * M + sum(T) - M + v * tail
+        mdl.Minimize(self.objective)
         if hint is not None:
             counts, rcs = hint
             for r in range(pp):
@@ -309,7 +310,8 @@ class _Builder:
             mdl.Add(state + act + const_mem + transient <= cap_units)
 
         v, m = p.vpp, p.num_micro_batches
-        mdl.Minimize(v * m * M + sum(T) - M + v * tail)
+        self.objective = v * m * M + sum(T) - M + v * tail
+        mdl.Minimize(self.objective)
 
         if hint is not None:
             counts, rcs = hint
@@ -327,13 +329,19 @@ def solve(
     time_limit_s: float,
     hint: tuple[list[int], list[int]] | None = None,
     seed: int = 0,
+    lower_bound_s: float | None = None,
 ) -> StageSolution:
+    """`lower_bound_s`: a proven bound on the step time (bounds.py); added as a cut on the
+    objective (loosened by the rounding margin) so that a hint meeting it is proven optimal."""
     b = _Builder(p)
     uniform = all(x is p.table.blocks[0] for x in p.table.blocks)
     if uniform:
         b.build_uniform(hint)
     else:
         b.build(hint)
+    if lower_bound_s is not None and math.isfinite(lower_bound_s):
+        cut = int(math.floor(lower_bound_s * p.vpp / b.sc.time_unit_s * (1 - 1e-5))) - 8 * (p.pp + 1)
+        b.model.Add(b.objective >= max(0, cut))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
     solver.parameters.num_workers = 1  # deterministic: the same request gives the same plan

@@ -1,5 +1,5 @@
 """The search: enumerate candidates (space.py), order them by an optimistic time bound,
-prune by memory and time bounds against the k-th best plan so far, and solve the stage
+prune by memory and time bounds (bounds.py) against the best plan so far, and solve the stage
 partition of each survivor exactly (ilp.py; greedy.py as hint and fallback; exhaustive.py
 for the reference search)."""
 
@@ -10,7 +10,6 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from cost_model import memory
 from cost_model.estimate import compose
 from cost_model.layers import LayerTable, layer_table
 from cost_model.results import GIB, Estimate
@@ -24,8 +23,17 @@ from cost_model.specs import (
 from cost_model.stages import slices_from_counts
 
 from . import exhaustive as brute
+from .bounds import (
+    TableSums,
+    base_memory_bound_bytes,
+    base_time_bound_s,
+    cheap_time_bound_s,
+    memory_bound_bytes,
+    table_sums,
+    tight_time_bound_s,
+)
 from .greedy import greedy_partition
-from .ilp import StageProblem, block_time_s, capacity_bytes, solve
+from .ilp import StageProblem, capacity_bytes, solve
 from .space import Candidate, SearchSpace, enumerate_candidates
 
 
@@ -80,64 +88,36 @@ def _to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
 
 
 class _Tables:
-    """Per-layer cost tables, one per (dp, tp, cp, ep, sp, zero, mb), built on demand."""
+    """Per-layer cost tables, built on demand: the full table per (dp, tp, cp, ep, sp, zero,
+    mb), and a base table per (tp, cp, ep, sp, mb) with no data parallelism and no ZeRO,
+    whose totals bound every (dp, zero) variant from below (bounds.base_bounds)."""
 
     def __init__(self, prob: Problem):
         self.prob = prob
         self.cache: dict[tuple, LayerTable] = {}
         self.sums: dict[tuple, TableSums] = {}
 
-    def get(self, c: Candidate) -> LayerTable:
-        key = c.table_key
+    def _build(self, key: tuple, cfg: ParallelConfig) -> LayerTable:
         if key not in self.cache:
-            self.cache[key] = layer_table(self.prob.model, self.prob.cluster, self.prob.training, _to_config(c), self.prob.profile)
+            self.cache[key] = layer_table(self.prob.model, self.prob.cluster, self.prob.training, cfg, self.prob.profile)
         return self.cache[key]
 
-    def get_sums(self, c: Candidate) -> TableSums:
-        key = c.table_key
+    def _sums(self, key: tuple, table: LayerTable) -> TableSums:
         if key not in self.sums:
-            self.sums[key] = table_sums(self.get(c), self.prob.cluster.gpu.overlap_interference)
+            self.sums[key] = table_sums(table, self.prob.cluster.gpu.overlap_interference)
         return self.sums[key]
 
+    def get(self, c: Candidate) -> LayerTable:
+        return self._build(c.table_key, _to_config(c))
 
-@dataclass(frozen=True)
-class TableSums:
-    """Whole-model totals of a layer table, computed once per table for the bounds."""
+    def get_sums(self, c: Candidate) -> TableSums:
+        return self._sums(c.table_key, self.get(c))
 
-    time_s: dict[str, float]  # by recompute mode: blocks + embedding + output, no full recompute
-    tail_s: float  # sum of g*dp_sync + optimizer over all layers
-    states_bytes: float
-    act_bytes: dict[str, float]  # by recompute mode: the least activation bytes of all blocks
-
-
-def table_sums(table: LayerTable, gamma: float) -> TableSums:
-    layers = (*table.blocks, table.embedding, table.output)
-    extras = table.embedding.time_s + table.output.time_s
-    return TableSums(
-        time_s={r: sum(block_time_s(b, r) for b in table.blocks) + extras for r in ("none", "selective", "full")},
-        tail_s=sum(gamma * x.dp_sync_s + x.optimizer_s for x in layers),
-        states_bytes=sum(x.state_bytes for x in layers),
-        act_bytes={
-            "none": sum(b.act.none for b in table.blocks),
-            "selective": sum(b.act.selective for b in table.blocks),
-            "full": sum(b.act.full for b in table.blocks),
-        },
-    )
-
-
-def time_lower_bound_s(sums: TableSums, table: LayerTable, c: Candidate, m: int) -> float:
-    """Optimistic step time: with W the summed per-micro-batch time of all layers (no full
-    recompute), max_r T_r >= W/p and sum_r T_r = W + p2p, so T_pipe >= (m - 1/v) W/p + W/v;
-    the tail is at least the mean over ranks of g*dp + optimizer."""
-    W = sums.time_s[c.recompute] + 2 * (c.pp * c.vpp - 1) * table.p2p_s
-    return (m - 1.0 / c.vpp) * W / c.pp + W / c.vpp + sums.tail_s / c.pp
-
-
-def memory_lower_bound_bytes(sums: TableSums, c: Candidate, m: int, reserved: float) -> float:
-    """Some rank holds at least 1/p of the model states and, being the last rank, at least
-    one micro-batch of 1/p of the blocks' least activations (block inputs under full recompute)."""
-    act = sums.act_bytes[c.recompute] / c.pp * memory.in_flight_micro_batches(c.schedule, c.pp, c.pp - 1, m, c.vpp)
-    return (1 + memory.ALLOCATOR_FRAGMENTATION) * (sums.states_bytes / c.pp + act) + reserved
+    def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
+        key = ("base", c.tp, c.cp, c.ep, c.sequence_parallel, c.micro_batch_size)
+        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel, micro_batch_size=c.micro_batch_size)
+        table = self._build(key, cfg)
+        return table, self._sums(key, table)
 
 
 def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProblem:
@@ -155,38 +135,81 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
     )
 
 
+def _record(found: list[Found], prob: Problem, c: Candidate, table: LayerTable, counts, rcs, status: str, k: int) -> None:
+    """Cost the partition with the float model and keep the k best distinct plans."""
+    c = _normalise(c, table, rcs)
+    if any(f.candidate == c for f in found):
+        return  # the same plan reached through an equivalent recompute setting
+    cfg = _to_config(c, counts, rcs)
+    est = compose(prob.model, prob.cluster, prob.training, cfg, table, slices_from_counts(counts, cfg.recompute_layers))
+    found.append(Found(c, cfg, est, status))
+    found.sort(key=lambda f: (f.estimate.prediction.step_time_s, _tiebreak(f.candidate)))
+    del found[k:]
+
+
+def search_exhaustive(prob: Problem) -> SearchResult:
+    """Reference: every candidate, every partition (exhaustive.py); no bounds, no pruning."""
+    stats = SearchStats(solver="exhaustive")
+    tables = _Tables(prob)
+    cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space))
+    brute.check_size(prob.model.num_layers, max((c.pp * c.vpp for c in cands), default=1), True, len(cands))
+    found: list[Found] = []
+    for c in cands:
+        stats.candidates += 1
+        table = tables.get(c)
+        res = brute.best_partition(stage_problem(prob, c, table))
+        if res is None:
+            stats.infeasible += 1
+            continue
+        _record(found, prob, c, table, res[1], res[2], "optimal", prob.space.top_k)
+    if not found:
+        _least_memory(prob, tables, cands, stats)
+    return SearchResult(found, stats, "optimal", 0.0)
+
+
+def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> None:
+    reserved = prob.cluster.gpu.reserved_gib * GIB
+    for c in cands:
+        m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
+        mem = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, m, reserved) / GIB
+        if mem < stats.min_memory_gib:
+            stats.min_memory_gib, stats.min_memory_config = mem, c
+
+
 def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = None) -> SearchResult:
+    if exhaustive:
+        return search_exhaustive(prob)
     t0 = time.perf_counter()
     limit = prob.space.time_limit_s if deadline_s is None else deadline_s
-    stats = SearchStats(solver="exhaustive" if exhaustive else "cp-sat")
+    stats = SearchStats()
     tables = _Tables(prob)
     gpu = prob.cluster.gpu
     reserved = gpu.reserved_gib * GIB
     cap = capacity_bytes(gpu.memory_gib, prob.space.memory_headroom)
     k = prob.space.top_k
+    B = prob.training.global_batch_size
 
-    # --- enumerate and bound every candidate
-    queue: list[tuple[float, int, Candidate]] = []
+    # --- enumerate; order by the base-table bound (level 0)
+    queue: list[tuple[float, int, int, Candidate]] = []  # (bound, order, level, candidate)
     for i, c in enumerate(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space)):
         stats.candidates += 1
-        table, sums = tables.get(c), tables.get_sums(c)
-        m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
-        mem_lb = memory_lower_bound_bytes(sums, c, m, reserved)
+        m = B // (c.dp * c.micro_batch_size)
+        base_table, base_sums = tables.base(c)
+        mem_lb = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
         if mem_lb / GIB < stats.min_memory_gib:
             stats.min_memory_gib, stats.min_memory_config = mem_lb / GIB, c
         if mem_lb > cap:
             stats.pruned_memory += 1
             continue
-        queue.append((time_lower_bound_s(sums, table, c, m), i, c))
+        queue.append((base_time_bound_s(base_sums, base_table, c, m), i, 0, c))
     heapq.heapify(queue)
-    if exhaustive:
-        brute.check_size(prob.model.num_layers, max((c.pp * c.vpp for _, _, c in queue), default=1), True, 1)
 
-    # --- best-first: solve while the bound can still beat the k-th best
+    # --- best-first: refine the bound of what reaches the front (level 1: the candidate's own
+    # table, and for uniform blocks the tight bound), solve it when it is still in front
     found: list[Found] = []
     optimal_all = True
     while queue:
-        lb, _, c = queue[0]
+        lb, order, level, c = queue[0]
         # prune against the best plan: alternatives are the runners-up among what was solved
         best_t = found[0].estimate.prediction.step_time_s if found else math.inf
         if lb >= best_t * (1 - 1e-9):
@@ -199,40 +222,41 @@ def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = N
         heapq.heappop(queue)
         table = tables.get(c)
         p = stage_problem(prob, c, table)
-        if exhaustive:
-            res = brute.best_partition(p)
-            if res is None:
-                stats.infeasible += 1
+        uniform = all(b is table.blocks[0] for b in table.blocks)
+        if level == 0:
+            sums = tables.get_sums(c)
+            m = p.num_micro_batches
+            if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) > cap:
+                stats.pruned_memory += 1
                 continue
-            counts, rcs, status = res[1], res[2], "optimal"
-        else:
-            hint = greedy_partition(p)
-            remaining = max(0.05, limit - (time.perf_counter() - t0))
-            sol = solve(p, min(remaining, max(1.0, limit / 4)), hint)
-            stats.ilp_solves += 1
-            stats.solve_time_s += sol.solve_time_s
-            if sol.status in ("optimal", "feasible"):
-                counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
-                if status == "feasible":
-                    optimal_all = False
-                    stats.lower_bound_s = min(stats.lower_bound_s, sol.bound_s)
-            elif hint is not None:
-                counts, rcs, status = hint[0], hint[1], "feasible"
+            refined = cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
+            if uniform and refined < best_t:
+                refined = max(refined, tight_time_bound_s(p, sums, cutoff=best_t))
+            if refined == math.inf:
+                stats.pruned_memory += 1
+                continue
+            heapq.heappush(queue, (max(lb, refined), order, 1, c))
+            continue
+        hint = greedy_partition(p)
+        remaining = max(0.05, limit - (time.perf_counter() - t0))
+        sol = solve(p, min(remaining, max(1.0, limit / 4)), hint, lower_bound_s=lb if uniform else None)
+        stats.ilp_solves += 1
+        stats.solve_time_s += sol.solve_time_s
+        if sol.status in ("optimal", "feasible"):
+            counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
+            if status == "feasible":
                 optimal_all = False
-            else:
-                if sol.status == "unknown":
-                    optimal_all = False
-                    stats.lower_bound_s = min(stats.lower_bound_s, lb)
-                stats.infeasible += 1
-                continue
-        c = _normalise(c, table, rcs)
-        if any(f.candidate == c for f in found):
-            continue  # the same plan reached through an equivalent recompute setting
-        cfg = _to_config(c, counts, rcs)
-        est = compose(prob.model, prob.cluster, prob.training, cfg, table, slices_from_counts(counts, cfg.recompute_layers))
-        found.append(Found(c, cfg, est, status))
-        found.sort(key=lambda f: (f.estimate.prediction.step_time_s, _tiebreak(f.candidate)))
-        del found[k:]
+                stats.lower_bound_s = min(stats.lower_bound_s, sol.bound_s)
+        elif hint is not None:
+            counts, rcs, status = hint[0], hint[1], "feasible"
+            optimal_all = False
+        else:
+            if sol.status == "unknown":
+                optimal_all = False
+                stats.lower_bound_s = min(stats.lower_bound_s, lb)
+            stats.infeasible += 1
+            continue
+        _record(found, prob, c, table, counts, rcs, status, k)
 
     best_t = found[0].estimate.prediction.step_time_s if found else math.inf
     status = "optimal" if found and optimal_all and not stats.timed_out else "feasible"

@@ -1,0 +1,229 @@
+"""Lower bounds on a candidate's step time and memory, for pruning (search.py) and as a cut
+that lets CP-SAT prove optimality at once (ilp.py). Each is a valid lower bound of the float
+objective of cost_model.stages, which the ILP's feasible set (rounded-up memory) is inside.
+
+Cheap bound (every candidate): with W the summed per-micro-batch time of all layers (no full
+recompute), max_r T_r >= W/p and sum_r T_r = W + p2p, so
+    step >= (m - 1/v) W/p + W/v + mean_r(g*dp_r + opt_r).
+Tight bound (uniform blocks, when a candidate reaches the front of the queue): a rank's time
+with N blocks is T_r(N) = c*N + c_rc*R_min,r(N) + e_r, where R_min is the fewest recomputed
+blocks that let N blocks fit in memory (stages.rank_cost's memory formula solved for R).
+T_r is increasing, so the least achievable max_r T_r over integer N_r >= v with sum L is
+found by bisection on M (how many blocks fit under M on each rank). Then
+    step >= (m - 1/v) M* + (c*L + sum_r e_r)/v + min_N max_r tail_r(N_r),
+the last term by the same bisection over the per-rank tail lines (min_max_tail_s).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cost_model import memory
+from cost_model.layers import LayerTable
+
+from .ilp import StageProblem, block_act_bytes, block_time_s, extras_for_rank
+
+
+@dataclass(frozen=True)
+class TableSums:
+    """Whole-model totals of a layer table, computed once per table."""
+
+    time_s: dict[str, float]  # by recompute mode: blocks + embedding + output, no full recompute
+    tail_s: float  # sum of g*dp_sync + optimizer over all layers
+    states_bytes: float
+    act_bytes: dict[str, float]  # by recompute mode: the least activation bytes of all blocks
+
+
+def table_sums(table: LayerTable, gamma: float) -> TableSums:
+    # blocks of one kind share one LayerCost object: sum over kinds x their counts
+    kinds: dict[int, list] = {}
+    for b in table.blocks:
+        kinds.setdefault(id(b), [b, 0])[1] += 1
+    groups = [(b, n) for b, n in kinds.values()] + [(table.embedding, 1), (table.output, 1)]
+    blocks = groups[:-2]
+    extras = table.embedding.time_s + table.output.time_s
+    return TableSums(
+        time_s={r: sum(n * block_time_s(b, r) for b, n in blocks) + extras for r in ("none", "selective", "full")},
+        tail_s=sum(n * (gamma * x.dp_sync_s + x.optimizer_s) for x, n in groups),
+        states_bytes=sum(n * x.state_bytes for x, n in groups),
+        act_bytes={
+            "none": sum(n * b.act.none for b, n in blocks),
+            "selective": sum(n * b.act.selective for b, n in blocks),
+            "full": sum(n * b.act.full for b, n in blocks),
+        },
+    )
+
+
+def cheap_time_bound_s(sums: TableSums, table: LayerTable, recompute: str, pp: int, vpp: int, m: int) -> float:
+    W = sums.time_s[recompute] + 2 * (pp * vpp - 1) * table.p2p_s
+    return (m - 1.0 / vpp) * W / pp + W / vpp + sums.tail_s / pp
+
+
+def memory_bound_bytes(sums: TableSums, recompute: str, schedule: str, pp: int, vpp: int, m: int, reserved: float) -> float:
+    """Some rank holds at least 1/p of the model states and, being the last rank, at least
+    one micro-batch of 1/p of the blocks' least activations (block inputs under full recompute)."""
+    act = sums.act_bytes[recompute] / pp * memory.in_flight_micro_batches(schedule, pp, pp - 1, m, vpp)
+    return (1 + memory.ALLOCATOR_FRAGMENTATION) * (sums.states_bytes / pp + act) + reserved
+
+
+def base_time_bound_s(sums: TableSums, table: LayerTable, c, m: int) -> float:
+    """The cheap bound from the base table (dp = 1, no ZeRO): the same compute and TP/CP/EP
+    communication, no ZeRO-3 gathers (>= 0) and no tail (>= 0), so it bounds every variant."""
+    W = sums.time_s[c.recompute] + 2 * (c.pp * c.vpp - 1) * table.p2p_s
+    return (m - 1.0 / c.vpp) * W / c.pp + W / c.vpp
+
+
+def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: float) -> float:
+    """memory_bound_bytes with the base table's model states rescaled to c's ZeRO stage over the
+    dense data-parallel group (dp*cp ranks; expert weights shard over fewer, so this is lower)."""
+    base = memory.model_state_bytes_per_param(training, 0, 1).total
+    per = memory.model_state_bytes_per_param(training, c.zero, c.dp * c.cp).total
+    act = sums.act_bytes[c.recompute] / c.pp * memory.in_flight_micro_batches(c.schedule, c.pp, c.pp - 1, m, c.vpp)
+    return (1 + memory.ALLOCATOR_FRAGMENTATION) * (sums.states_bytes * per / base / c.pp + act) + reserved
+
+
+def _rank_time_fn(p: StageProblem, r: int):
+    """T_r(N) for uniform blocks, math.inf where N blocks cannot fit."""
+    b = p.table.blocks[0]
+    full = p.recompute == "full"
+    frag = 1.0 + memory.ALLOCATOR_FRAGMENTATION
+    budget = (p.capacity_bytes - p.reserved_bytes) / frag
+    extras, p2p_s = extras_for_rank(p, r)
+    inflight = p.inflight(r)
+    e_r = sum(x.time_s for x in extras) + p2p_s
+    const_mem = sum(x.state_bytes + inflight * x.act.none for x in extras)
+    per_block = b.state_bytes + inflight * block_act_bytes(b, p.recompute)
+    save = inflight * (block_act_bytes(b, p.recompute) - b.act.full)
+    c, c_rc = block_time_s(b, p.recompute), b.recompute_full_s
+    z3, peak = p.table.zero3_buffer_bytes, p.table.block_act_peak_bytes
+
+    def t(n: int) -> float:
+        need = per_block * n + const_mem + z3
+        if need <= budget:
+            return c * n + e_r
+        if not full or save <= 0:
+            return math.inf
+        need = per_block * n + const_mem + max(z3, peak)
+        rmin = max(1, math.ceil((need - budget) / save - 1e-9))
+        if rmin > n:
+            return math.inf
+        return c * n + c_rc * rmin + e_r
+
+    return t, e_r
+
+
+def _shrink(f, n: int, M: float, lo: int) -> int:
+    """Largest m in [lo, n) with f(m) <= M, by bisection (f is nondecreasing)."""
+    a, b = lo, n - 1
+    while a < b:
+        mid = (a + b + 1) // 2
+        if f(mid) <= M:
+            a = mid
+        else:
+            b = mid - 1
+    return a
+
+
+def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.inf) -> float:
+    """The tight bound of the module docstring (uniform blocks only). Once the bound is
+    known to reach `cutoff` (the best plan so far) the bisection stops early: the value
+    returned is then still a valid bound, and >= cutoff."""
+    L, pp, v = p.num_layers, p.pp, p.vpp
+    fns = [_rank_time_fn(p, r) for r in range(pp)]
+    if any(f(v) == math.inf for f, _ in fns):
+        return math.inf
+
+    c = block_time_s(p.table.blocks[0], p.recompute)
+    hi_n = L - v * (pp - 1)
+
+    def blocks_under(M: float) -> int:
+        total = 0
+        for f, e in fns:
+            if f(v) > M:
+                return -1
+            # start from the no-recompute estimate (M - e)/c, then step to the largest n with f(n) <= M
+            n = max(v, min(hi_n, int((M - e) / c) if c > 0 else hi_n))
+            while n > v and f(n) > M:
+                n = max(v, min(n - 1, _shrink(f, n, M, v)))
+            while n < hi_n and f(n + 1) <= M:
+                n += 1
+            total += n
+        return total
+
+    lo_M, hi_M = 0.0, max(f(min(hi_n, max(v, math.ceil(L / pp) + 1))) for f, _ in fns)
+    if hi_M == math.inf or blocks_under(hi_M) < L:
+        hi_M = max(f(hi_n) for f, _ in fns)
+        if hi_M == math.inf or blocks_under(hi_M) < L:
+            return math.inf
+    total = c * L + sum(e for _, e in fns)
+    m = p.num_micro_batches
+    rest = total / v + min_max_tail_s(p)
+    for _ in range(60):  # bisection on the slowest rank's time
+        if (m - 1.0 / v) * lo_M + rest >= cutoff:
+            break
+        mid = (lo_M + hi_M) / 2
+        if blocks_under(mid) >= L:
+            hi_M = mid
+        else:
+            lo_M = mid
+        if hi_M - lo_M <= 1e-9 * hi_M:
+            break
+    # lo_M: no assignment has a slowest rank faster than this (hi_M is achievable)
+    return (m - 1.0 / v) * lo_M + rest
+
+
+def min_max_tail_s(p: StageProblem) -> float:
+    """Least possible max_r (exposed DP sync + optimizer) over block counts N_r >= v summing
+    to L. Per rank tail_r(N) = max(A + a N, B + b N) with the exposed-sync formula
+    max(dp - (1-g) bwd, g dp) (stages.RankCost.exposed_dp_s), so {N : tail_r(N) <= M} is an
+    interval found in O(1); bisection on M."""
+    b0 = p.table.blocks[0]
+    g = p.interference
+    L, pp, v = p.num_layers, p.pp, p.vpp
+    hi_n = L - v * (pp - 1)
+    c_dp, c_bwd, c_opt = b0.dp_sync_s, b0.compute_s - b0.fwd_s, b0.optimizer_s
+    a, b = c_dp - (1 - g) * c_bwd + c_opt, g * c_dp + c_opt
+    lines = []
+    for r in range(pp):
+        extras, _ = extras_for_rank(p, r)
+        dp = sum(x.dp_sync_s for x in extras)
+        bwd = sum(x.compute_s - x.fwd_s for x in extras)
+        opt = sum(x.optimizer_s for x in extras)
+        lines.append((dp - (1 - g) * bwd + opt, g * dp + opt))
+
+    def feasible(M: float) -> bool:
+        lo_sum = hi_sum = 0
+        for A, B in lines:
+            lo, hi = v, hi_n
+            if b > 0:
+                hi = min(hi, math.floor((M - B) / b + 1e-12))
+            elif B > M:
+                return False
+            if a > 0:
+                hi = min(hi, math.floor((M - A) / a + 1e-12))
+            elif a < 0:
+                lo = max(lo, math.ceil((M - A) / a - 1e-12))
+            elif A > M:
+                return False
+            if lo > hi:
+                return False
+            lo_sum, hi_sum = lo_sum + lo, hi_sum + hi
+        return lo_sum <= L <= hi_sum
+
+    def tail(A: float, B: float, n: int) -> float:
+        return max(A + a * n, B + b * n)
+
+    hi_M = max(max(tail(A, B, v), tail(A, B, hi_n)) for A, B in lines)
+    lo_M = 0.0
+    if not feasible(hi_M):
+        return 0.0
+    for _ in range(60):
+        mid = (lo_M + hi_M) / 2
+        if feasible(mid):
+            hi_M = mid
+        else:
+            lo_M = mid
+        if hi_M - lo_M <= 1e-9 * max(hi_M, 1e-30):
+            break
+    return max(0.0, lo_M)
