@@ -1,0 +1,83 @@
+"""Planner search timing on large instances (all knobs open).
+
+Times `plan_request` N times per instance and prints the median wall time, status, gap,
+search counters and the chosen plan.
+
+Usage: python bench/search.py [--repeats N] [--time-limit S] [--only NAME] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+from planner.api import Infeasible, plan_request
+
+CASES = {
+    "gpt3-175b/1024xA100-80GB": ({"name": "gpt3-175b"}, "a100-80gb", 1024, 1536, 2048),
+    "llama3-70b/64xH100": ({"name": "llama3-70b"}, "h100-sxm", 64, 128, 8192),
+    "llama3-405b/16384xH100": ({"name": "llama3-405b"}, "h100-sxm", 16384, 2048, 8192),
+    "mixtral-8x22b/256xH100": ({"name": "mixtral-8x22b"}, "h100-sxm", 256, 256, 4096),
+}
+
+
+def request(case: str, time_limit: float | None) -> dict:
+    model, gpu, n, batch, seq = CASES[case]
+    req = {"model": model, "cluster": {"gpu": gpu, "num_gpus": n},
+           "training": {"global_batch_size": batch, "seq_length": seq}}
+    if time_limit is not None:
+        req["search"] = {"time_limit_s": time_limit}
+    return req
+
+
+def run_case(case: str, repeats: int, time_limit: float | None) -> dict:
+    walls, plan, err = [], None, None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        try:
+            plan = plan_request(request(case, time_limit))
+        except Infeasible as exc:
+            err = exc.message
+        walls.append(time.perf_counter() - t0)
+    row = {"case": case, "median_s": statistics.median(walls), "max_s": max(walls)}
+    if plan is None:
+        row["error"] = err
+        return row
+    s, par, pred = plan["search"], plan["parallelism"], plan["prediction"]
+    row.update(
+        status=plan["status"], gap=s["gap"], candidates=s["candidates"], pruned=s["pruned"], ilp_solves=s["ilp_solves"],
+        dp=par["dp"], tp=par["tp"], pp=par["pp"], cp=par["cp"], ep=par["ep"], vpp=par["vpp"], sp=par["sequence_parallel"],
+        mb=par["micro_batch_size"], zero=par["zero"], recompute=par["recompute"],
+        step_s=pred["step_time_s"], mfu=pred["mfu"],
+    )
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--time-limit", type=float, help="search.time_limit_s (default: the planner's 10 s)")
+    ap.add_argument("--only", choices=sorted(CASES), action="append")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    rows = [run_case(c, args.repeats, args.time_limit) for c in (args.only or CASES)]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'case':26s} {'median_s':>8s} {'status':>8s} {'gap%':>6s} {'cands':>6s} {'pruned':>6s} {'ilp':>4s}  "
+          f"{'dp':>4s} {'tp':>2s} {'pp':>3s} {'cp':>2s} {'ep':>2s} {'v':>2s} {'sp':>2s} {'mb':>2s} {'z':>1s} {'recomp':>9s} {'step_s':>8s} {'MFU%':>5s}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['case']:26s} {r['median_s']:8.2f} infeasible: {r['error']}")
+            continue
+        print(f"{r['case']:26s} {r['median_s']:8.2f} {r['status']:>8s} {r['gap'] * 100:6.2f} {r['candidates']:6d} {r['pruned']:6d} "
+              f"{r['ilp_solves']:4d}  {r['dp']:4d} {r['tp']:2d} {r['pp']:3d} {r['cp']:2d} {r['ep']:2d} {r['vpp']:2d} "
+              f"{'y' if r['sp'] else 'n':>2s} {r['mb']:2d} {r['zero']:1d} {r['recompute']:>9s} {r['step_s']:8.3f} {r['mfu'] * 100:5.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
