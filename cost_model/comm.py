@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .specs import ClusterSpec, CommFit
+from .specs import ClusterSpec
 
 
 @dataclass(frozen=True)
@@ -42,58 +42,38 @@ def group_link(cluster: ClusterSpec, size: int, stride: int) -> Link:
     return Link(cluster.inter_node_gb_s * 1e9 * g.link_efficiency, cluster.inter_node_latency_s, "inter")
 
 
-def _fit(profile_comm: dict | None, name: str, level: str) -> CommFit | None:
-    if not profile_comm:
-        return None
-    return profile_comm.get((name, level))
+def _ring(name: str, nbytes: float, size: int, link: Link, fits: dict | None, steps: int, volume: float) -> float:
+    """steps * alpha + volume * B / bw, or the profile's measured fit for this collective
+    and link level (fits are taken in the same byte convention: alpha + volume * B * beta)."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    fit = fits.get((name, link.level)) if fits else None
+    if fit:
+        return fit.alpha_s + volume * nbytes * fit.beta_s_per_byte
+    return steps * link.latency_s + volume * nbytes / link.bandwidth_bytes_s
 
 
 def all_reduce_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
     """Ring all-reduce: 2(n-1) alpha + 2(n-1)/n B/bw."""
-    if size <= 1 or nbytes <= 0:
-        return 0.0
-    fit = _fit(fits, "all_reduce", link.level)
-    if fit:
-        return fit.alpha_s + 2 * (size - 1) / size * nbytes * fit.beta_s_per_byte
-    return 2 * (size - 1) * link.latency_s + 2 * (size - 1) / size * nbytes / link.bandwidth_bytes_s
+    return _ring("all_reduce", nbytes, size, link, fits, 2 * (size - 1), 2 * (size - 1) / max(size, 1))
 
 
 def reduce_scatter_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
     """Ring reduce-scatter of a B-byte buffer: (n-1) alpha + (n-1)/n B/bw."""
-    if size <= 1 or nbytes <= 0:
-        return 0.0
-    fit = _fit(fits, "reduce_scatter", link.level)
-    if fit:
-        return fit.alpha_s + (size - 1) / size * nbytes * fit.beta_s_per_byte
-    return (size - 1) * link.latency_s + (size - 1) / size * nbytes / link.bandwidth_bytes_s
+    return _ring("reduce_scatter", nbytes, size, link, fits, size - 1, (size - 1) / max(size, 1))
 
 
 def all_gather_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
     """Ring all-gather into a B-byte buffer: (n-1) alpha + (n-1)/n B/bw."""
-    if size <= 1 or nbytes <= 0:
-        return 0.0
-    fit = _fit(fits, "all_gather", link.level)
-    if fit:
-        return fit.alpha_s + (size - 1) / size * nbytes * fit.beta_s_per_byte
-    return (size - 1) * link.latency_s + (size - 1) / size * nbytes / link.bandwidth_bytes_s
+    return _ring("all_gather", nbytes, size, link, fits, size - 1, (size - 1) / max(size, 1))
 
 
 def all_to_all_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
     """Pairwise all-to-all, B bytes sent per rank: (n-1) alpha + (n-1)/n B/bw
     (DeepSeek-V3 §3.2.2 dispatch/combine)."""
-    if size <= 1 or nbytes <= 0:
-        return 0.0
-    fit = _fit(fits, "all_to_all", link.level)
-    if fit:
-        return fit.alpha_s + (size - 1) / size * nbytes * fit.beta_s_per_byte
-    return (size - 1) * link.latency_s + (size - 1) / size * nbytes / link.bandwidth_bytes_s
+    return _ring("all_to_all", nbytes, size, link, fits, size - 1, (size - 1) / max(size, 1))
 
 
 def send_recv_s(nbytes: float, link: Link, fits: dict | None = None) -> float:
     """Point-to-point: alpha + B/bw."""
-    if nbytes <= 0:
-        return 0.0
-    fit = _fit(fits, "send_recv", link.level)
-    if fit:
-        return fit.alpha_s + nbytes * fit.beta_s_per_byte
-    return link.latency_s + nbytes / link.bandwidth_bytes_s
+    return _ring("send_recv", nbytes, 2, link, fits, 1, 1.0)
