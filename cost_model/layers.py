@@ -334,6 +334,34 @@ def _profiled(profile, kind: str, cfg: ParallelConfig, t: TrainingSpec, fwd: flo
     return (timing.fwd_s, timing.bwd_s, "profile") if timing else (fwd, bwd, "analytic")
 
 
+def _replicated_layer(
+    name: str, cluster, t, cfg, params: float, fwd: float, bwd: float, tp_comm: float,
+    act: memory.ActivationBytes, flops_model: float, fits, recompute_full_s: float = 0.0,
+) -> LayerCost:
+    """A layer whose `params` (per TP rank) are replicated over the dense data-parallel group:
+    its model states, ZeRO-3 gathers, gradient sync and optimizer step."""
+    dp, tp = _dense_dp_size(cfg), cfg.tp
+    w, g, o = _state(t, cfg, params, dp)
+    return LayerCost(
+        name=name,
+        compute_s=fwd + bwd,
+        fwd_s=fwd,
+        tp_comm_s=tp_comm,
+        cp_comm_s=0.0,
+        ep_comm_s=0.0,
+        zero3_comm_s=_zero3_s(cluster, t, cfg, params, dp, tp, fwd, bwd, fits),
+        recompute_full_s=recompute_full_s,
+        recompute_selective_s=0.0,
+        act=act,
+        weights_bytes=w,
+        grads_bytes=g,
+        optimizer_bytes=o,
+        dp_sync_s=_dp_sync_s(cluster, t, cfg, params, dp, tp, fits),
+        optimizer_s=_optimizer_s(cluster, t, cfg, params, dp),
+        flops_model=flops_model,
+    )
+
+
 def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> LayerCost:
     """Vocab-parallel embedding lookup (Megatron): gather rows, all-reduce the partial
     outputs over TP (reduce-scatter with SP); backward scatter-adds into the gradient."""
@@ -346,25 +374,10 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     fwd, bwd, sources["embedding"] = _profiled(profile, "embedding", cfg, t, fwd, bwd)
     fits = profile.comm if profile else None
     tp_comm = 2 * comm.all_reduce_s(act_dt * tokens * m.hidden_size, tp, comm.group_link(cluster, tp, 1), fits)
-    params = flops.embedding_params(m) / tp
-    w, g, o = _state(t, cfg, params, _dense_dp_size(cfg))
-    return LayerCost(
-        name="embedding",
-        compute_s=fwd + bwd,
-        fwd_s=fwd,
-        tp_comm_s=tp_comm,
-        cp_comm_s=0.0,
-        ep_comm_s=0.0,
-        zero3_comm_s=_zero3_s(cluster, t, cfg, params, _dense_dp_size(cfg), tp, fwd, bwd, fits),
-        recompute_full_s=0.0,
-        recompute_selective_s=0.0,
-        act=memory.ActivationBytes(*(3 * [memory.embedding_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)])),
-        weights_bytes=w,
-        grads_bytes=g,
-        optimizer_bytes=o,
-        dp_sync_s=_dp_sync_s(cluster, t, cfg, params, _dense_dp_size(cfg), tp, fits),
-        optimizer_s=_optimizer_s(cluster, t, cfg, params, _dense_dp_size(cfg)),
-        flops_model=0.0,
+    act = memory.embedding_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
+    return _replicated_layer(
+        "embedding", cluster, t, cfg, flops.embedding_params(m) / tp, fwd, bwd, tp_comm,
+        memory.ActivationBytes(act, act, act), 0.0, fits,
     )
 
 
@@ -387,26 +400,10 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     link = comm.group_link(cluster, tp, 1)
     tp_comm = 3 * comm.all_reduce_s(4 * tokens, tp, link, fits)
     tp_comm += 2 * comm.all_reduce_s(act_dt * tokens * m.hidden_size, tp, link, fits)  # f/g operators
-    params = flops.output_params(m) / tp
-    w, g, o = _state(t, cfg, params, _dense_dp_size(cfg))
-    act_bytes = memory.logits_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
-    return LayerCost(
-        name="output",
-        compute_s=fwd + bwd,
-        fwd_s=fwd,
-        tp_comm_s=tp_comm,
-        cp_comm_s=0.0,
-        ep_comm_s=0.0,
-        zero3_comm_s=_zero3_s(cluster, t, cfg, params, _dense_dp_size(cfg), tp, fwd, bwd, fits),
-        recompute_full_s=0.0,
-        recompute_selective_s=0.0,
-        act=memory.ActivationBytes(act_bytes, act_bytes, act_bytes),
-        weights_bytes=w,
-        grads_bytes=g,
-        optimizer_bytes=o,
-        dp_sync_s=_dp_sync_s(cluster, t, cfg, params, _dense_dp_size(cfg), tp, fits),
-        optimizer_s=_optimizer_s(cluster, t, cfg, params, _dense_dp_size(cfg)),
-        flops_model=3.0 * flops.logits_flops(m, b * t.seq_length) / (tp * cfg.cp),
+    act = memory.logits_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
+    return _replicated_layer(
+        "output", cluster, t, cfg, flops.output_params(m) / tp, fwd, bwd, tp_comm,
+        memory.ActivationBytes(act, act, act), 3.0 * flops.logits_flops(m, b * t.seq_length) / (tp * cfg.cp), fits,
     )
 
 
@@ -438,27 +435,12 @@ def _generic_cost(layer, cluster, t, cfg, profile, index) -> LayerCost:
     fwd = layer.fwd_flops * seqs / tp / (compute.peak_flops(gpu, t.dtype) * eta) + gpu.kernel_overhead_s
     fits = profile.comm if profile else None
     tp_fwd = 2 * comm.all_reduce_s(layer.output_bytes * seqs, tp, comm.group_link(cluster, tp, 1), fits)
-    params = layer.params / tp
-    w, g, o = _state(t, cfg, params, _dense_dp_size(cfg))
     act_none = layer.activation_bytes * seqs / tp
     act_full = layer.output_bytes * seqs / (tp if cfg.sequence_parallel else 1)
-    return LayerCost(
-        name=layer.name or f"layer{index}",
-        compute_s=3 * fwd,
-        fwd_s=fwd,
-        tp_comm_s=2 * tp_fwd,
-        cp_comm_s=0.0,
-        ep_comm_s=0.0,
-        zero3_comm_s=_zero3_s(cluster, t, cfg, params, _dense_dp_size(cfg), tp, fwd, 2 * fwd, fits),
+    return _replicated_layer(
+        layer.name or f"layer{index}", cluster, t, cfg, layer.params / tp, fwd, 2 * fwd, 2 * tp_fwd,
+        memory.ActivationBytes(act_none, act_none, min(act_none, act_full)), 3 * layer.fwd_flops * b, fits,
         recompute_full_s=fwd + tp_fwd,
-        recompute_selective_s=0.0,
-        act=memory.ActivationBytes(act_none, act_none, min(act_none, act_full)),
-        weights_bytes=w,
-        grads_bytes=g,
-        optimizer_bytes=o,
-        dp_sync_s=_dp_sync_s(cluster, t, cfg, params, _dense_dp_size(cfg), tp, fits),
-        optimizer_s=_optimizer_s(cluster, t, cfg, params, _dense_dp_size(cfg)),
-        flops_model=3 * layer.fwd_flops * b,
     )
 
 
