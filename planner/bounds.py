@@ -8,14 +8,15 @@ recompute), max_r T_r >= W/p and sum_r T_r = W + p2p, so
 Tight bound (uniform blocks, when a candidate reaches the front of the queue): a rank's time
 with N blocks is T_r(N) = c*N + c_rc*R_min,r(N) + e_r, where R_min is the fewest recomputed
 blocks that let N blocks fit in memory (stages.rank_cost's memory formula solved for R).
-T_r is increasing, so the least achievable max_r T_r over integer N_r >= v with sum L is
-found by bisection on M (how many blocks fit under M on each rank). Then
+T_r is nondecreasing, so the least achievable max_r T_r over integer N_r >= v with sum L is
+found by water-filling (add each block where it raises the maximum least). Then
     step >= (m - 1/v) M* + (c*L + sum_r e_r)/v + min_N max_r tail_r(N_r),
 the last term by the same bisection over the per-rank tail lines (min_max_tail_s).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -113,64 +114,34 @@ def _rank_time_fn(p: StageProblem, r: int):
     return t, e_r
 
 
-def _shrink(f, n: int, M: float, lo: int) -> int:
-    """Largest m in [lo, n) with f(m) <= M, by bisection (f is nondecreasing)."""
-    a, b = lo, n - 1
-    while a < b:
-        mid = (a + b + 1) // 2
-        if f(mid) <= M:
-            a = mid
-        else:
-            b = mid - 1
-    return a
-
-
 def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.inf) -> float:
-    """The tight bound of the module docstring (uniform blocks only). Once the bound is
-    known to reach `cutoff` (the best plan so far) the bisection stops early: the value
-    returned is then still a valid bound, and >= cutoff."""
+    """The tight bound of the module docstring (uniform blocks only). `cutoff`: the best plan
+    so far; the result is only needed when it is below it, so the tail bound is skipped when
+    the rest already reaches it (the value returned is a valid bound either way)."""
     L, pp, v = p.num_layers, p.pp, p.vpp
     fns = [_rank_time_fn(p, r) for r in range(pp)]
     if any(f(v) == math.inf for f, _ in fns):
         return math.inf
-
-    c = block_time_s(p.table.blocks[0], p.recompute)
-    hi_n = L - v * (pp - 1)
-
-    def blocks_under(M: float) -> int:
-        total = 0
-        for f, e in fns:
-            if f(v) > M:
-                return -1
-            # start from the no-recompute estimate (M - e)/c, then step to the largest n with f(n) <= M
-            n = max(v, min(hi_n, int((M - e) / c) if c > 0 else hi_n))
-            while n > v and f(n) > M:
-                n = max(v, min(n - 1, _shrink(f, n, M, v)))
-            while n < hi_n and f(n + 1) <= M:
-                n += 1
-            total += n
-        return total
-
-    lo_M, hi_M = 0.0, max(f(min(hi_n, max(v, math.ceil(L / pp) + 1))) for f, _ in fns)
-    if hi_M == math.inf or blocks_under(hi_M) < L:
-        hi_M = max(f(hi_n) for f, _ in fns)
-        if hi_M == math.inf or blocks_under(hi_M) < L:
+    # min over integer N_r >= v, sum L, of max_r T_r(N_r): water-filling is exact for
+    # nondecreasing T_r (each block goes where it raises the running maximum least)
+    counts = [v] * pp
+    heap = [(f(v + 1), r) for r, (f, _) in enumerate(fns)]
+    heapq.heapify(heap)
+    slowest = max(f(v) for f, _ in fns)
+    for _ in range(L - v * pp):
+        t_next, r = heapq.heappop(heap)
+        if t_next == math.inf:
             return math.inf
+        counts[r] += 1
+        slowest = max(slowest, t_next)
+        heapq.heappush(heap, (fns[r][0](counts[r] + 1), r))
+    c = block_time_s(p.table.blocks[0], p.recompute)
     total = c * L + sum(e for _, e in fns)
     m = p.num_micro_batches
-    rest = total / v + min_max_tail_s(p)
-    for _ in range(60):  # bisection on the slowest rank's time
-        if (m - 1.0 / v) * lo_M + rest >= cutoff:
-            break
-        mid = (lo_M + hi_M) / 2
-        if blocks_under(mid) >= L:
-            hi_M = mid
-        else:
-            lo_M = mid
-        if hi_M - lo_M <= 1e-9 * hi_M:
-            break
-    # lo_M: no assignment has a slowest rank faster than this (hi_M is achievable)
-    return (m - 1.0 / v) * lo_M + rest
+    bound = (m - 1.0 / v) * slowest + total / v
+    if bound >= cutoff:
+        return bound
+    return bound + min_max_tail_s(p)
 
 
 def min_max_tail_s(p: StageProblem) -> float:
@@ -224,6 +195,6 @@ def min_max_tail_s(p: StageProblem) -> float:
             hi_M = mid
         else:
             lo_M = mid
-        if hi_M - lo_M <= 1e-9 * max(hi_M, 1e-30):
+        if hi_M - lo_M <= 1e-7 * max(hi_M, 1e-30):
             break
     return max(0.0, lo_M)
