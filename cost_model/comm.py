@@ -15,9 +15,9 @@ and NVLS for some sizes; alpha is charged per ring step, which over-charges larg
 with tiny messages only.
 
 Placement: ranks are laid out in Megatron's order tp-cp-ep-dp-pp (tp fastest). A group of
-`size` ranks whose members are `stride` ranks apart spans nodes when size*stride exceeds
-the GPUs per node (for stride < GPUs per node, members sit in the same node until the
-group outgrows it).
+`size` ranks whose members are `stride` ranks apart lies in blocks of size*stride
+consecutive ranks; it stays inside a node when that block fits a node and divides it,
+otherwise the slowest group crosses the network.
 """
 
 from __future__ import annotations
@@ -37,7 +37,10 @@ class Link:
 def group_link(cluster: ClusterSpec, size: int, stride: int) -> Link:
     """The link that bounds a group of `size` ranks spaced `stride` apart."""
     g = cluster.gpu
-    if size <= 1 or size * stride <= cluster.gpus_per_node:
+    span = size * stride  # consecutive ranks one group's members lie in
+    # inside a node only if every such block is: no larger than a node and dividing it
+    # (tp=3 on 8-GPU nodes puts ranks 6-8 in two nodes)
+    if size <= 1 or (span <= cluster.gpus_per_node and cluster.gpus_per_node % span == 0):
         return Link(cluster.intra_node_gb_s * 1e9 * g.link_efficiency, cluster.intra_node_latency_s, "intra")
     return Link(cluster.inter_node_gb_s * 1e9 * g.link_efficiency, cluster.inter_node_latency_s, "inter")
 

@@ -215,7 +215,8 @@ def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = N
         if lb >= best_t * (1 - 1e-9):
             stats.pruned_time += len(queue)
             break
-        if time.perf_counter() - t0 > limit:
+        out_of_time = time.perf_counter() - t0 > limit
+        if out_of_time and found:
             stats.timed_out = True
             stats.lower_bound_s = min(stats.lower_bound_s, lb)
             break
@@ -223,6 +224,15 @@ def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = N
         table = tables.get(c)
         p = stage_problem(prob, c, table)
         uniform = all(b is table.blocks[0] for b in table.blocks)
+        if out_of_time:
+            # nothing found yet: take the best-bounded candidates' greedy partitions until one fits
+            stats.timed_out = True
+            stats.lower_bound_s = min(stats.lower_bound_s, lb)
+            hint = greedy_partition(p)
+            if hint is not None:
+                _record(found, prob, c, table, hint[0], hint[1], "feasible", k)
+                optimal_all = False
+            continue
         if level == 0:
             sums = tables.get_sums(c)
             m = p.num_micro_batches
