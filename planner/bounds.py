@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from cost_model import memory
-from cost_model.layers import LayerTable
+from cost_model.layers import LayerCost, LayerTable
 
 from .ilp import StageProblem, block_act_bytes, block_time_s, extras_for_rank
 
@@ -84,9 +84,19 @@ def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: floa
     return (1 + memory.ALLOCATOR_FRAGMENTATION) * (sums.states_bytes * per / base / c.pp + act) + reserved
 
 
+def _kinds(p: StageProblem) -> list[LayerCost]:
+    """The distinct block kinds (blocks of one kind share one LayerCost)."""
+    seen: dict[int, LayerCost] = {}
+    for b in p.table.blocks:
+        seen.setdefault(id(b), b)
+    return list(seen.values())
+
+
 def _rank_time_fn(p: StageProblem, r: int):
-    """T_r(N) for uniform blocks, math.inf where N blocks cannot fit."""
-    b = p.table.blocks[0]
+    """A lower bound on T_r(N), the time of rank r holding N blocks, math.inf where N blocks
+    cannot fit. Exact for uniform blocks; with several block kinds each coefficient takes
+    its most favourable kind (least time and memory, most memory saved by recompute)."""
+    kinds = _kinds(p)
     full = p.recompute == "full"
     frag = 1.0 + memory.ALLOCATOR_FRAGMENTATION
     budget = (p.capacity_bytes - p.reserved_bytes) / frag
@@ -94,9 +104,10 @@ def _rank_time_fn(p: StageProblem, r: int):
     inflight = p.inflight(r)
     e_r = sum(x.time_s for x in extras) + p2p_s
     const_mem = sum(x.state_bytes + inflight * x.act.none for x in extras)
-    per_block = b.state_bytes + inflight * block_act_bytes(b, p.recompute)
-    save = inflight * (block_act_bytes(b, p.recompute) - b.act.full)
-    c, c_rc = block_time_s(b, p.recompute), b.recompute_full_s
+    per_block = min(b.state_bytes + inflight * block_act_bytes(b, p.recompute) for b in kinds)
+    save = max(inflight * (block_act_bytes(b, p.recompute) - b.act.full) for b in kinds)
+    c = min(block_time_s(b, p.recompute) for b in kinds)
+    c_rc = min(b.recompute_full_s for b in kinds)
     z3, peak = p.table.zero3_buffer_bytes, p.table.block_act_peak_bytes
 
     def t(n: int) -> float:
@@ -115,7 +126,8 @@ def _rank_time_fn(p: StageProblem, r: int):
 
 
 def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.inf) -> float:
-    """The tight bound of the module docstring (uniform blocks only). `cutoff`: the best plan
+    """The tight bound of the module docstring (exact rank model for uniform blocks, a
+    relaxation of it for several block kinds). `cutoff`: the best plan
     so far; the result is only needed when it is below it, so the tail bound is skipped when
     the rest already reaches it (the value returned is a valid bound either way)."""
     L, pp, v = p.num_layers, p.pp, p.vpp
@@ -135,8 +147,7 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
         counts[r] += 1
         slowest = max(slowest, t_next)
         heapq.heappush(heap, (fns[r][0](counts[r] + 1), r))
-    c = block_time_s(p.table.blocks[0], p.recompute)
-    total = c * L + sum(e for _, e in fns)
+    total = sum(block_time_s(b, p.recompute) for b in p.table.blocks) + sum(e for _, e in fns)
     m = p.num_micro_batches
     bound = (m - 1.0 / v) * slowest + total / v
     if bound >= cutoff:
@@ -149,12 +160,12 @@ def min_max_tail_s(p: StageProblem) -> float:
     to L. Per rank tail_r(N) = max(A + a N, B + b N) with the exposed-sync formula
     max(dp - (1-g) bwd, g dp) (stages.RankCost.exposed_dp_s), so {N : tail_r(N) <= M} is an
     interval found in O(1); bisection on M."""
-    b0 = p.table.blocks[0]
     g = p.interference
     L, pp, v = p.num_layers, p.pp, p.vpp
     hi_n = L - v * (pp - 1)
-    c_dp, c_bwd, c_opt = b0.dp_sync_s, b0.compute_s - b0.fwd_s, b0.optimizer_s
-    a, b = c_dp - (1 - g) * c_bwd + c_opt, g * c_dp + c_opt
+    kinds = _kinds(p)  # several kinds: the least slope of each line bounds every mix
+    a = min(x.dp_sync_s - (1 - g) * (x.compute_s - x.fwd_s) + x.optimizer_s for x in kinds)
+    b = min(g * x.dp_sync_s + x.optimizer_s for x in kinds)
     lines = []
     for r in range(pp):
         extras, _ = extras_for_rank(p, r)

@@ -223,7 +223,6 @@ def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = N
         heapq.heappop(queue)
         table = tables.get(c)
         p = stage_problem(prob, c, table)
-        uniform = all(b is table.blocks[0] for b in table.blocks)
         if out_of_time:
             # nothing found yet: take the best-bounded candidates' greedy partitions until one fits
             stats.timed_out = True
@@ -240,7 +239,7 @@ def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = N
                 stats.pruned_memory += 1
                 continue
             refined = cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
-            if uniform and refined < best_t:
+            if refined < best_t:
                 refined = max(refined, tight_time_bound_s(p, sums, cutoff=best_t))
             if refined == math.inf:
                 stats.pruned_memory += 1
@@ -249,7 +248,7 @@ def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = N
             continue
         hint = greedy_partition(p)
         remaining = max(0.05, limit - (time.perf_counter() - t0))
-        sol = solve(p, min(remaining, max(1.0, limit / 4)), hint, lower_bound_s=lb if uniform else None)
+        sol = solve(p, min(remaining, max(1.0, limit / 4)), hint, lower_bound_s=lb)
         stats.ilp_solves += 1
         stats.solve_time_s += sol.solve_time_s
         if sol.status in ("optimal", "feasible"):
