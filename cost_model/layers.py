@@ -80,6 +80,11 @@ class LayerTable:
     sources: dict[str, str] = field(default_factory=dict)
 
     @cached_property
+    def block_kinds(self) -> tuple[LayerCost, ...]:
+        """The distinct block costs (blocks of one kind share one LayerCost object)."""
+        return tuple({id(b): b for b in self.blocks}.values())
+
+    @cached_property
     def block_act_peak_bytes(self) -> float:
         """A fully recomputed block's activations live again during its backward
         (Korthikanti §5): a rank that recomputes holds the largest block's, at most."""

@@ -84,12 +84,8 @@ def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: floa
     return (1 + memory.ALLOCATOR_FRAGMENTATION) * (sums.states_bytes * per / base / c.pp + act) + reserved
 
 
-def _kinds(p: StageProblem) -> list[LayerCost]:
-    """The distinct block kinds (blocks of one kind share one LayerCost)."""
-    seen: dict[int, LayerCost] = {}
-    for b in p.table.blocks:
-        seen.setdefault(id(b), b)
-    return list(seen.values())
+def _kinds(p: StageProblem) -> tuple[LayerCost, ...]:
+    return p.table.block_kinds
 
 
 def _rank_time_fn(p: StageProblem, r: int):
@@ -147,7 +143,8 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
         counts[r] += 1
         slowest = max(slowest, t_next)
         heapq.heappush(heap, (fns[r][0](counts[r] + 1), r))
-    total = sum(block_time_s(b, p.recompute) for b in p.table.blocks) + sum(e for _, e in fns)
+    blocks_s = sums.time_s[p.recompute] - p.table.embedding.time_s - p.table.output.time_s
+    total = blocks_s + sum(e for _, e in fns)
     m = p.num_micro_batches
     bound = (m - 1.0 / v) * slowest + total / v
     if bound >= cutoff:
