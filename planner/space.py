@@ -15,12 +15,15 @@ KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "
 TARGETS = ("megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "runtime")
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
 MAX_VPP = 8
+DEFAULT_HEADROOM = 0.05
 
 
 @dataclass(frozen=True)
 class SearchSpace:
     allowed: dict[str, tuple | None] = field(default_factory=dict)  # None = open
-    memory_headroom: float = 0.0
+    # usable memory = capacity x (1 - headroom): the memory model's margins (fragmentation,
+    # reserved) are estimates, so plans keep 5% spare by default
+    memory_headroom: float = DEFAULT_HEADROOM
     top_k: int = 3
     time_limit_s: float = 10.0
     targets: tuple[str, ...] = TARGETS
@@ -89,7 +92,7 @@ def parse_search(d: Any) -> SearchSpace:
         bad = [v for v in allowed[knob] or () if v not in choices]
         if bad:
             raise SpecError(f"search.{knob}", f"unknown value {bad[0]!r}", allowed=list(choices))
-    headroom = d.get("memory_headroom", 0.0)
+    headroom = d.get("memory_headroom", DEFAULT_HEADROOM)
     if not isinstance(headroom, int | float) or isinstance(headroom, bool) or not 0 <= headroom < 1:
         raise SpecError("search.memory_headroom", f"must be in [0, 1), got {headroom!r}", allowed="[0, 1)")
     top_k = d.get("top_k", 3)

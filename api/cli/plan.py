@@ -16,7 +16,7 @@ def register(sub) -> None:
     p.add_argument("--time-limit", type=float, metavar="S", help="search time limit in seconds (default 10)")
     p.add_argument("--exhaustive", action="store_true", help="brute-force reference search (small instances)")
     p.add_argument("--emit", metavar="DIR", help="write plan.json and the launch artifacts into DIR")
-    p.add_argument("--headroom", type=float, metavar="F", help="memory headroom fraction (default 0)")
+    p.add_argument("--headroom", type=float, metavar="F", help="memory headroom fraction (default 0.05)")
     p.set_defaults(func=run)
 
 
