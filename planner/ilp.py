@@ -132,16 +132,17 @@ class _Builder:
         self.idx: dict[int, cp_model.LinearExpr] = {}  # k -> start[k] + rc[k]
         self._memo: dict[tuple, cp_model.IntVar] = {}  # (prefix table, index) -> P[index]
 
-    def at(self, table: tuple[list[int], int | None], index, name: str, where: str):
-        """P[index] as a linear expression (element constraint unless linear). `where`
-        names the index (a boundary "s3", or "i3" for start[3] + rc[3]): a prefix is looked
-        up once per index, since stage k's end is stage k+1's start."""
+    def at(self, table: tuple[list[int], int | None], index, label: str, where: str):
+        """P[index] as a linear expression (element constraint unless linear). `label` names
+        the prefix table ("time", "act2", ...) and `where` the index (a boundary "s3", or
+        "i3" for start[3] + rc[3]): each is looked up once, since stage k's end is stage
+        k+1's start."""
         prefix, per = table
         if per is not None:
             return per * index
-        key = (id(prefix), where)
+        key = (label, where)
         if key not in self._memo:
-            var = self.model.NewIntVar(min(prefix), max(prefix), name)
+            var = self.model.NewIntVar(min(prefix), max(prefix), f"{label}@{where}")
             self.model.AddElement(index, prefix, var)
             self._memo[key] = var
         return self._memo[key]
@@ -263,14 +264,14 @@ class _Builder:
             s, e, i = self.start[k], self.start[k + 1], self.idx[k]
             terms = {}
             e_, s_, i_ = f"s{k + 1}", f"s{k}", f"i{k}"
-            terms["time"] = self.at(P_time, e, f"te{k}", e_) - self.at(P_time, s, f"ts{k}", s_)
+            terms["time"] = self.at(P_time, e, "time", e_) - self.at(P_time, s, "time", s_)
             if full:
-                terms["time"] += self.at(P_rc, i, f"ri{k}", i_) - self.at(P_rc, s, f"rs{k}", s_)
-            terms["state"] = self.at(P_state, e, f"se{k}", e_) - self.at(P_state, s, f"ss{k}", s_)
-            terms["dp"] = self.at(P_dp, e, f"de{k}", e_) - self.at(P_dp, s, f"ds{k}", s_)
-            terms["dp_g"] = self.at(P_dp_g, e, f"dge{k}", e_) - self.at(P_dp_g, s, f"dgs{k}", s_)
-            terms["bwd"] = self.at(P_bwd, e, f"be{k}", e_) - self.at(P_bwd, s, f"bs{k}", s_)
-            terms["opt"] = self.at(P_opt, e, f"oe{k}", e_) - self.at(P_opt, s, f"os{k}", s_)
+                terms["time"] += self.at(P_rc, i, "rc", i_) - self.at(P_rc, s, "rc", s_)
+            terms["state"] = self.at(P_state, e, "state", e_) - self.at(P_state, s, "state", s_)
+            terms["dp"] = self.at(P_dp, e, "dp", e_) - self.at(P_dp, s, "dp", s_)
+            terms["dp_g"] = self.at(P_dp_g, e, "dp_g", e_) - self.at(P_dp_g, s, "dp_g", s_)
+            terms["bwd"] = self.at(P_bwd, e, "bwd", e_) - self.at(P_bwd, s, "bwd", s_)
+            terms["opt"] = self.at(P_opt, e, "opt", e_) - self.at(P_opt, s, "opt", s_)
             stage_terms[k] = terms
 
         M = mdl.NewIntVar(0, 2**50, "slowest_rank")
@@ -301,9 +302,9 @@ class _Builder:
             act = 0
             for k in ks:
                 s, e, i = self.start[k], self.start[k + 1], self.idx[k]
-                act += self.at(P_act, e, f"ae{k}", f"s{k + 1}") - self.at(P_act, s, f"as{k}", f"s{k}")
+                act += self.at(P_act, e, f"act{r}", f"s{k + 1}") - self.at(P_act, s, f"act{r}", f"s{k}")
                 if full:
-                    act -= self.at(P_save, i, f"vi{k}", f"i{k}") - self.at(P_save, s, f"vs{k}", f"s{k}")
+                    act -= self.at(P_save, i, f"save{r}", f"i{k}") - self.at(P_save, s, f"save{r}", f"s{k}")
             state = sum(stage_terms[k]["state"] for k in ks)
             const_mem = sc.mem_up(sum(x.state_bytes + inflight * x.act.none for x in extras))
             transient = mdl.NewIntVar(0, 2**50, f"transient{r}")
