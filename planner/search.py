@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cost_model.estimate import compose
 from cost_model.layers import LayerTable, layer_table
@@ -66,7 +66,6 @@ class SearchResult:
     stats: SearchStats
     status: str  # optimal | feasible
     gap: float
-    bound_notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
