@@ -91,8 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = make_engine(settings.sqlalchemy_url())
         migrate(engine)  # upgrades keep stored plans; replicas serialise on a lock
         app.state.store = Store(engine)
-        app.state.pool = SolverPool(settings.workers, settings.queue_size, settings.test_solve_delay_s,
-                                    on_depth=metrics.queue_depth.set)
+        app.state.pool = SolverPool(settings.workers, settings.queue_size, on_depth=metrics.queue_depth.set)
         log.info("planner service ready (database %s, %d solver workers, queue %d)",
                  engine.url.render_as_string(hide_password=True), settings.workers, settings.queue_size)
         try:

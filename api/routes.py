@@ -176,7 +176,7 @@ async def _solve(request: Request, fn, *args, limit_s: float, kind: str):
     start = time.perf_counter()
     try:
         # grace beyond the solver's own limit: enumeration and launch emitters run outside CP-SAT
-        result = await app.state.pool.submit(fn, *args, timeout_s=limit_s * 1.5 + 5 + settings.test_solve_delay_s)
+        result = await app.state.pool.submit(fn, *args, timeout_s=limit_s * 1.5 + 5)
     except QueueFull:
         app.state.metrics.rejected.inc()
         raise ApiError(429, "queue_full", "the solver queue is full; retry later",

@@ -33,7 +33,6 @@ class Settings(BaseSettings):
     retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 429/503")
     # Test-only hook: every solve sleeps this long before it starts, so tests can fill the
     # queue deterministically. Never set it in production.
-    test_solve_delay_s: float = Field(0.0, ge=0, description="TEST ONLY: sleep before each solve")
 
     def sqlalchemy_url(self) -> str:
         if self.database_url:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -21,14 +20,12 @@ class SolveTimeout(Exception):
 
 
 class SolverPool:
-    def __init__(self, workers: int, queue_size: int, test_delay_s: float = 0.0,
-                 on_depth: Callable[[int], None] | None = None):
+    def __init__(self, workers: int, queue_size: int, on_depth: Callable[[int], None] | None = None):
         self.workers = workers
         self.capacity = workers + queue_size
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="solver")
         self._lock = threading.Lock()
         self._admitted = 0  # running + waiting; released when the thread finishes, not when the client gives up
-        self._test_delay_s = test_delay_s
         self._on_depth = on_depth or (lambda _n: None)
 
     @property
@@ -43,8 +40,6 @@ class SolverPool:
         self._on_depth(max(0, n - self.workers))
 
     def _run(self, fn: Callable[..., Any], args: tuple) -> Any:
-        if self._test_delay_s:
-            time.sleep(self._test_delay_s)
         return fn(*args)
 
     async def submit(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> Any:
