@@ -208,7 +208,7 @@ class _Builder:
 
     def uniform_solution(self, solver) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Split each rank's N[r] blocks over its vpp stages (remainder to the earlier
-        ones) and its R[r] recomputed blocks likewise, within each stage's size."""
+        ones) and its R[r] recomputed blocks evenly, within each stage's size."""
         p = self.p
         S, pp, v = p.num_stages, p.pp, p.vpp
         counts, rcs = [0] * S, [0] * S
@@ -218,10 +218,14 @@ class _Builder:
             base, extra = divmod(n, v)
             for j, k in enumerate(ks):
                 counts[k] = base + (1 if j < extra else 0)
-            for k in ks:
-                take = min(counts[k], rr)
-                rcs[k] = take
-                rr -= take
+            # spread the recomputed blocks evenly over the rank's stages (any split costs the
+            # same for uniform blocks; an even one keeps the per-stage maximum low, which is
+            # the one number Megatron's --recompute-num-layers takes)
+            while rr > 0:
+                open_ks = [k for k in ks if rcs[k] < counts[k]]
+                k = min(open_ks, key=lambda k: (rcs[k], k))
+                rcs[k] += 1
+                rr -= 1
         return tuple(counts), tuple(rcs)
 
     def build(self, hint: tuple[list[int], list[int]] | None):
