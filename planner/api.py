@@ -113,6 +113,7 @@ def plan_request(req: dict, profile=None, time_limit_s: float | None = None, exh
             "pruned_by_memory": res.stats.pruned_memory,
             "pruned_by_time_bound": res.stats.pruned_time,
             "ilp_solves": res.stats.ilp_solves,
+            "ilp_infeasible": res.stats.infeasible,
             "solve_time_s": round(res.stats.solve_time_s, 4),
             "solver": res.stats.solver,
             "gap": round(res.gap, 6),

@@ -56,23 +56,30 @@ def table_sums(table: LayerTable, gamma: float) -> TableSums:
     )
 
 
-def cheap_time_bound_s(sums: TableSums, table: LayerTable, recompute: str, pp: int, vpp: int, m: int) -> float:
+def _pipeline_bound_s(sums: TableSums, table: LayerTable, recompute: str, pp: int, vpp: int, m: int) -> float:
+    """(m - 1/v) W/p + W/v with W every layer's time plus the p2p sends (no tail)."""
     W = sums.time_s[recompute] + 2 * (pp * vpp - 1) * table.p2p_s
-    return (m - 1.0 / vpp) * W / pp + W / vpp + sums.tail_s / pp
+    return (m - 1.0 / vpp) * W / pp + W / vpp
 
 
-def memory_bound_bytes(sums: TableSums, recompute: str, schedule: str, pp: int, vpp: int, m: int, reserved: float) -> float:
-    """Some rank holds at least 1/p of the model states and, being the last rank, at least
-    one micro-batch of 1/p of the blocks' least activations (block inputs under full recompute)."""
+def cheap_time_bound_s(sums: TableSums, table: LayerTable, recompute: str, pp: int, vpp: int, m: int) -> float:
+    return _pipeline_bound_s(sums, table, recompute, pp, vpp, m) + sums.tail_s / pp
+
+
+def memory_bound_bytes(
+    sums: TableSums, recompute: str, schedule: str, pp: int, vpp: int, m: int, reserved: float, states_scale: float = 1.0
+) -> float:
+    """Some rank holds at least 1/p of the model states (times `states_scale`) and, being the
+    last rank, at least one micro-batch of 1/p of the blocks' least activations (block inputs
+    under full recompute)."""
     act = sums.act_bytes[recompute] / pp * memory.in_flight_micro_batches(schedule, pp, pp - 1, m, vpp)
-    return (1 + memory.ALLOCATOR_FRAGMENTATION) * (sums.states_bytes / pp + act) + reserved
+    return (1 + memory.ALLOCATOR_FRAGMENTATION) * (sums.states_bytes * states_scale / pp + act) + reserved
 
 
 def base_time_bound_s(sums: TableSums, table: LayerTable, c, m: int) -> float:
     """The cheap bound from the base table (dp = 1, no ZeRO): the same compute and TP/CP/EP
     communication, no ZeRO-3 gathers (>= 0) and no tail (>= 0), so it bounds every variant."""
-    W = sums.time_s[c.recompute] + 2 * (c.pp * c.vpp - 1) * table.p2p_s
-    return (m - 1.0 / c.vpp) * W / c.pp + W / c.vpp
+    return _pipeline_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
 
 
 def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: float) -> float:
@@ -80,8 +87,7 @@ def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: floa
     dense data-parallel group (dp*cp ranks; expert weights shard over fewer, so this is lower)."""
     base = memory.model_state_bytes_per_param(training, 0, 1).total
     per = memory.model_state_bytes_per_param(training, c.zero, c.dp * c.cp).total
-    act = sums.act_bytes[c.recompute] / c.pp * memory.in_flight_micro_batches(c.schedule, c.pp, c.pp - 1, m, c.vpp)
-    return (1 + memory.ALLOCATOR_FRAGMENTATION) * (sums.states_bytes * per / base / c.pp + act) + reserved
+    return memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved, states_scale=per / base)
 
 
 def _kinds(p: StageProblem) -> tuple[LayerCost, ...]:

@@ -59,6 +59,11 @@ class SearchStats:
     min_memory_config: Candidate | None = None
     solver: str = "cp-sat"
 
+    def note_memory(self, gib: float, c: Candidate) -> None:
+        """Keep the least memory bound seen (for the infeasibility report)."""
+        if gib < self.min_memory_gib:
+            self.min_memory_gib, self.min_memory_config = gib, c
+
 
 @dataclass
 class SearchResult:
@@ -171,8 +176,7 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
     for c in cands:
         m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
         mem = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, m, reserved) / GIB
-        if mem < stats.min_memory_gib:
-            stats.min_memory_gib, stats.min_memory_config = mem, c
+        stats.note_memory(mem, c)
 
 
 def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = None) -> SearchResult:
@@ -195,8 +199,7 @@ def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = N
         m = B // (c.dp * c.micro_batch_size)
         base_table, base_sums = tables.base(c)
         mem_lb = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
-        if mem_lb / GIB < stats.min_memory_gib:
-            stats.min_memory_gib, stats.min_memory_config = mem_lb / GIB, c
+        stats.note_memory(mem_lb / GIB, c)
         if mem_lb > cap:
             stats.pruned_memory += 1
             continue
