@@ -3,7 +3,6 @@ planner/ take, so the CLI and the service answer the same question the same way.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
@@ -16,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.errors import SpecError
+from planner.hashing import SEMANTIC_KEYS, request_hash
 
 from .cli.catalog import gpus_table, models_table
 from .core import estimate_request
@@ -39,8 +39,8 @@ from .worker import QueueFull, SolveTimeout
 log = logging.getLogger("planner.api")
 
 # what a plan depends on; anything else in the body (metadata, client labels) is left out of
-# the request hash and of the solve (the same keys planner.api.request_hash uses).
-SEMANTIC = ("model", "cluster", "training", "search")
+# the request hash and of the solve
+SEMANTIC = SEMANTIC_KEYS
 
 
 def _err(desc: str) -> dict:
@@ -67,13 +67,6 @@ def require_token(request: Request) -> None:
 
 router = APIRouter()
 v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses={401: COMMON_ERRORS[401]})
-
-
-def request_hash(req: dict) -> str:
-    """sha256 of the canonical JSON (sorted keys, no whitespace) of the semantic request."""
-    semantic = {k: req[k] for k in SEMANTIC if req.get(k) is not None}
-    canon = json.dumps(semantic, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canon.encode()).hexdigest()
 
 
 def new_id(prefix: str) -> str:

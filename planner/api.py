@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from dataclasses import asdict
 from typing import Any
@@ -18,6 +16,7 @@ from cost_model.parse import (
     parse_training,
 )
 
+from .hashing import request_hash
 from .reasons import alternative_reason, infeasible_details, plan_reasons
 from .search import Problem, search
 from .space import parse_search
@@ -30,15 +29,6 @@ class Infeasible(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def request_hash(req: dict) -> str:
-    semantic = {k: req.get(k) for k in ("model", "cluster", "training", "search") if req.get(k) is not None}
-    return hashlib.sha256(canonical_json(semantic).encode()).hexdigest()
 
 
 def problem_from_request(req: dict, profile=None) -> Problem:
