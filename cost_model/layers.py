@@ -119,6 +119,16 @@ def _state(
     return params * per.weights, params * per.grads, params * per.optimizer
 
 
+def _tp_sync_s(nbytes: float, tp: int, link, fits, sequence_parallel: bool) -> float:
+    """One Megatron f/g operator on a b*s*h activation: an all-reduce (Shoeybi et al. 2019,
+    fig. 3), or with sequence parallelism an all-gather plus a reduce-scatter (Korthikanti
+    et al. 2022, sec. 4.2.2). The ring formulas make the two equal; measured fits (a
+    profile's per-collective alpha-beta) can tell them apart."""
+    if sequence_parallel:
+        return comm.all_gather_s(nbytes, tp, link, fits) + comm.reduce_scatter_s(nbytes, tp, link, fits)
+    return comm.all_reduce_s(nbytes, tp, link, fits)
+
+
 def _dp_sync_s(
     cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, size: int, stride: int, fits
 ) -> float:
@@ -268,7 +278,7 @@ def _block_cost(
     fits = profile.comm if profile else None
     tp_link = comm.group_link(cluster, tp, 1)
     ar_bytes = act_dt * tokens * h
-    tp_fwd = 2 * comm.all_reduce_s(ar_bytes, tp, tp_link, fits)
+    tp_fwd = 2 * _tp_sync_s(ar_bytes, tp, tp_link, fits, cfg.sequence_parallel)
     tp_comm = 2 * tp_fwd
 
     # --- CP ring exchange of K/V, overlapped with the attention core
@@ -378,7 +388,8 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     bwd = compute.memory_bound_time_s(gpu, 2 * nbytes, kernels=2)
     fwd, bwd, sources["embedding"] = _profiled(profile, "embedding", cfg, t, fwd, bwd)
     fits = profile.comm if profile else None
-    tp_comm = 2 * comm.all_reduce_s(act_dt * tokens * m.hidden_size, tp, comm.group_link(cluster, tp, 1), fits)
+    tp_comm = 2 * _tp_sync_s(act_dt * tokens * m.hidden_size, tp, comm.group_link(cluster, tp, 1), fits,
+                             cfg.sequence_parallel)
     act = memory.embedding_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
     return _replicated_layer(
         "embedding", cluster, t, cfg, flops.embedding_params(m) / tp, fwd, bwd, tp_comm,
@@ -404,7 +415,7 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     fits = profile.comm if profile else None
     link = comm.group_link(cluster, tp, 1)
     tp_comm = 3 * comm.all_reduce_s(4 * tokens, tp, link, fits)
-    tp_comm += 2 * comm.all_reduce_s(act_dt * tokens * m.hidden_size, tp, link, fits)  # f/g operators
+    tp_comm += 2 * _tp_sync_s(act_dt * tokens * m.hidden_size, tp, link, fits, cfg.sequence_parallel)  # f/g
     act = memory.logits_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
     return _replicated_layer(
         "output", cluster, t, cfg, flops.output_params(m) / tp, fwd, bwd, tp_comm,

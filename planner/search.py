@@ -155,7 +155,8 @@ def search_exhaustive(prob: Problem) -> SearchResult:
     """Reference: every candidate, every partition (exhaustive.py); no bounds, no pruning."""
     stats = SearchStats(solver="exhaustive")
     tables = _Tables(prob)
-    cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space))
+    cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
+                                      dominance=False))
     brute.check_size(prob.model.num_layers, max((c.pp * c.vpp for c in cands), default=1), True, len(cands))
     found: list[Found] = []
     for c in cands:
@@ -194,7 +195,7 @@ def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = N
 
     # --- enumerate; order by the base-table bound (level 0)
     queue: list[tuple[float, int, int, Candidate]] = []  # (bound, order, level, candidate)
-    for i, c in enumerate(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space)):
+    for i, c in enumerate(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)):
         stats.candidates += 1
         m = B // (c.dp * c.micro_batch_size)
         base_table, base_sums = tables.base(c)

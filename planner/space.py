@@ -121,10 +121,15 @@ def _tp_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace) -> li
     return [t for t in ok if t <= limit and space.ok("tp", t)]
 
 
-def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: SearchSpace):
+def enumerate_candidates(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: SearchSpace, profile=None,
+    dominance: bool = True,
+):
     """Every candidate of the space that passes the divisibility rules of
     cost_model.validate (so each one can be costed). GPipe is listed only where 1F1B is not
-    allowed: it has the same time formula and never less memory (stages.py)."""
+    allowed: it has the same time formula and never less memory (stages.py). With `dominance`
+(the planner) the options of `dominant_options` are dropped; the exhaustive reference keeps
+them all, so its equivalence tests check those rules too."""
     n, L = cluster.num_gpus, model.num_layers
     B, s = training.global_batch_size, training.seq_length
     is_tf = isinstance(model, TransformerSpec)
@@ -153,16 +158,30 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, training: Train
                     for ep in eps:
                         if not space.ok("ep", ep):
                             continue
-                        yield from _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training)
+                        yield from _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training,
+                                          _fitted_collectives(profile), dominance)
 
 
-def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: list[str], zeros: list[int], sps: list[bool]):
+def _fitted_collectives(profile) -> bool:
+    """True when a profile prices all-reduce, reduce-scatter or all-gather with its own
+    measured alpha-beta fit: the collectives then no longer share one ring formula, and
+    the two rules below that compare them do not hold (gloo's reduce-scatter, for one,
+    measures several times slower per byte than its all-reduce)."""
+    comm = getattr(profile, "comm", None) or {}
+    return any(name in ("all_reduce", "reduce_scatter", "all_gather") for name, _level in comm)
+
+
+def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: list[str], zeros: list[int],
+                     sps: list[bool], fitted_collectives: bool = False):
     """Drop options another allowed option dominates in the cost model (never slower,
     never more memory), so the search is smaller but its optimum unchanged:
     - ZeRO-1 vs 0: reduce-scatter + all-gather moves (g + w)(n-1)/n bytes against the
-      all-reduce's 2g(n-1)/n, with less optimizer memory and work; ZeRO-2 vs 1: the same
-      time, less gradient memory. With one data-parallel rank all stages are the same.
-    - sequence parallelism: the same TP volume, less elementwise work and activation memory.
+      all-reduce's 2g(n-1)/n, with less optimizer memory and work (only while the three
+      collectives share the ring formula: not with `fitted_collectives`); ZeRO-2 vs 1: the
+      same time, less gradient memory. With one data-parallel rank all stages are the same.
+    - sequence parallelism: the same TP volume (all-gather + reduce-scatter against
+      all-reduce; again not with `fitted_collectives`), less elementwise work and
+      activation memory.
     - full recompute with a per-stage count includes the count 0 = no recompute; selective
       recompute under flash attention saves and costs nothing (memory.py).
     """
@@ -170,11 +189,11 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
     if dp * cp == 1:
         z = z[:1]
     else:
-        if 1 in z or 2 in z:
+        if (1 in z or 2 in z) and not fitted_collectives:
             z = [x for x in z if x != 0]
         if 2 in z:
             z = [x for x in z if x != 1]
-    s = [True] if (True in sps and tp > 1) else sps
+    s = [True] if (True in sps and tp > 1 and not fitted_collectives) else sps
     r = list(recomputes)
     if "full" in r:
         r = [x for x in r if x != "none"]
@@ -183,10 +202,13 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
     return r, z, s
 
 
-def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=None):
+def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=None, fitted_collectives=False,
+           dominance=True):
     sps = [False, True] if tp > 1 else [False]
     sps = [v for v in sps if space.ok("sequence_parallel", v)]
-    recomputes, zeros, sps = dominant_options(model, training, tp, dp, cp, recomputes, zeros, sps)
+    if dominance:
+        recomputes, zeros, sps = dominant_options(model, training, tp, dp, cp, recomputes, zeros, sps,
+                                                  fitted_collectives)
     schedules: list[tuple[str, int]] = []
     if pp == 1:
         for sched in ("1f1b", "gpipe"):

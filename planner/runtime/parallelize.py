@@ -7,6 +7,8 @@ then FSDP2 on the "dp" mesh (shards the already TP-sharded DTensors a second tim
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -18,6 +20,7 @@ from torch.distributed.tensor.parallel import (
     PrepareModuleInput,
     RowwiseParallel,
     SequenceParallel,
+    loss_parallel,
     parallelize_module,
 )
 
@@ -42,13 +45,31 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh, sequence_parallel: bool) -
     if model.output is not None:
         if sp:
             plan["norm"] = SequenceParallel()
-        # Logits are gathered to full vocab on every TP rank so the loss is the plain,
-        # single-device cross-entropy (loss_parallel would save memory, not change math).
-        plan["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate())
+        # Vocab-parallel logits stay sharded (a Shard(-1) DTensor); the loss is computed
+        # under loss_parallel() (see `tp_loss_context`), as Megatron's vocab-parallel
+        # cross-entropy does, instead of gathering [b, s, vocab] logits on every rank.
+        plan["output"] = ColwiseParallel(
+            input_layouts=seq, output_layouts=Shard(-1), use_local_output=False
+        )
     if plan:
         parallelize_module(model, tp_mesh, plan)
     for block in model.layers.values():
         bplan: dict[str, object] = {
+            # One gathered DTensor input is shared by wq/wk/wv (and w1/w3): their partial
+            # input-gradients add up as one Partial DTensor and are reduced once per
+            # sub-layer in backward (Megatron's f/g operators, Shoeybi et al. 2019 fig. 3;
+            # with SP one reduce-scatter, Korthikanti et al. 2022 fig. 5). Handing each
+            # projection a local tensor instead would all-reduce every projection's grad.
+            "attention": PrepareModuleInput(
+                input_layouts=(seq, None, None),
+                desired_input_layouts=(Replicate(), None, None),
+                use_local_output=False,
+            ),
+            "feed_forward": PrepareModuleInput(
+                input_layouts=(seq,),
+                desired_input_layouts=(Replicate(),),
+                use_local_output=False,
+            ),
             "attention.wq": ColwiseParallel(),
             "attention.wk": ColwiseParallel(),
             "attention.wv": ColwiseParallel(),
@@ -61,19 +82,15 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh, sequence_parallel: bool) -
         if sp:
             bplan["attention_norm"] = SequenceParallel()
             bplan["ffn_norm"] = SequenceParallel()
-            bplan["attention"] = PrepareModuleInput(
-                input_layouts=(Shard(1), None, None),
-                desired_input_layouts=(Replicate(), None, None),
-                use_local_output=True,
-            )
-            bplan["feed_forward"] = PrepareModuleInput(
-                input_layouts=(Shard(1),),
-                desired_input_layouts=(Replicate(),),
-                use_local_output=True,
-            )
         parallelize_module(block, tp_mesh, bplan)
     if sp:
         model.seq_shards = tp_mesh.size()
+
+
+def tp_loss_context(tp: int):
+    """Context for forward+backward of the loss: loss_parallel() when the logits are
+    vocab-sharded (tp > 1), else a no-op."""
+    return loss_parallel() if tp > 1 else contextlib.nullcontext()
 
 
 def apply_recompute(model: Transformer, stage: Stage, mode: str) -> None:

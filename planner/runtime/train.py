@@ -11,7 +11,13 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from planner.runtime.mesh import init_distributed
-from planner.runtime.parallelize import allreduce_grads, apply_fsdp, apply_recompute, apply_tp
+from planner.runtime.parallelize import (
+    allreduce_grads,
+    apply_fsdp,
+    apply_recompute,
+    apply_tp,
+    tp_loss_context,
+)
 from planner.runtime.pipeline import build_schedule, local_stage_ids
 from planner.runtime.plan_io import RunPlan
 from profiler.blocks import ModelDims, build_model, cross_entropy_loss
@@ -165,21 +171,24 @@ def run_distributed(
         inputs, labels = inputs[sl].to(device), labels[sl].to(device)
         opt.zero_grad(set_to_none=True)
         mb_losses: list[torch.Tensor] = []
-        if schedule is not None:
-            args = (inputs,) if has_first else ()
-            if has_last:
-                schedule.step(*args, target=labels, losses=mb_losses)
+        with tp_loss_context(plan.tp):  # forward and backward of a vocab-parallel loss
+            if schedule is not None:
+                args = (inputs,) if has_first else ()
+                if has_last:
+                    schedule.step(*args, target=labels, losses=mb_losses)
+                else:
+                    schedule.step(*args)
             else:
-                schedule.step(*args)
-        else:
-            model = parts[0]
-            for x, y in zip(
-                inputs.chunk(plan.num_micro_batches), labels.chunk(plan.num_micro_batches),
-                strict=True,
-            ):
-                loss = cross_entropy_loss(model(x), y)
-                (loss / plan.num_micro_batches).backward()
-                mb_losses.append(loss.detach())
+                model = parts[0]
+                for x, y in zip(
+                    inputs.chunk(plan.num_micro_batches), labels.chunk(plan.num_micro_batches),
+                    strict=True,
+                ):
+                    loss = cross_entropy_loss(model(x), y)
+                    (loss / plan.num_micro_batches).backward()
+                    mb_losses.append(loss.detach())
+        # a vocab-parallel loss is a replicated DTensor: every TP rank holds the value
+        mb_losses = [t.to_local() if isinstance(t, DTensor) else t for t in mb_losses]
         if plan.zero == 0 or plan.dp == 1:
             allreduce_grads(params, dp_group, plan.dp)
         opt.step()

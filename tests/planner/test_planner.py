@@ -351,3 +351,35 @@ def test_plan_time_equals_estimate_of_its_config(req):
         aest = estimate(parse_model(req["model"]), parse_cluster(req["cluster"]), parse_training(req["training"]),
                         parse_parallelism(apar))
         assert math.isclose(aest.prediction.step_time_s, alt["prediction"]["step_time_s"], rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("slow", ["reduce_scatter", "all_reduce"])
+def test_measured_collectives_decide_zero_and_sp(slow):
+    """With a profile that fits each collective on its own, ZeRO-1/2 (reduce-scatter +
+    all-gather) no longer dominates ZeRO-0 (all-reduce), nor SP (all-gather +
+    reduce-scatter) no-SP: the planner keeps both and matches the brute force, which keeps
+    every option. A 20x slower collective decides which one wins."""
+    from cost_model.specs import CalibrationProfile, CommFit
+
+    fast, slower = CommFit(1e-5, 1e-11), CommFit(2e-4, 2e-10)
+    fits = {(c, lvl): (slower if c == slow else fast)
+            for c in ("all_reduce", "reduce_scatter", "all_gather") for lvl in ("intra", "inter")}
+    prof = CalibrationProfile(device="a100-40gb", comm=fits)
+    req = {
+        "model": {"transformer": {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+                                  "vocab_size": 32000}},
+        "cluster": {"gpu": "a100-40gb", "num_gpus": 4},
+        "training": {"global_batch_size": 8, "seq_length": 1024},
+        "search": {"pp": 1, "cp": 1, "targets": []},
+    }
+    best = plan_request(req, prof)
+    ref = plan_request(req, prof, exhaustive=True)
+    assert math.isclose(best["prediction"]["step_time_s"], ref["prediction"]["step_time_s"], rel_tol=1e-6)
+    par = best["parallelism"]
+    if slow == "reduce_scatter":  # the all-reduce paths win: plain DP, TP without SP
+        assert par["zero"] == 0 or par["dp"] == 1
+        assert not par["sequence_parallel"] or par["tp"] == 1
+    else:  # all-reduce is the slow one: ZeRO-1/2 and SP take over
+        assert par["zero"] in (1, 2, 3) or par["dp"] == 1
+        assert par["sequence_parallel"] or par["tp"] == 1
+    assert par["dp"] > 1 or par["tp"] > 1
