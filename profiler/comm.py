@@ -11,6 +11,9 @@ n, so a fit plugs straight into it:
     all_gather      x = (n-1)/n * B     (B: the full, gathered output)
     all_to_all      x = (n-1)/n * B     (B: the bytes each rank sends in all)
     send_recv       x = B               (one direction, half a ping-pong round trip)
+Each point is the mean over repeats by default (--statistic): a training step sums many
+collectives, so their expected time is what adds up, and on a shared host the tail is
+heavy (gloo on a 2-core VM: p90 3-5x the median at 128 KiB-2 MiB).
 Level: "intra" when every rank is on one node (LOCAL_WORLD_SIZE == WORLD_SIZE), else
 "inter" (the group then crosses the network, the slowest link). Rank 0 merges the fits into
 FILE (creating a profile with just these fits when FILE does not exist).
@@ -68,9 +71,10 @@ def _sizes(lo: int, hi: int) -> list[int]:
     return out
 
 
-def _run_one(dist, torch, collective: str, nbytes: int, device, repeats: int, warmup: int) -> tuple[float, int]:
-    """Median seconds of one collective of about `nbytes` (slowest rank per repeat), and the
-    bytes actually moved."""
+def _run_one(dist, torch, collective: str, nbytes: int, device, repeats: int, warmup: int,
+             stat: str = "mean") -> tuple[float, int]:
+    """Seconds of one collective of about `nbytes` (slowest rank per repeat; the mean or
+    median over repeats), and the bytes actually moved."""
     n, rank = dist.get_world_size(), dist.get_rank()
     numel = max(n, nbytes // 4 // n * n)  # fp32, divisible by n
     buf = torch.ones(numel, device=device)
@@ -107,10 +111,10 @@ def _run_one(dist, torch, collective: str, nbytes: int, device, repeats: int, wa
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
         if i >= warmup:
             times.append(dt.item() / (2 if collective == "send_recv" else 1))
-    return statistics.median(times), numel * 4
+    return (statistics.fmean(times) if stat == "mean" else statistics.median(times)), numel * 4
 
 
-def benchmark(sizes: list[int], repeats: int, warmup: int, collectives=COLLECTIVES) -> list[dict]:
+def benchmark(sizes: list[int], repeats: int, warmup: int, collectives=COLLECTIVES, stat: str = "mean") -> list[dict]:
     import torch
     import torch.distributed as dist
 
@@ -123,13 +127,13 @@ def benchmark(sizes: list[int], repeats: int, warmup: int, collectives=COLLECTIV
             continue
         xs, ts, points = [], [], []
         for s in sizes:
-            t, nbytes = _run_one(dist, torch, c, s, device, repeats, warmup)
+            t, nbytes = _run_one(dist, torch, c, s, device, repeats, warmup, stat)
             xs.append(byte_term(c, nbytes, 2 if c == "send_recv" else n))
             ts.append(t)
             points.append({"bytes": nbytes, "time_s": t})
         alpha, beta = fit_alpha_beta(xs, ts)
         rows.append({"collective": c, "level": level, "alpha_s": alpha, "beta_s_per_byte": beta,
-                     "world_size": n, "backend": dist.get_backend(), "points": points})
+                     "world_size": n, "backend": dist.get_backend(), "statistic": stat, "points": points})
         if dist.get_rank() == 0:
             print(f"comm: {c:14s} {level} n={n}: alpha {alpha * 1e6:.1f} us, {1 / beta / 1e9:.3f} GB/s "
                   f"({len(sizes)} sizes)", file=sys.stderr, flush=True)
@@ -157,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="profile JSON to merge the fits into (created if absent)")
     ap.add_argument("--min-bytes", type=int, help="smallest message (default 4 KiB CPU, 64 KiB GPU)")
     ap.add_argument("--max-bytes", type=int, help="largest message (default 4 MiB CPU, 256 MiB GPU)")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=10, help="timed repeats per size (default 10)")
+    ap.add_argument("--statistic", choices=("mean", "median"), default="mean",
+                    help="per size: mean (default; a step's time adds up its collectives, so their "
+                         "expected time is what counts, tail included) or median")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma-separated subset")
     args = ap.parse_args(argv)
@@ -180,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     lo = args.min_bytes or (1 << 16 if gpu else 1 << 12)
     hi = args.max_bytes or (1 << 28 if gpu else 1 << 22)
     try:
-        rows = benchmark(_sizes(lo, hi), args.repeats, args.warmup, wanted)
+        rows = benchmark(_sizes(lo, hi), args.repeats, args.warmup, wanted, args.statistic)
         if dist.get_rank() == 0:
             merge_into(Path(args.out), rows)
             print(f"comm: fits merged into {args.out}", file=sys.stderr)

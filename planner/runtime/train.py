@@ -10,16 +10,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from planner.runtime.dist_optimizer import DistributedOptimizer
 from planner.runtime.mesh import init_distributed
-from planner.runtime.parallelize import (
-    allreduce_grads,
-    apply_fsdp,
-    apply_recompute,
-    apply_tp,
-    tp_loss_context,
-)
+from planner.runtime.parallelize import allreduce_grads, apply_fsdp, apply_recompute
 from planner.runtime.pipeline import build_schedule, local_stage_ids
 from planner.runtime.plan_io import RunPlan
+from planner.runtime.tensor_parallel import apply_tp, sync_replicated_grads, vocab_parallel_loss
 from profiler.blocks import ModelDims, build_model, cross_entropy_loss
 
 LR = 1e-3
@@ -59,26 +55,34 @@ def make_optimizer(plan: RunPlan, params: list[nn.Parameter]) -> torch.optim.Opt
     return torch.optim.Adam(params, lr=LR)
 
 
-def global_grad_norm(params: list[nn.Parameter], pp_group) -> float:
+def global_grad_norm(
+    parts: dict[int, nn.Module], tp_sharded: dict[int, set[str]], tp_group, pp_group
+) -> float:
     """L2 norm of the whole model's gradient, the same number on every rank.
 
     --check compares it with the reference because Adam's first steps are nearly
     invariant to gradient scale (update ~ g/|g|), so a loss-only check would miss a
-    wrong 1/dp or 1/num_micro_batches factor.  DTensor grads (TP and/or FSDP sharded)
-    reduce over their own mesh via full_tensor(); plain grads are whole replicas.
-    Stage sums are then added over the pp group.
+    wrong 1/dp or 1/num_micro_batches factor. TP slices (names in `tp_sharded`) are summed
+    over the TP group, replicated parameters counted once; FSDP2-sharded (DTensor) grads
+    reduce over their dp mesh via full_tensor(). Stage sums are then added over pp.
     """
-    sq = torch.zeros((), dtype=torch.float64)
-    for p in params:
-        if p.grad is None:
-            continue
-        g = p.grad.detach()
-        s = g.float().pow(2).sum()
-        if isinstance(s, DTensor):
-            s = s.full_tensor()
-        sq += s.double().cpu()
+    sharded_sq = torch.zeros((), dtype=torch.float64)
+    replicated_sq = torch.zeros((), dtype=torch.float64)
+    for k, part in parts.items():
+        for name, p in part.named_parameters():
+            if p.grad is None:
+                continue
+            s = p.grad.detach().float().pow(2).sum()
+            if isinstance(s, DTensor):
+                s = s.full_tensor()
+            if name in tp_sharded.get(k, ()):
+                sharded_sq += s.double().cpu()
+            else:
+                replicated_sq += s.double().cpu()
+    if tp_group is not None:
+        dist.all_reduce(sharded_sq, group=tp_group)
+    sq = sharded_sq + replicated_sq
     if pp_group is not None:
-        sq = sq.to(params[0].device) if params else sq
         dist.all_reduce(sq, group=pp_group)
     return float(sq.sqrt())
 
@@ -100,7 +104,7 @@ def run_reference(plan: RunPlan, steps: int, seed: int) -> tuple[list[float], li
         opt.zero_grad(set_to_none=True)
         loss = cross_entropy_loss(model(inputs), labels)
         loss.backward()
-        norms.append(global_grad_norm(list(model.parameters()), None))
+        norms.append(global_grad_norm({0: model}, {}, None, None))
         opt.step()
         losses.append(loss.item())
     return losses, norms
@@ -109,7 +113,10 @@ def run_reference(plan: RunPlan, steps: int, seed: int) -> tuple[list[float], li
 # ---------------------------------------------------------------------------- distributed
 
 
-def _build_part(plan: RunPlan, k: int, seed: int, mesh, device: torch.device) -> nn.Module:
+def _build_part(
+    plan: RunPlan, k: int, seed: int, mesh, device: torch.device
+) -> tuple[nn.Module, set[str]]:
+    """Model part of virtual stage k, parallelised; and the names of its TP-sliced params."""
     stage = plan.stages[k]
     last = len(plan.stages) - 1
     layer_ids = range(stage.first, stage.last + 1)
@@ -132,11 +139,12 @@ def _build_part(plan: RunPlan, k: int, seed: int, mesh, device: torch.device) ->
                 blocks[i].set_recompute("full" if n < s.recompute_layers else "none")
     else:
         apply_recompute(part, stage, plan.recompute)
+    sharded: set[str] = set()
     if plan.tp > 1:
-        apply_tp(part, mesh["tp"], plan.sequence_parallel)
-    if plan.zero > 0 and plan.dp > 1:
+        sharded = apply_tp(part, mesh["tp"].get_group(), plan.sequence_parallel)
+    if plan.zero == 3 and plan.dp > 1:
         apply_fsdp(part, mesh["dp"], plan.zero)
-    return part
+    return part, sharded
 
 
 def run_distributed(
@@ -148,55 +156,64 @@ def run_distributed(
     dp_rank = mesh["dp"].get_local_rank()
     tp_rank = mesh["tp"].get_local_rank()
     ids = local_stage_ids(plan, pp_rank) if plan.pp > 1 else [0]
-    parts = {k: _build_part(plan, k, seed, mesh, device) for k in ids}
+    built = {k: _build_part(plan, k, seed, mesh, device) for k in ids}
+    parts = {k: part for k, (part, _) in built.items()}
+    tp_sharded = {k: names for k, (_, names) in built.items()}
+    tp_group = mesh["tp"].get_group() if plan.tp > 1 else None
+    loss_fn = vocab_parallel_loss(plan.vocab_size, tp_group) if plan.tp > 1 else cross_entropy_loss
     params = [p for part in parts.values() for p in part.parameters()]
-    opt = make_optimizer(plan, params)
+    dp_group = mesh["dp"].get_group()
+    if plan.zero in (1, 2) and plan.dp > 1:
+        opt = DistributedOptimizer(params, dp_group, plan.dp, lambda ps: make_optimizer(plan, ps))
+    else:
+        opt = make_optimizer(plan, params)
     n_stages = len(plan.stages)
     has_first = 0 in ids
     has_last = (n_stages - 1 in ids) or plan.pp == 1
     schedule = (
-        build_schedule(plan, parts, mesh["pp"].get_group(), device, cross_entropy_loss)
+        build_schedule(plan, parts, mesh["pp"].get_group(), device, loss_fn)
         if plan.pp > 1
         else None
     )
     local_bs = plan.micro_batch_size * plan.num_micro_batches
-    dp_group = mesh["dp"].get_group()
     pp_group = mesh["pp"].get_group() if plan.pp > 1 else None
     losses, norms = [], []
     for step in range(steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         inputs, labels = make_batch(plan, step, seed)
         # Each DP rank takes its contiguous slice of the global batch.
         sl = slice(dp_rank * local_bs, (dp_rank + 1) * local_bs)
         inputs, labels = inputs[sl].to(device), labels[sl].to(device)
         opt.zero_grad(set_to_none=True)
         mb_losses: list[torch.Tensor] = []
-        with tp_loss_context(plan.tp):  # forward and backward of a vocab-parallel loss
-            if schedule is not None:
-                args = (inputs,) if has_first else ()
-                if has_last:
-                    schedule.step(*args, target=labels, losses=mb_losses)
-                else:
-                    schedule.step(*args)
+        if schedule is not None:
+            args = (inputs,) if has_first else ()
+            if has_last:
+                schedule.step(*args, target=labels, losses=mb_losses)
             else:
-                model = parts[0]
-                for x, y in zip(
-                    inputs.chunk(plan.num_micro_batches), labels.chunk(plan.num_micro_batches),
-                    strict=True,
-                ):
-                    loss = cross_entropy_loss(model(x), y)
-                    (loss / plan.num_micro_batches).backward()
-                    mb_losses.append(loss.detach())
-        # a vocab-parallel loss is a replicated DTensor: every TP rank holds the value
-        mb_losses = [t.to_local() if isinstance(t, DTensor) else t for t in mb_losses]
-        if plan.zero == 0 or plan.dp == 1:
+                schedule.step(*args)
+        else:
+            model = parts[0]
+            for x, y in zip(
+                inputs.chunk(plan.num_micro_batches), labels.chunk(plan.num_micro_batches),
+                strict=True,
+            ):
+                loss = loss_fn(model(x), y)
+                (loss / plan.num_micro_batches).backward()
+                mb_losses.append(loss.detach())
+        if plan.tp > 1 and plan.sequence_parallel:
+            for k, part in parts.items():
+                sync_replicated_grads(part, tp_group, tp_sharded[k])
+        if plan.zero == 0:  # zero 1/2: the distributed optimizer's step; zero 3: FSDP2
             allreduce_grads(params, dp_group, plan.dp)
         opt.step()
         # the step ends here: the diagnostics below (gradient norm, global loss) issue
         # collectives of their own (one per sharded parameter for the norm) that training
         # does not need, so they stay out of the measured step time
-        dt = time.perf_counter() - t0
-        norms.append(global_grad_norm(params, pp_group))  # grads are still set after step()
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        if isinstance(opt, DistributedOptimizer):
+            opt.gather_grads()
+        norms.append(global_grad_norm(parts, tp_sharded, tp_group, pp_group))  # grads are still set after step()
         # The loss lives on the last pipeline stage; one TP rank per DP replica
         # contributes its mean so a world all-reduce brings the global mean to rank 0.
         contrib = has_last and tp_rank == 0
@@ -206,7 +223,9 @@ def run_distributed(
         loss_val = total.item() / plan.dp
         losses.append(loss_val)
         if rank == 0:
-            _log(f"step {step} loss {loss_val:.6f} time_s {dt:.4f} grad_norm {norms[-1]:.6f}")
+            # cpu_s: this process's CPU time in the step (all its threads); below time_s when
+            # the process waits (collectives, pipeline peers) or is descheduled
+            _log(f"step {step} loss {loss_val:.6f} time_s {dt:.4f} cpu_s {dc:.4f} grad_norm {norms[-1]:.6f}")
     return losses, norms
 
 

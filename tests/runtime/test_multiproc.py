@@ -51,6 +51,19 @@ def test_tp2_dp2_sequence_parallel(tmp_path):
     run_plan(tmp_path, make_plan(stages=[(0, 7)], pp=1, dp=2, tp=2, sequence_parallel=True))
 
 
+def test_tp2_dp2_no_sp_distributed_optimizer(tmp_path):
+    """TP without SP (all-reduce f/g) under the ZeRO-2 distributed optimizer, whose flat
+    buffer holds TP slices."""
+    run_plan(tmp_path, make_plan(stages=[(0, 7)], pp=1, dp=2, tp=2, sequence_parallel=False, zero=2,
+                                 num_micro_batches=4))
+
+
+def test_zero3_tp2_dp2_sequence_parallel(tmp_path):
+    """FSDP2 over TP-sliced parameters; SP norm gradients summed over TP on FSDP shards."""
+    run_plan(tmp_path, make_plan(stages=[(0, 7)], pp=1, dp=2, tp=2, sequence_parallel=True, zero=3,
+                                 num_micro_batches=4))
+
+
 def test_pp2_tp2_uneven_stages_full_recompute(tmp_path):
     doc = make_plan(
         stages=[(0, 2, 2), (3, 7, 1)], pp=2, dp=1, tp=2, sequence_parallel=True,
