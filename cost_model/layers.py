@@ -159,7 +159,12 @@ def _zero3_s(
     fits,
 ) -> float:
     """ZeRO-3 per micro-batch: all-gather 16-bit params for forward and for backward,
-    reduce-scatter gradients; prefetch overlaps them with the layer's compute."""
+    reduce-scatter gradients; prefetch overlaps them with the layer's compute. Plus the
+    buffer copies around them, which run on the compute stream and are not hidden: the
+    gathered flat buffer is copied out into the layer's parameters after each gather, and
+    the gradients into the flat reduce-scatter input (torch FSDP2, fully_shard
+    _fsdp_collectives.py: foreach_all_gather_copy_out, foreach_reduce; DeepSpeed ZeRO-3
+    flattens and copies likewise): one read and one write of 2 W + G bytes."""
     if size <= 1 or cfg.zero < 3:
         return 0.0
     link = comm.group_link(cluster, size, stride)
@@ -168,7 +173,8 @@ def _zero3_s(
     fwd = comm.all_gather_s(wbytes, size, link, fits)
     bwd = comm.all_gather_s(wbytes, size, link, fits) + comm.reduce_scatter_s(gbytes, size, link, fits)
     gamma = cluster.gpu.overlap_interference
-    return overlapped_s(fwd, fwd_compute_s, gamma) + overlapped_s(bwd, bwd_compute_s, gamma)
+    copies = compute.memory_bound_time_s(cluster.gpu, 2 * (2 * wbytes + gbytes), kernels=3)
+    return overlapped_s(fwd, fwd_compute_s, gamma) + overlapped_s(bwd, bwd_compute_s, gamma) + copies
 
 
 def overlapped_s(comm_s: float, compute_s: float, interference: float) -> float:

@@ -4,6 +4,7 @@ with progress on stderr; returns the profile JSON object (cost_model.profile_sch
 from __future__ import annotations
 
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -60,6 +61,10 @@ class ProfileOptions:
     model_name: str = ""
     device_name: str | None = None  # catalog name override
     cpu_clock: bool = False  # CPU: time with the process CPU clock (see layers._Timer)
+    # Layer shapes are measured round-robin this many times and each time is the mean of the
+    # rounds' medians: on a host whose speed drifts (a shared VM), every shape then sees the
+    # same mix of fast and slow periods, so the planner compares shapes measured alike.
+    rounds: int = 1
     meta: dict = field(default_factory=dict)
 
 
@@ -103,28 +108,38 @@ def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) 
     rows, gemm_rows, skipped = [], [], []
     # The GEMM sweep gets a tenth of the time; layers share the rest.
     layer_deadline = t0 + 0.9 * o.max_seconds
-    for i, (kind, tp, b) in enumerate(jobs):
-        now = time.perf_counter()
-        if now >= layer_deadline:
-            skipped.append(f"{kind} tp={tp} mb={b}")
-            continue
-        budget = (layer_deadline - now) / (len(jobs) - i)
-        args = (o.dims, tp, b, o.seq_len, device, dtype, o.warmup, o.repeats, budget)
-        if kind == "embedding":
-            m = layers.measure_embedding(*args, cpu_clock=o.cpu_clock)
-        elif kind == "logits":
-            m = layers.measure_logits(*args, cpu_clock=o.cpu_clock)
-        else:
-            m = layers.measure_block(*args, cpu_clock=o.cpu_clock, moe=o.moe if kind == "moe_block" else None)
+    rounds = max(1, o.rounds)
+    per_job: dict[tuple[str, int, int], list[layers.Measurement]] = {}
+    for r in range(rounds):
+        for i, (kind, tp, b) in enumerate(jobs):
+            now = time.perf_counter()
+            if now >= layer_deadline:
+                if r == 0:
+                    skipped.append(f"{kind} tp={tp} mb={b}")
+                continue
+            budget = (layer_deadline - now) / ((rounds - r) * len(jobs) - i)
+            args = (o.dims, tp, b, o.seq_len, device, dtype, o.warmup, o.repeats, budget)
+            if kind == "embedding":
+                m = layers.measure_embedding(*args, cpu_clock=o.cpu_clock)
+            elif kind == "logits":
+                m = layers.measure_logits(*args, cpu_clock=o.cpu_clock)
+            else:
+                m = layers.measure_block(*args, cpu_clock=o.cpu_clock, moe=o.moe if kind == "moe_block" else None)
+            per_job.setdefault((kind, tp, b), []).append(m)
+            peak = f" peak {m.peak_bytes / 2**20:.1f} MiB" if m.peak_bytes is not None else ""
+            tag = f" round {r + 1}/{rounds}" if rounds > 1 else ""
+            progress(f"[{i + 1:3d}/{n}]{tag} {kind:9s} tp={tp} mb={b} s={o.seq_len}: fwd {m.fwd_s * 1e3:.2f} ms "
+                     f"bwd {m.bwd_s * 1e3:.2f} ms saved {m.activation_bytes / 2**20:.1f} MiB{peak} "
+                     f"({time.perf_counter() - t0:.1f} s)")
+    for (kind, tp, b), ms in per_job.items():
         row = {"kind": kind, "tp": tp, "micro_batch_size": b, "seq_length": o.seq_len,
-               "fwd_s": m.fwd_s, "bwd_s": m.bwd_s, "activation_bytes": m.activation_bytes}
-        if m.peak_bytes is not None:
-            row["peak_bytes"] = m.peak_bytes
+               "fwd_s": statistics.fmean(m.fwd_s for m in ms), "bwd_s": statistics.fmean(m.bwd_s for m in ms),
+               "activation_bytes": ms[-1].activation_bytes}
+        if ms[-1].peak_bytes is not None:
+            row["peak_bytes"] = max(m.peak_bytes for m in ms)
+        if rounds > 1:
+            row["rounds"] = len(ms)
         rows.append(row)
-        peak = f" peak {m.peak_bytes / 2**20:.1f} MiB" if m.peak_bytes is not None else ""
-        progress(f"[{i + 1:3d}/{n}] {kind:9s} tp={tp} mb={b} s={o.seq_len}: fwd {m.fwd_s * 1e3:.2f} ms "
-                 f"bwd {m.bwd_s * 1e3:.2f} ms saved {m.activation_bytes / 2**20:.1f} MiB{peak} "
-                 f"({time.perf_counter() - t0:.1f} s)")
     gemm_deadline = t0 + o.max_seconds
     for j, dim in enumerate(gemm_dims):
         now = time.perf_counter()

@@ -51,7 +51,7 @@ def run(cmd: list[str], env: dict | None = None, timeout: float = 600) -> str:
     return proc.stdout + proc.stderr
 
 
-def profile(work: Path, threads: int) -> Path:
+def profile(work: Path, threads: int, clock: str = "cpu") -> Path:
     """Layer profile taken by PROCS concurrent processes of `threads` threads each, as the
     runtime's processes will share this CPU (one process alone would see the whole memory
     bandwidth and caches, and time a faster device than the one the plan runs on); the
@@ -64,7 +64,9 @@ def profile(work: Path, threads: int) -> Path:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     base = [sys.executable, "-m", "api.cli", "profile", "--model", str(model_file), "--tp", "1,2",
             "--micro-batch", ",".join(map(str, MICRO_BATCHES)), "--seq-len", str(SEQ), "--dtype", "fp32",
-            "--threads", str(threads), "--repeats", "9", "--max-seconds", "120", "--cpu-time"]
+            "--threads", str(threads), "--repeats", "5", "--rounds", "3", "--max-seconds", "150"]
+    if clock == "cpu":
+        base.append("--cpu-time")
     outs = [out] + [work / f"profile_peer{i}.json" for i in range(1, PROCS)]
     print(f"$ {PROCS} x " + " ".join(base), file=sys.stderr, flush=True)
     procs = [subprocess.Popen([*base, "--out", str(o)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -75,7 +77,7 @@ def profile(work: Path, threads: int) -> Path:
             sys.stderr.write(err[-4000:])
             raise SystemExit(f"planner profile failed ({p.returncode})")
     run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={PROCS}",
-         "-m", "profiler.comm", "--out", str(out)], env)
+         "-m", "profiler.comm", "--out", str(out), "--repeats", "30"], env)
     return out
 
 
@@ -121,9 +123,12 @@ def _describe(par: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=6, help="runtime steps; the first is warm-up (default 6)")
+    ap.add_argument("--steps", type=int, default=12,
+                    help="runtime steps; the first two are warm-up, the median of the rest counts (default 12)")
     ap.add_argument("--keep", metavar="DIR", help="keep profile.json and the plans in DIR")
     ap.add_argument("--profile", metavar="FILE", help="use this profile instead of taking one")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                    help="the layer profile's clock: process CPU time (default) or wall time")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--fixed", action="store_true", help="run dp=2 zero=0 micro-batch 2 instead of the planner's plan")
     mode.add_argument("--sweep", action="store_true",
@@ -137,15 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     configs: list[dict | None] = [SWEEP[0]] if args.fixed else [None, *SWEEP] if args.sweep else [None]
     rows = []
     try:
-        prof_path = Path(args.profile) if args.profile else profile(work, threads)
+        prof_path = Path(args.profile) if args.profile else profile(work, threads, args.clock)
         for n, fixed in enumerate(configs):
             p, how = plan(prof_path, fixed, args.zero)
             plan_path = work / f"plan{n}.json"
             plan_path.write_text(json.dumps(p, indent=2))
             times = measure(plan_path, args.steps, threads)
-            if len(times) < 2:
-                raise SystemExit(f"runtime reported {len(times)} step times; need at least 2")
-            measured = statistics.median(times[1:])  # step 0 pays for allocation and thread start-up
+            if len(times) < 3:
+                raise SystemExit(f"runtime reported {len(times)} step times; need at least 3")
+            # steps 0 and 1 pay for allocation, thread start-up and the optimizer's state
+            measured = statistics.median(times[2:])
             rows.append((how, p, times, measured))
     finally:
         if not args.keep:

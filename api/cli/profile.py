@@ -46,6 +46,9 @@ def register(sub) -> None:
                    help="also run `torchrun --nproc-per-node N -m profiler.comm` and merge its fits")
     p.add_argument("--repeats", type=int, default=5, metavar="N", help="timed repeats per shape (median)")
     p.add_argument("--warmup", type=int, default=2, metavar="N")
+    p.add_argument("--rounds", type=int, default=1, metavar="N",
+                   help="measure every shape round-robin N times and average the rounds' medians "
+                        "(a host whose speed drifts then affects all shapes alike)")
     p.add_argument("--max-seconds", type=float, default=300.0, metavar="S",
                    help="time bound for the layer + GEMM part; the largest shapes are dropped first")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads (match what each training process gets)")
@@ -80,7 +83,7 @@ def resolve_model(args: argparse.Namespace) -> TransformerSpec:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    for name in ("seq_len", "repeats"):
+    for name in ("seq_len", "repeats", "rounds"):
         if getattr(args, name) < 1:
             raise SpecError(f"--{name.replace('_', '-')}", "must be >= 1")
     if args.max_seconds <= 0:
@@ -123,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     opts = ProfileOptions(dims=dims, tps=args.tp, micro_batches=args.micro_batch, seq_len=args.seq_len,
                           dtype=dtype, moe=moe, dense_blocks=dense, repeats=args.repeats, warmup=args.warmup,
                           max_seconds=args.max_seconds, model_name=m.name, device_name=args.device_name,
-                          cpu_clock=args.cpu_time)
+                          cpu_clock=args.cpu_time, rounds=args.rounds)
     profile = run_profile(opts)
     Path(args.out).write_text(json.dumps(profile, indent=2) + "\n")
     if args.comm_procs:
