@@ -128,8 +128,8 @@ def enumerate_candidates(
     """Every candidate of the space that passes the divisibility rules of
     cost_model.validate (so each one can be costed). GPipe is listed only where 1F1B is not
     allowed: it has the same time formula and never less memory (stages.py). With `dominance`
-(the planner) the options of `dominant_options` are dropped; the exhaustive reference keeps
-them all, so its equivalence tests check those rules too."""
+    (the planner) the options of `dominant_options` are dropped; the exhaustive reference
+    keeps them all, so its equivalence tests check those rules too."""
     n, L = cluster.num_gpus, model.num_layers
     B, s = training.global_batch_size, training.seq_length
     is_tf = isinstance(model, TransformerSpec)
@@ -138,6 +138,7 @@ them all, so its equivalence tests check those rules too."""
     if not is_tf:
         recomputes = [r for r in recomputes if r != "selective"]
     zeros = [z for z in (0, 1, 2, 3) if space.ok("zero", z)]
+    fitted = _fitted_collectives(profile)
     for tp in _tp_values(model, cluster, space):
         cps = [c for c in divisors(s) if (c == 1 or (is_tf and (s // c) % 2 == 0 and c <= MAX_CP)) and space.ok("cp", c)]
         if space.allowed.get("cp"):
@@ -159,7 +160,7 @@ them all, so its equivalence tests check those rules too."""
                         if not space.ok("ep", ep):
                             continue
                         yield from _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training,
-                                          _fitted_collectives(profile), dominance)
+                                          fitted, dominance)
 
 
 def _fitted_collectives(profile) -> bool:

@@ -2,10 +2,12 @@
 with the profile, run the plan with the runtime, and compare predicted and measured step
 time (target: within 25%).
 
-    python validation/cpu_loop.py [--steps 6] [--keep DIR]
+    python validation/cpu_loop.py [--steps 12] [--keep DIR] [--sweep | --fixed] [--clock cpu|wall]
 
 Every process of the run gets cores/2 threads, and the profile is taken with that many, so
-the profile measures the device the plan runs on.
+the profile measures the device the plan runs on. --sweep also runs six fixed
+configurations (ZeRO 0/2/3 data parallelism, TP with and without SP, PP) from the same
+profile, so that a miss can be traced to one term of the cost model.
 """
 
 from __future__ import annotations
@@ -55,9 +57,11 @@ def profile(work: Path, threads: int, clock: str = "cpu") -> Path:
     """Layer profile taken by PROCS concurrent processes of `threads` threads each, as the
     runtime's processes will share this CPU (one process alone would see the whole memory
     bandwidth and caches, and time a faster device than the one the plan runs on); the
-    first one's file is the profile. Timed on the process CPU clock (--cpu-time) so that
-    other work on a shared machine does not leak into the profile. Then the 2-process
-    collective fits are merged in."""
+    first one's file is the profile. Timed on the process CPU clock (--cpu-time; `clock`
+    "wall" for wall time) so that other work on a shared machine does not leak into the
+    profile, in three round-robin rounds (--rounds) so that the machine's speed drifts
+    affect every shape alike. Then the 2-process collective fits (mean of 30 repeats per
+    size) are merged in."""
     out = work / "profile.json"
     model_file = work / "model.json"
     model_file.write_text(json.dumps({"transformer": MODEL}))

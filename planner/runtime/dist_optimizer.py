@@ -23,12 +23,6 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """The tensor this rank stores (a TP-sharded DTensor's own shard)."""
-    return t.to_local() if isinstance(t, DTensor) else t
 
 
 class DistributedOptimizer:
@@ -46,8 +40,8 @@ class DistributedOptimizer:
         self.group = dp_group
         self.dp = dp
         self.rank = dist.get_rank(dp_group)
-        with torch.no_grad():
-            locals_ = [_local(p.data) for p in params]
+        # plain tensors: TP slices are ordinary parameters (tensor_parallel.py)
+        locals_ = [p.detach() for p in params]
         self.numels = [t.numel() for t in locals_]
         total = sum(self.numels)
         self.padded = -(-total // dp) * dp  # reduce-scatter needs equal slices
@@ -69,10 +63,7 @@ class DistributedOptimizer:
         return flat
 
     def _local_grads(self) -> list[torch.Tensor]:
-        return [
-            _local(p.grad) if p.grad is not None else torch.zeros_like(_local(p.data))
-            for p in self.params
-        ]
+        return [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -92,8 +83,7 @@ class DistributedOptimizer:
         dist.all_gather_into_tensor(full, self.master.detach(), group=self.group)
         offset = 0
         for p, n in zip(self.params, self.numels, strict=True):
-            dst = _local(p.data)
-            dst.copy_(full[offset : offset + n].view_as(dst))
+            p.copy_(full[offset : offset + n].view_as(p))
             offset += n
 
     @torch.no_grad()
@@ -106,6 +96,5 @@ class DistributedOptimizer:
         offset = 0
         for p, n in zip(self.params, self.numels, strict=True):
             if p.grad is not None:
-                g = _local(p.grad)
-                g.copy_(full[offset : offset + n].view_as(g))
+                p.grad.copy_(full[offset : offset + n].view_as(p.grad))
             offset += n

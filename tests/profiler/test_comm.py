@@ -51,4 +51,4 @@ def test_two_process_gloo_profile(tmp_path):
     assert set(p.comm) == {(c, "intra") for c in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")}
     for fit in p.comm.values():
         assert fit.alpha_s > 0 and fit.beta_s_per_byte > 0
-    assert all(r["world_size"] == 2 and r["backend"] == "gloo" for r in d["comm"])
+    assert all(r["world_size"] == 2 and r["backend"] == "gloo" and r["statistic"] == "mean" for r in d["comm"])
