@@ -52,64 +52,37 @@ def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
     return x
 
 
-class _CopyToTP(torch.autograd.Function):
-    """f without SP: identity forward, all-reduce of the input gradient backward."""
+def _identity(x: torch.Tensor, group) -> torch.Tensor:
+    return x.view_as(x)
+
+
+class _Mapping(torch.autograd.Function):
+    """A collective forward and its adjoint backward (Megatron mappings.py):
+    f without SP: identity / all-reduce;  g without SP: all-reduce / identity;
+    f with SP: all-gather on seq / reduce-scatter;  g with SP: reduce-scatter / all-gather."""
 
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _all_reduce(g, ctx.group), None
-
-
-class _ReduceFromTP(torch.autograd.Function):
-    """g without SP: all-reduce of the row-parallel partial sums forward, identity backward."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        return _all_reduce(x, group)
+    def forward(ctx, x, group, fwd, bwd):
+        ctx.group, ctx.bwd = group, bwd
+        return fwd(x, group)
 
     @staticmethod
     def backward(ctx, g):
-        return g, None
-
-
-class _GatherSeq(torch.autograd.Function):
-    """f with SP: all-gather of the sequence shards forward, reduce-scatter backward."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _all_gather_seq(x, group)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _reduce_scatter_seq(g, ctx.group), None
-
-
-class _ScatterSeq(torch.autograd.Function):
-    """g with SP: reduce-scatter of the partial sums onto sequence shards forward,
-    all-gather backward."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _reduce_scatter_seq(x, group)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _all_gather_seq(g, ctx.group), None
+        return ctx.bwd(g, ctx.group), None, None, None
 
 
 def enter_tp(x: torch.Tensor, group, sp: bool) -> torch.Tensor:
-    return _GatherSeq.apply(x, group) if sp else _CopyToTP.apply(x, group)
+    """The f operator: into a column-parallel region."""
+    if sp:
+        return _Mapping.apply(x, group, _all_gather_seq, _reduce_scatter_seq)
+    return _Mapping.apply(x, group, _identity, _all_reduce)
 
 
 def leave_tp(x: torch.Tensor, group, sp: bool) -> torch.Tensor:
-    return _ScatterSeq.apply(x, group) if sp else _ReduceFromTP.apply(x, group)
+    """The g operator: out of a row-parallel region."""
+    if sp:
+        return _Mapping.apply(x, group, _reduce_scatter_seq, _all_gather_seq)
+    return _Mapping.apply(x, group, _all_reduce, _identity)
 
 
 # ------------------------------------------------------------------------ sharded modules
