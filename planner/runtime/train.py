@@ -79,6 +79,9 @@ def global_grad_norm(
                 sharded_sq += s.double().cpu()
             else:
                 replicated_sq += s.double().cpu()
+    # collectives run on the parameters' device (NCCL takes no CPU tensors)
+    device = next((p.device for part in parts.values() for p in part.parameters()), torch.device("cpu"))
+    sharded_sq, replicated_sq = sharded_sq.to(device), replicated_sq.to(device)
     if tp_group is not None:
         dist.all_reduce(sharded_sq, group=tp_group)
     sq = sharded_sq + replicated_sq
