@@ -16,9 +16,10 @@ TINY = ["--model", "llama3-8b", "--hidden", "128", "--heads", "4", "--kv-heads",
 
 def test_profile_then_estimate(tmp_path, capsys):
     out = tmp_path / "p.json"
-    assert main(["profile", *TINY, "--tp", "1,2", "--micro-batch", "1", "--out", str(out)]) == 0
+    assert main(["profile", *TINY, "--tp", "1,2", "--micro-batch", "1", "--rounds", "2", "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     assert {(r["kind"], r["tp"]) for r in d["layers"]} >= {("block", 1), ("block", 2), ("logits", 2)}
+    assert all(r["rounds"] == 2 for r in d["layers"])
     assert d["model"]["hidden_size"] == 128
     capsys.readouterr()
     model = tmp_path / "m.json"
@@ -31,7 +32,8 @@ def test_profile_then_estimate(tmp_path, capsys):
     assert est["sources"]["block"] == "profile"
 
 
-@pytest.mark.parametrize("extra", [["--tp", "0"], ["--seq-len", "0"], ["--comm-procs", "1"], ["--heads", "3"]])
+@pytest.mark.parametrize("extra", [["--tp", "0"], ["--seq-len", "0"], ["--comm-procs", "1"], ["--heads", "3"],
+                                   ["--rounds", "0"]])
 def test_bad_input_exits_2(tmp_path, extra):
     args = ["profile", *TINY, "--out", str(tmp_path / "p.json"), *extra]
     try:
