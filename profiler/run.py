@@ -90,6 +90,15 @@ def skipped_tps(dims: ModelDims, tps: list[int]) -> list[int]:
     ]
 
 
+def _measure_job(o: ProfileOptions, kind: str, tp: int, b: int, device, dtype, budget_s: float) -> layers.Measurement:
+    args = (o.dims, tp, b, o.seq_len, device, dtype, o.warmup, o.repeats, budget_s)
+    if kind == "embedding":
+        return layers.measure_embedding(*args, cpu_clock=o.cpu_clock)
+    if kind == "logits":
+        return layers.measure_logits(*args, cpu_clock=o.cpu_clock)
+    return layers.measure_block(*args, cpu_clock=o.cpu_clock, moe=o.moe if kind == "moe_block" else None)
+
+
 def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) -> dict:
     device = layers.pick_device()
     if o.dtype not in layers.TORCH_DTYPES:
@@ -118,13 +127,7 @@ def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) 
                     skipped.append(f"{kind} tp={tp} mb={b}")
                 continue
             budget = (layer_deadline - now) / ((rounds - r) * len(jobs) - i)
-            args = (o.dims, tp, b, o.seq_len, device, dtype, o.warmup, o.repeats, budget)
-            if kind == "embedding":
-                m = layers.measure_embedding(*args, cpu_clock=o.cpu_clock)
-            elif kind == "logits":
-                m = layers.measure_logits(*args, cpu_clock=o.cpu_clock)
-            else:
-                m = layers.measure_block(*args, cpu_clock=o.cpu_clock, moe=o.moe if kind == "moe_block" else None)
+            m = _measure_job(o, kind, tp, b, device, dtype, budget)
             per_job.setdefault((kind, tp, b), []).append(m)
             peak = f" peak {m.peak_bytes / 2**20:.1f} MiB" if m.peak_bytes is not None else ""
             tag = f" round {r + 1}/{rounds}" if rounds > 1 else ""
