@@ -16,9 +16,9 @@ from starlette.concurrency import run_in_threadpool
 
 from cost_model.errors import SpecError
 from planner.hashing import SEMANTIC_KEYS, request_hash
+from planner.service import estimate as estimate_request
 
 from .cli.catalog import gpus_table, models_table
-from .core import estimate_request
 from .errors import ApiError, spec_error_response
 from .schemas import (
     CheckOut,
@@ -99,11 +99,11 @@ def _body(model) -> dict:
 
 def _planner():
     try:
-        from planner import Infeasible, check_request, plan_request
+        from planner.service import Infeasible, check, plan
     except ImportError as exc:
         raise ApiError(503, "planner_unavailable", f"the planner is not installed in this service: {exc}",
                        headers={"Retry-After": "60"}) from None
-    return plan_request, check_request, Infeasible
+    return plan, check, Infeasible
 
 
 def _run_plan(req: dict, profile, limit_s: float, plan_id: str) -> dict:
@@ -201,7 +201,7 @@ async def healthz(request: Request):
     try:
         import planner
 
-        has_planner = hasattr(planner, "plan_request")
+        has_planner = hasattr(planner, "plan")
     except ImportError:
         has_planner = False
     return {"status": "ok", "database": db, "planner": has_planner, "queue_depth": request.app.state.pool.depth}

@@ -1,6 +1,6 @@
 """Planner search timing on large instances (all knobs open).
 
-Times `plan_request` N times per instance and prints the median wall time, status, gap,
+Times `planner.service.plan` N times per instance and prints the median wall time, status, gap,
 search counters and the chosen plan.
 
 Usage: python bench/search.py [--repeats N] [--time-limit S] [--only NAME] [--json]
@@ -14,7 +14,8 @@ import statistics
 import sys
 import time
 
-from planner.api import Infeasible, plan_request
+from planner import service
+from planner.service import Infeasible
 
 CASES = {
     "gpt3-175b/1024xA100-80GB": ({"name": "gpt3-175b"}, "a100-80gb", 1024, 1536, 2048),
@@ -38,7 +39,7 @@ def run_case(case: str, repeats: int, time_limit: float | None) -> dict:
     for _ in range(repeats):
         t0 = time.perf_counter()
         try:
-            plan = plan_request(request(case, time_limit))
+            plan = service.plan(request(case, time_limit))
         except Infeasible as exc:
             err = exc.message
         walls.append(time.perf_counter() - t0)

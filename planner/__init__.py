@@ -1,16 +1,16 @@
 """Search over degrees + CP-SAT stage partitioning -> Plan; launch emitters; the runtime.
 
-`plan_request`, `check_request` and `Infeasible` are loaded lazily so that
-`python -m planner.runtime` does not pay for OR-Tools."""
+The facade (`plan`, `estimate`, `check`, `Infeasible`, in `planner.service`) is loaded
+lazily so that `python -m planner.runtime` does not pay for OR-Tools."""
 
 from __future__ import annotations
 
-__all__ = ["Infeasible", "check_request", "plan_request"]
+__all__ = ["Infeasible", "check", "estimate", "plan"]
 
 
 def __getattr__(name: str):
     if name in __all__:
-        from . import api
+        from . import service
 
-        return getattr(api, name)
+        return getattr(service, name)
     raise AttributeError(name)

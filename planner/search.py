@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cost_model.estimate import compose
@@ -180,7 +181,16 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
         stats.note_memory(mem, c)
 
 
-def search(prob: Problem, exhaustive: bool = False, deadline_s: float | None = None) -> SearchResult:
+# A progress sink: called with one human-readable line now and then during a long search.
+Progress = Callable[[str], None]
+
+
+def search(
+    prob: Problem,
+    exhaustive: bool = False,
+    deadline_s: float | None = None,
+    progress: Progress | None = None,
+) -> SearchResult:
     if exhaustive:
         return search_exhaustive(prob)
     t0 = time.perf_counter()

@@ -101,7 +101,7 @@ def plan(profile_path: Path, fixed: dict | None = None, zero: list[int] | None =
     """The planner's best plan; with `fixed`, the best plan with those knobs pinned (the
     rest default to one process group per knob: dp/tp/pp 1, no recompute)."""
     from cost_model.profile_schema import profile_from_dict
-    from planner import plan_request
+    from planner.service import plan as plan_request
 
     prof = profile_from_dict(json.loads(profile_path.read_text()))
     req = _request(zero)

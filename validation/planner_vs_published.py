@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import DEFAULT_CSV, predict_row, published_time_s, row_specs  # noqa: E402
 
-from planner.api import Infeasible, plan_request  # noqa: E402
+from planner import service
+from planner.service import Infeasible  # noqa: E402
 
 
 def row_request(row: dict, time_limit: float) -> dict:
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         r.update(published_degrees=degrees(cfg), published_cfg_s=est.prediction.step_time_s, published_fits=est.fits)
         t0 = time.perf_counter()
         try:
-            plan = plan_request(row_request(row, args.time_limit))
+            plan = service.plan(row_request(row, args.time_limit))
         except Infeasible as exc:
             r["error"] = f"planner: {exc.message}"
             out.append(r)

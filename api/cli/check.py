@@ -25,7 +25,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner import check_request
+    from planner.service import check as check_request
 
     req = request_from_args(args, need_parallelism=True)
     res = check_request(req, args.max_slowdown, load_profile_arg(args), args.time_limit)

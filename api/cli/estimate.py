@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from cost_model.results import Estimate
+from planner.service import estimate as estimate_request
 
-from ..core import estimate_request
 from .common import (
     add_config_flags,
     add_problem_flags,

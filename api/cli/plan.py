@@ -67,7 +67,8 @@ def print_plan(plan: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner import Infeasible, plan_request
+    from planner.service import Infeasible
+    from planner.service import plan as plan_request
 
     req = _with_search_flags(request_from_args(args), args)
     try:

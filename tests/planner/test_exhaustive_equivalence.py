@@ -5,7 +5,7 @@ transformers, MoE (layer_freq 1 or 2: the non-uniform CP-SAT model), generic `la
 models with varied per-layer numbers (also non-uniform), on a100-40gb / a100-80gb / cpu
 with sizes that make memory bind (recompute, pp, ZeRO matter). Every knob is open except
 the pins that keep the brute force within its size limit (vpp / pp for the deepest models).
-For each: `plan_request(req)` and `plan_request(req, exhaustive=True)` give the same step
+For each: `service.plan(req)` and `service.plan(req, exhaustive=True)` give the same step
 time (rel 1e-5), or both raise Infeasible.
 """
 
@@ -15,7 +15,8 @@ import math
 import random
 
 from cost_model.errors import SpecError
-from planner.api import Infeasible, plan_request
+from planner import service
+from planner.service import Infeasible
 
 SEED = 20240607
 MIN_COMPARED = 50
@@ -80,7 +81,7 @@ def draw_request(rng: random.Random) -> dict:
 
 def _solve(req: dict, exhaustive: bool):
     try:
-        return plan_request(req, exhaustive=exhaustive)
+        return service.plan(req, exhaustive=exhaustive)
     except Infeasible:
         return None
 

@@ -1,5 +1,5 @@
 """Planner contract: determinism, time limit, infeasibility, pins, search-knob errors,
-check_request, the CLI (`plan --json`, `--emit`, `check` exit codes), and consistency of the
+service.check, the CLI (`plan --json`, `--emit`, `check` exit codes), and consistency of the
 plan's predicted step time with cost_model.estimate of the plan's own configuration."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pytest
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
-from planner.api import Infeasible, check_request, plan_request
+from planner import service
+from planner.service import Infeasible
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,7 +74,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def small_plan() -> dict:
-    return plan_request(SMALL)
+    return service.plan(SMALL)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def small_request_file(tmp_path_factory) -> Path:
 
 
 def test_same_request_same_plan(small_plan):
-    again = plan_request(json.loads(json.dumps(SMALL)))
+    again = service.plan(json.loads(json.dumps(SMALL)))
     strip = ("search",)  # only the measured solve time may differ
     a = {k: v for k, v in small_plan.items() if k not in strip}
     b = {k: v for k, v in again.items() if k not in strip}
@@ -109,7 +110,7 @@ def test_small_plan_is_optimal(small_plan):
 def test_time_limit_returns_feasible_with_gap():
     req = with_search(LARGE, time_limit_s=0.5)
     t0 = time.perf_counter()
-    plan = plan_request(req)
+    plan = service.plan(req)
     wall = time.perf_counter() - t0
     assert wall < 3.0, f"0.5 s limit took {wall:.2f} s"
     assert plan["status"] == "feasible"
@@ -120,14 +121,14 @@ def test_time_limit_returns_feasible_with_gap():
 
 def test_time_limit_large_moe_returns_a_plan():
     t0 = time.perf_counter()
-    plan = plan_request(with_search(LARGE_MOE, time_limit_s=0.5))
+    plan = service.plan(with_search(LARGE_MOE, time_limit_s=0.5))
     assert time.perf_counter() - t0 < 3.0
     assert plan["status"] == "feasible" and plan["fits"]
 
 
 def test_time_limit_argument_overrides():
     t0 = time.perf_counter()
-    plan = plan_request(LARGE, time_limit_s=0.5)
+    plan = service.plan(LARGE, time_limit_s=0.5)
     assert time.perf_counter() - t0 < 3.0
     assert plan["status"] in ("feasible", "optimal")
 
@@ -137,7 +138,7 @@ def test_time_limit_argument_overrides():
 
 def test_infeasible_explains_with_numbers():
     with pytest.raises(Infeasible) as ei:
-        plan_request(INFEASIBLE)
+        service.plan(INFEASIBLE)
     d = ei.value.details
     assert d["least_memory_gib"] > d["capacity_gib"]
     assert d["capacity_gib"] == pytest.approx(39.4, abs=0.1)
@@ -163,7 +164,7 @@ def test_infeasible_cli_exit_1(tmp_path):
 @pytest.mark.parametrize("pin,allowed", [({"tp": 2}, {2}), ({"tp": [2, 4]}, {2, 4}), ({"pp": 2}, {2}),
                                          ({"micro_batch_size": [1]}, {1}), ({"zero": 3}, {3})])
 def test_pins_are_respected(pin, allowed):
-    plan = plan_request(with_search(SMALL, **pin))
+    plan = service.plan(with_search(SMALL, **pin))
     (knob,) = pin
     assert plan["parallelism"][knob] in allowed
     for alt in plan["alternatives"]:
@@ -171,7 +172,7 @@ def test_pins_are_respected(pin, allowed):
 
 
 def test_pin_recompute_and_schedule():
-    plan = plan_request(with_search(SMALL, pp=2, schedule="interleaved", recompute="full"))
+    plan = service.plan(with_search(SMALL, pp=2, schedule="interleaved", recompute="full"))
     par = plan["parallelism"]
     assert par["pp"] == 2 and par["schedule"] == "interleaved" and par["vpp"] > 1
     # full recompute of zero blocks normalises to "none"; either is a full-recompute plan
@@ -179,19 +180,19 @@ def test_pin_recompute_and_schedule():
 
 
 def test_pinned_plan_never_faster_than_open(small_plan):
-    pinned = plan_request(with_search(SMALL, tp=8, pp=2))
+    pinned = service.plan(with_search(SMALL, tp=8, pp=2))
     assert pinned["prediction"]["step_time_s"] >= small_plan["prediction"]["step_time_s"] * (1 - 1e-9)
 
 
 def test_use_all_gpus_false():
     req = with_search({**SMALL, "cluster": {"gpu": "a100-80gb", "num_gpus": 12, "gpus_per_node": 4}}, use_all_gpus=False)
-    plan = plan_request(req)
+    plan = service.plan(req)
     par = plan["parallelism"]
     assert par["dp"] * par["tp"] * par["pp"] * par["cp"] <= 12
     assert plan["fits"]
     # with all GPUs forced the plan can only be as fast or slower (the space is a subset)
     try:
-        forced = plan_request({**SMALL, "cluster": {"gpu": "a100-80gb", "num_gpus": 12, "gpus_per_node": 4}})
+        forced = service.plan({**SMALL, "cluster": {"gpu": "a100-80gb", "num_gpus": 12, "gpus_per_node": 4}})
     except Infeasible:
         return
     assert plan["prediction"]["step_time_s"] <= forced["prediction"]["step_time_s"] * (1 + 1e-9)
@@ -205,7 +206,7 @@ def test_use_all_gpus_false():
 ])
 def test_bad_search_value_names_the_knob(knob, value):
     with pytest.raises(SpecError) as ei:
-        plan_request(with_search(SMALL, **{knob: value}))
+        service.plan(with_search(SMALL, **{knob: value}))
     assert f"search.{knob}" in str(ei.value)
 
 
@@ -228,7 +229,7 @@ def _check_req(par: dict) -> dict:
 
 
 def test_check_best_plan_ok(small_plan):
-    res = check_request(_check_req(small_plan["parallelism"]))
+    res = service.check(_check_req(small_plan["parallelism"]))
     assert res["fits"]
     # the balanced split / all-block recompute may be a little slower than the planned one
     assert res["ok"], res["reasons"]
@@ -238,7 +239,7 @@ def test_check_best_plan_ok(small_plan):
 def test_check_poor_config_slowdown(small_plan):
     poor = dict(small_plan["parallelism"], dp=1, tp=2, pp=8, vpp=1, schedule="1f1b", zero=0,
                 micro_batch_size=1, recompute="full", sequence_parallel=True)
-    res = check_request(_check_req(poor))
+    res = service.check(_check_req(poor))
     assert res["fits"]
     assert not res["ok"]
     assert res["slowdown"] > 0.10
@@ -251,7 +252,7 @@ def test_check_not_fitting():
     big = {**SMALL, "model": {"transformer": {**SMALL["model"]["transformer"], "hidden_size": 6144,
                                               "num_attention_heads": 48, "ffn_hidden_size": 16384,
                                               "num_kv_heads": 8}}}
-    res = check_request({**big, "parallelism": par})
+    res = service.check({**big, "parallelism": par})
     assert not res["fits"] and not res["ok"]
     assert any("does not fit" in r for r in res["reasons"])
 
@@ -319,7 +320,7 @@ def test_cli_plan_exhaustive_small(small_request_file):
     assert r.returncode == 0, r.stderr
     ref = json.loads(r.stdout)
     assert ref["search"]["solver"] == "exhaustive"
-    got = plan_request(SMALL)
+    got = service.plan(SMALL)
     assert math.isclose(ref["prediction"]["step_time_s"], got["prediction"]["step_time_s"], rel_tol=1e-5)
 
 
@@ -337,7 +338,7 @@ def test_cli_plan_exhaustive_small(small_request_file):
      "cluster": {"gpu": "a100-40gb", "num_gpus": 8}, "training": {"global_batch_size": 16, "seq_length": 1024}},
 ], ids=["small", "pp4-full", "interleaved", "llama3-70b", "moe-freq2"])
 def test_plan_time_equals_estimate_of_its_config(req):
-    plan = plan_request(req)
+    plan = service.plan(req)
     par = dict(plan["parallelism"])
     par.pop("num_micro_batches")
     est = estimate(parse_model(req["model"]), parse_cluster(req["cluster"]), parse_training(req["training"]),
@@ -372,8 +373,8 @@ def test_measured_collectives_decide_zero_and_sp(slow):
         "training": {"global_batch_size": 8, "seq_length": 1024},
         "search": {"pp": 1, "cp": 1, "targets": []},
     }
-    best = plan_request(req, prof)
-    ref = plan_request(req, prof, exhaustive=True)
+    best = service.plan(req, prof)
+    ref = service.plan(req, prof, exhaustive=True)
     assert math.isclose(best["prediction"]["step_time_s"], ref["prediction"]["step_time_s"], rel_tol=1e-6)
     par = best["parallelism"]
     if slow == "reduce_scatter":  # the all-reduce paths win: plain DP, TP without SP

@@ -1,4 +1,6 @@
-"""Request dict -> Plan dict (DESIGN.md "Plan"), and the CI check."""
+"""The service facade: plan, estimate and check, each parsing its request once. The CLI and the
+REST routes call these three functions and nothing below them, so both interfaces answer the
+same question the same way."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from cost_model.errors import SpecError
-from cost_model.estimate import estimate
+from cost_model.estimate import estimate as estimate_config
 from cost_model.parse import (
     model_to_dict,
     parse_cluster,
@@ -15,10 +17,11 @@ from cost_model.parse import (
     parse_parallelism,
     parse_training,
 )
+from cost_model.results import Estimate
 
 from .hashing import request_hash
 from .reasons import alternative_reason, infeasible_details, plan_reasons
-from .search import Problem, search
+from .search import Problem, Progress, search
 from .space import parse_search
 
 
@@ -61,10 +64,17 @@ def _stages(est) -> list[dict]:
     return [{**asdict(s), "layers": list(s.layers)} for s in est.stages]
 
 
-def plan_request(req: dict, profile=None, time_limit_s: float | None = None, exhaustive: bool = False, plan_id: str | None = None) -> dict:
+def plan(
+    req: dict,
+    profile=None,
+    time_limit_s: float | None = None,
+    exhaustive: bool = False,
+    plan_id: str | None = None,
+    progress: Progress | None = None,
+) -> dict:
     """Search the best plan; raises SpecError (bad input) or Infeasible."""
     prob = problem_from_request(req, profile)
-    res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s)
+    res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s, progress=progress)
     cap = prob.cluster.gpu.memory_gib
     if not res.best:
         msg, details = infeasible_details(res.stats, cap, prob.space.memory_headroom)
@@ -117,6 +127,19 @@ def plan_request(req: dict, profile=None, time_limit_s: float | None = None, exh
     return plan
 
 
+def estimate(req: dict, profile=None) -> Estimate:
+    """Request with a `parallelism` block -> Estimate."""
+    if not isinstance(req, dict):
+        raise SpecError("request", "must be an object")
+    if not req.get("parallelism"):
+        raise SpecError("parallelism", "is required for an estimate")
+    model = parse_model(req.get("model"))
+    cluster = parse_cluster(req.get("cluster"))
+    training = parse_training(req.get("training"))
+    cfg = parse_parallelism(req["parallelism"])
+    return estimate_config(model, cluster, training, cfg, profile)
+
+
 def _attach_launch(plan: dict, targets) -> None:
     from .launch import emit
     from .launch.ranks import emit as emit_ranks
@@ -126,7 +149,13 @@ def _attach_launch(plan: dict, targets) -> None:
     plan["ranks"] = launch.get("ranks") or emit_ranks(plan)
 
 
-def check_request(req: dict, max_slowdown: float = 0.10, profile=None, time_limit_s: float | None = None) -> dict:
+def check(
+    req: dict,
+    max_slowdown: float = 0.10,
+    profile=None,
+    time_limit_s: float | None = None,
+    progress: Progress | None = None,
+) -> dict:
     """CI gate: does the given configuration fit, and is it within max_slowdown of the best plan?"""
     if not isinstance(max_slowdown, int | float) or not 0 <= max_slowdown < 100 or math.isnan(max_slowdown):
         raise SpecError("max_slowdown", f"must be >= 0, got {max_slowdown!r}", allowed=">= 0")
@@ -134,7 +163,7 @@ def check_request(req: dict, max_slowdown: float = 0.10, profile=None, time_limi
         raise SpecError("parallelism", "is required for a check")
     prob = problem_from_request(req, profile)
     cfg = parse_parallelism(req["parallelism"])
-    est = estimate(prob.model, prob.cluster, prob.training, cfg, profile)
+    est = estimate_config(prob.model, prob.cluster, prob.training, cfg, profile)
     out: dict[str, Any] = {
         "fits": est.fits,
         "estimate": est.to_dict(),
@@ -142,7 +171,7 @@ def check_request(req: dict, max_slowdown: float = 0.10, profile=None, time_limi
         "reasons": [],
     }
     try:
-        best = plan_request({k: v for k, v in req.items() if k != "parallelism"}, profile, time_limit_s)
+        best = plan({k: v for k, v in req.items() if k != "parallelism"}, profile, time_limit_s, progress=progress)
     except Infeasible as exc:
         best = None
         out["reasons"].append(f"no plan fits: {exc.message}")

@@ -1,0 +1,61 @@
+"""The project's vocabulary: every closed set of words a request, a plan, the CLI, the cost
+model or the runtime uses, defined once as a `Literal` alias.
+
+`typing.get_args(Alias)` is the single list of allowed values (torchtitan's
+`job_config.py` does the same): pydantic validates against the alias, argparse takes
+`choices=values(Alias)`, and code compares against the constants below instead of
+re-typing the strings. Adding a word here adds it everywhere; nothing else lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+# --------------------------------------------------------------------------- training
+Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]  # any tensor dtype the model prices
+TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]  # training.dtype (compute precision)
+Optimizer = Literal["adam", "adamw", "sgd"]
+Attention = Literal["flash", "eager"]  # flash: O(s) memory; eager: s^2 scores stored
+
+# --------------------------------------------------------------------------- model
+Mlp = Literal["gelu", "swiglu"]
+Norm = Literal["layernorm", "rmsnorm"]
+Position = Literal["learned", "rope"]
+ModelKind = Literal["transformer", "layers"]
+
+# --------------------------------------------------------------------------- parallelism
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["gpipe", "1f1b", "interleaved"]
+ZeroStage = Literal[0, 1, 2, 3]
+
+# --------------------------------------------------------------------------- launch
+Engine = Literal["megatron", "torchtitan", "deepspeed", "runtime"]
+Target = Literal["megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "ranks", "runtime"]
+
+# --------------------------------------------------------------------------- profile
+LayerKind = Literal["block", "moe_block", "embedding", "logits"]
+LinkLevel = Literal["intra", "inter"]
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
+SolverStatus = Literal["optimal", "feasible"]
+
+# Named members, so code says `RECOMPUTE_FULL` and never re-types the word.
+(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL) = get_args(Recompute)
+(SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED) = get_args(Schedule)
+(MLP_GELU, MLP_SWIGLU) = get_args(Mlp)
+(NORM_LAYERNORM, NORM_RMSNORM) = get_args(Norm)
+(POSITION_LEARNED, POSITION_ROPE) = get_args(Position)
+(ATTENTION_FLASH, ATTENTION_EAGER) = get_args(Attention)
+(DTYPE_FP32, DTYPE_TF32, DTYPE_BF16, DTYPE_FP16, DTYPE_FP8) = get_args(Dtype)
+(OPTIMIZER_ADAM, OPTIMIZER_ADAMW, OPTIMIZER_SGD) = get_args(Optimizer)
+(ENGINE_MEGATRON, ENGINE_TORCHTITAN, ENGINE_DEEPSPEED, ENGINE_RUNTIME) = get_args(Engine)
+(KIND_BLOCK, KIND_MOE_BLOCK, KIND_EMBEDDING, KIND_LOGITS) = get_args(LayerKind)
+(LEVEL_INTRA, LEVEL_INTER) = get_args(LinkLevel)
+(MODEL_TRANSFORMER, MODEL_LAYERS) = get_args(ModelKind)
+(STATUS_OPTIMAL, STATUS_FEASIBLE) = get_args(SolverStatus)
+
+DTYPE_BYTES: dict[str, int] = dict(zip(get_args(Dtype), (4, 4, 2, 2, 1), strict=True))
+
+
+def values(alias) -> tuple:
+    """The allowed values of a Literal alias, in definition order (CLI choices, messages)."""
+    return get_args(alias)
