@@ -13,7 +13,8 @@ et al. 2009). FlashAttention's core runs at `attention_efficiency` of peak (Dao 
 
 from __future__ import annotations
 
-from .specs import DTYPE_BYTES, GPUSpec
+from .specs import GPUSpec
+from .vocab import DTYPE_BYTES
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
