@@ -67,8 +67,8 @@ def layers_spec(layers: list[rq.Layer], name: str) -> LayerListSpec:
     return LayerListSpec(
         name=name,
         layers=tuple(
-            LayerSpec(l.name or f"layer{i}", float(l.fwd_flops), float(l.params), float(l.activation_bytes), float(l.output_bytes))
-            for i, l in enumerate(layers)
+            LayerSpec(x.name or f"layer{i}", float(x.fwd_flops), float(x.params), float(x.activation_bytes), float(x.output_bytes))
+            for i, x in enumerate(layers)
         ),
     )
 

@@ -20,7 +20,7 @@ same path the REST 422 carries (api/errors.py uses `spec_error_from`).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -71,7 +71,7 @@ DEFAULT_HEADROOM = 0.05
 
 # tags of the `cluster.gpu` union; never field names, so error paths drop them
 _GPU_TAG_NAME, _GPU_TAG_OBJECT = "catalog_name", "gpu_object"
-_TAGS = {_GPU_TAG_NAME, _GPU_TAG_OBJECT}
+UNION_TAGS = frozenset({_GPU_TAG_NAME, _GPU_TAG_OBJECT})
 
 
 class _Strict(BaseModel):
@@ -242,10 +242,11 @@ def _as_list(v: Any) -> Any:
 
 def _choice(item: Any, example: Any, what: str):
     """A search knob: one value or a non-empty list of allowed values (null = open)."""
+    items = Annotated[list[item], Field(min_length=1)]
     return Annotated[
-        list[item] | None,
-        BeforeValidator(lambda v: None if v is None else _as_list(v), json_schema_input_type=item | list[item] | None),
-        Field(None, min_length=1, description=f"{what}: a value or a list of allowed values; null = open", examples=[example]),
+        items | None,
+        BeforeValidator(lambda v: None if v is None else _as_list(v), json_schema_input_type=item | items | None),
+        Field(None, description=f"{what}: a value or a list of allowed values; null = open", examples=[example]),
     ]
 
 
@@ -414,7 +415,7 @@ _TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false"
 def spec_error_from(err: dict, root: type[BaseModel] | None = None, prefix: str = "") -> SpecError:
     """One pydantic error (an item of `ValidationError.errors()`, loc relative to `root`)
     -> SpecError with the dotted path from `prefix` and what would be allowed."""
-    loc = [p for p in err.get("loc", ()) if p not in _TAGS]
+    loc = [p for p in err.get("loc", ()) if p not in UNION_TAGS]
     kind, ctx, given = err.get("type", ""), dict(err.get("ctx") or {}), err.get("input")
     head = [p for p in re.split(r"\.", prefix) if p] if prefix else []
     if kind == "spec":
