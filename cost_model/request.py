@@ -36,6 +36,20 @@ from pydantic_core import PydanticCustomError
 
 from .errors import SpecError
 from .vocab import (
+    ATTENTION_FLASH,
+    DTYPE_BF16,
+    DTYPE_FP8,
+    DTYPE_FP32,
+    ENGINE_MEGATRON,
+    MLP_GELU,
+    MLP_SWIGLU,
+    NORM_RMSNORM,
+    OPTIMIZER_ADAM,
+    POSITION_ROPE,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    SCHEDULE_1F1B,
+    SCHEDULE_INTERLEAVED,
     Attention,
     CpComm,
     Dtype,
@@ -118,9 +132,9 @@ class Transformer(_Strict):
     num_kv_heads: int | None = Field(None, ge=1, le=MAX_HEADS, description="KV heads (GQA); default num_attention_heads", examples=[8])
     ffn_hidden_size: int | None = Field(None, ge=1, le=MAX_FFN, description="default 4 x hidden_size", examples=[14336])
     vocab_size: int = Field(ge=1, le=MAX_VOCAB, examples=[128256])
-    mlp: Mlp = Field("gelu", description="gelu: two matrices; swiglu: gated, three", examples=["swiglu"])
-    norm: Norm | None = Field(None, description="default rmsnorm with swiglu, else layernorm", examples=["rmsnorm"])
-    position: Position | None = Field(None, description="default rope with swiglu, else learned", examples=["rope"])
+    mlp: Mlp = Field(MLP_GELU, description="gelu: two matrices; swiglu: gated, three", examples=[MLP_SWIGLU])
+    norm: Norm | None = Field(None, description="default rmsnorm with swiglu, else layernorm", examples=[NORM_RMSNORM])
+    position: Position | None = Field(None, description="default rope with swiglu, else learned", examples=[POSITION_ROPE])
     tie_embeddings: bool = Field(False, description="output layer shares the input embedding", examples=[False])
     max_position_embeddings: int = Field(2048, ge=1, le=MAX_SEQ, description="learned position table size", examples=[8192])
     moe: MoE | None = Field(None, description="MoE blocks; null for a dense model")
@@ -192,7 +206,7 @@ class GpuOverride(_Strict):
     memory_gib: float | None = Field(None, gt=0, le=1e5, examples=[80.0])
     hbm_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, examples=[3350.0])
     peak_tflops: dict[Dtype, Annotated[float, Field(gt=0, le=1e6)]] | None = Field(
-        None, description="dense TFLOP/s per dtype", examples=[{"bf16": 989.4, "fp8": 1978.9}])
+        None, description="dense TFLOP/s per dtype", examples=[{DTYPE_BF16: 989.4, DTYPE_FP8: 1978.9}])
     nvlink_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="per GPU per direction inside a node", examples=[450.0])
     network_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="per GPU per direction across nodes", examples=[50.0])
     gpus_per_node: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE, examples=[8])
@@ -226,11 +240,11 @@ class Cluster(_Strict):
 class Training(_Strict):
     global_batch_size: int = Field(ge=1, le=MAX_BATCH, description="sequences per step", examples=[128])
     seq_length: int = Field(ge=1, le=MAX_SEQ, description="tokens per sequence (the whole sequence, before CP splits it)", examples=[8192])
-    dtype: TrainDtype = Field("bf16", description="compute precision", examples=["bf16"])
-    optimizer: Optimizer = Field("adam", examples=["adam"])
-    master_weights_dtype: Dtype = Field("fp32", description="optimizer's master copy of the weights", examples=["fp32"])
-    grad_dtype: Dtype = Field("fp32", description="gradient accumulation / reduction dtype", examples=["fp32"])
-    attention: Attention = Field("flash", description="flash: O(s) attention memory; eager: s^2 scores stored", examples=["flash"])
+    dtype: TrainDtype = Field(DTYPE_BF16, description="compute precision", examples=[DTYPE_BF16])
+    optimizer: Optimizer = Field(OPTIMIZER_ADAM, examples=[OPTIMIZER_ADAM])
+    master_weights_dtype: Dtype = Field(DTYPE_FP32, description="optimizer's master copy of the weights", examples=[DTYPE_FP32])
+    grad_dtype: Dtype = Field(DTYPE_FP32, description="gradient accumulation / reduction dtype", examples=[DTYPE_FP32])
+    attention: Attention = Field(ATTENTION_FLASH, description="flash: O(s) attention memory; eager: s^2 scores stored", examples=[ATTENTION_FLASH])
 
 
 # ------------------------------------------------------------------ search
@@ -254,7 +268,7 @@ Degree = Annotated[int, Field(ge=1, le=MAX_GPUS)]
 
 
 class Search(_Strict):
-    engine: Engine = Field("megatron", description="the engine the plan is priced for and emitted to", examples=["megatron"])
+    engine: Engine = Field(ENGINE_MEGATRON, description="the engine the plan is priced for and emitted to", examples=[ENGINE_MEGATRON])
     tp: _choice(Degree, [1, 2, 4, 8], "tensor-parallel degree")
     pp: _choice(Degree, [1, 2, 4], "pipeline-parallel degree")
     dp: _choice(Degree, [8], "data-parallel degree")
@@ -263,9 +277,9 @@ class Search(_Strict):
     etp: _choice(Degree, [1], "expert tensor-parallel degree")
     vpp: _choice(Annotated[int, Field(ge=1, le=MAX_LAYERS)], [1, 2], "virtual stages per pipeline rank")
     micro_batch_size: _choice(Annotated[int, Field(ge=1, le=MAX_BATCH)], [1, 2], "sequences per micro-batch")
-    recompute: _choice(Recompute, ["none", "selective", "full"], "activation recomputation")
+    recompute: _choice(Recompute, list(values(Recompute)), "activation recomputation")
     zero: _choice(ZeroStage, [1, 2, 3], "ZeRO stage")
-    schedule: _choice(Schedule, ["1f1b", "interleaved"], "pipeline schedule")
+    schedule: _choice(Schedule, [SCHEDULE_1F1B, SCHEDULE_INTERLEAVED], "pipeline schedule")
     sequence_parallel: _choice(bool, [True], "Megatron sequence parallelism")
     cp_comm: _choice(CpComm, ["p2p"], "context-parallel communication")
     memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom)", examples=[0.05])
@@ -273,7 +287,7 @@ class Search(_Strict):
     time_limit_s: float | None = Field(None, gt=0, le=MAX_TIME_LIMIT_S,
                                        description=f"search time limit (default {DEFAULT_TIME_LIMIT_S:g} s); the service caps it by PLANNER_SOLVE_TIME_LIMIT_S",
                                        examples=[10])
-    targets: list[Target] = Field(list(values(Target)), max_length=16, description="launch artifacts to emit", examples=[["megatron", "torchrun"]])
+    targets: list[Target] = Field(list(values(Target)), max_length=16, description="launch artifacts to emit", examples=[list(values(Target))[:2]])
     use_all_gpus: bool = Field(True, description="only degrees whose product is num_gpus", examples=[True])
     tp_within_node: bool = Field(True, description="tensor parallelism stays inside a node", examples=[True])
 
@@ -292,10 +306,10 @@ class Parallelism(_Strict):
     etp: int = Field(1, ge=1, le=MAX_GPUS, description="expert tensor-parallel degree", examples=[1])
     vpp: int = Field(1, ge=1, le=MAX_LAYERS, description="virtual stages per pipeline rank (interleaved)", examples=[1])
     micro_batch_size: int = Field(1, ge=1, le=MAX_BATCH, examples=[1])
-    recompute: Recompute = Field("none", examples=["selective"])
+    recompute: Recompute = Field(RECOMPUTE_NONE, examples=[RECOMPUTE_SELECTIVE])
     sequence_parallel: bool = Field(False, examples=[False])
     zero: ZeroStage = Field(0, description="0 replicated; 1 optimizer states, 2 + gradients, 3 + parameters sharded", examples=[1])
-    schedule: Schedule | None = Field(None, description="default interleaved when vpp > 1, else 1f1b", examples=["1f1b"])
+    schedule: Schedule | None = Field(None, description="default interleaved when vpp > 1, else 1f1b", examples=[SCHEDULE_1F1B])
     cp_comm: CpComm | None = Field(None, description="context-parallel communication (carried, not priced yet)", examples=["p2p"])
     stage_layers: list[Annotated[int, Field(ge=1, le=MAX_LAYERS)]] | None = Field(
         None, max_length=MAX_LAYERS, description="blocks per (virtual) stage, pp*vpp entries; default balanced", examples=[[16, 16]])

@@ -72,7 +72,7 @@ def validate_config(m: ModelSpec, c: ClusterSpec, t: TrainingSpec, p: ParallelCo
             allowed=f"product <= {c.num_gpus}",
         )
     if p.vpp > 1 and p.schedule != SCHEDULE_INTERLEAVED:
-        raise SpecError("parallelism.vpp", f"vpp={p.vpp} needs schedule 'interleaved'", allowed=[1])
+        raise SpecError("parallelism.vpp", f"vpp={p.vpp} needs schedule {SCHEDULE_INTERLEAVED!r}", allowed=[1])
     if p.schedule == SCHEDULE_INTERLEAVED and p.pp < 2:
         raise SpecError("parallelism.schedule", "interleaved needs pp >= 2", allowed=[SCHEDULE_GPIPE, SCHEDULE_1F1B])
     gb, mb = t.global_batch_size, p.micro_batch_size

@@ -17,6 +17,7 @@ from pathlib import Path
 from cost_model.errors import SpecError
 from cost_model.parse import parse_model
 from cost_model.specs import TransformerSpec
+from cost_model.vocab import DTYPE_BF16, DTYPE_FP8, DTYPE_FP32
 
 from .common import model_from_flag, print_json
 from .flags import add_flags
@@ -91,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    dtype = args.dtype or ("bf16" if torch.cuda.is_available() else "fp32")
-    if dtype == "fp8":
+    dtype = args.dtype or (DTYPE_BF16 if torch.cuda.is_available() else DTYPE_FP32)
+    if dtype == DTYPE_FP8:
         print("profile: fp8 is profiled as bf16 (plain torch has no fp8 training GEMMs)", file=sys.stderr)
-        dtype = "bf16"
+        dtype = DTYPE_BF16
     dims = ModelDims(1, m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.ffn_hidden_size,
                      m.vocab_size, m.mlp, m.tie_embeddings)
     try:
