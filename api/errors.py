@@ -69,7 +69,11 @@ def validation_spec_error(request: Request, exc: RequestValidationError) -> Spec
     for e in exc.errors():
         loc = tuple(e.get("loc", ()))
         if loc[:1] == ("body",) and len(loc) > 1 and not isinstance(loc[1], int):
-            return spec_error_from({**e, "loc": loc[1:]}, _BODY_MODELS.get(request.url.path))
+            try:
+                return spec_error_from({**e, "loc": loc[1:]}, _BODY_MODELS.get(request.url.path))
+            except Exception:  # noqa: BLE001 - an unforeseen error shape: the generic 422 below
+                log.warning("could not convert validation error %r", e, exc_info=True)
+                return None
         break
     return None
 
