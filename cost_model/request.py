@@ -20,6 +20,8 @@ same path the REST 422 carries (api/errors.py uses `spec_error_from`).
 from __future__ import annotations
 
 import re
+import types
+import typing
 from typing import Annotated, Any
 
 from pydantic import (
@@ -366,12 +368,10 @@ REQUESTS: dict[str, type[BaseModel]] = {"plan": PlanRequest, "estimate": Estimat
 
 def _unwrap(tp: Any) -> list[Any]:
     """The types a field annotation may hold (Optional / union / Annotated peeled off)."""
-    import typing
-
     origin = typing.get_origin(tp)
     if origin is Annotated:
         return _unwrap(typing.get_args(tp)[0])
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return [t for a in typing.get_args(tp) for t in _unwrap(a)]
     return [tp]
 
@@ -458,8 +458,7 @@ def spec_error_from(err: dict, root: type[BaseModel] | None = None, prefix: str 
 
 
 def _walk_types(root: type[BaseModel], parts: list) -> list[Any]:
-    import typing
-
+    """The types the path `parts` may reach from `root` (fields, then list/dict items)."""
     cur: list[Any] = [root]
     for p in parts:
         nxt: list[Any] = []
