@@ -118,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
             profile = part
         else:
             profile["layers"] = profile["layers"] + part["layers"]
+            profile["skipped"] = profile.get("skipped", []) + part.get("skipped", [])
+            profile["elapsed_s"] = profile.get("elapsed_s", 0.0) + part.get("elapsed_s", 0.0)
     Path(args.out).write_text(json.dumps(profile, indent=2) + "\n")
     if args.comm_procs:
         run_comm(args.out, args.comm_procs)
