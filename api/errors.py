@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cost_model.errors import SpecError
+from cost_model.request import REQUESTS, UNION_TAGS, spec_error_from
 
 log = logging.getLogger("planner.api")
 
@@ -49,11 +50,32 @@ def _loc_to_field(loc: tuple | list) -> str:
     # ("body", "cluster", "num_gpus") -> "cluster.num_gpus"; list indices as [i]
     parts: list[str] = []
     for p in loc[1:] if loc and loc[0] == "body" else loc:
+        if p in UNION_TAGS:
+            continue
         if isinstance(p, int):
             parts.append(f"[{p}]")
         else:
             parts.append(("." if parts else "") + str(p))
     return "".join(parts) or "body"
+
+
+# route path -> the request model of its body, so a 422 names the allowed values exactly as
+# the CLI does (both convert with cost_model.request.spec_error_from)
+_BODY_MODELS = {"/v1/plans": REQUESTS["plan"], "/v1/estimate": REQUESTS["estimate"], "/v1/check": REQUESTS["check"]}
+
+
+def validation_spec_error(request: Request, exc: RequestValidationError) -> SpecError | None:
+    """The first body error as the SpecError the CLI would raise for the same input."""
+    for e in exc.errors():
+        loc = tuple(e.get("loc", ()))
+        if loc[:1] == ("body",) and len(loc) > 1 and not isinstance(loc[1], int):
+            try:
+                return spec_error_from({**e, "loc": loc[1:]}, _BODY_MODELS.get(request.url.path))
+            except Exception:  # noqa: BLE001 - an unforeseen error shape: the generic 422 below
+                log.warning("could not convert validation error %r", e, exc_info=True)
+                return None
+        break
+    return None
 
 
 _STATUS_CODES = {
@@ -82,10 +104,16 @@ def install(app: FastAPI) -> None:
         return spec_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = []
         for e in exc.errors():
             errors.append({"field": _loc_to_field(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type", "")})
+        spec = validation_spec_error(request, exc)
+        if spec is not None:
+            details = {**spec.to_dict(), "errors": errors}
+            if len(errors) > 1:
+                return error_response(422, "invalid_request", f"{spec} (and {len(errors) - 1} more)", details)
+            return error_response(422, "invalid_request", str(spec), details)
         first = errors[0] if errors else {"field": "body", "message": "invalid"}
         message = f"{first['field']}: {first['message']}"
         if len(errors) > 1:

@@ -166,3 +166,56 @@ def get_gpu(name: str) -> GPUSpec:
     if key not in CATALOG:
         raise SpecError("cluster.gpu", f"unknown GPU {name!r}", allowed=sorted(CATALOG))
     return CATALOG[key]
+
+
+DEFAULT_GPUS_PER_NODE = 8  # an HGX / DGX board, when a request's own GPU does not say
+
+# fields a GPU object must give when it names no catalog `base` to start from
+_REQUIRED_WITHOUT_BASE = ("memory_gib", "hbm_gb_s", "peak_tflops", "nvlink_gb_s", "network_gb_s")
+_OVERRIDES = ("memory_gib", "hbm_gb_s", "nvlink_gb_s", "network_gb_s", "gpus_per_node")
+
+
+def resolve_gpu(gpu: str | dict) -> GPUSpec:
+    """`cluster.gpu`: a catalog name, or an object {base?, name?, memory_gib?, hbm_gb_s?,
+    peak_tflops?, nvlink_gb_s?, network_gb_s?, gpus_per_node?} (already checked by
+    cost_model.request.GpuOverride). With a base, the given numbers replace the base's
+    (`dataclasses.replace`, peak_tflops merged per dtype); without one, the datasheet
+    numbers are all required and the efficiency model keeps the GPUSpec defaults."""
+    from dataclasses import replace
+
+    from .vocab import Dtype, values
+
+    if isinstance(gpu, str):
+        return get_gpu(gpu)
+    given = {k: v for k, v in gpu.items() if v is not None}
+    if given.get("base") is not None:
+        base = get_gpu(given["base"]) if isinstance(given["base"], str) else None
+        if base is None:
+            raise SpecError("cluster.gpu.base", "must be a catalog GPU name", allowed=sorted(CATALOG))
+        changes = {k: given[k] for k in _OVERRIDES if k in given}
+        if "peak_tflops" in given:
+            changes["peak_tflops"] = {**base.peak_tflops, **given["peak_tflops"]}
+        return replace(base, name=given.get("name") or f"{base.name}-custom",
+                       description=f"{base.description}, with {', '.join(sorted(changes)) or 'no'} changed",
+                       source=f"{base.source}; overridden by the request: {', '.join(sorted(changes)) or 'nothing'}",
+                       **changes)
+    missing = [k for k in _REQUIRED_WITHOUT_BASE if k not in given]
+    if missing:
+        raise SpecError(f"cluster.gpu.{missing[0]}", "is required for a GPU without a catalog `base`",
+                        allowed=list(_REQUIRED_WITHOUT_BASE))
+    absent = [d for d in values(Dtype) if d not in given["peak_tflops"]]
+    if absent:
+        raise SpecError("cluster.gpu.peak_tflops", f"needs a dense TFLOP/s for every dtype; missing {absent}",
+                        allowed=list(values(Dtype)))
+    return GPUSpec(
+        name=given.get("name") or "custom",
+        description="a GPU described by the request",
+        memory_gib=float(given["memory_gib"]),
+        peak_tflops=dict(given["peak_tflops"]),
+        hbm_gb_s=float(given["hbm_gb_s"]),
+        nvlink_gb_s=float(given["nvlink_gb_s"]),
+        network_gb_s=float(given["network_gb_s"]),
+        gpus_per_node=int(given.get("gpus_per_node") or DEFAULT_GPUS_PER_NODE),
+        source="given by the request",
+        efficiency_source="GPUSpec defaults (the A100 fit); profile the GPU to replace them",
+    )

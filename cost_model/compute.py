@@ -13,13 +13,14 @@ et al. 2009). FlashAttention's core runs at `attention_efficiency` of peak (Dao 
 
 from __future__ import annotations
 
-from .specs import DTYPE_BYTES, GPUSpec
+from .specs import GPUSpec
+from .vocab import DTYPE_BYTES, DTYPE_FP32, DTYPE_TF32
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
     """Dense peak FLOP/s for the matmul dtype (fp32 training uses TF32 tensor cores, as
     PyTorch's default `allow_tf32` for cuDNN and Megatron do; say so)."""
-    key = "tf32" if dtype == "fp32" and not gpu.host else dtype
+    key = DTYPE_TF32 if dtype == DTYPE_FP32 and not gpu.host else dtype
     return gpu.peak_tflops[key] * 1e12
 
 

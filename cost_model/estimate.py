@@ -24,12 +24,13 @@ from .stages import (
     step_time_s,
 )
 from .validate import validate_config
+from .vocab import RECOMPUTE_FULL
 
 
 def resolve_slices(model: ModelSpec, cfg: ParallelConfig) -> list[StageSlice]:
     n_stages = cfg.pp * cfg.vpp
     counts = list(cfg.stage_layers) if cfg.stage_layers else balanced_stage_layers(model.num_layers, n_stages)
-    recompute = cfg.recompute_layers if cfg.recompute == "full" else [0] * n_stages
+    recompute = cfg.recompute_layers if cfg.recompute == RECOMPUTE_FULL else [0] * n_stages
     return slices_from_counts(counts, recompute)
 
 
@@ -101,7 +102,7 @@ def compose(
             StageEstimate(
                 index=sl.index,
                 layers=(sl.first, sl.last),
-                recompute_layers=sl.recompute_layers if cfg.recompute == "full" else 0,
+                recompute_layers=sl.recompute_layers if cfg.recompute == RECOMPUTE_FULL else 0,
                 memory_gib=rank.peak_bytes / GIB,
                 time_ms=(one.time_s - one.pp_comm_s) * 1e3 + _stage_p2p(table, sl, len(slices)) * 1e3,
             )

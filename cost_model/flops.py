@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .specs import TransformerSpec
+from .vocab import MLP_SWIGLU, NORM_LAYERNORM
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def out_proj_flops(m: TransformerSpec, tokens: float) -> float:
 def mlp_flops(m: TransformerSpec, tokens: float, ffn: int) -> float:
     """GELU MLP: 2 GEMMs of 2*t*h*f (Narayanan's 16*t*h^2 with f = 4h); SwiGLU: 3 GEMMs
     (gate, up, down; Shazeer 2020)."""
-    n_mats = 3 if m.mlp == "swiglu" else 2
+    n_mats = 3 if m.mlp == MLP_SWIGLU else 2
     return 2.0 * tokens * m.hidden_size * ffn * n_mats
 
 
@@ -90,12 +91,12 @@ def block_params(m: TransformerSpec, moe_layer: bool, experts: int | None = None
     routed experts are counted (an EP rank holds num_experts/ep)."""
     h, d = m.hidden_size, m.kv_channels
     a, g = m.num_attention_heads, m.num_kv_heads
-    biases = m.norm == "layernorm"  # GPT-style models carry linear biases
+    biases = m.norm == NORM_LAYERNORM  # GPT-style models carry linear biases
     attn = h * (a * d + 2 * g * d) + a * d * h
     if biases:
         attn += a * d + 2 * g * d + h
-    norms = (2 if m.norm == "layernorm" else 1) * h * 2
-    n_mats = 3 if m.mlp == "swiglu" else 2
+    norms = (2 if m.norm == NORM_LAYERNORM else 1) * h * 2
+    n_mats = 3 if m.mlp == MLP_SWIGLU else 2
 
     def ffn_params(f: int) -> float:
         p = n_mats * h * f
@@ -124,7 +125,7 @@ def embedding_params(m: TransformerSpec) -> float:
 def output_params(m: TransformerSpec) -> float:
     """Final norm + untied output matrix (tied: the last stage still holds a copy of the
     word embeddings in Megatron, so it carries V*h either way)."""
-    norm = (2 if m.norm == "layernorm" else 1) * m.hidden_size
+    norm = (2 if m.norm == NORM_LAYERNORM else 1) * m.hidden_size
     return norm + m.vocab_size * m.hidden_size
 
 

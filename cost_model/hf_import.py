@@ -15,6 +15,14 @@ from typing import Any
 
 from .errors import SpecError
 from .specs import MoESpec, TransformerSpec
+from .vocab import (
+    MLP_GELU,
+    MLP_SWIGLU,
+    NORM_LAYERNORM,
+    NORM_RMSNORM,
+    POSITION_LEARNED,
+    POSITION_ROPE,
+)
 
 # transformers' PretrainedConfig ties embeddings by default; these classes default to untied
 _UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "deepseek_v3", "deepseek_v2"}
@@ -50,9 +58,9 @@ def from_hf_config(cfg: dict, name: str | None = None) -> TransformerSpec:
             num_kv_heads=heads,
             ffn_hidden_size=int(cfg.get("n_inner") or 4 * hidden),
             vocab_size=int(_req(cfg, "vocab_size")),
-            mlp="gelu",
-            norm="layernorm",
-            position="learned",
+            mlp=MLP_GELU,
+            norm=NORM_LAYERNORM,
+            position=POSITION_LEARNED,
             tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
             max_position_embeddings=int(cfg.get("n_positions") or cfg.get("n_ctx") or 1024),
             dropout=float(cfg.get("resid_pdrop", 0.0) or 0.0) > 0,
@@ -84,9 +92,9 @@ def from_hf_config(cfg: dict, name: str | None = None) -> TransformerSpec:
         # Llama-family configs (Llama, Mistral, Qwen2, Mixtral, Gemma, DeepSeek) all use a
         # gated MLP (gate, up, down) whatever the activation; only the cost of the
         # activation itself differs, which the model ignores.
-        mlp="swiglu",
-        norm="rmsnorm" if "rms_norm_eps" in cfg else "layernorm",
-        position="rope",
+        mlp=MLP_SWIGLU,
+        norm=NORM_RMSNORM if "rms_norm_eps" in cfg else NORM_LAYERNORM,
+        position=POSITION_ROPE,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", model_type not in _UNTIED_BY_DEFAULT)),
         max_position_embeddings=int(cfg.get("max_position_embeddings") or 4096),
         moe=moe,

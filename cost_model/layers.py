@@ -23,7 +23,6 @@ from functools import cached_property
 
 from . import comm, compute, flops, memory
 from .specs import (
-    DTYPE_BYTES,
     CalibrationProfile,
     ClusterSpec,
     LayerListSpec,
@@ -32,6 +31,7 @@ from .specs import (
     TrainingSpec,
     TransformerSpec,
 )
+from .vocab import DTYPE_BYTES
 
 FLASH_BWD_FACTOR = 2.5  # FlashAttention-2 backward does 5 matmuls to forward's 2 (Dao 2023 §3.2)
 FLASH_CAUSAL_FRACTION = 0.5  # causal masking skips the upper-triangle tiles

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .specs import DTYPE_BYTES, TrainingSpec, TransformerSpec
+from .specs import TrainingSpec, TransformerSpec
+from .vocab import DTYPE_BYTES
 
 # Stated margin: the PyTorch caching allocator fragments; 5% of allocated bytes is the
 # typical gap between memory_reserved and memory_allocated at the peak of a training step

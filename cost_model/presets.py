@@ -14,6 +14,14 @@ from dataclasses import replace
 
 from .errors import SpecError
 from .specs import MoESpec, TransformerSpec
+from .vocab import (
+    MLP_GELU,
+    MLP_SWIGLU,
+    NORM_LAYERNORM,
+    NORM_RMSNORM,
+    POSITION_LEARNED,
+    POSITION_ROPE,
+)
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int) -> TransformerSpec:
@@ -25,9 +33,9 @@ def _gpt(name: str, layers: int, hidden: int, heads: int) -> TransformerSpec:
         num_kv_heads=heads,
         ffn_hidden_size=4 * hidden,
         vocab_size=51200,
-        mlp="gelu",
-        norm="layernorm",
-        position="learned",
+        mlp=MLP_GELU,
+        norm=NORM_LAYERNORM,
+        position=POSITION_LEARNED,
         tie_embeddings=True,
         max_position_embeddings=2048,
         dropout=True,
@@ -43,9 +51,9 @@ def _llama(name, layers, hidden, heads, kv, ffn, vocab, ctx, theta, moe=None) ->
         num_kv_heads=kv,
         ffn_hidden_size=ffn,
         vocab_size=vocab,
-        mlp="swiglu",
-        norm="rmsnorm",
-        position="rope",
+        mlp=MLP_SWIGLU,
+        norm=NORM_RMSNORM,
+        position=POSITION_ROPE,
         tie_embeddings=False,
         max_position_embeddings=ctx,
         rope_theta=theta,

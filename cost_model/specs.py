@@ -9,16 +9,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-TRAIN_DTYPES = ("bf16", "fp16", "fp8", "fp32")
-MLP_KINDS = ("gelu", "swiglu")
-NORM_KINDS = ("layernorm", "rmsnorm")
-POSITION_KINDS = ("learned", "rope")
-RECOMPUTE_MODES = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
-OPTIMIZERS = ("adam", "adamw", "sgd")
-ATTENTION_KINDS = ("flash", "eager")
-
+from .vocab import (
+    ATTENTION_FLASH,
+    DTYPE_BF16,
+    DTYPE_FP32,
+    MLP_GELU,
+    MODEL_LAYERS,
+    MODEL_TRANSFORMER,
+    NORM_LAYERNORM,
+    OPTIMIZER_ADAM,
+    POSITION_LEARNED,
+    RECOMPUTE_NONE,
+    SCHEDULE_1F1B,
+    Attention,
+    CpComm,
+    Dtype,
+    Mlp,
+    Norm,
+    Optimizer,
+    Position,
+    Recompute,
+    Schedule,
+    TrainDtype,
+)
 
 # --------------------------------------------------------------------------- model
 
@@ -57,9 +70,9 @@ class TransformerSpec:
     num_kv_heads: int
     ffn_hidden_size: int
     vocab_size: int
-    mlp: str = "gelu"
-    norm: str = "layernorm"
-    position: str = "learned"
+    mlp: Mlp = MLP_GELU
+    norm: Norm = NORM_LAYERNORM
+    position: Position = POSITION_LEARNED
     tie_embeddings: bool = False
     max_position_embeddings: int = 2048
     moe: MoESpec | None = None
@@ -69,7 +82,7 @@ class TransformerSpec:
 
     @property
     def kind(self) -> str:
-        return "transformer"
+        return MODEL_TRANSFORMER
 
     @property
     def kv_channels(self) -> int:
@@ -95,7 +108,7 @@ class LayerListSpec:
 
     @property
     def kind(self) -> str:
-        return "layers"
+        return MODEL_LAYERS
 
     @property
     def num_layers(self) -> int:
@@ -148,6 +161,13 @@ class ClusterSpec:
     inter_node_gb_s: float
     intra_node_latency_s: float
     inter_node_latency_s: float
+    # GPUs on one NVLink fabric (NVL72: 72); None = one node's GPUs. Carried for the
+    # engine-faithful communication model; no cost reads it yet.
+    nvlink_domain: int | None = None
+
+    def __post_init__(self):
+        if self.nvlink_domain is None:
+            object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
 
     @property
     def num_nodes(self) -> int:
@@ -165,11 +185,11 @@ class ClusterSpec:
 class TrainingSpec:
     global_batch_size: int  # sequences per step
     seq_length: int
-    dtype: str = "bf16"
-    optimizer: str = "adam"
-    master_weights_dtype: str = "fp32"
-    grad_dtype: str = "fp32"  # gradient accumulation/reduction dtype
-    attention: str = "flash"  # flash: O(s) attention memory; eager: s^2 scores stored
+    dtype: TrainDtype = DTYPE_BF16
+    optimizer: Optimizer = OPTIMIZER_ADAM
+    master_weights_dtype: Dtype = DTYPE_FP32
+    grad_dtype: Dtype = DTYPE_FP32  # gradient accumulation/reduction dtype
+    attention: Attention = ATTENTION_FLASH  # flash: O(s) attention memory; eager: s^2 scores stored
 
     @property
     def tokens_per_step(self) -> int:
@@ -190,6 +210,8 @@ class ParallelConfig:
     Megatron's block method); None means every block.
     stage_layers: blocks per pipeline stage (pp * vpp entries, in model order); None is
     the balanced split.
+    etp, cp_comm: expert tensor-parallel degree and context-parallel communication kind,
+    carried for the engine-faithful models (no cost term reads them yet).
     """
 
     dp: int = 1
@@ -201,10 +223,12 @@ class ParallelConfig:
     sequence_parallel: bool = False
     zero: int = 0
     micro_batch_size: int = 1
-    recompute: str = "none"
+    recompute: Recompute = RECOMPUTE_NONE
     recompute_layers: tuple[int, ...] | None = None
-    schedule: str = "1f1b"
+    schedule: Schedule = SCHEDULE_1F1B
     stage_layers: tuple[int, ...] | None = None
+    etp: int = 1
+    cp_comm: CpComm | None = None
 
     @property
     def world_size(self) -> int:
@@ -212,11 +236,6 @@ class ParallelConfig:
 
     def num_micro_batches(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch_size)
-
-    def replace(self, **changes) -> ParallelConfig:
-        from dataclasses import replace
-
-        return replace(self, **changes)
 
 
 # --------------------------------------------------------------------------- profile

@@ -3,10 +3,12 @@ is a SpecError naming the field and what would be allowed."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
+from . import request as rq
 from .errors import SpecError
+from .request import divisors
 from .specs import (
-    RECOMPUTE_MODES,
-    SCHEDULES,
     ClusterSpec,
     LayerListSpec,
     ModelSpec,
@@ -14,75 +16,47 @@ from .specs import (
     TrainingSpec,
     TransformerSpec,
 )
+from .vocab import SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 
-MAX_GPUS = 1_000_000
-MAX_LAYERS = 10_000
-MAX_HIDDEN = 1_000_000
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+__all__ = ["divisors", "validate_cluster", "validate_config", "validate_model", "validate_training"]
 
 
-def _positive(field: str, value: float, upper: float | None = None) -> None:
-    if not isinstance(value, int | float) or value <= 0 or (upper is not None and value > upper):
-        rng = f"1..{upper:g}" if upper is not None else "> 0"
-        raise SpecError(field, f"must be in {rng}, got {value!r}", allowed=rng)
+# Specs built in code (presets, HF imports, the Python API) meet the same field rules as a
+# request: they are checked by the request schema itself, not by a second copy of it.
 
 
-def validate_model(m: ModelSpec) -> None:
+def validate_model(m: ModelSpec, path: str = "model") -> None:
     if isinstance(m, LayerListSpec):
-        if not m.layers:
-            raise SpecError("model.layers", "needs at least one layer")
-        for i, layer in enumerate(m.layers):
-            for f in ("fwd_flops", "params", "activation_bytes", "output_bytes"):
-                v = getattr(layer, f)
-                if not isinstance(v, int | float) or v < 0:
-                    raise SpecError(f"model.layers[{i}].{f}", f"must be >= 0, got {v!r}", allowed=">= 0")
+        layers = [{**asdict(layer)} for layer in m.layers]
+        rq.validate_as(rq.Model, {"name": m.name, "layers": layers}, "model")
         return
     assert isinstance(m, TransformerSpec)
-    _positive("model.num_layers", m.num_layers, MAX_LAYERS)
-    _positive("model.hidden_size", m.hidden_size, MAX_HIDDEN)
-    _positive("model.num_attention_heads", m.num_attention_heads, m.hidden_size)
-    _positive("model.num_kv_heads", m.num_kv_heads, m.num_attention_heads)
-    _positive("model.ffn_hidden_size", m.ffn_hidden_size, 64 * MAX_HIDDEN)
-    _positive("model.vocab_size", m.vocab_size, 10_000_000)
-    if m.head_dim is None and m.hidden_size % m.num_attention_heads:
-        raise SpecError(
-            "model.num_attention_heads",
-            f"hidden_size {m.hidden_size} is not divisible by {m.num_attention_heads} heads (give head_dim)",
-            allowed=divisors(m.hidden_size)[:40],
-        )
-    if m.num_attention_heads % m.num_kv_heads:
-        raise SpecError(
-            "model.num_kv_heads",
-            f"{m.num_attention_heads} attention heads are not divisible into {m.num_kv_heads} KV groups",
-            allowed=divisors(m.num_attention_heads),
-        )
-    if m.moe is not None:
-        e = m.moe
-        _positive("model.moe.num_experts", e.num_experts, 100_000)
-        _positive("model.moe.top_k", e.top_k, e.num_experts)
-        _positive("model.moe.ffn_hidden_size", e.ffn_hidden_size, 64 * MAX_HIDDEN)
-        _positive("model.moe.layer_freq", e.layer_freq, m.num_layers)
+    rq.validate_as(rq.Transformer, asdict(m), path)
 
 
 def validate_cluster(c: ClusterSpec) -> None:
-    _positive("cluster.num_gpus", c.num_gpus, MAX_GPUS)
-    _positive("cluster.gpus_per_node", c.gpus_per_node, 1024)
+    rq.validate_as(rq.Cluster, {
+        "gpu": c.gpu.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node, "nvlink_domain": c.nvlink_domain,
+        "intra_node_gb_s": c.intra_node_gb_s, "inter_node_gb_s": c.inter_node_gb_s,
+        "intra_node_latency_s": c.intra_node_latency_s, "inter_node_latency_s": c.inter_node_latency_s,
+    }, "cluster")
     if c.num_gpus > c.gpus_per_node and c.num_gpus % c.gpus_per_node:
         raise SpecError(
             "cluster.num_gpus",
             f"{c.num_gpus} GPUs do not fill whole nodes of {c.gpus_per_node}",
             allowed=f"a multiple of {c.gpus_per_node}",
         )
-    _positive("cluster.intra_node_gb_s", c.intra_node_gb_s, 1e6)
-    _positive("cluster.inter_node_gb_s", c.inter_node_gb_s, 1e6)
 
 
 def validate_training(t: TrainingSpec) -> None:
-    _positive("training.global_batch_size", t.global_batch_size, 100_000_000)
-    _positive("training.seq_length", t.seq_length, 100_000_000)
+    rq.validate_as(rq.Training, asdict(t), "training")
+
+
+def _validate_parallelism(p: ParallelConfig) -> None:
+    d = asdict(p)
+    for k in ("stage_layers", "recompute_layers"):
+        d[k] = None if d[k] is None else list(d[k])
+    rq.validate_as(rq.Parallelism, d, "parallelism")
 
 
 def validate_config(m: ModelSpec, c: ClusterSpec, t: TrainingSpec, p: ParallelConfig) -> None:
@@ -90,24 +64,17 @@ def validate_config(m: ModelSpec, c: ClusterSpec, t: TrainingSpec, p: ParallelCo
     validate_model(m)
     validate_cluster(c)
     validate_training(t)
-    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
-        _positive(f"parallelism.{name}", getattr(p, name), MAX_GPUS)
+    _validate_parallelism(p)
     if p.world_size > c.num_gpus:
         raise SpecError(
             "parallelism",
             f"dp*tp*pp*cp = {p.dp}*{p.tp}*{p.pp}*{p.cp} = {p.world_size} exceeds the cluster's {c.num_gpus} GPUs",
             allowed=f"product <= {c.num_gpus}",
         )
-    if p.recompute not in RECOMPUTE_MODES:
-        raise SpecError("parallelism.recompute", f"unknown mode {p.recompute!r}", allowed=list(RECOMPUTE_MODES))
-    if p.schedule not in SCHEDULES:
-        raise SpecError("parallelism.schedule", f"unknown schedule {p.schedule!r}", allowed=list(SCHEDULES))
-    if p.zero not in (0, 1, 2, 3):
-        raise SpecError("parallelism.zero", f"unknown ZeRO stage {p.zero!r}", allowed=[0, 1, 2, 3])
-    if p.vpp > 1 and p.schedule != "interleaved":
-        raise SpecError("parallelism.vpp", f"vpp={p.vpp} needs schedule 'interleaved'", allowed=[1])
-    if p.schedule == "interleaved" and p.pp < 2:
-        raise SpecError("parallelism.schedule", "interleaved needs pp >= 2", allowed=["gpipe", "1f1b"])
+    if p.vpp > 1 and p.schedule != SCHEDULE_INTERLEAVED:
+        raise SpecError("parallelism.vpp", f"vpp={p.vpp} needs schedule {SCHEDULE_INTERLEAVED!r}", allowed=[1])
+    if p.schedule == SCHEDULE_INTERLEAVED and p.pp < 2:
+        raise SpecError("parallelism.schedule", "interleaved needs pp >= 2", allowed=[SCHEDULE_GPIPE, SCHEDULE_1F1B])
     gb, mb = t.global_batch_size, p.micro_batch_size
     if gb % (p.dp * mb):
         raise SpecError(
@@ -116,7 +83,7 @@ def validate_config(m: ModelSpec, c: ClusterSpec, t: TrainingSpec, p: ParallelCo
             allowed=f"a multiple of {p.dp * mb}",
         )
     n_micro = gb // (p.dp * mb)
-    if p.schedule == "interleaved" and p.vpp > 1 and n_micro % p.pp:
+    if p.schedule == SCHEDULE_INTERLEAVED and p.vpp > 1 and n_micro % p.pp:
         raise SpecError(
             "parallelism.micro_batch_size",
             f"the interleaved schedule needs the {n_micro} micro-batches to be a multiple of pp={p.pp}",

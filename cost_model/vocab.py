@@ -30,6 +30,8 @@ ZeroStage = Literal[0, 1, 2, 3]
 
 # --------------------------------------------------------------------------- launch
 Engine = Literal["megatron", "torchtitan", "deepspeed", "runtime"]
+# context-parallel communication (Megatron-Core `--cp-comm-type`); carried, not priced yet
+CpComm = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
 Target = Literal["megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "ranks", "runtime"]
 
 # --------------------------------------------------------------------------- profile

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cost_model.results import Estimate
 from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig
+from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 
 from .space import Candidate
 
@@ -30,13 +31,13 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
         out.append(f"cp={cfg.cp} splits the {model.num_layers}-layer activations of long sequences; ring exchange exposes {b.cp_comm_s:.3g} s")
     if cfg.zero:
         out.append(f"ZeRO-{cfg.zero} shards {'optimizer states' if cfg.zero == 1 else 'optimizer states and gradients' if cfg.zero == 2 else 'parameters, gradients and optimizer states'} over dp={cfg.dp * cfg.cp}")
-    if cfg.recompute == "full":
+    if cfg.recompute == RECOMPUTE_FULL:
         n = sum(cfg.recompute_layers or ())
         out.append(
             f"recompute=full on {n} of {model.num_layers} blocks, as memory requires: activations "
             f"{p.memory.activations_gib:.1f} GiB on the fullest rank; {b.recompute_s:.3g} s per step on the slowest rank"
         )
-    elif cfg.recompute == "selective":
+    elif cfg.recompute == RECOMPUTE_SELECTIVE:
         out.append(f"recompute=selective: activations {p.memory.activations_gib:.1f} GiB at the cost of {b.recompute_s:.3g} s per step")
     out.append(
         f"peak memory {p.memory.peak_gib:.1f} of {p.memory.capacity_gib:.1f} GiB; step {p.step_time_s:.4g} s, "

@@ -7,26 +7,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cost_model.errors import SpecError
+from cost_model import request as rq
+from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
 from cost_model.validate import divisors
+from cost_model.vocab import Target, values
 
-KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "zero", "schedule", "sequence_parallel")
-TARGETS = ("megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "runtime")
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
 MAX_VPP = 8
-DEFAULT_HEADROOM = 0.05
+# the knobs of a `search` block that pin values (the others are settings)
+_PINNED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "zero", "schedule",
+           "sequence_parallel", "cp_comm")
 
 
 @dataclass(frozen=True)
 class SearchSpace:
-    allowed: dict[str, tuple | None] = field(default_factory=dict)  # None = open
+    # knob -> allowed values (None = open); "engine" holds the one engine priced for
+    allowed: dict[str, tuple | None] = field(default_factory=dict)
     # usable memory = capacity x (1 - headroom): the memory model's margins (fragmentation,
     # reserved) are estimates, so plans keep 5% spare by default
     memory_headroom: float = DEFAULT_HEADROOM
     top_k: int = 3
-    time_limit_s: float = 10.0
-    targets: tuple[str, ...] = TARGETS
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    targets: tuple[str, ...] = values(Target)
     use_all_gpus: bool = True
     tp_within_node: bool = True
 
@@ -57,59 +60,17 @@ class Candidate:
         return (self.dp, self.tp, self.cp, self.ep, self.sequence_parallel, self.zero, self.micro_batch_size)
 
 
-def _values(raw: Any, path: str, kind: type) -> tuple | None:
-    if raw is None:
-        return None
-    items = raw if isinstance(raw, list | tuple) else [raw]
-    out = []
-    for v in items:
-        if kind is int and (isinstance(v, bool) or not isinstance(v, int)):
-            raise SpecError(path, f"must be an integer or a list of integers, got {v!r}")
-        if kind is bool and not isinstance(v, bool):
-            raise SpecError(path, f"must be true/false or a list of them, got {v!r}")
-        if kind is str and not isinstance(v, str):
-            raise SpecError(path, f"must be a string or a list of strings, got {v!r}")
-        if kind is int and v < 0:
-            raise SpecError(path, f"must be >= 0, got {v}")
-        out.append(v.lower() if isinstance(v, str) else v)
-    if not out:
-        raise SpecError(path, "an empty list allows nothing")
-    return tuple(out)
+def search_space(d: rq.Search) -> SearchSpace:
+    """A validated `search` block -> SearchSpace."""
+    allowed: dict[str, tuple | None] = {k: None if getattr(d, k) is None else tuple(getattr(d, k)) for k in _PINNED}
+    allowed["engine"] = (d.engine,)
+    limit = DEFAULT_TIME_LIMIT_S if d.time_limit_s is None else float(d.time_limit_s)
+    return SearchSpace(allowed, float(d.memory_headroom), d.top_k, limit, tuple(d.targets), d.use_all_gpus,
+                       d.tp_within_node)
 
 
 def parse_search(d: Any) -> SearchSpace:
-    if d is None:
-        d = {}
-    if not isinstance(d, dict):
-        raise SpecError("search", "must be an object")
-    allowed: dict[str, tuple | None] = {}
-    for knob in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero"):
-        allowed[knob] = _values(d.get(knob), f"search.{knob}", int)
-    allowed["recompute"] = _values(d.get("recompute"), "search.recompute", str)
-    allowed["schedule"] = _values(d.get("schedule"), "search.schedule", str)
-    allowed["sequence_parallel"] = _values(d.get("sequence_parallel"), "search.sequence_parallel", bool)
-    for knob, choices in (("recompute", ("none", "selective", "full")), ("schedule", ("gpipe", "1f1b", "interleaved")), ("zero", (0, 1, 2, 3))):
-        bad = [v for v in allowed[knob] or () if v not in choices]
-        if bad:
-            raise SpecError(f"search.{knob}", f"unknown value {bad[0]!r}", allowed=list(choices))
-    headroom = d.get("memory_headroom", DEFAULT_HEADROOM)
-    if not isinstance(headroom, int | float) or isinstance(headroom, bool) or not 0 <= headroom < 1:
-        raise SpecError("search.memory_headroom", f"must be in [0, 1), got {headroom!r}", allowed="[0, 1)")
-    top_k = d.get("top_k", 3)
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 50:
-        raise SpecError("search.top_k", f"must be in 1..50, got {top_k!r}", allowed="1..50")
-    limit = d.get("time_limit_s", 10.0)
-    if not isinstance(limit, int | float) or isinstance(limit, bool) or not 0 < limit <= 3600:
-        raise SpecError("search.time_limit_s", f"must be in (0, 3600], got {limit!r}", allowed="(0, 3600]")
-    targets = d.get("targets", list(TARGETS))
-    if not isinstance(targets, list) or any(t not in TARGETS for t in targets):
-        raise SpecError("search.targets", f"unknown target in {targets!r}", allowed=list(TARGETS))
-    use_all = d.get("use_all_gpus", True)
-    tp_node = d.get("tp_within_node", True)
-    for name, v in (("use_all_gpus", use_all), ("tp_within_node", tp_node)):
-        if not isinstance(v, bool):
-            raise SpecError(f"search.{name}", f"must be true or false, got {v!r}")
-    return SearchSpace(allowed, float(headroom), top_k, float(limit), tuple(targets), use_all, tp_node)
+    return search_space(rq.validate_as(rq.Search, {} if d is None else d, "search"))
 
 
 def _tp_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace) -> list[int]:

@@ -26,7 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-RECOMPUTE_MODES = ("none", "selective", "full")
+from cost_model.vocab import Recompute, values
+
+RECOMPUTE_MODES = values(Recompute)
 
 
 @dataclass(frozen=True)

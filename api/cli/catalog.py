@@ -9,6 +9,7 @@ from cost_model.flops import total_params
 from cost_model.presets import PRESETS
 
 from .common import print_json
+from .flags import add_flags
 
 
 def models_table() -> list[dict]:
@@ -82,8 +83,8 @@ def run_gpus(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("models", help="list the built-in model presets")
-    p.add_argument("--json", action="store_true")
+    add_flags(p, "output")
     p.set_defaults(func=run_models)
     p = sub.add_parser("gpus", help="list the GPU catalog")
-    p.add_argument("--json", action="store_true")
+    add_flags(p, "output")
     p.set_defaults(func=run_gpus)

@@ -5,30 +5,22 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (
-    add_config_flags,
-    add_problem_flags,
-    fmt_s,
-    load_profile_arg,
-    print_json,
-    request_from_args,
-)
+from .common import fmt_s, load_profile_arg, print_json, progress, request_from_args
+from .flags import add_flags
 
 
 def register(sub) -> None:
     p = sub.add_parser("check", help="CI gate: does this configuration fit and is it near the best plan?")
-    add_problem_flags(p)
-    add_config_flags(p)
-    p.add_argument("--max-slowdown", type=float, default=0.10, metavar="F", help="allowed slowdown vs the best plan (default 0.10)")
-    p.add_argument("--time-limit", type=float, metavar="S", help="search time limit in seconds")
+    add_flags(p, "problem", "config", "search", "check", "output")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from planner.service import check as check_request
 
-    req = request_from_args(args, need_parallelism=True)
-    res = check_request(req, args.max_slowdown, load_profile_arg(args), args.time_limit)
+    req = request_from_args(args, "check")
+    max_slowdown = req.pop("max_slowdown")
+    res = check_request(req, max_slowdown, load_profile_arg(args), progress=progress)
     if args.json:
         print_json(res)
     else:
@@ -40,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
             par = b["parallelism"]
             print(f"best plan {fmt_s(b['prediction']['step_time_s'])}: dp={par['dp']} tp={par['tp']} pp={par['pp']} cp={par['cp']} "
                   f"vpp={par['vpp']} mb={par['micro_batch_size']} zero={par['zero']} recompute={par['recompute']}; "
-                  f"slowdown {res['slowdown'] * 100:.1f}% (allowed {args.max_slowdown * 100:.0f}%)")
+                  f"slowdown {res['slowdown'] * 100:.1f}% (allowed {max_slowdown * 100:.0f}%)")
         for r in res["reasons"]:
             print(f"  - {r}")
     return 0 if res["ok"] else 1

@@ -1,18 +1,20 @@
-"""Flags shared by the commands, and the flags -> request-dict translation (the request
-dict is the REST body; DESIGN.md "Request")."""
+"""The flags -> request translation (the request is the REST body; DESIGN.md "Request"),
+file loading and output helpers shared by the commands. The flags themselves are in flags.py."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from cost_model.errors import SpecError
+from cost_model.request import REQUESTS, validate_as
 
-DTYPES = ("bf16", "fp16", "fp8", "fp32")
+from .flags import FLAGS
 
 
 def load_structured(path: str | Path, field: str) -> Any:
@@ -46,72 +48,56 @@ def model_from_flag(value: str) -> dict:
     raise SpecError("--model", f"{value}: not a model description, HF config.json or layer list")
 
 
-def add_problem_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("problem (flags override --request)")
-    g.add_argument("--request", metavar="FILE", help="whole request as JSON/YAML (REST body schema)")
-    g.add_argument("--model", metavar="NAME|FILE", help="preset name, or a JSON/YAML model description / HF config.json")
-    g.add_argument("--gpu", metavar="NAME", help="GPU type from `planner gpus`")
-    g.add_argument("--gpus", type=int, metavar="N", help="number of GPUs")
-    g.add_argument("--gpus-per-node", type=int, metavar="N")
-    g.add_argument("--intra-node-gb-s", type=float, metavar="X", help="NVLink GB/s per GPU per direction")
-    g.add_argument("--inter-node-gb-s", type=float, metavar="X", help="network GB/s per GPU per direction")
-    g.add_argument("--global-batch", type=int, metavar="N", help="sequences per step")
-    g.add_argument("--seq-len", type=int, metavar="N")
-    g.add_argument("--dtype", choices=DTYPES)
-    g.add_argument("--profile", metavar="FILE", help="profile JSON from `planner profile`")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+_HINTS = {"model": "--model", "cluster.gpu": "--gpu", "cluster.num_gpus": "--gpus",
+          "training.global_batch_size": "--global-batch", "training.seq_length": "--seq-len",
+          "parallelism": "--tp/--pp/--dp/...", "cluster": "--gpu and --gpus", "training": "--global-batch and --seq-len"}
 
 
-def add_config_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("configuration (estimate/check)")
-    for name in ("tp", "pp", "dp", "cp", "ep", "vpp"):
-        g.add_argument(f"--{name}", type=int, metavar="N")
-    g.add_argument("--micro-batch", type=int, metavar="N")
-    g.add_argument("--recompute", choices=("none", "selective", "full"))
-    g.add_argument("--sequence-parallel", action="store_true", default=None)
-    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
-    g.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved"))
+def _set(req: dict, path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    d = req
+    for key in parents:
+        if d.get(key) is None:
+            d[key] = {}
+        if not isinstance(d[key], dict):  # a malformed --request block: the schema reports it
+            return
+        d = d[key]
+    d[leaf] = value
 
 
-def request_from_args(args: argparse.Namespace, need_parallelism: bool = False) -> dict:
+def request_from_args(args: argparse.Namespace, command: str) -> dict:
+    """The request of `command` ("plan", "estimate", "check") from --request and the flags,
+    validated by the same schema as the REST body (cost_model/request.py) and returned as
+    the REST routes pass it on (JSON-mode dump without nulls), so both hash and answer alike."""
     req: dict[str, Any] = {}
     if getattr(args, "request", None):
         loaded = load_structured(args.request, "--request")
         if not isinstance(loaded, dict):
             raise SpecError("--request", "must hold a JSON/YAML object")
         req = loaded
-    if args.model:
+    if getattr(args, "model", None):
         req["model"] = model_from_flag(args.model)
-    cluster = dict(req.get("cluster") or {})
-    for flag, key in (("gpu", "gpu"), ("gpus", "num_gpus"), ("gpus_per_node", "gpus_per_node"),
-                      ("intra_node_gb_s", "intra_node_gb_s"), ("inter_node_gb_s", "inter_node_gb_s")):
-        if getattr(args, flag, None) is not None:
-            cluster[key] = getattr(args, flag)
-    req["cluster"] = cluster
-    training = dict(req.get("training") or {})
-    for flag, key in (("global_batch", "global_batch_size"), ("seq_len", "seq_length"), ("dtype", "dtype")):
-        if getattr(args, flag, None) is not None:
-            training[key] = getattr(args, flag)
-    req["training"] = training
-    if hasattr(args, "micro_batch"):
-        par = dict(req.get("parallelism") or {})
-        for flag, key in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("ep", "ep"), ("vpp", "vpp"),
-                          ("micro_batch", "micro_batch_size"), ("recompute", "recompute"),
-                          ("sequence_parallel", "sequence_parallel"), ("zero", "zero"), ("schedule", "schedule")):
-            if getattr(args, flag, None) is not None:
-                par[key] = getattr(args, flag)
-        if par:
-            req["parallelism"] = par
-    for key, flag in (("model", "--model"),):
-        if key not in req:
-            raise SpecError("model", f"is required (give {flag} or --request)")
-    if "gpu" not in cluster:
-        raise SpecError("cluster.gpu", "is required (give --gpu or --request)")
-    if "num_gpus" not in cluster:
-        raise SpecError("cluster.num_gpus", "is required (give --gpus or --request)")
-    if need_parallelism and not req.get("parallelism"):
-        raise SpecError("parallelism", "is required (give --tp/--pp/--dp/... or a --request with 'parallelism')")
-    return req
+    for f in FLAGS:
+        if f.field is None or f.field == "model" or getattr(args, f.dest, None) is None:
+            continue
+        value = getattr(args, f.dest)
+        if f.group != "config":
+            _set(req, f.field, value)
+        elif command == "plan":  # a pin: the values the search may use
+            _set(req, f"search.{f.field}", value)
+        else:  # the configuration: one value
+            if isinstance(value, list) and len(value) != 1:
+                raise SpecError(f"parallelism.{f.field}", f"{f.name} takes one value in {command}, got {value}",
+                                allowed="one value")
+            _set(req, f"parallelism.{f.field}", value[0] if isinstance(value, list) else value)
+    try:
+        valid = validate_as(REQUESTS[command], req)
+    except SpecError as exc:
+        hint = _HINTS.get(exc.field)
+        if exc.message == "is required" and hint:
+            raise SpecError(exc.field, f"is required (give {hint} or --request)", exc.allowed) from None
+        raise
+    return valid.model_dump(mode="json", exclude_none=True)
 
 
 def load_profile_arg(args: argparse.Namespace):
@@ -129,3 +115,8 @@ def print_json(obj: Any) -> None:
 
 def fmt_s(x: float) -> str:
     return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s"
+
+
+def progress(line: str) -> None:
+    """Progress of a long search, on stderr (stdout stays the result, e.g. with --json)."""
+    print(line, file=sys.stderr, flush=True)

@@ -7,20 +7,13 @@ import argparse
 from cost_model.results import Estimate
 from planner.service import estimate as estimate_request
 
-from .common import (
-    add_config_flags,
-    add_problem_flags,
-    fmt_s,
-    load_profile_arg,
-    print_json,
-    request_from_args,
-)
+from .common import fmt_s, load_profile_arg, print_json, request_from_args
+from .flags import add_flags
 
 
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="predicted time and memory of one configuration")
-    add_problem_flags(p)
-    add_config_flags(p)
+    add_flags(p, "problem", "config", "output")
     p.set_defaults(func=run)
 
 
@@ -45,7 +38,7 @@ def print_estimate(est: Estimate, cfg_line: str = "") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    req = request_from_args(args, need_parallelism=True)
+    req = request_from_args(args, "estimate")
     est = estimate_request(req, load_profile_arg(args))
     if args.json:
         print_json(est.to_dict())

@@ -6,31 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import add_problem_flags, fmt_s, load_profile_arg, print_json, request_from_args
+from .common import fmt_s, load_profile_arg, print_json, progress, request_from_args
+from .flags import add_flags
 
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="best plan for a model on a cluster")
-    add_problem_flags(p)
-    p.add_argument("--top-k", type=int, metavar="N", help="alternatives to keep (default 3)")
-    p.add_argument("--time-limit", type=float, metavar="S", help="search time limit in seconds (default 10)")
-    p.add_argument("--exhaustive", action="store_true", help="brute-force reference search (small instances)")
-    p.add_argument("--emit", metavar="DIR", help="write plan.json and the launch artifacts into DIR")
-    p.add_argument("--headroom", type=float, metavar="F", help="memory headroom fraction (default 0.05)")
+    add_flags(p, "problem", "config", "search", "plan", "output")
     p.set_defaults(func=run)
-
-
-def _with_search_flags(req: dict, args: argparse.Namespace) -> dict:
-    search = dict(req.get("search") or {})
-    if args.top_k is not None:
-        search["top_k"] = args.top_k
-    if args.time_limit is not None:
-        search["time_limit_s"] = args.time_limit
-    if args.headroom is not None:
-        search["memory_headroom"] = args.headroom
-    if search:
-        req["search"] = search
-    return req
 
 
 def print_plan(plan: dict) -> None:
@@ -70,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
     from planner.service import Infeasible
     from planner.service import plan as plan_request
 
-    req = _with_search_flags(request_from_args(args), args)
+    req = request_from_args(args, "plan")
     try:
-        plan = plan_request(req, load_profile_arg(args), exhaustive=args.exhaustive)
+        plan = plan_request(req, load_profile_arg(args), exhaustive=args.exhaustive, progress=progress)
     except Infeasible as exc:
         if args.json:
             print_json({"error": {"code": "infeasible", "message": exc.message, "details": exc.details}})

@@ -17,54 +17,28 @@ from pathlib import Path
 from cost_model.errors import SpecError
 from cost_model.parse import parse_model
 from cost_model.specs import TransformerSpec
+from cost_model.vocab import DTYPE_BF16, DTYPE_FP8, DTYPE_FP32
 
-from .common import DTYPES, model_from_flag, print_json
-
-
-def _int_list(flag: str):
-    def parse(text: str) -> list[int]:
-        try:
-            values = [int(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} takes comma-separated integers, got {text!r}") from None
-        if not values or min(values) < 1:
-            raise argparse.ArgumentTypeError(f"{flag} values must be >= 1, got {text!r}")
-        return values
-
-    return parse
+from .common import model_from_flag, print_json
+from .flags import add_flags
 
 
 def register(sub) -> None:
-    p = sub.add_parser("profile", help="profile layers, GEMMs and collectives on this machine")
-    p.add_argument("--model", required=True, metavar="NAME|FILE", help="preset name or model description / HF config.json")
-    p.add_argument("--tp", type=_int_list("--tp"), default=[1], metavar="1,2,4,8", help="TP degrees whose local shards to profile")
-    p.add_argument("--micro-batch", type=_int_list("--micro-batch"), default=[1], metavar="1,2,4")
-    p.add_argument("--seq-len", type=int, default=2048, metavar="N", help="tokens per device (seq_length // cp)")
-    p.add_argument("--dtype", choices=DTYPES, help="default: bf16 on CUDA, fp32 on CPU (fp8 is profiled as bf16)")
-    p.add_argument("--out", required=True, metavar="FILE", help="profile JSON to write")
-    p.add_argument("--comm-procs", type=int, default=0, metavar="N",
-                   help="also run `torchrun --nproc-per-node N -m profiler.comm` and merge its fits")
-    p.add_argument("--repeats", type=int, default=5, metavar="N", help="timed repeats per shape (median)")
-    p.add_argument("--warmup", type=int, default=2, metavar="N")
-    p.add_argument("--rounds", type=int, default=1, metavar="N",
-                   help="measure every shape round-robin N times and average the rounds' medians "
-                        "(a host whose speed drifts then affects all shapes alike)")
-    p.add_argument("--max-seconds", type=float, default=300.0, metavar="S",
-                   help="time bound for the layer + GEMM part; the largest shapes are dropped first")
-    p.add_argument("--threads", type=int, metavar="N", help="CPU threads (match what each training process gets)")
-    p.add_argument("--cpu-time", action="store_true",
-                   help="CPU: time with the process CPU clock, so other load on a shared machine does not "
-                        "count (use with --threads 1)")
-    p.add_argument("--device-name", metavar="NAME", help="catalog name to file the profile under (default: detected)")
-    g = p.add_argument_group("shape overrides (profile a scaled-down model quickly, e.g. on CPU)")
-    for flag, hint in (("hidden", "hidden size"), ("heads", "attention heads"), ("kv-heads", "kv heads"),
-                       ("ffn", "FFN hidden size (also each expert's, for MoE)"), ("vocab", "vocabulary size")):
-        g.add_argument(f"--{flag}", type=int, metavar="N", help=hint)
-    p.add_argument("--json", action="store_true", help="print the profile JSON on stdout")
+    p = sub.add_parser("profile", help="profile layers, GEMMs and collectives on this machine",
+                       description="Measure layer times on this machine. --tp/--micro-batch/--cp list the shapes to "
+                                   "measure; --seq-len is the training sequence length and each CP degree c is "
+                                   "measured at seq_len/c tokens per device. --dtype defaults to bf16 on CUDA, fp32 "
+                                   "on CPU (fp8 is profiled as bf16).")
+    add_flags(p, "problem", only=("--model", "--seq-len", "--dtype"), defaults={"seq_len": 2048}, title="model")
+    add_flags(p, "config", only=("--tp", "--micro-batch", "--cp"), defaults={"tp": [1], "micro_batch": [1], "cp": [1]},
+              title="shapes to measure (comma-separated lists)")
+    add_flags(p, "profile", "shape", "output")
     p.set_defaults(func=run)
 
 
 def resolve_model(args: argparse.Namespace) -> TransformerSpec:
+    if not args.model:
+        raise SpecError("model", "is required (give --model)")
     m = parse_model(model_from_flag(args.model))
     if not isinstance(m, TransformerSpec):
         raise SpecError("--model", "only transformer models can be profiled (a layer list has no torch layers)")
@@ -86,6 +60,13 @@ def _check_args(args: argparse.Namespace) -> None:
     for name in ("seq_len", "repeats", "rounds"):
         if getattr(args, name) < 1:
             raise SpecError(f"--{name.replace('_', '-')}", "must be >= 1")
+    for name in ("tp", "micro_batch", "cp"):
+        if min(getattr(args, name)) < 1:
+            raise SpecError(f"--{name.replace('_', '-')}", f"values must be >= 1, got {getattr(args, name)}")
+    bad = [c for c in args.cp if args.seq_len % c]
+    if bad:
+        raise SpecError("--cp", f"seq_len {args.seq_len} is not divisible by cp={bad[0]}",
+                        allowed=[c for c in range(1, args.seq_len + 1) if args.seq_len % c == 0][:40])
     if args.max_seconds <= 0:
         raise SpecError("--max-seconds", "must be > 0")
     if args.comm_procs < 0 or args.comm_procs == 1:
@@ -111,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    dtype = args.dtype or ("bf16" if torch.cuda.is_available() else "fp32")
-    if dtype == "fp8":
+    dtype = args.dtype or (DTYPE_BF16 if torch.cuda.is_available() else DTYPE_FP32)
+    if dtype == DTYPE_FP8:
         print("profile: fp8 is profiled as bf16 (plain torch has no fp8 training GEMMs)", file=sys.stderr)
-        dtype = "bf16"
+        dtype = DTYPE_BF16
     dims = ModelDims(1, m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.ffn_hidden_size,
                      m.vocab_size, m.mlp, m.tie_embeddings)
     try:
@@ -123,11 +104,22 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--model", str(exc)) from None
     moe = MoEDims(m.moe.num_experts, m.moe.top_k, m.moe.ffn_hidden_size) if m.moe else None
     dense = moe is None or any(not m.moe.is_moe_layer(i) for i in range(m.num_layers))
-    opts = ProfileOptions(dims=dims, tps=args.tp, micro_batches=args.micro_batch, seq_len=args.seq_len,
-                          dtype=dtype, moe=moe, dense_blocks=dense, repeats=args.repeats, warmup=args.warmup,
-                          max_seconds=args.max_seconds, model_name=m.name, device_name=args.device_name,
-                          cpu_clock=args.cpu_time, rounds=args.rounds)
-    profile = run_profile(opts)
+    # one profile per CP degree (the per-device sequence seq_len / cp), merged: the cost
+    # model looks layers up by (kind, tp, micro-batch, seq_length // cp)
+    cps = sorted(set(args.cp))
+    profile: dict = {}
+    for i, cp in enumerate(cps):
+        opts = ProfileOptions(dims=dims, tps=args.tp, micro_batches=args.micro_batch, seq_len=args.seq_len // cp,
+                              dtype=dtype, moe=moe, dense_blocks=dense, repeats=args.repeats, warmup=args.warmup,
+                              max_seconds=args.max_seconds / len(cps), model_name=m.name, device_name=args.device_name,
+                              cpu_clock=args.cpu_time, rounds=args.rounds, gemm_dims=None if i == 0 else ())
+        part = run_profile(opts)
+        if not profile:
+            profile = part
+        else:
+            profile["layers"] = profile["layers"] + part["layers"]
+            profile["skipped"] = profile.get("skipped", []) + part.get("skipped", [])
+            profile["elapsed_s"] = profile.get("elapsed_s", 0.0) + part.get("elapsed_s", 0.0)
     Path(args.out).write_text(json.dumps(profile, indent=2) + "\n")
     if args.comm_procs:
         run_comm(args.out, args.comm_procs)

@@ -6,16 +6,12 @@ from __future__ import annotations
 import argparse
 import os
 
+from .flags import add_flags
+
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="start the REST service (uvicorn)")
-    p.add_argument("--host", help="bind address (PLANNER_HOST, default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (PLANNER_PORT, default 8000)")
-    p.add_argument("--workers", type=int, metavar="N", help="solver threads per process (PLANNER_WORKERS, default 2)")
-    p.add_argument("--processes", type=int, default=1, metavar="N",
-                   help="uvicorn worker processes; they share the database (default 1)")
-    p.add_argument("--database-url", help="SQLAlchemy URL (PLANNER_DATABASE_URL); default SQLite under PLANNER_DATA_DIR")
-    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    add_flags(p, "serve")
     p.set_defaults(func=run)
 
 

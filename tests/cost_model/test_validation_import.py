@@ -41,7 +41,7 @@ def _est(model="gpt3-175b", n=64, gb=64, seq=2048, **cfg):
         (dict(tp=8, pp=2, vpp=2, schedule="1f1b"), "parallelism.vpp"),
         (dict(tp=8, pp=4, stage_layers=(24, 24, 24, 23)), "parallelism.stage_layers"),
         (dict(tp=8, pp=4, stage_layers=(48, 48)), "parallelism.stage_layers"),
-        (dict(tp=8, pp=4, stage_layers=(0, 32, 32, 32)), "parallelism.stage_layers"),
+        (dict(tp=8, pp=4, stage_layers=(0, 32, 32, 32)), "parallelism.stage_layers[0]"),
         (dict(tp=0), "parallelism.tp"),
         (dict(dp=-1), "parallelism.dp"),
         (dict(micro_batch_size=0), "parallelism.micro_batch_size"),
@@ -83,20 +83,19 @@ def test_unknown_gpu_and_preset():
 @pytest.mark.parametrize(
     "transformer,field",
     [
-        ({"num_layers": 0, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 1000}, "model.num_layers"),
-        ({"num_layers": 4, "hidden_size": -8, "num_attention_heads": 16, "vocab_size": 1000}, "model.hidden_size"),
-        ({"num_layers": 10**7, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 1000}, "model.num_layers"),
-        ({"num_layers": 4, "hidden_size": 10**9, "num_attention_heads": 16, "vocab_size": 1000}, "model.hidden_size"),
-        ({"num_layers": 4, "hidden_size": 1000, "num_attention_heads": 16, "vocab_size": 1000}, "model.num_attention_heads"),
-        ({"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "num_kv_heads": 5, "vocab_size": 1000}, "model.num_kv_heads"),
-        ({"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 0}, "model.vocab_size"),
+        ({"num_layers": 0, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 1000}, "model.transformer.num_layers"),
+        ({"num_layers": 4, "hidden_size": -8, "num_attention_heads": 16, "vocab_size": 1000}, "model.transformer.hidden_size"),
+        ({"num_layers": 10**7, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 1000}, "model.transformer.num_layers"),
+        ({"num_layers": 4, "hidden_size": 10**9, "num_attention_heads": 16, "vocab_size": 1000}, "model.transformer.hidden_size"),
+        ({"num_layers": 4, "hidden_size": 1000, "num_attention_heads": 16, "vocab_size": 1000}, "model.transformer.num_attention_heads"),
+        ({"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "num_kv_heads": 5, "vocab_size": 1000}, "model.transformer.num_kv_heads"),
+        ({"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 0}, "model.transformer.vocab_size"),
         ({"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16}, "model.transformer.vocab_size"),
         ({"num_layers": "four", "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 1}, "model.transformer.num_layers"),
     ],
 )
 def test_bad_model_names_field(transformer, field):
-    # type errors come from the parser (model.transformer.*), range errors from the
-    # validator (model.*)
+    # type, range and cross-field errors all name the field under model.transformer
     e = _err(parse_model, {"transformer": transformer})
     assert e.field == field
     assert field in str(e)

@@ -33,7 +33,7 @@ def test_profile_then_estimate(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra", [["--tp", "0"], ["--seq-len", "0"], ["--comm-procs", "1"], ["--heads", "3"],
-                                   ["--rounds", "0"]])
+                                   ["--rounds", "0"], ["--cp", "3"], ["--cp", "0"]])
 def test_bad_input_exits_2(tmp_path, extra):
     args = ["profile", *TINY, "--out", str(tmp_path / "p.json"), *extra]
     try:

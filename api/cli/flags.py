@@ -1,0 +1,195 @@
+"""Every flag of the `planner` commands, defined once: name, type, choices (from
+cost_model/vocab.py), help, and the request field it fills. Commands name the groups they
+take (`add_flags(parser, "problem", "config", ...)`), so `--tp` or `--json` is the same
+flag everywhere.
+
+Configuration flags (`--tp --pp --dp --cp --ep --etp --vpp --micro-batch --recompute --zero
+--schedule --cp-comm`) take a comma-separated list: in `estimate` / `check` exactly one
+value, the configuration (`parallelism.*`); in `plan` the values the search may use
+(`search.*`, a pin: `--tp 2,4`); in `profile` the shapes to measure.
+`--seq-len` is always the training sequence length (`training.seq_length`), before context
+parallelism splits it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field as dc_field
+from typing import Any
+
+from cost_model.vocab import (
+    CpComm,
+    Engine,
+    Recompute,
+    Schedule,
+    Target,
+    TrainDtype,
+    ZeroStage,
+    values,
+)
+
+
+def _csv(kind: Callable[[str], Any], choices: tuple | None = None, flag: str = "") -> Callable[[str], list]:
+    """'2,4' -> [2, 4]; each item converted by `kind` and checked against `choices`."""
+
+    def parse(text: str) -> list:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"{flag} needs at least one value")
+        out = []
+        for x in items:
+            try:
+                v = kind(x)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{flag} takes comma-separated {kind.__name__} values, got {x!r}") from None
+            if choices is not None and v not in choices:
+                raise argparse.ArgumentTypeError(f"{flag}: unknown value {x!r} (allowed: {', '.join(map(str, choices))})")
+            out.append(v)
+        return out
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str  # "--tp"
+    group: str  # the group commands ask for
+    help: str
+    type: Callable[[str], Any] | None = None
+    choices: tuple | None = None
+    metavar: str | None = None
+    action: Any = None
+    default: Any = None
+    field: str | None = None  # the request field it fills ("cluster.num_gpus"); None: a command option
+    kw: dict = dc_field(default_factory=dict)
+
+    @property
+    def dest(self) -> str:
+        return self.name.lstrip("-").replace("-", "_")
+
+
+def _knob(name: str, key: str, kind, what: str, choices: tuple | None = None) -> Flag:
+    shown = "|".join(map(str, choices)) if choices else "N"
+    return Flag(f"--{name}", "config", f"{what} ({shown}); estimate/check: one value, plan: allowed values, e.g. 1,2",
+                type=_csv(kind, choices, f"--{name}"), metavar=shown if choices else "N[,N...]", field=key)
+
+
+FLAGS: tuple[Flag, ...] = (
+    # ---- the problem: model, cluster, training (flags override --request)
+    Flag("--request", "problem", "the whole request as JSON/YAML (the REST body schema)", metavar="FILE"),
+    Flag("--model", "problem", "preset name, or a JSON/YAML model description / HF config.json", metavar="NAME|FILE",
+         field="model"),
+    Flag("--gpu", "problem", "GPU type from `planner gpus`", metavar="NAME", field="cluster.gpu"),
+    Flag("--gpus", "problem", "number of GPUs", type=int, metavar="N", field="cluster.num_gpus"),
+    Flag("--gpus-per-node", "problem", "GPUs per node (default: the GPU's, capped by --gpus)", type=int, metavar="N",
+         field="cluster.gpus_per_node"),
+    Flag("--nvlink-domain", "problem", "GPUs on one NVLink fabric (NVL72: 72; default --gpus-per-node)", type=int,
+         metavar="N", field="cluster.nvlink_domain"),
+    Flag("--intra-node-gb-s", "problem", "NVLink GB/s per GPU per direction", type=float, metavar="X",
+         field="cluster.intra_node_gb_s"),
+    Flag("--inter-node-gb-s", "problem", "network GB/s per GPU per direction", type=float, metavar="X",
+         field="cluster.inter_node_gb_s"),
+    Flag("--global-batch", "problem", "sequences per step", type=int, metavar="N", field="training.global_batch_size"),
+    Flag("--seq-len", "problem", "tokens per sequence (training.seq_length; CP splits it)", type=int, metavar="N",
+         field="training.seq_length"),
+    Flag("--dtype", "problem", "compute precision", choices=values(TrainDtype), field="training.dtype"),
+    Flag("--profile", "problem", "profile JSON from `planner profile`", metavar="FILE"),
+    # ---- the configuration (estimate/check) or the pins (plan)
+    _knob("tp", "tp", int, "tensor-parallel degree"),
+    _knob("pp", "pp", int, "pipeline-parallel degree"),
+    _knob("dp", "dp", int, "data-parallel degree"),
+    _knob("cp", "cp", int, "context-parallel degree"),
+    _knob("ep", "ep", int, "expert-parallel degree"),
+    _knob("etp", "etp", int, "expert tensor-parallel degree"),
+    _knob("vpp", "vpp", int, "virtual stages per pipeline rank"),
+    _knob("micro-batch", "micro_batch_size", int, "sequences per micro-batch"),
+    _knob("recompute", "recompute", str, "activation recomputation", values(Recompute)),
+    _knob("zero", "zero", int, "ZeRO stage", values(ZeroStage)),
+    _knob("schedule", "schedule", str, "pipeline schedule", values(Schedule)),
+    _knob("cp-comm", "cp_comm", str, "context-parallel communication", values(CpComm)),
+    Flag("--sequence-parallel", "config", "Megatron sequence parallelism on (--no-sequence-parallel: off)",
+         action=argparse.BooleanOptionalAction, field="sequence_parallel"),
+    # ---- the search
+    Flag("--engine", "search", "engine the plan is priced for and emitted to (default megatron)", choices=values(Engine),
+         field="search.engine"),
+    Flag("--time-limit", "search", "search time limit in seconds (default 10)", type=float, metavar="S",
+         field="search.time_limit_s"),
+    Flag("--top-k", "plan", "plans to keep: the best and alternatives (default 3)", type=int, metavar="N",
+         field="search.top_k"),
+    Flag("--headroom", "plan", "memory headroom fraction (default 0.05)", type=float, metavar="F",
+         field="search.memory_headroom"),
+    Flag("--targets", "plan", f"launch artifacts ({'|'.join(values(Target))}, default all)",
+         type=_csv(str, values(Target), "--targets"), metavar="T[,T...]", field="search.targets"),
+    Flag("--exhaustive", "plan", "brute-force reference search (small instances)", action="store_true"),
+    Flag("--emit", "plan", "write plan.json and the launch artifacts into DIR", metavar="DIR"),
+    Flag("--max-slowdown", "check", "allowed slowdown vs the best plan (default 0.10)", type=float, metavar="F",
+         field="max_slowdown"),
+    # ---- output
+    Flag("--json", "output", "machine-readable output on stdout", action="store_true"),
+    # ---- profile
+    Flag("--out", "profile", "profile JSON to write", metavar="FILE", kw={"required": True}),
+    Flag("--comm-procs", "profile", "also run `torchrun --nproc-per-node N -m profiler.comm` and merge its fits",
+         type=int, default=0, metavar="N"),
+    Flag("--repeats", "profile", "timed repeats per shape (median)", type=int, default=5, metavar="N"),
+    Flag("--warmup", "profile", "untimed runs per shape", type=int, default=2, metavar="N"),
+    Flag("--rounds", "profile", "measure every shape round-robin N times and average the rounds' medians "
+         "(a host whose speed drifts then affects all shapes alike)", type=int, default=1, metavar="N"),
+    Flag("--max-seconds", "profile", "time bound for the layer + GEMM part; the largest shapes are dropped first",
+         type=float, default=300.0, metavar="S"),
+    Flag("--threads", "profile", "CPU threads (match what each training process gets)", type=int, metavar="N"),
+    Flag("--cpu-time", "profile", "CPU: time with the process CPU clock, so other load on a shared machine does not "
+         "count (use with --threads 1)", action="store_true"),
+    Flag("--device-name", "profile", "catalog name to file the profile under (default: detected)", metavar="NAME"),
+    Flag("--hidden", "shape", "hidden size", type=int, metavar="N"),
+    Flag("--heads", "shape", "attention heads", type=int, metavar="N"),
+    Flag("--kv-heads", "shape", "kv heads", type=int, metavar="N"),
+    Flag("--ffn", "shape", "FFN hidden size (also each expert's, for MoE)", type=int, metavar="N"),
+    Flag("--vocab", "shape", "vocabulary size", type=int, metavar="N"),
+    # ---- serve
+    Flag("--host", "serve", "bind address (PLANNER_HOST, default 127.0.0.1)"),
+    Flag("--port", "serve", "port (PLANNER_PORT, default 8000)", type=int),
+    Flag("--workers", "serve", "solver threads per process (PLANNER_WORKERS, default 2)", type=int, metavar="N"),
+    Flag("--processes", "serve", "uvicorn worker processes; they share the database (default 1)", type=int, default=1,
+         metavar="N"),
+    Flag("--database-url", "serve", "SQLAlchemy URL (PLANNER_DATABASE_URL); default SQLite under PLANNER_DATA_DIR"),
+    Flag("--log-level", "serve", "uvicorn log level", default="info",
+         choices=("critical", "error", "warning", "info", "debug")),
+)
+
+BY_NAME = {f.name: f for f in FLAGS}
+
+_GROUP_TITLES = {
+    "problem": "problem (flags override --request)",
+    "config": "configuration (estimate/check: one value each; plan: allowed values, comma-separated)",
+    "search": "search",
+    "plan": "plan",
+    "check": "check",
+    "output": "output",
+    "profile": "profile",
+    "shape": "shape overrides (profile a scaled-down model quickly, e.g. on CPU)",
+    "serve": "service",
+}
+
+
+def add_flags(parser: argparse.ArgumentParser, *groups: str, defaults: dict[str, Any] | None = None,
+              only: tuple[str, ...] | None = None, title: str | None = None) -> None:
+    """Register the flags of `groups` (or the named `only` flags of them) on `parser`;
+    `defaults` overrides a flag's default for this command (dest -> value)."""
+    defaults = defaults or {}
+    for group in groups:
+        g = parser.add_argument_group(title or _GROUP_TITLES[group])
+        for f in FLAGS:
+            if f.group != group or (only is not None and f.name not in only):
+                continue
+            kw: dict[str, Any] = {"help": f.help, "default": defaults.get(f.dest, f.default), **f.kw}
+            if f.action is not None:
+                kw["action"] = f.action
+            else:
+                kw.update({k: v for k, v in (("type", f.type), ("choices", f.choices), ("metavar", f.metavar)) if v is not None})
+            g.add_argument(f.name, **kw)
+
+
+def flag_fields(group: str) -> list[Flag]:
+    return [f for f in FLAGS if f.group == group and f.field is not None]

@@ -1,0 +1,361 @@
+"""The one request schema (REST body == `--request` file == what the CLI builds from its
+flags), as pydantic models; DESIGN.md "Request" and docs/request.md describe it.
+
+Every field a request may carry is declared here, with its range, a description and an
+example, so OpenAPI documents it; unknown fields are refused by name (`extra="forbid"`),
+free-form client data goes under the top-level `metadata` key. Types are strict: a string
+is not a number and 4.0 is not an integer. Closed sets of words come from cost_model/vocab.py.
+
+The limits are the ones of the service and the CLI alike (one table, no second copy):
+ranges that keep the arithmetic meaningful (a 10^7-layer model is a typo, not a plan).
+Cross-field rules that need only the request itself (heads divide the hidden size, top-k
+within the experts) are model validators here; rules that need the resolved GPU or the
+parallel degrees (nodes filled, heads divisible by tp) are physics checks in validate.py.
+
+`validate_as(Model, data, path)` (request_errors.py) is the one entry: it raises SpecError
+with the dotted field path (`model.transformer.num_layers`, `search.tp[1]`) and the allowed
+values or range, the same path the REST 422 carries (api/errors.py uses `spec_error_from`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from .request_errors import GPU_TAG_NAME, GPU_TAG_OBJECT, UNION_TAGS, spec_error_from, validate_as
+from .vocab import (
+    ATTENTION_FLASH,
+    DTYPE_BF16,
+    DTYPE_FP8,
+    DTYPE_FP32,
+    ENGINE_MEGATRON,
+    MLP_GELU,
+    MLP_SWIGLU,
+    NORM_RMSNORM,
+    OPTIMIZER_ADAM,
+    POSITION_ROPE,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    SCHEDULE_1F1B,
+    SCHEDULE_INTERLEAVED,
+    Attention,
+    CpComm,
+    Dtype,
+    Engine,
+    Mlp,
+    Norm,
+    Optimizer,
+    Position,
+    Recompute,
+    Schedule,
+    Target,
+    TrainDtype,
+    ZeroStage,
+    values,
+)
+
+# ------------------------------------------------------------------ limits (one table)
+MAX_LAYERS = 4096  # blocks of a transformer, entries of a layer list (largest published: ~200)
+MAX_HIDDEN = 1 << 20
+MAX_FFN = 1 << 22
+MAX_HEADS = 65536
+MAX_VOCAB = 1 << 24
+MAX_EXPERTS = 65536
+MAX_GPUS = 1 << 20
+MAX_GPUS_PER_NODE = 1024
+MAX_BATCH = 1 << 24  # sequences per step
+MAX_SEQ = 1 << 24  # tokens per sequence
+MAX_GB_S = 1e6  # link bandwidth, GB/s
+MAX_TOP_K = 50
+MAX_TIME_LIMIT_S = 3600.0
+DEFAULT_TIME_LIMIT_S = 10.0
+DEFAULT_HEADROOM = 0.05
+
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def _rule(field: str, message: str, allowed: Any) -> PydanticCustomError:
+    """A cross-field failure that names its sub-field and what would be allowed."""
+    return PydanticCustomError("spec", "{message}", {"field": field, "message": message, "allowed": allowed})
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# ------------------------------------------------------------------ model
+
+
+class MoE(_Strict):
+    """Mixture-of-experts FFN (Mixtral, DeepSeek-V3)."""
+
+    num_experts: int = Field(ge=1, le=MAX_EXPERTS, description="routed experts per MoE block", examples=[8])
+    top_k: int = Field(ge=1, le=MAX_EXPERTS, description="experts each token is routed to (<= num_experts)", examples=[2])
+    ffn_hidden_size: int = Field(ge=1, le=MAX_FFN, description="FFN hidden size of one expert", examples=[14336])
+    layer_freq: int = Field(1, ge=1, le=MAX_LAYERS, description="every k-th block (after the dense ones) is MoE", examples=[1])
+    num_shared_experts: int = Field(0, ge=0, le=MAX_EXPERTS, description="always-active shared experts (DeepSeek-V3: 1)", examples=[0])
+    first_dense_layers: int = Field(0, ge=0, le=MAX_LAYERS, description="leading dense blocks (DeepSeek-V3: 3)", examples=[0])
+
+    @model_validator(mode="after")
+    def _top_k_within_experts(self) -> MoE:
+        if self.top_k > self.num_experts:
+            raise _rule("top_k", f"top_k={self.top_k} exceeds the {self.num_experts} experts", f"1..{self.num_experts}")
+        return self
+
+
+class Transformer(_Strict):
+    """Decoder-only transformer: GPT (MHA, GELU, LayerNorm, learned positions) or Llama
+    (GQA, SwiGLU, RMSNorm, RoPE), optionally with MoE blocks."""
+
+    name: str = Field("custom", max_length=200, description="label echoed in the plan", examples=["my-model"])
+    num_layers: int = Field(ge=1, le=MAX_LAYERS, description="transformer blocks", examples=[32])
+    hidden_size: int = Field(ge=1, le=MAX_HIDDEN, examples=[4096])
+    num_attention_heads: int = Field(ge=1, le=MAX_HEADS, examples=[32])
+    num_kv_heads: int | None = Field(None, ge=1, le=MAX_HEADS, description="KV heads (GQA); default num_attention_heads", examples=[8])
+    ffn_hidden_size: int | None = Field(None, ge=1, le=MAX_FFN, description="default 4 x hidden_size", examples=[14336])
+    vocab_size: int = Field(ge=1, le=MAX_VOCAB, examples=[128256])
+    mlp: Mlp = Field(MLP_GELU, description="gelu: two matrices; swiglu: gated, three", examples=[MLP_SWIGLU])
+    norm: Norm | None = Field(None, description="default rmsnorm with swiglu, else layernorm", examples=[NORM_RMSNORM])
+    position: Position | None = Field(None, description="default rope with swiglu, else learned", examples=[POSITION_ROPE])
+    tie_embeddings: bool = Field(False, description="output layer shares the input embedding", examples=[False])
+    max_position_embeddings: int = Field(2048, ge=1, le=MAX_SEQ, description="learned position table size", examples=[8192])
+    moe: MoE | None = Field(None, description="MoE blocks; null for a dense model")
+    dropout: bool = Field(False, description="hidden/attention dropout on (GPT-era training)", examples=[False])
+    head_dim: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="default hidden_size / num_attention_heads", examples=[128])
+    rope_theta: float | None = Field(None, gt=0, description="RoPE base (carried into the plan)", examples=[500000.0])
+
+    @model_validator(mode="after")
+    def _shapes(self) -> Transformer:
+        h, a = self.hidden_size, self.num_attention_heads
+        if self.head_dim is None and h % a:
+            raise _rule("num_attention_heads", f"hidden_size {h} is not divisible by {a} heads (give head_dim)", divisors(h)[:40])
+        kv = self.num_kv_heads or a
+        if a % kv:
+            raise _rule("num_kv_heads", f"{a} attention heads are not divisible into {kv} KV groups", divisors(a))
+        if self.moe is not None and self.moe.layer_freq > self.num_layers:
+            raise _rule("moe.layer_freq", f"layer_freq={self.moe.layer_freq} exceeds the {self.num_layers} layers",
+                        f"1..{self.num_layers}")
+        return self
+
+
+class Layer(_Strict):
+    """One layer of a generic model: per sequence of training.seq_length tokens, forward
+    pass, unsharded."""
+
+    name: str | None = Field(None, max_length=200, description="default layer<i>", examples=["embed"])
+    fwd_flops: float = Field(ge=0, le=1e21, description="forward FLOPs per sequence", examples=[1.2e12])
+    params: float = Field(ge=0, le=1e13, description="parameters", examples=[2.0e8])
+    activation_bytes: float = Field(ge=0, le=1e13, description="bytes saved for backward per sequence", examples=[3.0e8])
+    output_bytes: float = Field(ge=0, le=1e13, description="bytes of the output per sequence (sent between stages)", examples=[1.6e7])
+
+
+_MODEL_SHAPES = ("name", "hf_config", "transformer", "layers")
+
+
+class Model(_Strict):
+    """Exactly one of `name` (a preset), `hf_config`, `transformer`, `layers`; `name` may
+    accompany the other three as a label."""
+
+    name: str | None = Field(None, max_length=200, description="preset name (GET /v1/models), or a label", examples=["llama3-8b"])
+    hf_config: dict[str, Any] | None = Field(
+        None, description="a Hugging Face config.json (Llama, Mistral, Qwen2, Mixtral, DeepSeek-V3, GPT-2)",
+        examples=[{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                   "intermediate_size": 14336, "vocab_size": 128256}],
+    )
+    transformer: Transformer | None = None
+    layers: list[Layer] | None = Field(None, min_length=1, max_length=MAX_LAYERS, description="a generic layer list")
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Model:
+        given = [k for k in _MODEL_SHAPES[1:] if getattr(self, k) is not None]
+        if len(given) > 1 or (not given and self.name is None):
+            raise PydanticCustomError("spec", "{message}", {
+                "field": "", "message": "give exactly one of name, hf_config, transformer, layers",
+                "allowed": list(_MODEL_SHAPES)})
+        return self
+
+
+# ------------------------------------------------------------------ cluster
+
+
+class GpuOverride(_Strict):
+    """A GPU not in the catalog, or a catalog GPU with some numbers changed: `base` names
+    the catalog entry the other fields replace. Without a base, memory_gib, hbm_gb_s,
+    peak_tflops (every dtype), nvlink_gb_s and network_gb_s are required."""
+
+    base: str | None = Field(None, max_length=100, description="catalog GPU the other fields modify", examples=["h100-sxm"])
+    name: str | None = Field(None, max_length=100, description="label (default: base + '-custom')", examples=["h100-custom"])
+    memory_gib: float | None = Field(None, gt=0, le=1e5, examples=[80.0])
+    hbm_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, examples=[3350.0])
+    peak_tflops: dict[Dtype, Annotated[float, Field(gt=0, le=1e6)]] | None = Field(
+        None, description="dense TFLOP/s per dtype", examples=[{DTYPE_BF16: 989.4, DTYPE_FP8: 1978.9}])
+    nvlink_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="per GPU per direction inside a node", examples=[450.0])
+    network_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="per GPU per direction across nodes", examples=[50.0])
+    gpus_per_node: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE, examples=[8])
+
+
+def _gpu_tag(v: Any) -> str:
+    return GPU_TAG_NAME if isinstance(v, str) else GPU_TAG_OBJECT
+
+
+GpuField = Annotated[
+    Annotated[str, Tag(GPU_TAG_NAME), Field(max_length=100)] | Annotated[GpuOverride, Tag(GPU_TAG_OBJECT)],
+    Discriminator(_gpu_tag),
+]
+
+
+class Cluster(_Strict):
+    gpu: GpuField = Field(description="GPU name (GET /v1/gpus), or an object {base?, ...} overriding numbers", examples=["h100-sxm"])
+    num_gpus: int = Field(ge=1, le=MAX_GPUS, examples=[64])
+    gpus_per_node: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE, description="default: the GPU's node size, capped by num_gpus", examples=[8])
+    nvlink_domain: int | None = Field(None, ge=1, le=MAX_GPUS, description="GPUs on one NVLink fabric (NVL72: 72); default gpus_per_node", examples=[8])
+    intra_node_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="NVLink GB/s per GPU per direction; default the GPU's", examples=[450.0])
+    inter_node_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="network GB/s per GPU per direction; default the GPU's", examples=[50.0])
+    intra_node_latency_s: float | None = Field(None, ge=0, le=1.0, description="collective latency inside a node; default the GPU's", examples=[5e-6])
+    inter_node_latency_s: float | None = Field(None, ge=0, le=1.0, description="collective latency across nodes; default the GPU's", examples=[1e-5])
+    profile_id: str | None = Field(None, max_length=64, description="REST: a profile stored with POST /v1/profiles", examples=["prof_0123"])
+
+
+# ------------------------------------------------------------------ training
+
+
+class Training(_Strict):
+    global_batch_size: int = Field(ge=1, le=MAX_BATCH, description="sequences per step", examples=[128])
+    seq_length: int = Field(ge=1, le=MAX_SEQ, description="tokens per sequence (the whole sequence, before CP splits it)", examples=[8192])
+    dtype: TrainDtype = Field(DTYPE_BF16, description="compute precision", examples=[DTYPE_BF16])
+    optimizer: Optimizer = Field(OPTIMIZER_ADAM, examples=[OPTIMIZER_ADAM])
+    master_weights_dtype: Dtype = Field(DTYPE_FP32, description="optimizer's master copy of the weights", examples=[DTYPE_FP32])
+    grad_dtype: Dtype = Field(DTYPE_FP32, description="gradient accumulation / reduction dtype", examples=[DTYPE_FP32])
+    attention: Attention = Field(ATTENTION_FLASH, description="flash: O(s) attention memory; eager: s^2 scores stored", examples=[ATTENTION_FLASH])
+
+
+# ------------------------------------------------------------------ search
+
+
+def _as_list(v: Any) -> Any:
+    return v if isinstance(v, list) else [v]
+
+
+def _choice(item: Any, example: Any, what: str):
+    """A search knob: one value or a non-empty list of allowed values (null = open)."""
+    items = Annotated[list[item], Field(min_length=1)]
+    return Annotated[
+        items | None,
+        BeforeValidator(lambda v: None if v is None else _as_list(v), json_schema_input_type=item | items | None),
+        Field(None, description=f"{what}: a value or a list of allowed values; null = open", examples=[example]),
+    ]
+
+
+Degree = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+
+
+class Search(_Strict):
+    engine: Engine = Field(ENGINE_MEGATRON, description="the engine the plan is priced for and emitted to", examples=[ENGINE_MEGATRON])
+    tp: _choice(Degree, [1, 2, 4, 8], "tensor-parallel degree")
+    pp: _choice(Degree, [1, 2, 4], "pipeline-parallel degree")
+    dp: _choice(Degree, [8], "data-parallel degree")
+    cp: _choice(Degree, [1, 2], "context-parallel degree")
+    ep: _choice(Degree, [1, 8], "expert-parallel degree")
+    etp: _choice(Degree, [1], "expert tensor-parallel degree")
+    vpp: _choice(Annotated[int, Field(ge=1, le=MAX_LAYERS)], [1, 2], "virtual stages per pipeline rank")
+    micro_batch_size: _choice(Annotated[int, Field(ge=1, le=MAX_BATCH)], [1, 2], "sequences per micro-batch")
+    recompute: _choice(Recompute, list(values(Recompute)), "activation recomputation")
+    zero: _choice(ZeroStage, [1, 2, 3], "ZeRO stage")
+    schedule: _choice(Schedule, [SCHEDULE_1F1B, SCHEDULE_INTERLEAVED], "pipeline schedule")
+    sequence_parallel: _choice(bool, [True], "Megatron sequence parallelism")
+    cp_comm: _choice(CpComm, ["p2p"], "context-parallel communication")
+    memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom)", examples=[0.05])
+    top_k: int = Field(3, ge=1, le=MAX_TOP_K, description="plans to keep (best + alternatives)", examples=[3])
+    time_limit_s: float | None = Field(None, gt=0, le=MAX_TIME_LIMIT_S,
+                                       description=f"search time limit (default {DEFAULT_TIME_LIMIT_S:g} s); the service caps it by PLANNER_SOLVE_TIME_LIMIT_S",
+                                       examples=[10])
+    targets: list[Target] = Field(list(values(Target)), max_length=16, description="launch artifacts to emit", examples=[list(values(Target))[:2]])
+    use_all_gpus: bool = Field(True, description="only degrees whose product is num_gpus", examples=[True])
+    tp_within_node: bool = Field(True, description="tensor parallelism stays inside a node", examples=[True])
+
+
+# ------------------------------------------------------------------ parallelism
+
+
+class Parallelism(_Strict):
+    """A fully given configuration (estimate / check)."""
+
+    dp: int = Field(1, ge=1, le=MAX_GPUS, examples=[4])
+    tp: int = Field(1, ge=1, le=MAX_GPUS, examples=[2])
+    pp: int = Field(1, ge=1, le=MAX_GPUS, examples=[1])
+    cp: int = Field(1, ge=1, le=MAX_GPUS, examples=[1])
+    ep: int = Field(1, ge=1, le=MAX_GPUS, examples=[1])
+    etp: int = Field(1, ge=1, le=MAX_GPUS, description="expert tensor-parallel degree", examples=[1])
+    vpp: int = Field(1, ge=1, le=MAX_LAYERS, description="virtual stages per pipeline rank (interleaved)", examples=[1])
+    micro_batch_size: int = Field(1, ge=1, le=MAX_BATCH, examples=[1])
+    recompute: Recompute = Field(RECOMPUTE_NONE, examples=[RECOMPUTE_SELECTIVE])
+    sequence_parallel: bool = Field(False, examples=[False])
+    zero: ZeroStage = Field(0, description="0 replicated; 1 optimizer states, 2 + gradients, 3 + parameters sharded", examples=[1])
+    schedule: Schedule | None = Field(None, description="default interleaved when vpp > 1, else 1f1b", examples=[SCHEDULE_1F1B])
+    cp_comm: CpComm | None = Field(None, description="context-parallel communication (carried, not priced yet)", examples=["p2p"])
+    stage_layers: list[Annotated[int, Field(ge=1, le=MAX_LAYERS)]] | None = Field(
+        None, max_length=MAX_LAYERS, description="blocks per (virtual) stage, pp*vpp entries; default balanced", examples=[[16, 16]])
+    recompute_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
+        None, max_length=MAX_LAYERS, description="with recompute full: recomputed blocks per stage", examples=[[16, 8]])
+
+
+# ------------------------------------------------------------------ whole requests
+
+_MODEL_EX = {"name": "llama3-8b"}
+_CLUSTER_EX = {"gpu": "a100-80gb", "num_gpus": 8, "gpus_per_node": 8}
+_TRAINING_EX = {"global_batch_size": 32, "seq_length": 2048}
+_PAR_EX = {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1}
+_METADATA = Field(None, description="free-form client labels; not part of the request hash nor of the solve",
+                  examples=[{"team": "pretraining"}])
+
+
+def _config(example: dict) -> ConfigDict:
+    return ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, json_schema_extra={"examples": [example]})
+
+
+class PlanRequest(_Strict):
+    model_config = _config({"model": _MODEL_EX, "cluster": _CLUSTER_EX, "training": _TRAINING_EX,
+                            "search": {"top_k": 3, "time_limit_s": 10}})
+    model: Model
+    cluster: Cluster
+    training: Training
+    search: Search | None = None
+    metadata: dict[str, Any] | None = _METADATA
+
+
+class EstimateRequest(_Strict):
+    model_config = _config({"model": _MODEL_EX, "cluster": _CLUSTER_EX, "training": _TRAINING_EX, "parallelism": _PAR_EX})
+    model: Model
+    cluster: Cluster
+    training: Training
+    parallelism: Parallelism
+    metadata: dict[str, Any] | None = _METADATA
+
+
+class CheckRequest(EstimateRequest):
+    model_config = _config({"model": _MODEL_EX, "cluster": _CLUSTER_EX, "training": _TRAINING_EX,
+                            "parallelism": _PAR_EX, "max_slowdown": 0.1})
+    search: Search | None = None
+    max_slowdown: float = Field(0.10, ge=0, lt=100, description="fail when slower than the best plan by more than this fraction",
+                                examples=[0.1])
+
+
+REQUESTS: dict[str, type[BaseModel]] = {"plan": PlanRequest, "estimate": EstimateRequest, "check": CheckRequest}
+
+
+__all__ = ["REQUESTS", "UNION_TAGS", "CheckRequest", "Cluster", "EstimateRequest", "GpuOverride", "Layer", "Model",
+           "MoE", "Parallelism", "PlanRequest", "Search", "Training", "Transformer", "divisors", "spec_error_from",
+           "validate_as"]

@@ -1,0 +1,144 @@
+"""pydantic validation errors -> SpecError: the dotted field path (`model.transformer.num_layers`,
+`search.tp[1]`) and what would be allowed (the field's range, the Literal's words, the
+model's field names), the same for the CLI (`validate_as`) and the REST 422 (api/errors.py)."""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import SpecError
+
+# tags of the request schema's tagged unions (`cluster.gpu`); never field names, so error
+# paths drop them
+GPU_TAG_NAME, GPU_TAG_OBJECT = "catalog_name", "gpu_object"
+UNION_TAGS = frozenset({GPU_TAG_NAME, GPU_TAG_OBJECT})
+
+
+def _unwrap(tp: Any) -> list[Any]:
+    """The types a field annotation may hold (Optional / union / Annotated peeled off)."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        return _unwrap(typing.get_args(tp)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [t for a in typing.get_args(tp) for t in _unwrap(a)]
+    return [tp]
+
+
+def _field_info(root: type[BaseModel], parts: list) -> Any:
+    """The FieldInfo of the last named field in `parts` when the path ends on it (its
+    constraints give the full allowed range), else None (a list item: the error's ctx)."""
+    if not parts or not isinstance(parts[-1], str):
+        return None
+    owners = [t for t in _walk_types(root, parts[:-1]) if isinstance(t, type) and issubclass(t, BaseModel)]
+    return owners[0].model_fields.get(parts[-1]) if owners else None
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def _range(info: Any, ctx: dict) -> str | None:
+    bounds = {**ctx}
+    for m in getattr(info, "metadata", None) or ():
+        for key in ("ge", "gt", "le", "lt"):
+            if getattr(m, key, None) is not None:
+                bounds.setdefault(key, getattr(m, key))
+    if "ge" in bounds and "le" in bounds:
+        return f"{_num(bounds['ge'])}..{_num(bounds['le'])}"
+    lo = f">= {_num(bounds['ge'])}" if "ge" in bounds else f"> {_num(bounds['gt'])}" if "gt" in bounds else None
+    hi = f"<= {_num(bounds['le'])}" if "le" in bounds else f"< {_num(bounds['lt'])}" if "lt" in bounds else None
+    return " and ".join(x for x in (lo, hi) if x) or None
+
+
+def _literal_values(expected: str) -> list:
+    out: list = []
+    for tok in re.split(r",\s*|\s+or\s+", expected):
+        tok = tok.strip()
+        if tok.startswith("'") and tok.endswith("'"):
+            out.append(tok[1:-1])
+        elif re.fullmatch(r"-?\d+", tok):
+            out.append(int(tok))
+        elif tok in ("True", "False"):
+            out.append(tok == "True")
+    return out
+
+
+def _path(parts: list) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+               "dict": "an object", "list": "a list", "model": "an object"}
+
+
+def spec_error_from(err: dict, root: type[BaseModel] | None = None, prefix: str = "") -> SpecError:
+    """One pydantic error (an item of `ValidationError.errors()`, loc relative to `root`)
+    -> SpecError with the dotted path from `prefix` and what would be allowed."""
+    loc = [p for p in err.get("loc", ()) if p not in UNION_TAGS]
+    kind, ctx, given = err.get("type", ""), dict(err.get("ctx") or {}), err.get("input")
+    head = [p for p in re.split(r"\.", prefix) if p] if prefix else []
+    if kind == "spec":
+        sub = [p for p in str(ctx.get("field", "")).split(".") if p]
+        return SpecError(_path(head + loc + sub), ctx.get("message", err.get("msg", "")), allowed=ctx.get("allowed"))
+    info = _field_info(root, loc) if root is not None else None
+    path = _path(head + loc)
+    if kind == "extra_forbidden":
+        parents = [t for t in _walk_types(root, loc[:-1]) if isinstance(t, type) and issubclass(t, BaseModel)] if root else []
+        return SpecError(path, f"unknown field {loc[-1]!r}", allowed=sorted(parents[0].model_fields) if parents else None)
+    if kind == "missing":
+        return SpecError(path, "is required")
+    if kind == "literal_error":
+        return SpecError(path, f"unknown value {given!r}", allowed=_literal_values(str(ctx.get("expected", ""))))
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        rng = _range(info, ctx)
+        return SpecError(path, f"must be in {rng}, got {given!r}" if rng and ".." in rng else f"must be {rng}, got {given!r}",
+                         allowed=rng)
+    if kind in ("too_short", "too_long"):
+        what = "an empty list allows nothing" if kind == "too_short" and not ctx.get("actual_length") else "has the wrong length"
+        return SpecError(path, f"{what} ({ctx.get('actual_length', 0)} entries)", allowed=_length(ctx, info))
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        want = _TYPE_WORDS.get(kind.split("_")[0], kind.split("_")[0])
+        return SpecError(path, f"must be {want}, got {type(given).__name__} {given!r}")
+    return SpecError(path, err.get("msg", "is invalid"))
+
+
+def _walk_types(root: type[BaseModel], parts: list) -> list[Any]:
+    """The types the path `parts` may reach from `root` (fields, then list/dict items)."""
+    cur: list[Any] = [root]
+    for p in parts:
+        nxt: list[Any] = []
+        for t in cur:
+            if isinstance(p, str) and isinstance(t, type) and issubclass(t, BaseModel) and p in t.model_fields:
+                nxt += _unwrap(t.model_fields[p].annotation)
+            elif isinstance(p, int) and typing.get_origin(t) in (list, dict):
+                nxt += _unwrap(typing.get_args(t)[-1])
+        cur = nxt
+    return cur
+
+
+def _length(ctx: dict, info: Any) -> str | None:
+    lo = ctx.get("min_length")
+    hi = ctx.get("max_length")
+    for m in getattr(info, "metadata", None) or ():
+        lo = getattr(m, "min_length", None) if lo is None else lo
+        hi = getattr(m, "max_length", None) if hi is None else hi
+    if lo is not None and hi is not None:
+        return f"{lo}..{hi} entries"
+    return f">= {lo} entries" if lo is not None else (f"<= {hi} entries" if hi is not None else None)
+
+
+def validate_as(model: type[BaseModel], data: Any, path: str = "") -> BaseModel:
+    """`model.model_validate(data)`, failures raised as the SpecError of the first error."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        raise spec_error_from(errors[0], model, path) from None

@@ -1,0 +1,67 @@
+"""The request schema's new fields are carried into the specs without changing a cost, and
+a GPU object resolves against the catalog (issue 10)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cost_model.catalog import CATALOG, resolve_gpu
+from cost_model.errors import SpecError
+from cost_model.estimate import estimate
+from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
+from cost_model.vocab import Dtype, values
+from planner.space import parse_search
+
+H100 = CATALOG["h100-sxm"]
+
+
+def test_gpu_object_replaces_only_the_given_numbers():
+    g = resolve_gpu({"base": "h100-sxm", "memory_gib": 40.0, "peak_tflops": {"bf16": 900.0}})
+    assert g.memory_gib == 40.0
+    assert g.peak_tflops == {**H100.peak_tflops, "bf16": 900.0}
+    same = {f.name for f in dataclasses.fields(H100)} - {"name", "description", "source", "memory_gib", "peak_tflops"}
+    assert all(getattr(g, f) == getattr(H100, f) for f in same)
+
+
+def test_gpu_object_without_base_needs_the_datasheet_numbers():
+    full = {"memory_gib": 80.0, "hbm_gb_s": 3000.0, "nvlink_gb_s": 400.0, "network_gb_s": 50.0,
+            "peak_tflops": {d: 100.0 for d in values(Dtype)}}
+    g = resolve_gpu(full)
+    assert (g.memory_gib, g.hbm_gb_s, g.nvlink_gb_s, g.network_gb_s) == (80.0, 3000.0, 400.0, 50.0)
+    with pytest.raises(SpecError) as e:
+        resolve_gpu({k: v for k, v in full.items() if k != "hbm_gb_s"})
+    assert e.value.field == "cluster.gpu.hbm_gb_s"
+    with pytest.raises(SpecError) as e:
+        resolve_gpu({**full, "peak_tflops": {"bf16": 100.0}})
+    assert e.value.field == "cluster.gpu.peak_tflops"
+
+
+def test_gpu_object_equal_to_its_base_prices_the_same():
+    req = {"model": {"name": "llama3-8b"}, "training": {"global_batch_size": 32, "seq_length": 2048},
+           "parallelism": {"tp": 2, "dp": 4}}
+    args = (parse_model(req["model"]), parse_training(req["training"]), parse_parallelism(req["parallelism"]))
+
+    def step(gpu) -> float:
+        c = parse_cluster({"gpu": gpu, "num_gpus": 8})
+        return estimate(args[0], c, args[1], args[2]).prediction.step_time_s
+
+    assert step({"base": "h100-sxm"}) == step("h100-sxm")
+    assert step({"base": "h100-sxm", "hbm_gb_s": H100.hbm_gb_s * 2}) < step("h100-sxm")
+
+
+def test_new_knobs_are_carried_and_cost_nothing():
+    c = parse_cluster({"gpu": "h100-sxm", "num_gpus": 16})
+    assert c.nvlink_domain == c.gpus_per_node == 8
+    c72 = parse_cluster({"gpu": "h100-sxm", "num_gpus": 16, "nvlink_domain": 72})
+    assert c72.nvlink_domain == 72
+    p = parse_parallelism({"tp": 2, "dp": 8, "etp": 2, "cp_comm": "p2p"})
+    assert (p.etp, p.cp_comm) == (2, "p2p")
+    m, t = parse_model({"name": "llama3-8b"}), parse_training({"global_batch_size": 32, "seq_length": 2048})
+    base = estimate(m, c, t, dataclasses.replace(p, etp=1, cp_comm=None))
+    assert estimate(m, c72, t, p).prediction == base.prediction
+    s = parse_search({"engine": "torchtitan", "etp": [1, 2], "cp_comm": "a2a", "tp": 4})
+    assert s.allowed["engine"] == ("torchtitan",) and s.allowed["etp"] == (1, 2)
+    assert s.allowed["cp_comm"] == ("a2a",) and s.allowed["tp"] == (4,)
+    assert "ranks" in parse_search(None).targets
