@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     req = request_from_args(args, need_parallelism=True)
     res = check_request(req, args.max_slowdown, load_profile_arg(args), args.time_limit)
     if args.json:
-        print_json(res)
+        print_json(res.model_dump(mode="json"))
     else:
         e = res["estimate"]["prediction"]
         print(f"{'PASS' if res['ok'] else 'FAIL'}: given config {fmt_s(e['step_time_s'])}, "

@@ -10,6 +10,8 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 
+from planner.plan import Plan
+
 
 class PlanError(ValueError):
     """The plan cannot be executed by this runtime; the message names the field."""
@@ -87,8 +89,11 @@ def _int(d: dict, key: str, where: str, default=None, minimum: int = 1) -> int:
     return v
 
 
-def parse_plan(doc: dict) -> RunPlan:
-    """Normalise a Plan dict into a RunPlan (types and presence only; see validate)."""
+def parse_plan(doc) -> RunPlan:
+    """Normalise a Plan (planner.plan.Plan, or its JSON as a dict: a hand-written plan.json
+    may leave fields out) into a RunPlan (types and presence only; see validate)."""
+    if isinstance(doc, Plan):
+        doc = doc.model_dump(mode="json")
     if not isinstance(doc, dict):
         raise PlanError("plan must be a JSON object")
     model = _get(doc, "model", "plan")

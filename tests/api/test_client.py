@@ -40,8 +40,9 @@ def test_errors_raise_planner_error(pc, server):
 @needs_planner
 def test_plan_get_list(pc):
     plan = pc.plan(small_plan(48))
-    assert plan.id.startswith("p_") and not plan.cached
-    assert pc.plan(small_plan(48)).cached
+    assert plan.id.startswith("p_") and pc.last_cache == "miss"
+    pc.plan(small_plan(48))
+    assert pc.last_cache == "hit"
     assert pc.get_plan(plan.id).parallelism == plan.parallelism
     assert plan.id in [it["id"] for it in pc.list_plans(limit=200).items]
     res = pc.check({**SMALL, "parallelism": PARALLELISM}, max_slowdown=10.0)

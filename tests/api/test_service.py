@@ -97,8 +97,7 @@ def test_list_plans_paginates_newest_first(server, client):
 
     store = Store(make_engine(Settings(data_dir=server.cwd).sqlalchemy_url()))
     for i in range(5):
-        store.put_plan({"id": f"p_page{i}", "request_hash": f"h{i}", "status": "optimal",
-                        "_created_us": 1_000_000 + i})
+        store.put_plan(f"p_page{i}", f"h{i}", "optimal", "{}", created_us=1_000_000 + i)
     ids, cursor = [], None
     while True:
         params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
