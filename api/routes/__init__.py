@@ -1,20 +1,20 @@
-"""HTTP routes, one module per resource. `router` holds the open routes (health, metrics),
-`v1` the token-guarded /v1 API. Handlers turn pydantic bodies into the request dicts that
-planner.service takes, so the CLI and the service answer the same question the same way."""
+"""HTTP routes, one module per resource: service (health, metrics: open), and under the
+token-guarded /v1 prefix plans, estimate (+ check), profiles, catalog. Handlers turn
+pydantic bodies into the request dicts that planner.service takes, so the CLI and the
+service answer the same question the same way."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import FastAPI
 
 from . import catalog, estimate, plans, profiles, service
-from ._common import COMMON_ERRORS, FiniteJSONResponse, require_token
+from ._common import FiniteJSONResponse
 
-router = APIRouter(default_response_class=FiniteJSONResponse)
-router.include_router(service.router)
 
-v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses={401: COMMON_ERRORS[401]},
-               default_response_class=FiniteJSONResponse)
-for module in (plans, estimate, profiles, catalog):
-    v1.include_router(module.router)
+def install(app: FastAPI) -> None:
+    app.include_router(service.router, default_response_class=FiniteJSONResponse)
+    for module in (plans, estimate, profiles, catalog):
+        app.include_router(module.router)
 
-__all__ = ["router", "v1"]
+
+__all__ = ["install"]

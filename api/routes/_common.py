@@ -10,7 +10,7 @@ import secrets
 import time
 from typing import Any
 
-from fastapi import Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -128,3 +128,11 @@ async def solve(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *arg
 def time_limit(settings: Settings, req: dict) -> float:
     asked = (req.get("search") or {}).get("time_limit_s")
     return min(settings.solve_time_limit_s, asked) if asked else settings.solve_time_limit_s
+
+
+def v1_router(tag: str) -> APIRouter:
+    """A resource's router: under /v1, behind the bearer token when one is set. The prefix is
+    the router's own (joined into each route's path), so a route's template, as the metrics
+    label it, is its full path."""
+    return APIRouter(prefix="/v1", tags=[tag], dependencies=[Depends(require_token)],
+                     responses={401: COMMON_ERRORS[401]}, default_response_class=FiniteJSONResponse)

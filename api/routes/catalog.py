@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
-
 from ..catalog import gpus_table, models_table
+from ._common import v1_router
 
-router = APIRouter(tags=["catalog"])
+router = v1_router("catalog")
 
 
 @router.get("/models")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.errors import SpecError
@@ -21,9 +20,10 @@ from ._common import (
     load_profile,
     solve,
     time_limit,
+    v1_router,
 )
 
-router = APIRouter(tags=["estimate"])
+router = v1_router("estimate")
 
 
 @router.post("/estimate", response_model=Estimate, responses=COMMON_ERRORS)

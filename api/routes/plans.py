@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.errors import SpecError
@@ -27,9 +27,10 @@ from ._common import (
     non_finite,
     solve,
     time_limit,
+    v1_router,
 )
 
-router = APIRouter(tags=["plans"])
+router = v1_router("plans")
 JSON = "application/json"
 
 

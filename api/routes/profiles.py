@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.errors import SpecError
@@ -12,9 +12,9 @@ from ..deps import StoreDep
 from ..errors import ApiError
 from ..responses import ProfileOut
 from ..schemas import ProfileIn
-from ._common import COMMON_ERRORS, err, evaluation_failed, new_id
+from ._common import COMMON_ERRORS, err, evaluation_failed, new_id, v1_router
 
-router = APIRouter(tags=["profiles"])
+router = v1_router("profiles")
 
 
 @router.post("/profiles", status_code=201, response_model=ProfileOut, responses=COMMON_ERRORS)

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from api.client import Estimate, PlannerClient, PlannerError
+from planner.service import estimate as estimate_request
 
 from .conftest import PARALLELISM, SMALL, TOKEN, needs_planner, small_plan
 
@@ -57,11 +58,13 @@ def test_retries_honour_retry_after():
         if len(calls) < 3:
             return httpx.Response(429 if len(calls) == 1 else 503, headers={"Retry-After": "0.2"},
                                   json={"error": {"code": "queue_full", "message": "busy", "details": {}}})
-        return httpx.Response(200, json={"prediction": {"step_time_s": 1.0}, "stages": [], "fits": True})
+        return httpx.Response(200, json=body)
+
+    body = estimate_request({**SMALL, "parallelism": PARALLELISM}).to_dict()  # a real Estimate body
 
     with PlannerClient("http://planner.test", transport=httpx.MockTransport(handler)) as c:
         est = c.estimate({})
-    assert est.fits and len(calls) == 3
+    assert est == Estimate.model_validate(body) and len(calls) == 3
     assert calls[1] - calls[0] >= 0.19 and calls[2] - calls[1] >= 0.19
 
     with PlannerClient("http://planner.test", retries=1, transport=httpx.MockTransport(
