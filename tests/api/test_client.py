@@ -11,7 +11,7 @@ import pytest
 from api.client import Estimate, PlannerClient, PlannerError
 from planner.service import estimate as estimate_request
 
-from .conftest import PARALLELISM, SMALL, TOKEN, needs_planner, small_plan
+from .conftest import PARALLELISM, SMALL, TOKEN, small_plan
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,6 @@ def test_errors_raise_planner_error(pc, server):
     assert e.value.status == 401
 
 
-@needs_planner
 def test_plan_get_list(pc):
     plan = pc.plan(small_plan(48))
     assert plan.id.startswith("p_") and pc.last_cache == "miss"

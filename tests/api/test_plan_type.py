@@ -1,0 +1,55 @@
+"""The typed Plan is the one shape of every plan document: `POST /v1/plans`, `planner plan
+--json` and the plan.json that `--emit` writes parse with `Plan.model_validate_json`, the
+emitted file carries the same keys as the response body, and the derived sizes of the
+parallel layout are the products of its degrees."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from planner.plan import Parallelism, Plan
+
+from .conftest import ROOT, SMALL, TOKEN
+
+
+def _keys(d, prefix=""):
+    out = set()
+    for k, v in d.items():
+        out.add(prefix + k)
+        if isinstance(v, dict) and k not in ("launch", "ranks", "sources"):
+            out |= _keys(v, prefix + k + ".")
+    return out
+
+
+def test_rest_cli_and_plan_json_share_the_plan_type(server, client, tmp_path):
+    r = client.post("/v1/plans", json=SMALL, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code in (200, 201), r.text
+    rest = Plan.model_validate_json(r.content)
+    assert rest.engine == "megatron" and rest.parallelism.etp == 1
+    assert rest.model.total_params > 0 and rest.model.active_params == rest.model.total_params  # dense model
+
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps(SMALL))
+    out = tmp_path / "emit"
+    cp = subprocess.run([sys.executable, "-m", "api.cli", "plan", "--request", str(req), "--json", "--emit", str(out)],
+                        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    cli = Plan.model_validate_json(cp.stdout)
+    emitted = Plan.model_validate_json((out / "plan.json").read_text())
+    assert emitted == cli
+    # same request, same answer (ids and hashes name the request, timings are wall-clock)
+    assert cli.parallelism == rest.parallelism and cli.stages == rest.stages
+    assert _keys(json.loads((out / "plan.json").read_text())) == _keys(r.json())
+
+
+def test_parallelism_derived_sizes():
+    p = Parallelism(dp=4, tp=2, pp=3, cp=2, ep=4, sequence_parallel=True, micro_batch_size=2, num_micro_batches=5)
+    assert p.world_size == 4 * 2 * 3 * 2
+    assert p.dense_dp_size == 4 * 2
+    assert p.expert_dp_size == 4 * 2 // 4
+    assert p.seq_divisor == 2 * 2
+    assert Parallelism(tp=4, cp=2).seq_divisor == 2  # no SP: only CP splits the sequence
+    assert p.global_batch_size == 2 * 5 * 4
+    assert p["tp"] == p.tp and p.get("nope", 7) == 7
