@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 
+from cost_model.specs import TrainingSpec, TransformerSpec
+from cost_model.vocab import NORM_RMSNORM, POSITION_ROPE, Mlp, Recompute, Schedule, values
 from planner.plan import Plan
 
 
@@ -17,8 +19,18 @@ class PlanError(ValueError):
     """The plan cannot be executed by this runtime; the message names the field."""
 
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = values(Schedule)
+RECOMPUTE = values(Recompute)
+
+
+def _defaults(spec) -> dict:
+    return {f.name: f.default for f in fields(spec) if f.default is not MISSING}
+
+
+# A key a hand-written plan leaves out means what it means to the cost model that priced
+# the plan (cost_model/specs.py), so the runtime never runs another model than was planned.
+MODEL_DEFAULTS = _defaults(TransformerSpec)
+TRAINING_DEFAULTS = _defaults(TrainingSpec)
 
 
 @dataclass(frozen=True)
@@ -102,14 +114,13 @@ def parse_plan(doc) -> RunPlan:
     stages_doc = _get(doc, "stages", "plan")
     if model.get("moe"):
         raise PlanError("model.moe: mixture-of-experts models are not supported by the runtime yet")
-    for key, allowed in (("norm", "rmsnorm"), ("position", "rope")):
-        if model.get(key, allowed) != allowed:
-            raise PlanError(
-                f"model.{key}={model[key]!r} is not supported by the runtime (only {allowed!r})"
-            )
-    mlp = model.get("mlp", "swiglu")
-    if mlp not in ("swiglu", "gelu"):
-        raise PlanError(f"model.mlp={mlp!r} must be one of swiglu, gelu")
+    for key, allowed in (("norm", NORM_RMSNORM), ("position", POSITION_ROPE)):
+        got = model.get(key, MODEL_DEFAULTS[key])
+        if got != allowed:
+            raise PlanError(f"model.{key}={got!r} is not supported by the runtime (only {allowed!r})")
+    mlp = model.get("mlp", MODEL_DEFAULTS["mlp"])
+    if mlp not in values(Mlp):
+        raise PlanError(f"model.mlp={mlp!r} must be one of {', '.join(values(Mlp))}")
     heads = _int(model, "num_attention_heads", "model")
     stages = []
     if not isinstance(stages_doc, list) or not stages_doc:
@@ -129,11 +140,11 @@ def parse_plan(doc) -> RunPlan:
         ffn_hidden_size=_int(model, "ffn_hidden_size", "model"),
         vocab_size=_int(model, "vocab_size", "model"),
         mlp=mlp,
-        tie_embeddings=bool(model.get("tie_embeddings", False)),
+        tie_embeddings=bool(model.get("tie_embeddings", MODEL_DEFAULTS["tie_embeddings"])),
         global_batch_size=_int(train, "global_batch_size", "training"),
         seq_length=_int(train, "seq_length", "training"),
-        dtype=str(train.get("dtype", "fp32")),
-        optimizer=str(train.get("optimizer", "adam")),
+        dtype=str(train.get("dtype", TRAINING_DEFAULTS["dtype"])),
+        optimizer=str(train.get("optimizer", TRAINING_DEFAULTS["optimizer"])),
         dp=_int(par, "dp", "parallelism", 1),
         tp=_int(par, "tp", "parallelism", 1),
         pp=_int(par, "pp", "parallelism", 1),
