@@ -53,3 +53,41 @@ def test_parallelism_derived_sizes():
     assert Parallelism(tp=4, cp=2).seq_divisor == 2  # no SP: only CP splits the sequence
     assert p.global_batch_size == 2 * 5 * 4
     assert p["tp"] == p.tp and p.get("nope", 7) == 7
+
+
+def test_stored_plan_is_served_as_answered(server, client):
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.post("/v1/plans", json=SMALL, headers=headers)
+    assert r.status_code in (200, 201), r.text
+    again = client.get(r.headers["location"], headers=headers)
+    assert again.content == r.content  # the one JSON text, kept by the store
+    hit = client.post("/v1/plans", json=SMALL, headers=headers)
+    assert hit.status_code == 200 and hit.headers["X-Plan-Cache"] == "hit" and hit.content == again.content
+
+
+def test_check_searches_without_emitting():
+    from planner.service import check
+
+    res = check({**SMALL, "parallelism": {"tp": 2, "dp": 4}}, max_slowdown=10.0)
+    assert res.best is not None and res.best.launch == {} and res.best.ranks is None
+    assert res.slowdown == res.step_time_s / res.best.prediction.step_time_s - 1
+
+
+def test_non_finite_numbers_are_refused_not_nulled():
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from api import errors
+    from api.routes._common import FiniteJSONResponse
+    from cost_model.results import TimeBreakdown
+
+    app = FastAPI()
+    errors.install(app)
+    terms = dict.fromkeys(TimeBreakdown.model_fields, 0.0)
+
+    @app.get("/t", response_model=TimeBreakdown, response_class=FiniteJSONResponse)
+    def t():
+        return TimeBreakdown(**{**terms, "compute_s": float("inf")})
+
+    r = TestClient(app).get("/t")
+    assert r.status_code == 422 and r.json()["error"]["code"] == "non_finite"
