@@ -91,3 +91,15 @@ def test_non_finite_numbers_are_refused_not_nulled():
 
     r = TestClient(app).get("/t")
     assert r.status_code == 422 and r.json()["error"]["code"] == "non_finite"
+
+
+def test_plan_parameter_counts_follow_the_model_cards():
+    # Mixtral 8x22B: "141B parameters, 39B active" (mistral.ai/news/mixtral-8x22b); Llama 3
+    # 70B: 70.6B (the Hugging Face safetensors count of Meta-Llama-3-70B). Embeddings counted.
+    from cost_model.presets import get_preset
+    from planner.service import _model_summary
+
+    moe = _model_summary(get_preset("mixtral-8x22b"))
+    assert abs(moe.total_params / 141e9 - 1) < 0.01 and abs(moe.active_params / 39e9 - 1) < 0.01
+    dense = _model_summary(get_preset("llama3-70b"))
+    assert abs(dense.total_params / 70.6e9 - 1) < 0.01 and dense.active_params == dense.total_params
