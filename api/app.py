@@ -110,10 +110,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     errors.install(app)
 
-    from .routes import router, v1
+    from . import routes
 
-    app.include_router(router)
-    app.include_router(v1)
+    routes.install(app)
     # outermost first: metrics see the 413s too
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

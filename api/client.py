@@ -3,7 +3,11 @@
     from api.client import PlannerClient
     with PlannerClient("http://planner:8000", token="...") as c:
         plan = c.plan({"model": {"name": "llama3-8b"}, "cluster": {...}, "training": {...}})
-        print(plan.parallelism, plan.prediction["step_time_s"], plan.launch["torchrun"])
+        print(plan.parallelism.tp, plan.prediction.step_time_s, plan.launch["torchrun"])
+
+`plan`/`get_plan` return `planner.plan.Plan`, `estimate` a `cost_model.results.Estimate`,
+`check` a `planner.plan.CheckResult`: the same types the service builds, read from the body
+(`Model.model_validate_json`). `last_cache` says whether the last `plan` was a stored answer.
 
 429/503 answers are retried (honouring Retry-After) up to `retries` times; every other
 error is raised as `PlannerError(status, code, message, details)`."""
@@ -11,10 +15,13 @@ error is raised as `PlannerError(status, code, message, details)`."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from cost_model.results import Estimate
+from planner.plan import CheckResult, Plan
 
 
 class PlannerError(Exception):
@@ -24,53 +31,6 @@ class PlannerError(Exception):
         self.code = code
         self.message = message
         self.details = details or {}
-
-
-@dataclass
-class Plan:
-    id: str
-    status: str
-    request_hash: str
-    parallelism: dict[str, Any]
-    stages: list[dict[str, Any]]
-    prediction: dict[str, Any]
-    launch: dict[str, Any]
-    raw: dict[str, Any] = field(repr=False)
-    cached: bool = False
-
-    @classmethod
-    def from_dict(cls, d: dict, cached: bool = False) -> Plan:
-        return cls(id=d["id"], status=d.get("status", ""), request_hash=d.get("request_hash", ""),
-                   parallelism=d.get("parallelism", {}), stages=d.get("stages", []),
-                   prediction=d.get("prediction", {}), launch=d.get("launch", {}), raw=d, cached=cached)
-
-
-@dataclass
-class Estimate:
-    prediction: dict[str, Any]
-    stages: list[dict[str, Any]]
-    fits: bool
-    raw: dict[str, Any] = field(repr=False)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Estimate:
-        return cls(prediction=d["prediction"], stages=d.get("stages", []), fits=bool(d["fits"]), raw=d)
-
-
-@dataclass
-class CheckResult:
-    ok: bool
-    fits: bool
-    slowdown: float | None
-    reasons: list[str]
-    estimate: dict[str, Any] | None
-    best: dict[str, Any] | None
-    raw: dict[str, Any] = field(repr=False)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> CheckResult:
-        return cls(ok=bool(d["ok"]), fits=bool(d.get("fits")), slowdown=d.get("slowdown"),
-                   reasons=list(d.get("reasons", [])), estimate=d.get("estimate"), best=d.get("best"), raw=d)
 
 
 @dataclass
@@ -86,6 +46,7 @@ class PlannerClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport)
         self.retries = retries
+        self.last_cache: str | None = None  # X-Plan-Cache of the last plan(): "hit" or "miss"
         self.max_retry_wait_s = max_retry_wait_s
 
     def __enter__(self) -> PlannerClient:
@@ -125,10 +86,11 @@ class PlannerClient:
 
     def plan(self, request: dict, refresh: bool = False) -> Plan:
         r = self._request("POST", "/v1/plans", json=request, params={"refresh": "true"} if refresh else None)
-        return Plan.from_dict(r.json(), cached=r.status_code == 200)
+        self.last_cache = r.headers.get("X-Plan-Cache")
+        return Plan.model_validate_json(r.content)
 
     def get_plan(self, plan_id: str) -> Plan:
-        return Plan.from_dict(self._request("GET", f"/v1/plans/{plan_id}").json())
+        return Plan.model_validate_json(self._request("GET", f"/v1/plans/{plan_id}").content)
 
     def list_plans(self, limit: int = 20, cursor: str | None = None) -> PlanPage:
         params: dict[str, Any] = {"limit": limit}
@@ -138,11 +100,11 @@ class PlannerClient:
         return PlanPage(items=d["items"], next_cursor=d["next_cursor"], total=d["total"])
 
     def estimate(self, request: dict) -> Estimate:
-        return Estimate.from_dict(self._request("POST", "/v1/estimate", json=request).json())
+        return Estimate.model_validate_json(self._request("POST", "/v1/estimate", json=request).content)
 
     def check(self, request: dict, max_slowdown: float = 0.10) -> CheckResult:
         body = {**request, "max_slowdown": max_slowdown}
-        return CheckResult.from_dict(self._request("POST", "/v1/check", json=body).json())
+        return CheckResult.model_validate_json(self._request("POST", "/v1/check", json=body).content)
 
     def put_profile(self, profile: dict) -> str:
         return self._request("POST", "/v1/profiles", json=profile).json()["id"]

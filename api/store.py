@@ -1,7 +1,7 @@
 """Plans and profiles in SQL (SQLite by default, PostgreSQL for shared replicas).
 
-Rows keep the response JSON as text, so a stored plan is served byte-for-byte as it was
-acknowledged; the indexed columns are only what lookups need (request hash, creation time).
+Rows keep the response JSON as text (serialised once, when the plan is made), so a stored
+plan is served byte-for-byte as it was acknowledged; the indexed columns are only what lookups need (request hash, creation time).
 The schema is owned by the Alembic migrations in api/migrations; `migrate()` runs them."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import BigInteger, Index, String, Text, create_engine, event, select, text
 from sqlalchemy.engine import Engine
@@ -127,25 +126,19 @@ class Store:
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
 
-    # plans
-    def put_plan(self, plan: dict[str, Any]) -> None:
+    # plans: the body is the plan's one JSON text (Plan.to_json), stored and served as is
+    def put_plan(self, plan_id: str, request_hash: str, status: str, body_json: str, created_us: int | None = None) -> None:
         with Session(self.engine) as s, s.begin():
-            s.add(
-                PlanRow(
-                    id=plan["id"],
-                    request_hash=plan["request_hash"],
-                    created_us=plan.get("_created_us") or now_us(),
-                    status=str(plan.get("status", "")),
-                    body=json.dumps({k: v for k, v in plan.items() if k != "_created_us"}),
-                )
-            )
+            s.add(PlanRow(id=plan_id, request_hash=request_hash, created_us=created_us or now_us(), status=status,
+                          body=body_json))
 
-    def get_plan(self, plan_id: str) -> dict | None:
+    def get_plan_json(self, plan_id: str) -> str | None:
         with Session(self.engine) as s:
             row = s.get(PlanRow, plan_id)
-            return json.loads(row.body) if row else None
+            return row.body if row else None
 
-    def find_plan_by_hash(self, request_hash: str) -> dict | None:
+    def find_plan_by_hash(self, request_hash: str) -> tuple[str, str] | None:
+        """(id, JSON text) of the newest plan stored for this request hash."""
         with Session(self.engine) as s:
             row = s.scalars(
                 select(PlanRow)
@@ -153,7 +146,7 @@ class Store:
                 .order_by(PlanRow.created_us.desc(), PlanRow.id.desc())
                 .limit(1)
             ).first()
-            return json.loads(row.body) if row else None
+            return (row.id, row.body) if row else None
 
     def list_plans(
         self, limit: int, cursor: tuple[int, str] | None = None, offset: int = 0

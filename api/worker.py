@@ -39,9 +39,6 @@ class SolverPool:
             n = self._admitted
         self._on_depth(max(0, n - self.workers))
 
-    def _run(self, fn: Callable[..., Any], args: tuple) -> Any:
-        return fn(*args)
-
     async def submit(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> Any:
         with self._lock:
             if self._admitted >= self.capacity:
@@ -49,7 +46,7 @@ class SolverPool:
             self._admitted += 1
             n = self._admitted
         self._on_depth(max(0, n - self.workers))
-        fut = self._executor.submit(self._run, fn, args)
+        fut = self._executor.submit(fn, *args)
         fut.add_done_callback(self._release)
         try:
             # shield: a client disconnect must not cancel our bookkeeping; the thread runs on

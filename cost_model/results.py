@@ -1,14 +1,45 @@
-"""Output types of the cost model (the Estimate of DESIGN.md), JSON-ready via `to_dict`."""
+"""Output types of the cost model (the Estimate of DESIGN.md): frozen pydantic models, so
+the same class validates a JSON body (`Estimate.model_validate_json`), documents the REST
+response (`response_model=Estimate`) and serialises (`to_dict`, `model_dump_json`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 GIB = float(2**30)
 
 
-@dataclass(frozen=True)
-class TimeBreakdown:
+class Record(BaseModel):
+    """A frozen pydantic model that also answers the read side of a dict over its JSON names
+    (`r[key]`, `r.get(key, default)`, `key in r`), so code written against the JSON body
+    reads the typed object unchanged. Frozen: a result is a value; extra="forbid": a body
+    with unknown keys is not one of ours."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def _keys(self) -> set[str]:
+        return set(type(self).model_fields) | set(self.__pydantic_extra__ or {})
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self._keys() else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys()
+
+    def keys(self) -> list[str]:
+        return [k for k, _ in self]
+
+
+
+
+class TimeBreakdown(Record):
     """Seconds of one step on the critical pipeline rank; the terms add up to step_time_s."""
 
     compute_s: float
@@ -22,8 +53,7 @@ class TimeBreakdown:
     optimizer_s: float
 
 
-@dataclass(frozen=True)
-class MemoryBreakdown:
+class MemoryBreakdown(Record):
     peak_gib: float
     capacity_gib: float
     weights_gib: float
@@ -33,41 +63,33 @@ class MemoryBreakdown:
     other_gib: float
 
 
-@dataclass(frozen=True)
-class StageEstimate:
+class StageEstimate(Record):
     index: int
-    layers: tuple[int, int]  # first, last block (inclusive)
+    layers: tuple[int, int] = Field(description="first, last block (inclusive)")
     recompute_layers: int
-    memory_gib: float  # of the pipeline rank that holds this stage
-    time_ms: float  # this stage's forward + backward for one micro-batch
+    memory_gib: float = Field(description="of the pipeline rank that holds this stage")
+    time_ms: float = Field(description="this stage's forward + backward for one micro-batch")
 
 
-@dataclass(frozen=True)
-class Prediction:
+class Prediction(Record):
     step_time_s: float
     tokens_per_s: float
     mfu: float
     hfu: float
-    tflops_per_gpu: float  # achieved hardware FLOP/s per GPU (recomputation included), as Megatron reports
+    tflops_per_gpu: float = Field(description="achieved hardware FLOP/s per GPU (recomputation included), as Megatron reports")
     breakdown: TimeBreakdown
-    memory: MemoryBreakdown  # of the pipeline rank with the highest peak
+    memory: MemoryBreakdown = Field(description="of the pipeline rank with the highest peak")
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(Record):
     prediction: Prediction
     stages: tuple[StageEstimate, ...]
     fits: bool
     num_micro_batches: int
     memory_per_rank_gib: tuple[float, ...]
-    sources: dict[str, str] = field(default_factory=dict)  # which terms came from a profile
+    sources: dict[str, str] = Field(default_factory=dict, description="which terms came from a profile")
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["stages"] = [
-            {**s, "layers": list(s["layers"])} for s in d["stages"]
-        ]
-        d["memory_per_rank_gib"] = list(self.memory_per_rank_gib)
-        d["notes"] = list(self.notes)
-        return d
+        """JSON-ready dict (tuples as lists)."""
+        return self.model_dump(mode="json")

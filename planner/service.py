@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from typing import Any
 
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate as estimate_config
+from cost_model.flops import active_params, total_params
 from cost_model.parse import (
     model_to_dict,
     parse_cluster,
@@ -18,8 +18,20 @@ from cost_model.parse import (
     parse_training,
 )
 from cost_model.results import Estimate
+from cost_model.specs import LayerListSpec
+from cost_model.vocab import ENGINE_MEGATRON
 
 from .hashing import request_hash
+from .plan import (
+    Alternative,
+    CheckResult,
+    ClusterEcho,
+    ModelSummary,
+    Parallelism,
+    Plan,
+    SearchReport,
+    TrainingEcho,
+)
 from .reasons import alternative_reason, infeasible_details, plan_reasons
 from .search import Problem, Progress, search
 from .space import parse_search
@@ -46,22 +58,93 @@ def problem_from_request(req: dict, profile=None) -> Problem:
     )
 
 
-def _parallelism_dict(cfg, num_micro_batches: int) -> dict:
-    return {
-        "dp": cfg.dp, "tp": cfg.tp, "pp": cfg.pp, "cp": cfg.cp, "ep": cfg.ep, "vpp": cfg.vpp,
-        "sequence_parallel": cfg.sequence_parallel, "zero": cfg.zero, "micro_batch_size": cfg.micro_batch_size,
-        "num_micro_batches": num_micro_batches, "recompute": cfg.recompute, "schedule": cfg.schedule,
-        "stage_layers": list(cfg.stage_layers) if cfg.stage_layers else None,
-        "recompute_layers": list(cfg.recompute_layers) if cfg.recompute_layers else None,
-    }
+def _parallelism(cfg, num_micro_batches: int) -> Parallelism:
+    return Parallelism(
+        dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, vpp=cfg.vpp,
+        sequence_parallel=cfg.sequence_parallel, zero=cfg.zero, micro_batch_size=cfg.micro_batch_size,
+        num_micro_batches=num_micro_batches, recompute=cfg.recompute, schedule=cfg.schedule,
+        stage_layers=list(cfg.stage_layers) if cfg.stage_layers else None,
+        recompute_layers=list(cfg.recompute_layers) if cfg.recompute_layers else None,
+    )
 
 
-def _prediction_dict(est) -> dict:
-    return asdict(est.prediction)
+def _model_summary(model) -> ModelSummary:
+    """The resolved model plus its parameter counts (model-card convention: embeddings and
+    the untied output matrix counted, cost_model.flops)."""
+    if isinstance(model, LayerListSpec):
+        total = active = float(sum(layer.params for layer in model.layers))
+    else:
+        total, active = total_params(model), active_params(model)
+    return ModelSummary(**model_to_dict(model), total_params=round(total), active_params=round(active))
 
 
-def _stages(est) -> list[dict]:
-    return [{**asdict(s), "layers": list(s.layers)} for s in est.stages]
+def _engine(req: dict) -> str:
+    search_block = req.get("search")
+    engine = search_block.get("engine") if isinstance(search_block, dict) else None
+    return engine or ENGINE_MEGATRON
+
+
+def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, progress) -> Plan:
+    """The best plan of a parsed problem, without launch artifacts."""
+    res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s, progress=progress)
+    if not res.best:
+        msg, details = infeasible_details(res.stats, prob.cluster.gpu.memory_gib, prob.space.memory_headroom)
+        if res.stats.timed_out:
+            msg = "the time limit ran out before any feasible plan was found; " + msg
+        raise Infeasible(msg, details)
+    best = res.best[0]
+    rh = request_hash(req)
+    reasons = plan_reasons(best.estimate, best.config, prob.cluster, prob.model)
+    if res.stats.timed_out:
+        reasons.append(f"time limit reached: best plan found so far, within {res.gap * 100:.1f}% of the lower bound")
+    c = prob.cluster
+    return Plan(
+        id=plan_id or f"p_{rh[:16]}",
+        status=res.status,
+        request_hash=rh,
+        engine=_engine(req),
+        model=_model_summary(prob.model),
+        training=TrainingEcho(**asdict(prob.training)),
+        cluster=ClusterEcho(
+            gpu=c.gpu.name, num_gpus=c.num_gpus, gpus_per_node=c.gpus_per_node, num_nodes=c.num_nodes,
+            intra_node_gb_s=c.intra_node_gb_s, inter_node_gb_s=c.inter_node_gb_s,
+        ),
+        parallelism=_parallelism(best.config, best.estimate.num_micro_batches),
+        stages=list(best.estimate.stages),
+        prediction=best.estimate.prediction,
+        fits=best.estimate.fits,
+        sources=best.estimate.sources,
+        alternatives=[
+            Alternative(
+                parallelism=_parallelism(f.config, f.estimate.num_micro_batches),
+                prediction=f.estimate.prediction,
+                reason=alternative_reason(f.estimate, best.estimate, f.candidate, best.candidate),
+            )
+            for f in res.best[1:]
+        ],
+        search=SearchReport(
+            candidates=res.stats.candidates,
+            pruned=res.stats.pruned_memory + res.stats.pruned_time,
+            pruned_by_memory=res.stats.pruned_memory,
+            pruned_by_time_bound=res.stats.pruned_time,
+            ilp_solves=res.stats.ilp_solves,
+            ilp_infeasible=res.stats.infeasible,
+            solve_time_s=round(res.stats.solve_time_s, 4),
+            solver=res.stats.solver,
+            gap=round(res.gap, 6),
+            timed_out=res.stats.timed_out,
+        ),
+        reasons=reasons,
+    )
+
+
+def with_launch(plan: Plan, targets) -> Plan:
+    """The plan with its launch artifacts and rank groups (planner.launch)."""
+    from .launch import emit
+    from .launch.ranks import emit as emit_ranks
+
+    launch = emit(plan, list(targets))
+    return plan.model_copy(update={"launch": launch, "ranks": launch.get("ranks") or emit_ranks(plan)})
 
 
 def plan(
@@ -71,82 +154,29 @@ def plan(
     exhaustive: bool = False,
     plan_id: str | None = None,
     progress: Progress | None = None,
-) -> dict:
-    """Search the best plan; raises SpecError (bad input) or Infeasible."""
+) -> Plan:
+    """Search the best plan and emit its launch artifacts; raises SpecError (bad input) or
+    Infeasible."""
     prob = problem_from_request(req, profile)
-    res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s, progress=progress)
-    cap = prob.cluster.gpu.memory_gib
-    if not res.best:
-        msg, details = infeasible_details(res.stats, cap, prob.space.memory_headroom)
-        if res.stats.timed_out:
-            msg = "the time limit ran out before any feasible plan was found; " + msg
-        raise Infeasible(msg, details)
-    best = res.best[0]
-    rh = request_hash(req)
-    plan: dict[str, Any] = {
-        "id": plan_id or f"p_{rh[:16]}",
-        "status": res.status,
-        "request_hash": rh,
-        "model": model_to_dict(prob.model),
-        "training": asdict(prob.training),
-        "cluster": {
-            "gpu": prob.cluster.gpu.name, "num_gpus": prob.cluster.num_gpus, "gpus_per_node": prob.cluster.gpus_per_node,
-            "num_nodes": prob.cluster.num_nodes, "intra_node_gb_s": prob.cluster.intra_node_gb_s,
-            "inter_node_gb_s": prob.cluster.inter_node_gb_s,
-        },
-        "parallelism": _parallelism_dict(best.config, best.estimate.num_micro_batches),
-        "stages": _stages(best.estimate),
-        "prediction": _prediction_dict(best.estimate),
-        "fits": best.estimate.fits,
-        "sources": best.estimate.sources,
-        "alternatives": [
-            {
-                "parallelism": _parallelism_dict(f.config, f.estimate.num_micro_batches),
-                "prediction": _prediction_dict(f.estimate),
-                "reason": alternative_reason(f.estimate, best.estimate, f.candidate, best.candidate),
-            }
-            for f in res.best[1:]
-        ],
-        "search": {
-            "candidates": res.stats.candidates,
-            "pruned": res.stats.pruned_memory + res.stats.pruned_time,
-            "pruned_by_memory": res.stats.pruned_memory,
-            "pruned_by_time_bound": res.stats.pruned_time,
-            "ilp_solves": res.stats.ilp_solves,
-            "ilp_infeasible": res.stats.infeasible,
-            "solve_time_s": round(res.stats.solve_time_s, 4),
-            "solver": res.stats.solver,
-            "gap": round(res.gap, 6),
-            "timed_out": res.stats.timed_out,
-        },
-        "reasons": plan_reasons(best.estimate, best.config, prob.cluster, prob.model),
-    }
-    if res.stats.timed_out:
-        plan["reasons"].append(f"time limit reached: best plan found so far, within {res.gap * 100:.1f}% of the lower bound")
-    _attach_launch(plan, prob.space.targets)
-    return plan
+    best = _search_plan(prob, req, time_limit_s, exhaustive, plan_id, progress)
+    return with_launch(best, prob.space.targets)
+
+
+def _require_parallelism(req: dict, what: str) -> None:
+    if not isinstance(req, dict):
+        raise SpecError("request", "must be an object")
+    if not req.get("parallelism"):
+        raise SpecError("parallelism", f"is required for {what}")
 
 
 def estimate(req: dict, profile=None) -> Estimate:
     """Request with a `parallelism` block -> Estimate."""
-    if not isinstance(req, dict):
-        raise SpecError("request", "must be an object")
-    if not req.get("parallelism"):
-        raise SpecError("parallelism", "is required for an estimate")
+    _require_parallelism(req, "an estimate")
     model = parse_model(req.get("model"))
     cluster = parse_cluster(req.get("cluster"))
     training = parse_training(req.get("training"))
     cfg = parse_parallelism(req["parallelism"])
     return estimate_config(model, cluster, training, cfg, profile)
-
-
-def _attach_launch(plan: dict, targets) -> None:
-    from .launch import emit
-    from .launch.ranks import emit as emit_ranks
-
-    launch = emit(plan, list(targets))
-    plan["launch"] = launch
-    plan["ranks"] = launch.get("ranks") or emit_ranks(plan)
 
 
 def check(
@@ -155,46 +185,38 @@ def check(
     profile=None,
     time_limit_s: float | None = None,
     progress: Progress | None = None,
-) -> dict:
-    """CI gate: does the given configuration fit, and is it within max_slowdown of the best plan?"""
+) -> CheckResult:
+    """CI gate: does the given configuration fit, and is it within max_slowdown of the best
+    plan? The request is parsed once; the best plan is searched but no launch artifact is
+    emitted (the answer is yes/no plus numbers)."""
     if not isinstance(max_slowdown, int | float) or not 0 <= max_slowdown < 100 or math.isnan(max_slowdown):
         raise SpecError("max_slowdown", f"must be >= 0, got {max_slowdown!r}", allowed=">= 0")
-    if not isinstance(req, dict) or not req.get("parallelism"):
-        raise SpecError("parallelism", "is required for a check")
+    _require_parallelism(req, "a check")
     prob = problem_from_request(req, profile)
     cfg = parse_parallelism(req["parallelism"])
     est = estimate_config(prob.model, prob.cluster, prob.training, cfg, profile)
-    out: dict[str, Any] = {
-        "fits": est.fits,
-        "estimate": est.to_dict(),
-        "max_slowdown": max_slowdown,
-        "reasons": [],
-    }
+    reasons: list[str] = []
+    semantic = {k: v for k, v in req.items() if k != "parallelism"}
     try:
-        best = plan({k: v for k, v in req.items() if k != "parallelism"}, profile, time_limit_s, progress=progress)
+        best = _search_plan(prob, semantic, time_limit_s, False, None, progress)
     except Infeasible as exc:
         best = None
-        out["reasons"].append(f"no plan fits: {exc.message}")
+        reasons.append(f"no plan fits: {exc.message}")
     given_t = est.prediction.step_time_s
-    out["best"] = best
-    if best is not None:
-        best_t = best["prediction"]["step_time_s"]
-        slowdown = given_t / best_t - 1
-        out["slowdown"] = slowdown
-        out["best_step_time_s"] = best_t
-    else:
-        slowdown = 0.0
-        out["slowdown"] = None
-    out["step_time_s"] = given_t
+    best_t = best.prediction.step_time_s if best is not None else None
+    slowdown = given_t / best_t - 1 if best_t is not None else None
     if not est.fits:
-        p = est.prediction.memory
-        out["reasons"].append(f"does not fit: {p.peak_gib:.1f} GiB peak per GPU > {p.capacity_gib:.1f} GiB")
-    if best is not None and slowdown > max_slowdown:
-        out["reasons"].append(
-            f"{slowdown * 100:.1f}% slower than the best plan ({given_t:.4g} s vs {best['prediction']['step_time_s']:.4g} s), "
+        m = est.prediction.memory
+        reasons.append(f"does not fit: {m.peak_gib:.1f} GiB peak per GPU > {m.capacity_gib:.1f} GiB")
+    if slowdown is not None and slowdown > max_slowdown:
+        reasons.append(
+            f"{slowdown * 100:.1f}% slower than the best plan ({given_t:.4g} s vs {best_t:.4g} s), "
             f"over the {max_slowdown * 100:.0f}% allowed"
         )
-    out["ok"] = bool(est.fits and (best is None or slowdown <= max_slowdown))
-    if out["ok"]:
-        out["reasons"].append("fits and is within the allowed slowdown of the best plan")
-    return out
+    ok = bool(est.fits and (slowdown is None or slowdown <= max_slowdown))
+    if ok:
+        reasons.append("fits and is within the allowed slowdown of the best plan")
+    return CheckResult(
+        fits=est.fits, estimate=est, max_slowdown=max_slowdown, reasons=reasons, best=best,
+        slowdown=slowdown, best_step_time_s=best_t, step_time_s=given_t, ok=ok,
+    )

@@ -1,6 +1,6 @@
 """Forward/backward time and memory of one layer at the shapes one TP rank holds.
 
-The layers are profiler/blocks.py's modules (what the runtime executes), with their
+The layers are profiler/transformer.py's modules (what the runtime executes), with their
 column/row-parallel linears replaced by the local shards Megatron-style TP leaves on one
 device: heads/tp query heads, kv_heads/tp kv heads, ffn/tp MLP columns, vocab/tp rows of
 the embedding and the logits. TP communication is not part of these numbers (the cost model
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from profiler.blocks import ModelDims, RMSNorm, TransformerBlock, rope_cos_sin
+from profiler.transformer import ModelDims, RMSNorm, TransformerBlock, rope_cos_sin
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

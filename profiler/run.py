@@ -14,7 +14,7 @@ import torch
 
 from cost_model.profile_schema import SCHEMA_VERSION, profile_from_dict
 from profiler import gemm, layers
-from profiler.blocks import ModelDims
+from profiler.transformer import ModelDims
 
 # torch.cuda.get_device_name() substring -> catalog name (cost_model.catalog); checked in
 # order, so the more specific names come first.

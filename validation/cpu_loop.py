@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             for n, fixed in enumerate(configs):
                 p, how = plan(prof_path, fixed, args.zero)
                 plan_path = work / f"plan{n}.json"
-                plan_path.write_text(json.dumps(p, indent=2))
+                plan_path.write_text(p.to_json(indent=2))
                 times = measure(plan_path, args.steps, threads)
                 if len(times) < 3:
                     raise SystemExit(f"runtime reported {len(times)} step times; need at least 3")
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 measured = statistics.median(times[2:])
                 predicted = p["prediction"]["step_time_s"]
                 errors.append((predicted - measured) / measured)
-                b = p["prediction"]["breakdown"]
+                b = p.prediction.breakdown.model_dump()
                 parts = " ".join(f"{k.removesuffix('_s')}={v * 1e3:.0f}" for k, v in b.items() if v)
                 print(f"{run_index + 1:>3} {how.split()[0]:<8} {_describe(p['parallelism']):<58} {predicted * 1e3:8.1f}"
                       f" {measured * 1e3:8.1f} {errors[-1] * 100:+6.1f}%  {parts}")

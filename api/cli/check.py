@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     max_slowdown = req.pop("max_slowdown")
     res = check_request(req, max_slowdown, load_profile_arg(args), progress=progress)
     if args.json:
-        print_json(res)
+        print_json(res.model_dump(mode="json"))
     else:
         e = res["estimate"]["prediction"]
         print(f"{'PASS' if res['ok'] else 'FAIL'}: given config {fmt_s(e['step_time_s'])}, "

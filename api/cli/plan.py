@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         paths = write_artifacts(plan, Path(args.emit))
         print(f"wrote {len(paths)} files to {args.emit}", file=sys.stderr)
     if args.json:
-        print_json(plan)
+        print_json(plan.model_dump(mode="json"))
     else:
         print_plan(plan)
     return 0

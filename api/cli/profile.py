@@ -86,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
     m = resolve_model(args)
     import torch  # the optional extra, needed from here on
 
-    from profiler.blocks import ModelDims
     from profiler.layers import MoEDims
     from profiler.run import ProfileOptions, run_profile
+    from profiler.transformer import ModelDims
 
     if args.threads:
         torch.set_num_threads(args.threads)

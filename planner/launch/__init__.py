@@ -1,6 +1,7 @@
-"""Launch-artifact emitters: Plan dict -> ready-to-run commands and configs per target.
+"""Launch-artifact emitters: Plan -> ready-to-run commands and configs per target.
 
-Everything here is a pure function of the plan dict (no torch, no I/O except write_artifacts).
+Everything here is a pure function of the plan (a `planner.plan.Plan`, or a dict with its
+JSON names); no torch, no I/O except write_artifacts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from planner.launch import (
     torchtitan,
 )
 from planner.launch._common import NotApplicable
+from planner.plan import Plan
 
 _EMITTERS = {
     "megatron": megatron.emit,
@@ -33,10 +35,10 @@ _EMITTERS = {
 TARGETS: tuple[str, ...] = tuple(_EMITTERS)
 SKIPPED = "skipped"  # key in emit()'s result: {target: reason} for targets that do not apply
 
-__all__ = ["TARGETS", "NotApplicable", "emit", "write_artifacts"]
+__all__ = ["TARGETS", "NotApplicable", "emit", "plan_json", "write_artifacts"]
 
 
-def emit(plan: dict, targets: list[str] | None = None) -> dict[str, dict]:
+def emit(plan, targets: list[str] | None = None) -> dict[str, dict]:
     """Artifacts for the requested targets (all when None), plus a "skipped" entry with reasons."""
     wanted = list(TARGETS) if targets is None else list(targets)
     unknown = [t for t in wanted if t not in _EMITTERS]
@@ -79,17 +81,27 @@ def _torchrun_sh(art: dict) -> str:
     return _sh(body, art.get("env"))
 
 
-def write_artifacts(plan: dict, out_dir, targets: list[str] | None = None) -> list[Path]:
+def plan_json(plan) -> str:
+    """plan.json's text: the Plan's one JSON form (`Plan.to_json`), or a hand-written dict."""
+    if isinstance(plan, Plan):
+        return plan.to_json(indent=2) + "\n"
+    return json.dumps(plan, indent=2, sort_keys=False) + "\n"
+
+
+def write_artifacts(plan, out_dir, targets: list[str] | None = None) -> list[Path]:
     """Write plan.json (what the runtime reads) and every artifact as a file; return the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     launch = plan.get("launch") or emit(plan, targets)
-    full = dict(plan)
-    full["launch"] = launch
-    if "ranks" in launch:
-        full.setdefault("ranks", launch["ranks"])
+    if isinstance(plan, Plan):
+        full = plan.model_copy(update={"launch": launch, "ranks": plan.ranks or launch.get("ranks")})
+    else:
+        full = dict(plan)
+        full["launch"] = launch
+        if "ranks" in launch:
+            full.setdefault("ranks", launch["ranks"])
     paths = [out / runtime.PLAN_FILE]
-    paths[0].write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
+    paths[0].write_text(plan_json(full))
     for target, art in launch.items():
         for name, render in _FILES.get(target, []):
             path = out / name

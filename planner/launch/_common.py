@@ -1,9 +1,14 @@
-"""Helpers shared by the emitters: everything is derived from the plan dict only."""
+"""Helpers shared by the emitters: everything is derived from the plan only.
+
+A plan is a `planner.plan.Plan` (what the service emits for) or a dict with the same JSON
+names (a hand-written plan.json); both read the same way (`plan["model"]`, `.get`)."""
 
 from __future__ import annotations
 
 import math
 import shlex
+
+from planner.plan import Parallelism
 
 RDZV_PORT = 29500
 MASTER_ADDR = "$MASTER_ADDR"
@@ -13,21 +18,16 @@ class NotApplicable(Exception):
     """Raised by an emitter when the plan cannot be expressed for its target (reason in args)."""
 
 
-def par(plan: dict) -> dict:
-    p = dict(plan.get("parallelism") or {})
-    for key in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "num_micro_batches"):
-        p[key] = int(p.get(key) or 1)
-    p.setdefault("zero", 0)
-    p.setdefault("recompute", "none")
-    p.setdefault("schedule", "1f1b")
-    p.setdefault("sequence_parallel", False)
-    return p
+def par(plan) -> Parallelism:
+    """The plan's parallel layout, typed, with its defaults (read as `p["tp"]` or `p.tp`)."""
+    p = plan.get("parallelism")
+    if isinstance(p, Parallelism):
+        return p
+    return Parallelism.model_validate(dict(p or {}))
 
 
-def world_size(plan: dict) -> int:
-    # EP is carved out of DP (Megatron semantics), so it does not multiply the world.
-    p = par(plan)
-    return p["tp"] * p["pp"] * p["dp"] * p["cp"]
+def world_size(plan) -> int:
+    return par(plan).world_size
 
 
 def node_layout(plan: dict) -> tuple[int, int]:

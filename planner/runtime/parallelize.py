@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
 from planner.runtime.plan_io import Stage
-from profiler.blocks import Transformer
+from profiler.transformer import Transformer
 
 
 def apply_recompute(model: Transformer, stage: Stage, mode: str) -> None:

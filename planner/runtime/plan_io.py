@@ -8,15 +8,29 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
+
+from cost_model.specs import TrainingSpec, TransformerSpec
+from cost_model.vocab import NORM_RMSNORM, POSITION_ROPE, Mlp, Recompute, Schedule, values
+from planner.plan import Plan
 
 
 class PlanError(ValueError):
     """The plan cannot be executed by this runtime; the message names the field."""
 
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = values(Schedule)
+RECOMPUTE = values(Recompute)
+
+
+def _defaults(spec) -> dict:
+    return {f.name: f.default for f in fields(spec) if f.default is not MISSING}
+
+
+# A key a hand-written plan leaves out means what it means to the cost model that priced
+# the plan (cost_model/specs.py), so the runtime never runs another model than was planned.
+MODEL_DEFAULTS = _defaults(TransformerSpec)
+TRAINING_DEFAULTS = _defaults(TrainingSpec)
 
 
 @dataclass(frozen=True)
@@ -87,8 +101,11 @@ def _int(d: dict, key: str, where: str, default=None, minimum: int = 1) -> int:
     return v
 
 
-def parse_plan(doc: dict) -> RunPlan:
-    """Normalise a Plan dict into a RunPlan (types and presence only; see validate)."""
+def parse_plan(doc) -> RunPlan:
+    """Normalise a Plan (planner.plan.Plan, or its JSON as a dict: a hand-written plan.json
+    may leave fields out) into a RunPlan (types and presence only; see validate)."""
+    if isinstance(doc, Plan):
+        doc = doc.model_dump(mode="json")
     if not isinstance(doc, dict):
         raise PlanError("plan must be a JSON object")
     model = _get(doc, "model", "plan")
@@ -97,14 +114,13 @@ def parse_plan(doc: dict) -> RunPlan:
     stages_doc = _get(doc, "stages", "plan")
     if model.get("moe"):
         raise PlanError("model.moe: mixture-of-experts models are not supported by the runtime yet")
-    for key, allowed in (("norm", "rmsnorm"), ("position", "rope")):
-        if model.get(key, allowed) != allowed:
-            raise PlanError(
-                f"model.{key}={model[key]!r} is not supported by the runtime (only {allowed!r})"
-            )
-    mlp = model.get("mlp", "swiglu")
-    if mlp not in ("swiglu", "gelu"):
-        raise PlanError(f"model.mlp={mlp!r} must be one of swiglu, gelu")
+    for key, allowed in (("norm", NORM_RMSNORM), ("position", POSITION_ROPE)):
+        got = model.get(key, MODEL_DEFAULTS[key])
+        if got != allowed:
+            raise PlanError(f"model.{key}={got!r} is not supported by the runtime (only {allowed!r})")
+    mlp = model.get("mlp", MODEL_DEFAULTS["mlp"])
+    if mlp not in values(Mlp):
+        raise PlanError(f"model.mlp={mlp!r} must be one of {', '.join(values(Mlp))}")
     heads = _int(model, "num_attention_heads", "model")
     stages = []
     if not isinstance(stages_doc, list) or not stages_doc:
@@ -124,11 +140,11 @@ def parse_plan(doc: dict) -> RunPlan:
         ffn_hidden_size=_int(model, "ffn_hidden_size", "model"),
         vocab_size=_int(model, "vocab_size", "model"),
         mlp=mlp,
-        tie_embeddings=bool(model.get("tie_embeddings", False)),
+        tie_embeddings=bool(model.get("tie_embeddings", MODEL_DEFAULTS["tie_embeddings"])),
         global_batch_size=_int(train, "global_batch_size", "training"),
         seq_length=_int(train, "seq_length", "training"),
-        dtype=str(train.get("dtype", "fp32")),
-        optimizer=str(train.get("optimizer", "adam")),
+        dtype=str(train.get("dtype", TRAINING_DEFAULTS["dtype"])),
+        optimizer=str(train.get("optimizer", TRAINING_DEFAULTS["optimizer"])),
         dp=_int(par, "dp", "parallelism", 1),
         tp=_int(par, "tp", "parallelism", 1),
         pp=_int(par, "pp", "parallelism", 1),

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from profiler.blocks import Transformer
+from profiler.transformer import Transformer
 
 # ------------------------------------------------------------------ collectives (autograd)
 

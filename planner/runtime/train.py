@@ -16,7 +16,7 @@ from planner.runtime.parallelize import allreduce_grads, apply_fsdp, apply_recom
 from planner.runtime.pipeline import build_schedule, local_stage_ids
 from planner.runtime.plan_io import RunPlan
 from planner.runtime.tensor_parallel import apply_tp, sync_replicated_grads, vocab_parallel_loss
-from profiler.blocks import ModelDims, build_model, cross_entropy_loss
+from profiler.transformer import ModelDims, build_model, cross_entropy_loss
 
 LR = 1e-3
 

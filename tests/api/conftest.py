@@ -31,16 +31,7 @@ def small_plan(batch: int = 32, **search) -> dict:
     return req
 
 
-def planner_available() -> bool:
-    try:
-        import planner
 
-        return callable(getattr(planner, "plan_request", None))
-    except Exception:  # noqa: BLE001 - an unfinished planner is "not available"
-        return False
-
-
-needs_planner = pytest.mark.skipif(not planner_available(), reason="planner.plan_request not available yet")
 
 
 def free_port() -> int:

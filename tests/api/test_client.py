@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 from api.client import Estimate, PlannerClient, PlannerError
+from planner.service import estimate as estimate_request
 
-from .conftest import PARALLELISM, SMALL, TOKEN, needs_planner, small_plan
+from .conftest import PARALLELISM, SMALL, TOKEN, small_plan
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +38,11 @@ def test_errors_raise_planner_error(pc, server):
     assert e.value.status == 401
 
 
-@needs_planner
 def test_plan_get_list(pc):
     plan = pc.plan(small_plan(48))
-    assert plan.id.startswith("p_") and not plan.cached
-    assert pc.plan(small_plan(48)).cached
+    assert plan.id.startswith("p_") and pc.last_cache == "miss"
+    pc.plan(small_plan(48))
+    assert pc.last_cache == "hit"
     assert pc.get_plan(plan.id).parallelism == plan.parallelism
     assert plan.id in [it["id"] for it in pc.list_plans(limit=200).items]
     res = pc.check({**SMALL, "parallelism": PARALLELISM}, max_slowdown=10.0)
@@ -56,11 +57,13 @@ def test_retries_honour_retry_after():
         if len(calls) < 3:
             return httpx.Response(429 if len(calls) == 1 else 503, headers={"Retry-After": "0.2"},
                                   json={"error": {"code": "queue_full", "message": "busy", "details": {}}})
-        return httpx.Response(200, json={"prediction": {"step_time_s": 1.0}, "stages": [], "fits": True})
+        return httpx.Response(200, json=body)
+
+    body = estimate_request({**SMALL, "parallelism": PARALLELISM}).to_dict()  # a real Estimate body
 
     with PlannerClient("http://planner.test", transport=httpx.MockTransport(handler)) as c:
         est = c.estimate({})
-    assert est.fits and len(calls) == 3
+    assert est == Estimate.model_validate(body) and len(calls) == 3
     assert calls[1] - calls[0] >= 0.19 and calls[2] - calls[1] >= 0.19
 
     with PlannerClient("http://planner.test", retries=1, transport=httpx.MockTransport(

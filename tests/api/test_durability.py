@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from .conftest import planner_available, small_plan
+from .conftest import small_plan
 
 
 def test_sigkill_restart_keeps_acknowledged(make_server):
@@ -17,11 +17,10 @@ def test_sigkill_restart_keeps_acknowledged(make_server):
                                              "layers": [], "comm": [], "gemm": []})
             assert r.status_code == 201, r.text
             acked[r.headers["location"]] = r.json()
-        if planner_available():
-            for batch in (8, 16):
-                r = c.post("/v1/plans", json=small_plan(batch))
-                assert r.status_code == 201, r.text
-                acked[r.headers["location"]] = r.json()
+        for batch in (8, 16):
+            r = c.post("/v1/plans", json=small_plan(batch))
+            assert r.status_code == 201, r.text
+            acked[r.headers["location"]] = r.json()
     srv.kill()  # no shutdown hooks, no flush: only what was committed before the 201 remains
     srv.start()
     with httpx.Client(base_url=srv.url, timeout=60) as c:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from .conftest import needs_planner, small_plan
+from .conftest import small_plan
 
 pytestmark = pytest.mark.postgres
 
@@ -28,7 +28,6 @@ def test_replicas_share_profiles(two_servers):
     assert got.status_code == 200 and got.json()["id"] == r.json()["id"]
 
 
-@needs_planner
 def test_replicas_share_plans(two_servers):
     a, b = two_servers
     req = small_plan(64)

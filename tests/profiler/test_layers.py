@@ -13,8 +13,8 @@ from cost_model.layers import layer_table  # noqa: E402
 from cost_model.parse import parse_cluster, parse_model, parse_training  # noqa: E402
 from cost_model.profile_schema import profile_from_dict, profile_to_dict  # noqa: E402
 from cost_model.specs import ParallelConfig  # noqa: E402
-from profiler.blocks import ModelDims  # noqa: E402
 from profiler.run import ProfileOptions, run_profile  # noqa: E402
+from profiler.transformer import ModelDims  # noqa: E402
 
 DIMS = ModelDims(num_layers=4, hidden_size=128, num_attention_heads=4, num_kv_heads=2,
                  ffn_hidden_size=352, vocab_size=512)

@@ -1,0 +1,138 @@
+"""What the route modules share: auth, error documentation, the finite-JSON response, the
+solver-pool call and its error mapping, stored-profile loading."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import secrets
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from cost_model.errors import SpecError
+from cost_model.profile_schema import profile_from_dict
+from planner.service import Infeasible
+
+from ..errors import ApiError
+from ..metrics import Metrics
+from ..responses import ErrorBody
+from ..settings import Settings
+from ..store import Store, now_us
+from ..worker import QueueFull, SolverPool, SolveTimeout
+
+log = logging.getLogger("planner.api")
+
+
+def err(desc: str) -> dict:
+    return {"model": ErrorBody, "description": desc}
+
+
+COMMON_ERRORS = {400: err("body is not parseable JSON"),
+                 401: err("missing or wrong bearer token (when PLANNER_API_TOKEN is set)"),
+                 413: err("request body too large"),
+                 422: err("invalid input (details.field names it) or infeasible request")}
+SOLVE_ERRORS = {429: err("solver queue full; retry after Retry-After seconds"),
+                503: err("solve timed out; retry after Retry-After seconds")}
+
+
+def non_finite(exc: ValueError) -> ApiError:
+    return ApiError(422, "non_finite", "the request drives the model out of numeric range (a prediction is not finite)",
+                    {"reason": str(exc)})
+
+
+class FiniteJSONResponse(JSONResponse):
+    """JSON without NaN/Infinity (not JSON): a request whose numbers overflow the model is
+    answered 422 rather than with a broken body."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
+        except ValueError as exc:
+            raise non_finite(exc) from None
+
+
+def require_token(request: Request) -> None:
+    token = request.app.state.settings.api_token
+    if not token:
+        return
+    auth = request.headers.get("authorization", "")
+    scheme, _, given = auth.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise ApiError(401, "unauthorized", "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+
+def new_id(prefix: str) -> str:
+    # time-ordered (hex microseconds) + random: sortable like a ULID, unique across replicas
+    return f"{prefix}_{now_us():013x}{secrets.token_hex(6)}"
+
+
+def body_dict(model) -> dict:
+    return model.model_dump(mode="json", exclude_none=True)
+
+
+async def load_profile(store: Store, req: dict):
+    pid = (req.get("cluster") or {}).get("profile_id")
+    if not pid:
+        return None
+    found = await run_in_threadpool(store.get_profile, pid)
+    if found is None:
+        raise SpecError("cluster.profile_id", f"no profile {pid!r} (store one with POST /v1/profiles)")
+    try:
+        return profile_from_dict(found[0])
+    except SpecError as exc:
+        raise SpecError("cluster.profile_id", f"stored profile is not usable: {exc}") from None
+
+
+def evaluation_failed(exc: Exception, what: str) -> ApiError:
+    # Anything the computation raises for a request that passed validation is still the
+    # client's input at fault (a corner of the model the validators don't cover): 422,
+    # logged with its traceback so it can be turned into a proper validation rule.
+    log.warning("%s failed on client input: %r", what, exc, exc_info=True)
+    return ApiError(422, "unprocessable", f"the {what} could not evaluate this request: {type(exc).__name__}: {exc}",
+                    {"exception": type(exc).__name__})
+
+
+def _map_solver_error(exc: Exception, what: str) -> Exception:
+    if isinstance(exc, SpecError | ApiError):
+        return exc
+    if isinstance(exc, Infeasible):
+        return ApiError(422, "infeasible", exc.message, dict(exc.details or {}))
+    return evaluation_failed(exc, what)
+
+
+async def solve(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *args, limit_s: float, kind: str):
+    """Run fn(*args) in the bounded solver pool; queue-full -> 429, timeout -> 503."""
+    retry = {"Retry-After": str(settings.retry_after_s)}
+    start = time.perf_counter()
+    try:
+        # grace beyond the solver's own limit: enumeration and launch emitters run outside CP-SAT
+        return await pool.submit(fn, *args, timeout_s=limit_s * 1.5 + 5)
+    except QueueFull:
+        metrics.rejected.inc()
+        raise ApiError(429, "queue_full", "the solver queue is full; retry later",
+                       {"workers": settings.workers, "queue_size": settings.queue_size}, headers=retry) from None
+    except SolveTimeout:
+        raise ApiError(503, "solve_timeout", f"the solve did not finish within {limit_s:g} s", {"time_limit_s": limit_s},
+                       headers=retry) from None
+    except Exception as exc:  # noqa: BLE001 - mapped to 422 by kind
+        raise _map_solver_error(exc, "planner") from None
+    finally:
+        metrics.solve_time.labels(kind).observe(time.perf_counter() - start)
+
+
+def time_limit(settings: Settings, req: dict) -> float:
+    asked = (req.get("search") or {}).get("time_limit_s")
+    return min(settings.solve_time_limit_s, asked) if asked else settings.solve_time_limit_s
+
+
+def v1_router(tag: str) -> APIRouter:
+    """A resource's router: under /v1, behind the bearer token when one is set. The prefix is
+    the router's own (joined into each route's path), so a route's template, as the metrics
+    label it, is its full path."""
+    return APIRouter(prefix="/v1", tags=[tag], dependencies=[Depends(require_token)],
+                     responses={401: COMMON_ERRORS[401]}, default_response_class=FiniteJSONResponse)

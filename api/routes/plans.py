@@ -1,0 +1,113 @@
+"""/v1/plans: create (search, or the stored plan of an identical request), get, list."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Query, Response
+from starlette.concurrency import run_in_threadpool
+
+from cost_model.errors import SpecError
+from planner.hashing import SEMANTIC_KEYS, request_hash
+from planner.plan import Plan
+from planner.service import plan as plan_request
+
+from ..deps import MetricsDep, PoolDep, SettingsDep, StoreDep
+from ..errors import ApiError
+from ..responses import PlanList
+from ..schemas import PlanRequest
+from ..store import decode_cursor
+from ._common import (
+    COMMON_ERRORS,
+    SOLVE_ERRORS,
+    body_dict,
+    err,
+    load_profile,
+    new_id,
+    non_finite,
+    solve,
+    time_limit,
+    v1_router,
+)
+
+router = v1_router("plans")
+JSON = "application/json"
+
+
+def _stored(body_json: str, status: int, plan_id: str, cache: str | None = None) -> Response:
+    headers = {"Location": f"/v1/plans/{plan_id}"}
+    if cache:
+        headers["X-Plan-Cache"] = cache
+    return Response(body_json, status_code=status, media_type=JSON, headers=headers)
+
+
+@router.post("/plans", status_code=201, response_model=Plan,
+             responses={201: {"description": "new plan (Location header names it)"},
+                        200: {"model": Plan, "description": "the stored plan of an identical request (X-Plan-Cache: hit)"},
+                        **COMMON_ERRORS, **SOLVE_ERRORS})
+async def create_plan(
+    body: PlanRequest,
+    store: StoreDep,
+    pool: PoolDep,
+    settings: SettingsDep,
+    metrics: MetricsDep,
+    refresh: Annotated[bool, Query(description="solve again even when an identical request was answered")] = False,
+):
+    """Best plan for a model on a cluster. Identical requests (same canonical JSON, ignoring
+    `metadata`) return the stored plan unless `?refresh=true`."""
+    req = body_dict(body)
+    h = request_hash(req)
+    if not refresh:
+        cached = await run_in_threadpool(store.find_plan_by_hash, h)
+        if cached is not None:
+            metrics.cache_hits.inc()
+            return _stored(cached[1], 200, cached[0], "hit")
+    metrics.cache_misses.inc()
+    profile = await load_profile(store, req)
+    limit = time_limit(settings, req)
+    solve_req = {k: req[k] for k in SEMANTIC_KEYS if k in req}
+    plan_id = new_id("p")  # given to the planner so launch artifacts name the stored plan
+    plan: Plan = await solve(pool, settings, metrics, _run_plan, solve_req, profile, limit, plan_id,
+                             limit_s=limit, kind="plan")
+    plan = plan.model_copy(update={"id": plan_id, "request_hash": h})
+    try:
+        text = plan.to_json()  # the one serialisation: stored, answered, served on GET
+    except ValueError as exc:
+        raise non_finite(exc) from None  # refused before anything is stored
+    await run_in_threadpool(store.put_plan, plan.id, h, plan.status, text)  # committed before the 201 goes out
+    return _stored(text, 201, plan.id, "miss")
+
+
+def _run_plan(req: dict, profile, limit_s: float, plan_id: str) -> Plan:
+    return plan_request(req, profile=profile, time_limit_s=limit_s, plan_id=plan_id)
+
+
+@router.get("/plans/{plan_id}", response_model=Plan, responses={404: err("unknown plan id")})
+async def get_plan(plan_id: str, store: StoreDep):
+    text = await run_in_threadpool(store.get_plan_json, plan_id)
+    if text is None:
+        raise ApiError(404, "not_found", f"no plan {plan_id!r}", {"id": plan_id})
+    return Response(text, media_type=JSON)
+
+
+@router.get("/plans", response_model=PlanList, responses={422: COMMON_ERRORS[422]})
+async def list_plans(
+    store: StoreDep,
+    limit: Annotated[int | None, Query(ge=1, le=200, description="page size with cursor paging")] = None,
+    cursor: Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page")] = None,
+    page: Annotated[int | None, Query(ge=1, le=1_000_000, description="1-based page number (offset paging)")] = None,
+    page_size: Annotated[int | None, Query(ge=1, le=200)] = None,
+) -> PlanList:
+    """Plans, newest first. Page with `?limit=&cursor=` (stable under inserts) or `?page=&page_size=`."""
+    if cursor is not None and page is not None:
+        raise SpecError("page", "give either cursor or page, not both")
+    pos = None
+    if cursor:
+        try:
+            pos = decode_cursor(cursor)
+        except ValueError as exc:
+            raise SpecError("cursor", str(exc)) from None
+    size = page_size or limit or 20
+    offset = (page - 1) * size if page else 0
+    items, nxt, total = await run_in_threadpool(store.list_plans, size, pos, offset)
+    return PlanList(items=items, next_cursor=nxt, total=total)

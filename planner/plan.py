@@ -1,0 +1,178 @@
+"""The typed Plan (DESIGN.md "Plan"): what `planner.service.plan` returns, what
+`POST /v1/plans` answers and `planner plan --json` prints, what `plan.json` holds, what the
+launch emitters and the runtime read, and what the client returns.
+
+One pydantic model, so the JSON names live here once: `Plan.model_validate_json(text)` reads
+any of those documents back. Derived facts of a parallel layout (world size, dense and expert
+data-parallel sizes, the sequence divisor) are properties of `Parallelism`, as torchtitan's
+`ParallelDims` (torchtitan/distributed/parallel_dims.py) derives its meshes from the degrees.
+
+The models read like the dicts they replace (`plan["parallelism"]["tp"]`, `.get(key,
+default)`), so code written against the JSON keeps working on the typed object."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ConfigDict, Field, model_validator
+
+from cost_model.results import Estimate, Prediction, Record, StageEstimate
+from cost_model.vocab import (
+    ENGINE_MEGATRON,
+    Engine,
+    ModelKind,
+    Recompute,
+    Schedule,
+    SolverStatus,
+    ZeroStage,
+)
+
+
+class Parallelism(Record):
+    """A resolved parallel layout. Degrees multiply to the world except `ep`/`etp`, which
+    are folded over the same ranks as tp x cp x dp (Megatron-Core MoE parallel folding)."""
+
+    dp: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    cp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    etp: int = Field(1, ge=1, description="expert tensor-parallel size")
+    vpp: int = Field(1, ge=1)
+    sequence_parallel: bool = False
+    zero: ZeroStage = 0
+    micro_batch_size: int = Field(1, ge=1)
+    num_micro_batches: int = Field(1, ge=1)
+    recompute: Recompute = "none"
+    schedule: Schedule = "1f1b"
+    stage_layers: list[int] | None = Field(None, description="blocks per virtual stage, model order")
+    recompute_layers: list[int] | None = Field(None, description="recomputed blocks per virtual stage (recompute=full)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _none_is_default(cls, data: Any) -> Any:
+        # a hand-written plan may spell "not set" as null; the default applies, as it did when
+        # the emitters read the dict with `p.get(k) or 1`
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
+    @property
+    def world_size(self) -> int:
+        """Processes: tp x cp x dp x pp (ep is carved out of cp x dp, not multiplied in)."""
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def dense_dp_size(self) -> int:
+        """Ranks that hold one replica of a dense weight and reduce its gradients (Megatron:
+        data x context parallel)."""
+        return self.dp * self.cp
+
+    @property
+    def expert_dp_size(self) -> int:
+        """Ranks that replicate one expert weight: dp*cp/ep (expert DP of Megatron's folding)."""
+        return max(1, self.dp * self.cp // self.ep)
+
+    @property
+    def seq_divisor(self) -> int:
+        """How many ways one sequence's activations are split on a rank: cp, times tp with
+        sequence parallelism (Korthikanti et al. 2022 section 4.2.2)."""
+        return self.cp * (self.tp if self.sequence_parallel and self.tp > 1 else 1)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Sequences per step that this layout runs: micro-batch x micro-batches x dp."""
+        return self.micro_batch_size * self.num_micro_batches * self.dp
+
+
+class ModelSummary(Record):
+    """The resolved model, echoed as `cost_model.parse.model_to_dict` writes it (transformer
+    dims or a layer list), plus the parameter counts of the model-card convention."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    name: str
+    kind: ModelKind = "transformer"
+    num_layers: int
+    total_params: int | None = Field(None, description="unique parameters, embeddings counted")
+    active_params: int | None = Field(None, description="parameters one token touches (MoE: top_k routed experts), embeddings counted")
+
+
+class TrainingEcho(Record):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    global_batch_size: int
+    seq_length: int
+    dtype: str = "bf16"
+    optimizer: str = "adam"
+
+
+class ClusterEcho(Record):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    gpu: str
+    num_gpus: int
+    gpus_per_node: int
+    num_nodes: int | None = None
+    intra_node_gb_s: float | None = None
+    inter_node_gb_s: float | None = None
+
+
+class Alternative(Record):
+    parallelism: Parallelism
+    prediction: Prediction
+    reason: str
+
+
+class SearchReport(Record):
+    # extra allowed: the search may report more counters than the ones named here
+    model_config = ConfigDict(frozen=True, extra="allow")
+    candidates: int
+    pruned: int
+    pruned_by_memory: int
+    pruned_by_time_bound: int
+    ilp_solves: int
+    ilp_infeasible: int
+    solve_time_s: float
+    solver: str
+    gap: float
+    timed_out: bool
+
+
+class Plan(Record):
+    id: str
+    status: SolverStatus
+    request_hash: str
+    engine: Engine = ENGINE_MEGATRON
+    model: ModelSummary
+    training: TrainingEcho
+    cluster: ClusterEcho
+    parallelism: Parallelism
+    stages: list[StageEstimate]
+    prediction: Prediction
+    fits: bool
+    sources: dict[str, str] = Field(default_factory=dict)
+    alternatives: list[Alternative] = Field(default_factory=list)
+    search: SearchReport
+    reasons: list[str] = Field(default_factory=list)
+    launch: dict[str, Any] = Field(default_factory=dict, description="artifact per launch target, plus `skipped` reasons")
+    ranks: dict[str, Any] | None = Field(None, description="rank -> parallel group assignment (order tp-cp-ep-dp-pp)")
+
+    def to_json(self, indent: int | None = None) -> str:
+        """The one JSON text of this plan (what the store keeps, the service answers and
+        plan.json holds). Raises ValueError on a non-finite number (NaN/Infinity are not
+        JSON), rather than writing null as pydantic's own serialiser would."""
+        return json.dumps(self.model_dump(mode="json"), allow_nan=False, indent=indent)
+
+
+class CheckResult(Record):
+    """`planner check` / `POST /v1/check`: does the given configuration fit, and is it within
+    `max_slowdown` of the best plan?"""
+
+    fits: bool
+    estimate: Estimate = Field(description="the given configuration's estimate")
+    max_slowdown: float
+    reasons: list[str]
+    best: Plan | None = Field(None, description="the best plan found (launch artifacts not emitted)")
+    slowdown: float | None = None
+    best_step_time_s: float | None = None
+    step_time_s: float
+    ok: bool
