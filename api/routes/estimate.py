@@ -5,13 +5,13 @@ from __future__ import annotations
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.errors import SpecError
+from cost_model.request import CheckRequest, EstimateRequest
 from cost_model.results import Estimate
 from planner.plan import CheckResult
 from planner.service import check as check_request
 from planner.service import estimate as estimate_request
 
 from ..deps import MetricsDep, PoolDep, SettingsDep, StoreDep
-from ..schemas import CheckRequest, EstimateRequest
 from ._common import (
     COMMON_ERRORS,
     SOLVE_ERRORS,

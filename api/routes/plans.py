@@ -8,6 +8,7 @@ from fastapi import Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.errors import SpecError
+from cost_model.request import PlanRequest
 from planner.hashing import SEMANTIC_KEYS, request_hash
 from planner.plan import Plan
 from planner.service import plan as plan_request
@@ -15,7 +16,6 @@ from planner.service import plan as plan_request
 from ..deps import MetricsDep, PoolDep, SettingsDep, StoreDep
 from ..errors import ApiError
 from ..responses import PlanList
-from ..schemas import PlanRequest
 from ..store import decode_cursor
 from ._common import (
     COMMON_ERRORS,
