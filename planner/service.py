@@ -121,6 +121,7 @@ def plan(
         },
         "reasons": plan_reasons(best.estimate, best.config, prob.cluster, prob.model),
     }
+    _attach_schedule(plan, prob, best)
     if res.stats.timed_out:
         plan["reasons"].append(f"time limit reached: best plan found so far, within {res.gap * 100:.1f}% of the lower bound")
     _attach_launch(plan, prob.space.targets)
@@ -138,6 +139,15 @@ def estimate(req: dict, profile=None) -> Estimate:
     training = parse_training(req.get("training"))
     cfg = parse_parallelism(req["parallelism"])
     return estimate_config(model, cluster, training, cfg, profile)
+
+
+def _attach_schedule(plan: dict, prob: Problem, best) -> None:
+    # the simulated schedule beside the closed form (planner/schedule.py)
+    from .schedule import schedule_block, schedule_reason
+
+    plan["schedule"] = schedule_block(prob, best.config, best.estimate.prediction.step_time_s)
+    if (line := schedule_reason(plan["schedule"])) is not None:
+        plan["reasons"].append(line)
 
 
 def _attach_launch(plan: dict, targets) -> None:
