@@ -1,6 +1,9 @@
 """The plan's `schedule` block: the chosen configuration's pipeline schedule simulated with
 the cost model's per-stage times (cost_model/schedule_sim.py).
 
+Per pipeline rank the block also keeps the step tail and the memory parts (weights, grads,
+optimizer, activations, transients, margins) that the memory picture stacks.
+
 The block keeps the per-stage inputs (milliseconds per micro-batch) rather than the events:
 the events of a large plan number p * v * m * 4, while the inputs are p * v rows from which
 `planner.report` re-runs the simulation in milliseconds. `step_time_s` of the plan stays the
@@ -11,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_model.schedule_sim import RankTail, Simulation, StageTimes, simulate, simulate_config
+from cost_model.results import GIB
+from cost_model.schedule_sim import RankTail, Simulation, StageTimes, simulate
 
 # the closed form and the simulation agree within this on uniform stages
 # (tests/cost_model/test_schedule_sim.py); a larger gap is worth a line in the reasons
@@ -19,8 +23,10 @@ AGREEMENT = 0.005
 
 
 def schedule_block(problem, cfg, formula_step_s: float) -> dict[str, Any]:
-    sim = simulate_config(problem.model, problem.cluster, problem.training, cfg, problem.profile)
     stages = _inputs(problem, cfg)
+    block = {"schedule": cfg.schedule, "pp": cfg.pp, "vpp": cfg.vpp,
+             "num_micro_batches": cfg.num_micro_batches(problem.training.global_batch_size), **stages}
+    sim = simulation_of(block)
     return {
         "schedule": cfg.schedule,
         "pp": cfg.pp,
@@ -30,6 +36,8 @@ def schedule_block(problem, cfg, formula_step_s: float) -> dict[str, Any]:
         "simulated_pipeline_s": sim.pipeline_time_s,
         "formula_step_time_s": formula_step_s,
         "difference": sim.step_time_s / formula_step_s - 1 if formula_step_s > 0 else 0.0,
+        "memory_headroom": problem.space.memory_headroom,
+        "capacity_gib": problem.cluster.memory_bytes / GIB,
         "stages": stages["stages"],
         "ranks": stages["ranks"],
     }
@@ -53,9 +61,19 @@ def _inputs(problem, cfg) -> dict[str, list[dict]]:
         ],
         "ranks": [
             {"rank": r.rank, "dp_sync_ms": r.dp_sync_s * 1e3, "exposed_dp_ms": r.exposed_dp_s * 1e3,
-             "optimizer_ms": r.optimizer_s * 1e3}
+             "optimizer_ms": r.optimizer_s * 1e3, **_memory(r)}
             for r in ranks
         ],
+    }
+
+
+def _memory(r) -> dict[str, float]:
+    """One pipeline rank's memory, in the parts the memory picture stacks (stages.RankCost)."""
+    margins = r.other_bytes - r.transient_bytes  # allocator fragmentation + reserved outside it
+    return {
+        "weights_gib": r.weights_bytes / GIB, "grads_gib": r.grads_bytes / GIB,
+        "optimizer_gib": r.optimizer_bytes / GIB, "activations_gib": r.activations_bytes / GIB,
+        "transients_gib": r.transient_bytes / GIB, "margins_gib": margins / GIB, "peak_gib": r.peak_bytes / GIB,
     }
 
 
