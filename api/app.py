@@ -114,6 +114,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(router)
     app.include_router(v1)
+    from . import sweeps, web  # the web page and its pictures; POST /v1/sweeps
+
+    app.include_router(web.router)
+    app.include_router(web.v1)
+    app.include_router(sweeps.router)
     # outermost first: metrics see the 413s too
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

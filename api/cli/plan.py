@@ -15,7 +15,7 @@ def register(sub) -> None:
     p.add_argument("--top-k", type=int, metavar="N", help="alternatives to keep (default 3)")
     p.add_argument("--time-limit", type=float, metavar="S", help="search time limit in seconds (default 10)")
     p.add_argument("--exhaustive", action="store_true", help="brute-force reference search (small instances)")
-    p.add_argument("--emit", metavar="DIR", help="write plan.json and the launch artifacts into DIR")
+    p.add_argument("--emit", metavar="DIR", help="write plan.json, the launch artifacts, report.html and the SVG pictures into DIR")
     p.add_argument("--headroom", type=float, metavar="F", help="memory headroom fraction (default 0.05)")
     p.set_defaults(func=run)
 
@@ -84,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
         from planner.launch import write_artifacts
 
         paths = write_artifacts(plan, Path(args.emit))
+        from planner.report import write_report  # report.html + the SVGs beside plan.json
+
+        paths += write_report(plan, Path(args.emit))
         print(f"wrote {len(paths)} files to {args.emit}", file=sys.stderr)
     if args.json:
         print_json(plan)

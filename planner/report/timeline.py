@@ -114,7 +114,7 @@ def timeline_svg(plan, width: float = 1000.0) -> str:
                      stroke="#ffffff" if w > 3 else None, stroke_width=0.5 if w > 3 else None)
             if n == 1 and e.micro_batch >= 0 and w > 16:
                 svg.text(LEFT + e.start_s * px + w / 2, y + ROW_H / 2 + 4, str(e.micro_batch), size=9, anchor="middle", fill="#ffffff")
-        for e, n in (_merge(lane, px) if merge else [(x, 1) for x in lane]):
+        for e, _n in (_merge(lane, px) if merge else [(x, 1) for x in lane]):
             tip = f"rank {r} {e.phase}" + (f" micro-batch {e.micro_batch} {'to' if e.phase == 'send' else 'from'} rank {e.peer}" if e.peer >= 0 else "")
             tip += f": {(e.end_s - e.start_s) * 1e3:,.3f} ms"
             svg.rect(LEFT + e.start_s * px, y + ROW_H + 1, max(0.6, (e.end_s - e.start_s) * px), LANE_H - 1, COLORS[e.phase],
