@@ -28,7 +28,7 @@ def breakdown_svg(plan, width: float = 1000.0) -> str:
     total = sum(max(0.0, bd.get(k, 0.0)) for k, _, _ in TERMS) or 1.0
     left, label_w, right = 24.0, 150.0, 170.0
     row_h = 22.0
-    top = 100.0
+    top = 80.0
     height = top + len(TERMS) * row_h + 20
     svg = Svg(width, height, "breakdown", "Step-time breakdown")
     svg.text(left, 20, "Step-time breakdown (critical pipeline rank)", size=14, weight="600")

@@ -33,6 +33,10 @@ def _card(label: str, value: str, sub: str = "", ident: str | None = None, wide:
             f'<div class="card-value"{idattr}>{escape(value)}</div><div class="card-sub">{escape(sub)}</div></div>')
 
 
+def _tokens(per_s: float) -> str:
+    return f"{per_s / 1e6:.2f}M tok/s" if per_s >= 1e6 else f"{per_s / 1e3:.1f}k tok/s" if per_s >= 1e4 else f"{per_s:,.0f} tok/s"
+
+
 def _artifact_texts(target: str, art: Any) -> list[tuple[str, str]]:
     """(label, text) pairs worth copying from one target's artifact."""
     if not isinstance(art, dict):
@@ -74,9 +78,9 @@ def plan_section(plan, svgs: dict[str, str] | None = None, missing: str | None =
     h.append(_card("Degrees", degrees(par), knobs(par), "degrees", wide=True))
     sim = block.get("simulated_step_time_s")
     h.append(_card("Step time", fmt_time(pred["step_time_s"]), f"simulated {fmt_time(sim)}" if sim else "closed form", "step-time"))
-    h.append(_card("Throughput", f"{pred['tokens_per_s']:,.0f} tok/s", f"{pred['tflops_per_gpu']:.0f} TFLOP/s per GPU"))
+    h.append(_card("Throughput", _tokens(pred["tokens_per_s"]), f"{pred['tflops_per_gpu']:.0f} TFLOP/s/GPU"))
     h.append(_card("MFU", f"{pred['mfu'] * 100:.1f}%", f"HFU {pred['hfu'] * 100:.1f}%", "mfu"))
-    h.append(_card("Peak memory", f"{mem['peak_gib']:.1f} GiB", f"of {mem['capacity_gib']:.1f} GiB per GPU"))
+    h.append(_card("Peak memory", f"{mem['peak_gib']:.1f} GiB", f"of {mem['capacity_gib']:.1f} GiB"))
     h.append(_card("Micro-batches", f"{par['num_micro_batches']} x {par['micro_batch_size']}", f"{par['schedule']} schedule"))
     h.append("</div>")
     if missing:
@@ -139,8 +143,8 @@ def form_html(presets: list[dict], gpus: list[dict], engines: tuple[str, ...]) -
     engine_opts = _options([(e, e) for e in engines], engines[0] if engines else None)
     return f"""<form id="plan-form" class="plan-form" autocomplete="off">
 <fieldset><legend>Model</legend>
-<label class="radio"><input type="radio" name="model-kind" value="preset" checked> preset</label>
-<label class="radio"><input type="radio" name="model-kind" value="config"> Hugging Face config.json</label>
+<div class="kinds"><label class="radio"><input type="radio" name="model-kind" value="preset" checked> preset</label>
+<label class="radio"><input type="radio" name="model-kind" value="config"> Hugging Face config.json</label></div>
 <select id="preset" name="preset">{preset_opts}</select>
 <textarea id="hf-config" name="hf_config" rows="6" placeholder='paste a config.json: {{"num_hidden_layers": 32, "hidden_size": 4096, ...}}' hidden></textarea>
 </fieldset>
@@ -154,11 +158,11 @@ def form_html(presets: list[dict], gpus: list[dict], engines: tuple[str, ...]) -
 <label>sequence <input id="seq-len" name="seq_length" type="number" min="1" value="8192" required></label>
 <label>engine <select id="engine" name="engine">{engine_opts}</select></label>
 </fieldset>
-<details class="advanced"><summary>API token</summary>
-<label>bearer token <input id="token" name="token" type="password" placeholder="only when the service runs with PLANNER_API_TOKEN"></label>
-</details>
-<button id="submit" type="submit" class="primary">Plan</button>
+<div class="actions"><button id="submit" type="submit" class="primary">Plan</button>
 <span id="form-status" class="muted" role="status"></span>
+<details class="advanced"><summary>API token</summary>
+<input id="token" name="token" type="password" aria-label="bearer token" placeholder="when the service runs with PLANNER_API_TOKEN">
+</details></div>
 </form>"""
 
 
