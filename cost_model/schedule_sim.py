@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from .vocab import SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 
@@ -79,8 +79,7 @@ class RankTail:
     dp_sync_s: float = 0.0  # the whole sync (drawn overlapping the last backward)
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):  # a tuple: a large schedule has p * v * m * 4 of them
     rank: int
     phase: str  # one of PHASES
     micro_batch: int  # -1 for the per-step tail
@@ -157,8 +156,10 @@ def simulate(
     vpp: int = 1,
     tails: Sequence[RankTail] | None = None,
     group: int | None = None,
+    record: bool = True,
 ) -> Simulation:
-    """Run the schedule; `stages` has pp * vpp entries, stage s on rank s % pp."""
+    """Run the schedule; `stages` has pp * vpp entries, stage s on rank s % pp. With
+    record=False only the times are kept (no events): what the plan's summary needs."""
     n_stages = len(stages)
     if n_stages != pp * max(1, vpp):
         raise ValueError(f"need pp*vpp = {pp * vpp} stage times, got {n_stages}")
@@ -171,7 +172,7 @@ def simulate(
     fwd_ready: dict[tuple[int, int], float] = {}  # (stage, mb): activations arrived at `stage`
     bwd_ready: dict[tuple[int, int], float] = {}  # (stage, mb): gradient arrived at `stage`
     fwd_end: dict[tuple[int, int], float] = {}  # (stage, mb): forward finished on its own rank
-    events: list[Event] = []
+    events: list[Event] | None = [] if record else None
     remaining = sum(len(o) for o in orders)
     while remaining:
         progressed = False
@@ -190,7 +191,8 @@ def simulate(
                     break
                 t = max(free[r], dep)
                 if kind == "F":
-                    events.append(Event(r, "forward", mb, s, t, t + st.fwd_s))
+                    if events is not None:
+                        events.append(Event(r, "forward", mb, s, t, t + st.fwd_s))
                     t += st.fwd_s
                     fwd_end[(s, mb)] = t
                     if s < n_stages - 1:
@@ -199,9 +201,11 @@ def simulate(
                     busy[r] += st.fwd_s + (st.send_fwd_s if s < n_stages - 1 else 0.0)
                 else:
                     if st.recompute_s > 0:
-                        events.append(Event(r, "recompute", mb, s, t, t + st.recompute_s))
+                        if events is not None:
+                            events.append(Event(r, "recompute", mb, s, t, t + st.recompute_s))
                         t += st.recompute_s
-                    events.append(Event(r, "backward", mb, s, t, t + st.bwd_s))
+                    if events is not None:
+                        events.append(Event(r, "backward", mb, s, t, t + st.bwd_s))
                     t += st.bwd_s
                     if s > 0:
                         t = _send(events, r, (s - 1) % pp, mb, s, t, st.send_bwd_s)
@@ -221,18 +225,20 @@ def simulate(
         end_b = free[r]
         if tl.dp_sync_s > 0 or tl.exposed_dp_s > 0:
             dp_end = end_b + tl.exposed_dp_s
-            events.append(Event(r, "dp_sync", -1, -1, max(0.0, dp_end - max(tl.dp_sync_s, tl.exposed_dp_s)), dp_end))
+            if events is not None:
+                events.append(Event(r, "dp_sync", -1, -1, max(0.0, dp_end - max(tl.dp_sync_s, tl.exposed_dp_s)), dp_end))
             end_b = dp_end
         if tl.optimizer_s > 0:
-            events.append(Event(r, "optimizer", -1, -1, end_b, end_b + tl.optimizer_s))
+            if events is not None:
+                events.append(Event(r, "optimizer", -1, -1, end_b, end_b + tl.optimizer_s))
             end_b += tl.optimizer_s
         step = max(step, end_b)
-    return Simulation(schedule, pp, v, m, tuple(events), pipe, step, tuple(busy))
+    return Simulation(schedule, pp, v, m, tuple(events or ()), pipe, step, tuple(busy))
 
 
-def _send(events: list[Event], src: int, dst: int, mb: int, stage: int, t: float, dur: float) -> float:
+def _send(events: list[Event] | None, src: int, dst: int, mb: int, stage: int, t: float, dur: float) -> float:
     """A send on the sender's stream and the matching receive on the peer; returns its end."""
-    if dur > 0:
+    if dur > 0 and events is not None:
         events.append(Event(src, "send", mb, stage, t, t + dur, dst))
         events.append(Event(dst, "recv", mb, stage, t, t + dur, src))
     return t + dur

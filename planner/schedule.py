@@ -26,7 +26,7 @@ def schedule_block(problem, cfg, formula_step_s: float) -> dict[str, Any]:
     stages = _inputs(problem, cfg)
     block = {"schedule": cfg.schedule, "pp": cfg.pp, "vpp": cfg.vpp,
              "num_micro_batches": cfg.num_micro_batches(problem.training.global_batch_size), **stages}
-    sim = simulation_of(block)
+    sim = simulation_of(block, record=False)
     return {
         "schedule": cfg.schedule,
         "pp": cfg.pp,
@@ -88,7 +88,7 @@ def schedule_reason(block: dict[str, Any]) -> str | None:
     )
 
 
-def simulation_of(block: dict[str, Any]) -> Simulation:
+def simulation_of(block: dict[str, Any], record: bool = True) -> Simulation:
     """Re-run the simulation from a plan's schedule block (a dict, as stored)."""
     stages = [
         StageTimes(s["fwd_ms"] / 1e3, s["bwd_ms"] / 1e3, s.get("recompute_ms", 0.0) / 1e3,
@@ -97,4 +97,4 @@ def simulation_of(block: dict[str, Any]) -> Simulation:
     ]
     tails = [RankTail(r.get("exposed_dp_ms", 0.0) / 1e3, r.get("optimizer_ms", 0.0) / 1e3, r.get("dp_sync_ms", 0.0) / 1e3)
              for r in block["ranks"]]
-    return simulate(stages, block["pp"], block["num_micro_batches"], block["schedule"], block["vpp"], tails)
+    return simulate(stages, block["pp"], block["num_micro_batches"], block["schedule"], block["vpp"], tails, record=record)
