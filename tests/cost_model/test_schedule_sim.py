@@ -121,3 +121,18 @@ def test_cost_model_config_step_matches_the_estimate(schedule, vpp):
     sim = simulate_config(model, cluster, training, cfg)
     est = estimate(model, cluster, training, cfg)
     assert sim.step_time_s == pytest.approx(est.prediction.step_time_s, rel=0.01)
+
+
+def test_stage_time_ms_adds_up_to_the_rank_time():
+    """Estimate.stages[].time_ms: embedding on stage 0, logits on the last stage."""
+    model, cluster, training, cfg = _llama8b("interleaved", 4, 2)
+    est = estimate(model, cluster, training, cfg)
+    table = layer_table(model, cluster, training, cfg, None)
+    slices = resolve_slices(model, cfg)
+    ranks = rank_costs(table, slices, cfg, est.num_micro_batches, cluster)
+    for rc in ranks:
+        mine = sum(s.time_ms for s in est.stages if s.index % cfg.pp == rc.rank)
+        assert mine == pytest.approx(rc.time_s * 1e3, rel=1e-12)
+    st = stage_times(table, slices, cfg)
+    assert [s.time_ms for s in est.stages] == pytest.approx([s.total_s * 1e3 for s in st], rel=1e-12)
+    assert est.stages[-1].time_ms > est.stages[-2].time_ms  # the logits are on the last stage
