@@ -5,26 +5,30 @@ service has planner.report."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cost_model.errors import SpecError
+from planner.sweep import MAX_POINTS
 
 from .errors import ApiError
-from .routes import json_response, require_token
+from .routes import COMMON_ERRORS, SOLVE_ERRORS, json_response, require_token
 from .schemas import PlanRequest
 from .store import now_us
 from .worker import QueueFull, SolveTimeout
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], tags=["sweeps"])
 
+Value = Annotated[int, Field(ge=1, le=1_000_000)]
+
 
 class SweepAxis(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    num_gpus: list[int] | None = Field(None, min_length=1, max_length=32, description="GPU counts to plan for")
-    global_batch_size: list[int] | None = Field(None, min_length=1, max_length=32, description="global batch sizes (sequences)")
+    num_gpus: list[Value] | None = Field(None, min_length=1, max_length=MAX_POINTS, description="GPU counts to plan for")
+    global_batch_size: list[Value] | None = Field(None, min_length=1, max_length=MAX_POINTS,
+                                                  description="global batch sizes (sequences)")
 
     @model_validator(mode="after")
     def _one_axis(self):
@@ -43,10 +47,15 @@ class SweepRequest(PlanRequest):
     sweep: SweepAxis
 
 
-def _run_sweep(req: dict, axis: str, values: list[int], limit_s: float) -> dict[str, Any]:
-    from planner.sweep import sweep, table
+def _run_point(req: dict, axis: str, value: int, limit_s: float) -> dict[str, Any]:
+    from planner.sweep import point
 
-    result = sweep(req, axis, values, None, limit_s)
+    return point(req, axis, value, None, limit_s)
+
+
+def _finish(result: dict[str, Any]) -> dict[str, Any]:
+    from planner.sweep import table
+
     result["table"] = table(result)
     try:
         from planner.report import scaling_svg
@@ -58,29 +67,38 @@ def _run_sweep(req: dict, axis: str, values: list[int], limit_s: float) -> dict[
     return result
 
 
-@router.post("/sweeps", responses={422: {"description": "invalid input"}, 429: {"description": "solver queue full"},
-                                   503: {"description": "sweep timed out"}})
+@router.post("/sweeps", responses={200: {"description": "one point per value; points without a plan say why"},
+                                   **COMMON_ERRORS, **SOLVE_ERRORS})
 async def create_sweep(body: SweepRequest, request: Request):
-    """Plan the model at every value of one axis; points without a plan say why."""
+    """Plan the model at every value of one axis. Each point is one solve on the solver pool
+    with the plan time limit; the answer has the points, a text table and the scaling SVG."""
+    from planner.sweep import check_request, header, parse_axis
+
     app = request.app
     settings = app.state.settings
     req = body.model_dump(mode="json", exclude_none=True)
     axis, values = body.sweep.axis
     req.pop("sweep", None)
     req.pop("metadata", None)
+    values = parse_axis(axis, values)
+    check_request(req, axis, values)
     asked = (req.get("search") or {}).get("time_limit_s")
     limit = min(settings.solve_time_limit_s, asked) if asked else settings.solve_time_limit_s
     retry = {"Retry-After": str(settings.retry_after_s)}
-    budget = len(values) * (limit * 1.5 + 5)
     start = now_us()
-    try:
-        result = await app.state.pool.submit(_run_sweep, req, axis, values, limit, timeout_s=budget)
-    except QueueFull:
-        raise ApiError(429, "queue_full", "the solver queue is full; retry later", {}, headers=retry) from None
-    except SolveTimeout:
-        raise ApiError(503, "solve_timeout", f"the sweep did not finish within {budget:g} s", {"points": len(values)},
-                       headers=retry) from None
-    except SpecError:
-        raise
-    result["solve_time_s"] = round((now_us() - start) / 1e6, 3)
-    return json_response(result)
+    points = []
+    for value in values:
+        try:
+            points.append(await app.state.pool.submit(_run_point, req, axis, value, limit, timeout_s=limit * 1.5 + 5))
+        except QueueFull:
+            raise ApiError(429, "queue_full", "the solver queue is full; retry later", {}, headers=retry) from None
+        except SolveTimeout:
+            points.append({"value": value, "ok": False, "error": f"the solve did not finish within {limit:g} s"})
+        except SpecError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the client's input at fault, as for plans
+            raise ApiError(422, "unprocessable", f"the planner could not evaluate this request: {type(exc).__name__}: {exc}",
+                           {"exception": type(exc).__name__}) from None
+    out = _finish({**header(req, axis, values), "points": points})
+    out["solve_time_s"] = round((now_us() - start) / 1e6, 3)
+    return json_response(out)

@@ -20,10 +20,14 @@ from cost_model.vocab import Engine, values
 
 from .cli.catalog import gpus_table, models_table
 from .errors import ApiError
-from .routes import require_token
+from .routes import COMMON_ERRORS, require_token
+from .schemas import ErrorBody
 
 router = APIRouter(tags=["web"])
-v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], tags=["web"])
+v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], tags=["web"], responses={401: COMMON_ERRORS[401]})
+NOT_FOUND = {404: {"model": ErrorBody, "description": "unknown plan id (or picture)"}}
+HTML = {"content": {"text/html": {"schema": {"type": "string"}}}, "description": "the plan report (HTML)"}
+SVG = {"content": {"image/svg+xml": {"schema": {"type": "string"}}}, "description": "the picture (SVG)"}
 
 ASSET_TYPES = {"report.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
 
@@ -79,8 +83,8 @@ async def _stored(request: Request, plan_id: str) -> dict:
     return plan
 
 
-@v1.get("/plans/{plan_id}/report.html", response_class=HTMLResponse,
-        responses={404: {"description": "unknown plan id"}})
+@v1.get("/plans/{plan_id}/report.html", response_class=Response,
+        responses={200: HTML, **NOT_FOUND, 422: COMMON_ERRORS[422]})
 async def plan_report(
     plan_id: str,
     request: Request,
@@ -100,7 +104,8 @@ async def plan_report(
     return HTMLResponse(page_html(section, title=f"plan {plan_id}", subtitle="plan report"))
 
 
-@v1.get("/plans/{plan_id}/{picture}.svg", responses={404: {"description": "unknown plan id or picture"}})
+@v1.get("/plans/{plan_id}/{picture}.svg", response_class=Response,
+        responses={200: SVG, **NOT_FOUND, 503: {"model": ErrorBody, "description": "pictures unavailable in this service"}})
 async def plan_picture(plan_id: str, picture: str, request: Request) -> Response:
     """One picture of a stored plan: timeline, breakdown, memory or alternatives."""
     report, why = _report()

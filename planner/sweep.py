@@ -3,7 +3,7 @@ of the request fixed), for the scaling picture (planner/report/scaling.py) and t
 
 A point that has no feasible plan, or whose value makes the request invalid (say a GPU
 count that is not a whole number of nodes), is kept with its reason rather than failing the
-sweep; a request that is bad at every point raises the first point's SpecError."""
+sweep; a request that is bad at the first value raises its SpecError."""
 
 from __future__ import annotations
 
@@ -46,46 +46,53 @@ def parse_axis(axis: str, values: Any) -> list[int]:
     return sorted(set(out))
 
 
-def sweep(req: dict, axis: str, values, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
-    """Plan `req` at each value of `axis`; returns {axis, model, gpu, fixed, points}."""
+def point(req: dict, axis: str, value: int, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
+    """One point of a sweep: the plan's numbers, or why there is none."""
     from .service import Infeasible, plan
 
-    xs = parse_axis(axis, values)
-    points: list[dict[str, Any]] = []
-    first_error: SpecError | None = None
-    for x in xs:
-        try:
-            p = plan(_with_value(req, axis, x), profile, time_limit_s)
-        except Infeasible as exc:
-            points.append({"value": x, "ok": False, "error": exc.message})
-            continue
-        except SpecError as exc:
-            first_error = first_error or exc
-            points.append({"value": x, "ok": False, "error": str(exc)})
-            continue
-        pred = p["prediction"]
-        points.append({
-            "value": x, "ok": True, "plan_id": p["id"], "num_gpus": p["cluster"]["num_gpus"],
-            "global_batch_size": p["training"]["global_batch_size"], "parallelism": p["parallelism"],
-            "step_time_s": pred["step_time_s"], "tokens_per_s": pred["tokens_per_s"], "mfu": pred["mfu"],
-            "peak_gib": pred["memory"]["peak_gib"], "status": p["status"],
-            "simulated_step_time_s": (p.get("schedule") or {}).get("simulated_step_time_s"),
-        })
-    if first_error is not None and not any(pt["ok"] for pt in points) and all("error" in pt for pt in points):
-        if all(pt["error"] == str(first_error) for pt in points):
-            raise first_error
+    try:
+        p = plan(_with_value(req, axis, value), profile, time_limit_s)
+    except Infeasible as exc:
+        return {"value": value, "ok": False, "error": exc.message}
+    except SpecError as exc:  # this value makes the request invalid (e.g. not whole nodes)
+        return {"value": value, "ok": False, "error": str(exc)}
+    pred = p["prediction"]
+    return {
+        "value": value, "ok": True, "plan_id": p["id"], "num_gpus": p["cluster"]["num_gpus"],
+        "global_batch_size": p["training"]["global_batch_size"], "parallelism": p["parallelism"],
+        "step_time_s": pred["step_time_s"], "tokens_per_s": pred["tokens_per_s"], "mfu": pred["mfu"],
+        "peak_gib": pred["memory"]["peak_gib"], "status": p["status"],
+        "simulated_step_time_s": (p.get("schedule") or {}).get("simulated_step_time_s"),
+    }
+
+
+def check_request(req: dict, axis: str, values: list[int]) -> None:
+    """Raise SpecError for a request that is bad whatever the swept value (the first one's)."""
+    from .service import problem_from_request
+
+    problem_from_request(_with_value(req, axis, values[0]))
+
+
+def header(req: dict, axis: str, values: list[int]) -> dict[str, Any]:
     cluster, training = req.get("cluster") or {}, req.get("training") or {}
     model = req.get("model") or {}
     fixed = {"GPUs": cluster.get("num_gpus"), "batch": training.get("global_batch_size"), "seq": training.get("seq_length")}
     fixed.pop("GPUs" if axis == "num_gpus" else "batch")
+    gpu = cluster.get("gpu")
     return {
         "axis": axis,
-        "values": xs,
+        "values": values,
         "model": model.get("name") or "model",
-        "gpu": cluster.get("gpu") if isinstance(cluster.get("gpu"), str) else (cluster.get("gpu") or {}).get("name", "custom"),
+        "gpu": gpu if isinstance(gpu, str) else (gpu or {}).get("name") or (gpu or {}).get("base") or "custom",
         "fixed": {k: v for k, v in fixed.items() if v is not None},
-        "points": points,
     }
+
+
+def sweep(req: dict, axis: str, values, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
+    """Plan `req` at each value of `axis`; returns {axis, values, model, gpu, fixed, points}."""
+    xs = parse_axis(axis, values)
+    check_request(req, axis, xs)
+    return {**header(req, axis, xs), "points": [point(req, axis, x, profile, time_limit_s) for x in xs]}
 
 
 def table(result: dict) -> str:
