@@ -22,7 +22,8 @@ Model of execution (the same one the closed form of stages.py prices):
 
 Schedule orders (the per-rank op sequence; every op names (micro-batch, model chunk)):
 - GPipe (Huang et al. 2019): all forwards, then all backwards in micro-batch order, as in
-  torch.distributed.pipelining ScheduleGPipe.
+  torch 2.13.0 torch/distributed/pipelining/schedules.py ScheduleGPipe._step_microbatches
+  (two loops over range(n_microbatches): forward_one_chunk, then backward_one_chunk).
 - 1F1B (Narayanan et al. SC'21 §2.2, PipeDream-Flush): rank r runs p - r - 1 warm-up
   forwards, then alternates one forward and one backward, then drains the backwards.
 - interleaved 1F1B (Narayanan et al. SC'21 §2.2; Megatron-LM
