@@ -17,7 +17,8 @@ from .svg import COLORS, Svg, nice_ticks, tick_label
 
 MAX_ROWS = 16  # all ranks up to this; beyond, the first, a middle and the last few
 EDGE_ROWS = 3
-MERGE_ABOVE = 1500  # events per row above which touching blocks of one phase are merged
+BIN_PX = 2.0  # when blocks average under this width, a row is drawn in bins of this width
+SMOOTH = 0.15  # bins whose phase shares differ by at most this are drawn as one run
 
 ROW_H, LANE_H, ROW_GAP = 22.0, 6.0, 8.0
 LEFT, RIGHT, TOP = 78.0, 90.0, 58.0
@@ -46,16 +47,35 @@ def shown_ranks(pp: int) -> list[int | None]:
     return [*range(EDGE_ROWS), None, mid, None, *range(pp - EDGE_ROWS, pp)]
 
 
-def _merge(events: list[Event], px_per_s: float) -> list[tuple[Event, int]]:
-    """Touching blocks of one phase narrower than a pixel become one block (count kept)."""
-    out: list[tuple[Event, int]] = []
+def _binned(events: list[Event], phases: tuple[str, ...], px_per_s: float, span_s: float) -> list[tuple[float, float, dict[str, float]]]:
+    """Sub-pixel blocks as bins of BIN_PX: per bin the share of its time in each phase;
+    neighbouring bins within SMOOTH of the run's first bin merge into one run showing the
+    run's mean shares. Returns (start_s, end_s, {phase: share})."""
+    width_s = BIN_PX / px_per_s
+    n = max(1, int(span_s / width_s) + 1)
+    acc = [dict.fromkeys(phases, 0.0) for _ in range(n)]
     for e in events:
-        if out:
-            last, n = out[-1]
-            if last.phase == e.phase and abs(last.end_s - e.start_s) < 1e-12 and (e.end_s - e.start_s) * px_per_s < 1.0:
-                out[-1] = (Event(last.rank, last.phase, last.micro_batch, last.stage, last.start_s, e.end_s, last.peer), n + 1)
-                continue
-        out.append((e, 1))
+        a, b = e.start_s, e.end_s
+        k = int(a / width_s)
+        while a < b and k < n:
+            edge = min(b, (k + 1) * width_s)
+            acc[k][e.phase] += edge - a
+            a, k = edge, k + 1
+    runs: list[list] = []  # [first bin, last bin, first shares, summed shares]
+    for k, seconds in enumerate(acc):
+        shares = {p: v / width_s for p, v in seconds.items()}
+        if runs and all(abs(shares[p] - runs[-1][2][p]) <= SMOOTH for p in phases):
+            run = runs[-1]
+            run[1] = k
+            for p in phases:
+                run[3][p] += shares[p]
+        else:
+            runs.append([k, k, shares, dict(shares)])
+    out = []
+    for first, last, _, total in runs:
+        mean = {p: v / (last - first + 1) for p, v in total.items()}
+        if any(v > 0.01 for v in mean.values()):
+            out.append((first * width_s, (last + 1) * width_s, mean))
     return out
 
 
@@ -98,27 +118,15 @@ def timeline_svg(plan, width: float = 1000.0) -> str:
         evs = sorted(by_rank.get(r, []), key=lambda e: (e.start_s, e.phase))
         main = [e for e in evs if e.phase in ("forward", "recompute", "backward", "optimizer")]
         lane = [e for e in evs if e.phase in ("send", "recv", "dp_sync")]
-        merge = len(main) > MERGE_ABOVE
-        busy = sum(e.end_s - e.start_s for e in main if e.phase != "optimizer")
-        idle = sim.pipeline_time_s - busy
+        idle = sim.bubble_s[r]  # not computing and not sending, inside the pipeline phase
         svg.open(class_="rank", id=f"rank-{r}", data_rank=r)
         svg.text(LEFT - 10, y + ROW_H / 2 + 4, f"rank {r}", size=11, anchor="end")
-        svg.rect(LEFT, y, sim.pipeline_time_s * px, ROW_H, "url(#idle-hatch)", cls="idle",
+        svg.rect(LEFT, y, sim.pipeline_time_s * px, ROW_H, "url(#idle-hatch)", class_="idle",
                  tooltip=f"rank {r}: idle {idle * 1e3:,.1f} ms in the pipeline phase")
-        for e, n in (_merge(main, px) if merge else [(x, 1) for x in main]):
-            w = (e.end_s - e.start_s) * px
-            tip = f"rank {r} {e.phase}" + (f" micro-batch {e.micro_batch} stage {e.stage}" if e.micro_batch >= 0 else "")
-            tip += f": {e.start_s * 1e3:,.2f}-{e.end_s * 1e3:,.2f} ms" + (f" ({n} blocks)" if n > 1 else "")
-            svg.rect(LEFT + e.start_s * px, y, w, ROW_H, COLORS[e.phase], tooltip=tip, class_=f"op {e.phase}",
-                     data_mb=e.micro_batch, data_stage=e.stage, data_count=n if n > 1 else None,
-                     stroke="#ffffff" if w > 3 else None, stroke_width=0.5 if w > 3 else None)
-            if n == 1 and e.micro_batch >= 0 and w > 16:
-                svg.text(LEFT + e.start_s * px + w / 2, y + ROW_H / 2 + 4, str(e.micro_batch), size=9, anchor="middle", fill="#ffffff")
-        for e, _n in (_merge(lane, px) if merge else [(x, 1) for x in lane]):
-            tip = f"rank {r} {e.phase}" + (f" micro-batch {e.micro_batch} {'to' if e.phase == 'send' else 'from'} rank {e.peer}" if e.peer >= 0 else "")
-            tip += f": {(e.end_s - e.start_s) * 1e3:,.3f} ms"
-            svg.rect(LEFT + e.start_s * px, y + ROW_H + 1, max(0.6, (e.end_s - e.start_s) * px), LANE_H - 1, COLORS[e.phase],
-                     tooltip=tip, class_=f"op {e.phase}", data_mb=e.micro_batch)
+        if main and len(main) * BIN_PX > plot_w:
+            _draw_binned(svg, r, y, main, lane, px, span)
+        else:
+            _draw_blocks(svg, r, y, main, lane, px)
         frac = idle / sim.pipeline_time_s if sim.pipeline_time_s else 0.0
         svg.text(width - RIGHT + 8, y + ROW_H / 2 + 4, f"bubble {frac * 100:.1f}%", size=10, fill=COLORS["muted"])
         svg.close()
@@ -137,3 +145,42 @@ def timeline_svg(plan, width: float = 1000.0) -> str:
     svg.text(LEFT + plot_w / 2, axis_y + 32, "time in the step (ms)", size=11, anchor="middle", fill=COLORS["muted"])
     svg.close()
     return svg.to_string()
+
+
+def _draw_blocks(svg: Svg, r: int, y: float, main: list[Event], lane: list[Event], px: float) -> None:
+    """One rect per forward / recompute / backward / optimizer, one per send / recv / sync."""
+    for e in main:
+        w = (e.end_s - e.start_s) * px
+        tip = f"rank {r} {e.phase}" + (f" micro-batch {e.micro_batch} stage {e.stage}" if e.micro_batch >= 0 else "")
+        tip += f": {e.start_s * 1e3:,.2f}-{e.end_s * 1e3:,.2f} ms"
+        svg.rect(LEFT + e.start_s * px, y, w, ROW_H, COLORS[e.phase], tooltip=tip, class_=f"op {e.phase}",
+                 data_mb=e.micro_batch, data_stage=e.stage,
+                 stroke="#ffffff" if w > 3 else None, stroke_width=0.5 if w > 3 else None)
+        if e.micro_batch >= 0 and w > 16:
+            svg.text(LEFT + e.start_s * px + w / 2, y + ROW_H / 2 + 4, str(e.micro_batch), size=9, anchor="middle", fill="#ffffff")
+    for e in lane:
+        tip = f"rank {r} {e.phase}" + (f" micro-batch {e.micro_batch} {'to' if e.phase == 'send' else 'from'} rank {e.peer}" if e.peer >= 0 else "")
+        tip += f": {(e.end_s - e.start_s) * 1e3:,.3f} ms"
+        svg.rect(LEFT + e.start_s * px, y + ROW_H + 1, max(0.6, (e.end_s - e.start_s) * px), LANE_H - 1, COLORS[e.phase],
+                 tooltip=tip, class_=f"op {e.phase}", data_mb=e.micro_batch)
+
+
+def _draw_binned(svg: Svg, r: int, y: float, main: list[Event], lane: list[Event], px: float, span: float) -> None:
+    """Blocks narrower than BIN_PX on average: each bin stacks its phases by time share
+    (forward on top, then recompute, backward), so the steady state reads as bands and the
+    bubble stays visible; the lane shows where sends, receives and the sync happen."""
+    order = ("forward", "recompute", "backward", "optimizer")
+    n_blocks = {p: sum(e.phase == p for e in main) for p in order}
+    for a, b, shares in _binned(main, order, px, span):
+        top = y
+        for p in order:
+            h = shares[p] * ROW_H
+            if h <= 0:
+                continue
+            svg.rect(LEFT + a * px, top, (b - a) * px, h, COLORS[p], class_=f"op {p} binned",
+                     tooltip=f"rank {r} {p}: {shares[p] * 100:.0f}% of {a * 1e3:,.1f}-{b * 1e3:,.1f} ms "
+                             f"({n_blocks[p]} blocks on this rank)")
+            top += h
+    for a, b, shares in _binned(lane, ("send", "recv", "dp_sync"), px, span):
+        phase = max(shares, key=shares.get)
+        svg.rect(LEFT + a * px, y + ROW_H + 1, (b - a) * px, LANE_H - 1, COLORS[phase], class_=f"op {phase} binned")
