@@ -18,7 +18,8 @@ from .svg import COLORS, Svg, nice_ticks, tick_label
 MAX_ROWS = 16  # all ranks up to this; beyond, the first, a middle and the last few
 EDGE_ROWS = 3
 BIN_PX = 2.0  # when blocks average under this width, a row is drawn in bins of this width
-SMOOTH = 0.15  # bins whose phase shares differ by at most this are drawn as one run
+SMOOTH = 0.12  # bins whose phase shares differ by at most this are drawn as one run
+WINDOW = 5  # bins in the moving average of the shares
 
 ROW_H, LANE_H, ROW_GAP = 22.0, 6.0, 8.0
 LEFT, RIGHT, TOP = 78.0, 90.0, 58.0
@@ -48,9 +49,9 @@ def shown_ranks(pp: int) -> list[int | None]:
 
 
 def _binned(events: list[Event], phases: tuple[str, ...], px_per_s: float, span_s: float) -> list[tuple[float, float, dict[str, float]]]:
-    """Sub-pixel blocks as bins of BIN_PX: per bin the share of its time in each phase;
-    neighbouring bins within SMOOTH of the run's first bin merge into one run showing the
-    run's mean shares. Returns (start_s, end_s, {phase: share})."""
+    """Sub-pixel blocks as bins of BIN_PX: per bin the share of its time in each phase
+    (a moving average over WINDOW bins); neighbouring bins within SMOOTH of the run's first
+    bin merge into one run showing the run's mean shares. Returns (start_s, end_s, {phase: share})."""
     width_s = BIN_PX / px_per_s
     n = max(1, int(span_s / width_s) + 1)
     acc = [dict.fromkeys(phases, 0.0) for _ in range(n)]
@@ -61,9 +62,20 @@ def _binned(events: list[Event], phases: tuple[str, ...], px_per_s: float, span_
             edge = min(b, (k + 1) * width_s)
             acc[k][e.phase] += edge - a
             a, k = edge, k + 1
+    # a short moving average: a bin holds a fraction of a forward-backward pair, so raw
+    # shares beat with the bin grid; averaged over WINDOW bins the steady state is flat
+    half = WINDOW // 2
+    raw = [{p: v / width_s for p, v in seconds.items()} for seconds in acc]
+    smooth = []
+    for k in range(n):
+        lo, hi = max(0, k - half), min(n, k + half + 1)
+        # an idle bin stays idle (the bubble's edges stay sharp)
+        if not any(raw[k].values()):
+            smooth.append(raw[k])
+            continue
+        smooth.append({p: sum(raw[j][p] for j in range(lo, hi)) / (hi - lo) for p in phases})
     runs: list[list] = []  # [first bin, last bin, first shares, summed shares]
-    for k, seconds in enumerate(acc):
-        shares = {p: v / width_s for p, v in seconds.items()}
+    for k, shares in enumerate(smooth):
         if runs and all(abs(shares[p] - runs[-1][2][p]) <= SMOOTH for p in phases):
             run = runs[-1]
             run[1] = k

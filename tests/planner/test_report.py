@@ -152,3 +152,27 @@ def test_scaling_svg_marks_every_point():
     root = ET.fromstring(scaling_svg(sweep))
     assert len(root.findall(".//s:circle[@class='point']", NS)) == 3 * 2
     assert "no plan fits" in scaling_svg(sweep)
+
+
+def test_long_schedules_are_binned_and_keep_each_phases_time():
+    """pp=8 x 512 micro-batches: blocks are sub-pixel, so each row is drawn as bins whose
+    forward area equals the rank's forward time (the mean share of a run keeps its area)."""
+    pp, m, f_ms, b_ms = 8, 512, 1.0, 2.0
+    block = {"schedule": "1f1b", "pp": pp, "vpp": 1, "num_micro_batches": m,
+             "stages": [{"index": s, "rank": s, "fwd_ms": f_ms, "bwd_ms": b_ms} for s in range(pp)],
+             "ranks": [{"rank": r} for r in range(pp)]}
+    plan = {"parallelism": {"pp": pp, "vpp": 1, "schedule": "1f1b", "num_micro_batches": m}, "stages": [], "schedule": block}
+    svg = timeline_svg(plan)
+    assert len(svg) < 200_000
+    root = ET.fromstring(svg)
+    sim = simulation_of(block)
+    px = (float(root.get("width")) - 78 - 90) / sim.step_time_s  # the plot width over the step
+    for r in (0, pp - 1):
+        row = root.find(f".//s:g[@id='rank-{r}']", NS)
+        area = {"forward": 0.0, "backward": 0.0}
+        for rect in row.findall("s:rect", NS):
+            cls = (rect.get("class") or "").split()
+            if "binned" in cls and cls[1] in area:
+                area[cls[1]] += float(rect.get("width")) * float(rect.get("height")) / 22.0 / px
+        assert area["forward"] * 1e3 == pytest.approx(m * f_ms, rel=0.02)
+        assert area["backward"] * 1e3 == pytest.approx(m * b_ms, rel=0.02)
