@@ -22,7 +22,7 @@ SMOOTH = 0.12  # bins whose phase shares differ by at most this are drawn as one
 WINDOW = 5  # bins in the moving average of the shares
 
 ROW_H, LANE_H, ROW_GAP = 22.0, 6.0, 8.0
-LEFT, RIGHT, TOP = 78.0, 90.0, 58.0
+LEFT, RIGHT, TOP = 78.0, 90.0, 76.0
 
 
 def simulation_for(plan: dict) -> tuple[Simulation, bool]:
@@ -113,8 +113,10 @@ def timeline_svg(plan, width: float = 1000.0) -> str:
         note += f"  ·  closed form {block['formula_step_time_s'] * 1e3:,.1f} ms"
     if not exact:
         note += "  ·  approximate: backward = 2 x forward (plan has no schedule block)"
-    svg.text(width - RIGHT, 20, note, size=11, anchor="end", fill=COLORS["muted"])
-    svg.legend(LEFT, 40, [("forward", COLORS["forward"]), ("recompute", COLORS["recompute"]), ("backward", COLORS["backward"]),
+    if sim.vpp > 1:
+        note += "  ·  lighter: later model chunks"
+    svg.text(LEFT, 38, note, size=11, fill=COLORS["muted"])
+    svg.legend(LEFT, 58, [("forward", COLORS["forward"]), ("recompute", COLORS["recompute"]), ("backward", COLORS["backward"]),
                           ("send / recv", COLORS["send"]), ("DP sync", COLORS["dp_sync"]), ("optimizer", COLORS["optimizer"]),
                           ("idle (bubble)", "url(#idle-hatch)")])
     by_rank: dict[int, list[Event]] = {}
@@ -138,7 +140,7 @@ def timeline_svg(plan, width: float = 1000.0) -> str:
         if main and len(main) * BIN_PX > plot_w:
             _draw_binned(svg, r, y, main, lane, px, span)
         else:
-            _draw_blocks(svg, r, y, main, lane, px)
+            _draw_blocks(svg, r, y, main, lane, px, sim.pp, sim.vpp)
         frac = idle / sim.pipeline_time_s if sim.pipeline_time_s else 0.0
         svg.text(width - RIGHT + 8, y + ROW_H / 2 + 4, f"bubble {frac * 100:.1f}%", size=10, fill=COLORS["muted"])
         svg.close()
@@ -159,14 +161,18 @@ def timeline_svg(plan, width: float = 1000.0) -> str:
     return svg.to_string()
 
 
-def _draw_blocks(svg: Svg, r: int, y: float, main: list[Event], lane: list[Event], px: float) -> None:
-    """One rect per forward / recompute / backward / optimizer, one per send / recv / sync."""
+def _draw_blocks(svg: Svg, r: int, y: float, main: list[Event], lane: list[Event], px: float, pp: int = 1, vpp: int = 1) -> None:
+    """One rect per forward / recompute / backward / optimizer, one per send / recv / sync.
+    With virtual stages, later model chunks of a rank are drawn lighter."""
     for e in main:
         w = (e.end_s - e.start_s) * px
+        chunk = e.stage // pp if e.stage >= 0 else 0
+        opacity = 1.0 - 0.5 * chunk / (vpp - 1) if vpp > 1 else None
         tip = f"rank {r} {e.phase}" + (f" micro-batch {e.micro_batch} stage {e.stage}" if e.micro_batch >= 0 else "")
+        tip += f" (chunk {chunk})" if vpp > 1 and e.stage >= 0 else ""
         tip += f": {e.start_s * 1e3:,.2f}-{e.end_s * 1e3:,.2f} ms"
         svg.rect(LEFT + e.start_s * px, y, w, ROW_H, COLORS[e.phase], tooltip=tip, class_=f"op {e.phase}",
-                 data_mb=e.micro_batch, data_stage=e.stage,
+                 data_mb=e.micro_batch, data_stage=e.stage, fill_opacity=opacity,
                  stroke="#ffffff" if w > 3 else None, stroke_width=0.5 if w > 3 else None)
         if e.micro_batch >= 0 and w > 16:
             svg.text(LEFT + e.start_s * px + w / 2, y + ROW_H / 2 + 4, str(e.micro_batch), size=9, anchor="middle", fill="#ffffff")
