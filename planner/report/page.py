@@ -106,13 +106,17 @@ def plan_section(plan, svgs: dict[str, str] | None = None, missing: str | None =
     h.append('</div><div>')
     h.append("<h3>Launch artifacts</h3>")
     launch = plan.get("launch") or {}
+    # the plan's engine (else the first target) open, so its copy buttons show
+    engine = plan.get("engine")
+    opened = engine if engine in launch else next((t for t in launch if t != "skipped"), None)
     for target, art in launch.items():
         if target == "skipped":
             continue
         texts = _artifact_texts(target, art)
         if not texts:
             continue
-        h.append(f'<details class="artifact" id="launch-{escape(target)}"><summary>{escape(target)}</summary>')
+        h.append(f'<details class="artifact" id="launch-{escape(target)}"{" open" if target == opened else ""}>'
+                 f'<summary>{escape(target)}</summary>')
         for key, text in texts:
             ident = f"art-{target}-{key}"
             h.append(f'<div class="snippet"><div class="snippet-head"><span>{escape(key)}</span>'
