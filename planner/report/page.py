@@ -45,6 +45,8 @@ def _artifact_texts(target: str, art: Any) -> list[tuple[str, str]]:
     for key, val in art.items():
         if key in ("source_commit", "notes", "nnodes", "nproc_per_node", "gpus_per_node", "dp", "plan_file"):
             continue
+        if key == "args" and isinstance(art.get("command"), str):
+            continue  # the same flags, already in the command line
         if isinstance(val, str) and val.strip():
             out.append((key, val))
         elif isinstance(val, list) and val and all(isinstance(v, str) for v in val):
