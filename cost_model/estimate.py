@@ -97,14 +97,16 @@ def compose(
     stages = []
     for sl in slices:
         rank = ranks[sl.index % cfg.pp]
-        one = rank_cost(table, [sl], 0, 1, cfg.recompute, cfg.schedule, 1, 1)
+        # this stage alone, with its real neighbours: a pipeline of one stage per rank (a
+        # one-slice list would put the logits on stage 0 and none on the last stage)
+        one = rank_cost(table, slices, sl.index, len(slices), cfg.recompute, cfg.schedule, 1, 1)
         stages.append(
             StageEstimate(
                 index=sl.index,
                 layers=(sl.first, sl.last),
                 recompute_layers=sl.recompute_layers if cfg.recompute == RECOMPUTE_FULL else 0,
                 memory_gib=rank.peak_bytes / GIB,
-                time_ms=(one.time_s - one.pp_comm_s) * 1e3 + _stage_p2p(table, sl, len(slices)) * 1e3,
+                time_ms=one.time_s * 1e3,
             )
         )
     prediction = Prediction(
@@ -124,10 +126,6 @@ def compose(
         memory_per_rank_gib=tuple(r.peak_bytes / GIB for r in ranks),
         sources=dict(table.sources),
     )
-
-
-def _stage_p2p(table: LayerTable, sl: StageSlice, n: int) -> float:
-    return ((sl.index < n - 1) + (sl.index > 0)) * table.p2p_s
 
 
 def estimate(

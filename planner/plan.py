@@ -155,6 +155,8 @@ class Plan(Record):
     reasons: list[str] = Field(default_factory=list)
     launch: dict[str, Any] = Field(default_factory=dict, description="artifact per launch target, plus `skipped` reasons")
     ranks: dict[str, Any] | None = Field(None, description="rank -> parallel group assignment (order tp-cp-ep-dp-pp)")
+    schedule: dict[str, Any] | None = Field(
+        None, description="the simulated pipeline schedule beside the closed form (planner/schedule.py)")
 
     def to_json(self, indent: int | None = None) -> str:
         """The one JSON text of this plan (what the store keeps, the service answers and

@@ -33,6 +33,7 @@ from .plan import (
     TrainingEcho,
 )
 from .reasons import alternative_reason, infeasible_details, plan_reasons
+from .schedule import schedule_block, schedule_reason
 from .search import Problem, Progress, search
 from .space import parse_search
 
@@ -95,6 +96,9 @@ def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, pr
     best = res.best[0]
     rh = request_hash(req)
     reasons = plan_reasons(best.estimate, best.config, prob.cluster, prob.model)
+    schedule = schedule_block(prob, best.config, best.estimate.prediction.step_time_s)
+    if (line := schedule_reason(schedule)) is not None:
+        reasons.append(line)
     if res.stats.timed_out:
         reasons.append(f"time limit reached: best plan found so far, within {res.gap * 100:.1f}% of the lower bound")
     c = prob.cluster
@@ -135,6 +139,7 @@ def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, pr
             timed_out=res.stats.timed_out,
         ),
         reasons=reasons,
+        schedule=schedule,
     )
 
 

@@ -10,7 +10,7 @@ import sys
 from cost_model.errors import SpecError
 
 # command modules, in the order `planner --help` lists them
-COMMANDS = ("plan", "estimate", "check", "profile", "serve", "catalog")
+COMMANDS = ("plan", "estimate", "check", "sweep", "profile", "serve", "catalog")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -123,7 +123,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--targets", "plan", f"launch artifacts ({'|'.join(values(Target))}, default all)",
          type=_csv(str, values(Target), "--targets"), metavar="T[,T...]", field="search.targets"),
     Flag("--exhaustive", "plan", "brute-force reference search (small instances)", action="store_true"),
-    Flag("--emit", "plan", "write plan.json and the launch artifacts into DIR", metavar="DIR"),
+    Flag("--emit", "plan", "write plan.json, the launch artifacts, report.html and the SVG pictures into DIR", metavar="DIR"),
     Flag("--max-slowdown", "check", "allowed slowdown vs the best plan (default 0.10)", type=float, metavar="F",
          field="max_slowdown"),
     # ---- output

@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
         from planner.launch import write_artifacts
 
         paths = write_artifacts(plan, Path(args.emit))
+        from planner.report import write_report  # report.html + the SVGs beside plan.json
+
+        paths += write_report(plan, Path(args.emit))
         print(f"wrote {len(paths)} files to {args.emit}", file=sys.stderr)
     if args.json:
         print_json(plan.model_dump(mode="json"))

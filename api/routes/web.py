@@ -1,0 +1,120 @@
+"""The web page: `GET /` (a form that posts to POST /v1/plans and shows the plan with its
+pictures), `GET /v1/plans/{id}/report.html` (the same page for a stored plan; `?fragment=1`
+gives only the plan section, which the form page injects), `GET /v1/plans/{id}/{picture}.svg`,
+and the page's assets under `/assets/` (package data of planner.report: nothing is fetched
+from a CDN or the network).
+
+The pictures need `planner.report`; a service without it still answers every API call and
+the page says what is missing."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import HTMLResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from cost_model.vocab import Engine, values
+
+from ..catalog import gpus_table, models_table
+from ..deps import StoreDep
+from ..errors import ApiError
+from ..responses import ErrorBody
+from ._common import COMMON_ERRORS, require_token
+
+router = APIRouter(tags=["web"])
+v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], tags=["web"], responses={401: COMMON_ERRORS[401]})
+NOT_FOUND = {404: {"model": ErrorBody, "description": "unknown plan id (or picture)"}}
+HTML = {"content": {"text/html": {"schema": {"type": "string"}}}, "description": "the plan report (HTML)"}
+SVG = {"content": {"image/svg+xml": {"schema": {"type": "string"}}}, "description": "the picture (SVG)"}
+
+ASSET_TYPES = {"report.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+
+
+def _report():
+    """planner.report, or (None, why) when this service was installed without it."""
+    try:
+        from planner import report
+
+        return report, None
+    except ImportError as exc:
+        return None, f"pictures are not available in this service: {exc} (install the planner package)"
+
+
+def _page():
+    try:
+        from planner.report import page
+
+        return page
+    except ImportError:
+        return None
+
+
+def _bare_page(body: str) -> str:
+    return f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>parallel-planner</title></head><body>{body}</body></html>"
+
+
+@router.get("/", response_class=HTMLResponse, include_in_schema=False)
+async def index() -> HTMLResponse:
+    page = _page()
+    if page is None:
+        _, why = _report()
+        return HTMLResponse(_bare_page(f"<h1>parallel-planner</h1><p>{escape(why or '')}</p>"
+                                       "<p>The REST API is at <a href=\"/docs\">/docs</a>.</p>"))
+    form = page.form_html(models_table(), gpus_table(), values(Engine))
+    body = (f"{form}<div id=\"result\" aria-live=\"polite\"></div>"
+            "<p class=\"muted\">REST API: <a href=\"/docs\">/docs</a> · <a href=\"/openapi.json\">/openapi.json</a></p>")
+    return HTMLResponse(page.page_html(body, subtitle="plan a parallel configuration"))
+
+
+@router.get("/assets/{name}", include_in_schema=False)
+async def assets(name: str) -> Response:
+    page = _page()
+    if page is None or name not in ASSET_TYPES:
+        raise ApiError(404, "not_found", f"no asset {name!r}", {"name": name})
+    return Response(page.asset(name), media_type=ASSET_TYPES[name], headers={"Cache-Control": "public, max-age=3600"})
+
+
+async def _stored(store: StoreDep, plan_id: str) -> dict:
+    text = await run_in_threadpool(store.get_plan_json, plan_id)
+    if text is None:
+        raise ApiError(404, "not_found", f"no plan {plan_id!r}", {"id": plan_id})
+    return json.loads(text)
+
+
+@v1.get("/plans/{plan_id}/report.html", response_class=Response,
+        responses={200: HTML, **NOT_FOUND, 422: COMMON_ERRORS[422]})
+async def plan_report(
+    plan_id: str,
+    store: StoreDep,
+    fragment: Annotated[bool, Query(description="only the plan section (what the form page injects)")] = False,
+) -> HTMLResponse:
+    """The plan with its pictures, reasons and launch artifacts, as a web page."""
+    plan = await _stored(store, plan_id)
+    report, why = _report()
+    if report is None:
+        body = f"<p>{escape(why or '')}</p><pre>{escape(str(plan.get('parallelism')))}</pre>"
+        return HTMLResponse(body if fragment else _bare_page(body))
+    from planner.report.page import page_html, plan_section
+
+    section = await run_in_threadpool(plan_section, plan)
+    if fragment:
+        return HTMLResponse(section)
+    return HTMLResponse(page_html(section, title=f"plan {plan_id}", subtitle="plan report"))
+
+
+@v1.get("/plans/{plan_id}/{picture}.svg", response_class=Response,
+        responses={200: SVG, **NOT_FOUND, 503: {"model": ErrorBody, "description": "pictures unavailable in this service"}})
+async def plan_picture(plan_id: str, picture: str, store: StoreDep) -> Response:
+    """One picture of a stored plan: timeline, breakdown, memory or alternatives."""
+    report, why = _report()
+    if report is None:
+        raise ApiError(503, "pictures_unavailable", why or "pictures unavailable", {})
+    if picture not in report.PICTURES:
+        raise ApiError(404, "not_found", f"no picture {picture!r}", {"allowed": list(report.PICTURES)})
+    plan = await _stored(store, plan_id)
+    svg = await run_in_threadpool(report.PICTURES[picture], plan)
+    return Response(svg, media_type="image/svg+xml")

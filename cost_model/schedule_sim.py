@@ -1,0 +1,294 @@
+"""Discrete-event simulation of one training step's pipeline schedule.
+
+Input: per (virtual) stage, the time of one micro-batch's forward, backward, recomputation
+and activation/gradient sends (`StageTimes`), plus each pipeline rank's step tail (exposed
+data-parallel gradient sync, optimizer). Output: every forward, recompute, backward, send
+and receive of every micro-batch on every pipeline rank, with start and end times, and the
+step time they imply (`Simulation`).
+
+Model of execution (the same one the closed form of stages.py prices):
+- a pipeline rank is one stream: its compute ops and its sends run one after the other in
+  the schedule's order (the cost model charges each stage's p2p sends to its rank's
+  per-micro-batch time, stages.rank_cost);
+- the forward of micro-batch i on stage s starts when rank(s) is free and stage s-1's send
+  of i has ended; the backward of i on stage s starts when rank(s) is free and stage s+1's
+  gradient send of i has ended (the last stage's backward follows its own forward);
+- a fully recomputed block's forward is re-run right before its backward, once the gradient
+  has arrived (torch.utils.checkpoint, which Megatron's full recompute uses, recomputes
+  inside the backward call);
+- after its last backward a rank's data-parallel gradient sync is exposed for
+  `exposed_dp_s` (stages.RankCost.exposed_dp_s: the bucketed sync overlaps the last
+  backward), then the optimizer step runs for `optimizer_s`.
+
+Schedule orders (the per-rank op sequence; every op names (micro-batch, model chunk)):
+- GPipe (Huang et al. 2019): all forwards, then all backwards in micro-batch order, as in
+  torch 2.13.0 torch/distributed/pipelining/schedules.py ScheduleGPipe._step_microbatches
+  (two loops over range(n_microbatches): forward_one_chunk, then backward_one_chunk).
+- 1F1B (Narayanan et al. SC'21 §2.2, PipeDream-Flush): rank r runs p - r - 1 warm-up
+  forwards, then alternates one forward and one backward, then drains the backwards.
+- interleaved 1F1B (Narayanan et al. SC'21 §2.2; Megatron-LM
+  megatron/core/pipeline_parallel/schedules.py at d98e8a64ddf34856e74b24714e3bedb2f5a39553:
+  get_pp_rank_microbatches, get_schedule_table, get_model_chunk_id): the virtual micro-batch
+  table walks groups of `group` micro-batches (microbatch_group_size_per_vp_stage, default
+  pp) through chunk 0, 1, ..., v-1; rank r runs 2(p - r - 1) + (v - 1) * group warm-up
+  forwards, then forward k + warm-up with backward k, then the remaining backwards;
+  backward k takes micro-batch table[k] on chunk v - 1 - chunk(table[k]).
+Virtual stage s = chunk * p + rank lives on rank s % p, as in stages.rank_cost.
+
+Closed form versus simulation: for uniform stages the simulated pipeline time equals
+stages.pipeline_time_s, m*t + (p-1)*t/v (tests/cost_model/test_schedule_sim.py checks a grid
+of pp, vpp and m). With uneven stages, fast stages wait on slow ones in ways the closed form
+(slowest rank x m + the others' fill/drain / v) only bounds, so the simulation is the
+reference there. The plan's `step_time_s` stays the closed form because that is what the ILP
+optimises (a linear objective over the stage partition); the plan's `schedule` block carries
+the simulated step next to it, and the reasons say when the two differ by more than 0.5%.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+from .vocab import SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+
+Phase = Literal["forward", "recompute", "backward", "send", "recv", "dp_sync", "optimizer"]
+PHASES: tuple[str, ...] = ("forward", "recompute", "backward", "send", "recv", "dp_sync", "optimizer")
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """One (virtual) stage, one micro-batch. Times in seconds."""
+
+    fwd_s: float  # forward compute + the forward share of exposed TP/CP/EP/ZeRO-3 comm
+    bwd_s: float  # backward compute + the backward share of exposed comm
+    recompute_s: float = 0.0  # re-run forward before the backward (activation recomputation)
+    send_fwd_s: float = 0.0  # activations to the next stage (0 on the last stage)
+    send_bwd_s: float = 0.0  # gradients to the previous stage (0 on the first stage)
+
+    @property
+    def total_s(self) -> float:
+        return self.fwd_s + self.bwd_s + self.recompute_s + self.send_fwd_s + self.send_bwd_s
+
+
+@dataclass(frozen=True)
+class RankTail:
+    """What a pipeline rank does after its last backward, once per step."""
+
+    exposed_dp_s: float = 0.0  # gradient sync not hidden behind the last backward
+    optimizer_s: float = 0.0
+    dp_sync_s: float = 0.0  # the whole sync (drawn overlapping the last backward)
+
+
+class Event(NamedTuple):  # a tuple: a large schedule has p * v * m * 4 of them
+    rank: int
+    phase: str  # one of PHASES
+    micro_batch: int  # -1 for the per-step tail
+    stage: int  # virtual stage index; -1 for the tail
+    start_s: float
+    end_s: float
+    peer: int = -1  # the other pipeline rank of a send/recv
+
+
+@dataclass(frozen=True)
+class Simulation:
+    schedule: str
+    pp: int
+    vpp: int
+    num_micro_batches: int
+    events: tuple[Event, ...]
+    pipeline_time_s: float  # last backward on any rank
+    step_time_s: float  # last optimizer step on any rank
+    busy_s: tuple[float, ...] = field(default=())  # per rank: forward+recompute+backward+send
+
+    def rank_events(self, rank: int, phases: Sequence[str] | None = None) -> list[Event]:
+        return [e for e in self.events if e.rank == rank and (phases is None or e.phase in phases)]
+
+    @property
+    def bubble_s(self) -> tuple[float, ...]:
+        """Per rank: idle time inside the pipeline phase."""
+        return tuple(self.pipeline_time_s - b for b in self.busy_s)
+
+
+# --------------------------------------------------------------------------- orders
+
+
+def interleaved_table(m: int, vpp: int, group: int) -> list[tuple[int, int]]:
+    """Megatron get_schedule_table: virtual micro-batch id -> (micro-batch, model chunk)."""
+    table: list[tuple[int, int]] = []
+    for lo in range(0, m, group):
+        hi = m if lo + group >= m else lo + group
+        table.extend((mb, chunk) for chunk in range(vpp) for mb in range(lo, hi))
+    return table
+
+
+def rank_order(schedule: str, pp: int, rank: int, m: int, vpp: int = 1, group: int | None = None) -> list[tuple[str, int, int]]:
+    """The op sequence of one pipeline rank: (F|B, micro-batch, chunk)."""
+    if schedule == SCHEDULE_GPIPE:
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
+        group = group or pp
+        table = interleaved_table(m, vpp, group)
+        total = m * vpp
+        warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * group)
+        fwd = [("F", mb, c) for mb, c in table]
+        bwd = [("B", mb, vpp - 1 - c) for mb, c in table]
+    else:
+        warm = min(m, pp - rank - 1)
+        total = m
+        fwd = [("F", i, 0) for i in range(m)]
+        bwd = [("B", i, 0) for i in range(m)]
+    order = fwd[:warm]
+    for k in range(total - warm):
+        order.append(fwd[warm + k])
+        order.append(bwd[k])
+    order.extend(bwd[total - warm:])
+    return order
+
+
+# --------------------------------------------------------------------------- simulation
+
+
+def simulate(
+    stages: Sequence[StageTimes],
+    pp: int,
+    num_micro_batches: int,
+    schedule: str,
+    vpp: int = 1,
+    tails: Sequence[RankTail] | None = None,
+    group: int | None = None,
+    record: bool = True,
+) -> Simulation:
+    """Run the schedule; `stages` has pp * vpp entries, stage s on rank s % pp. With
+    record=False only the times are kept (no events): what the plan's summary needs."""
+    n_stages = len(stages)
+    if n_stages != pp * max(1, vpp):
+        raise ValueError(f"need pp*vpp = {pp * vpp} stage times, got {n_stages}")
+    m = num_micro_batches
+    v = max(1, vpp)
+    orders = [rank_order(schedule, pp, r, m, v, group) for r in range(pp)]
+    pos = [0] * pp
+    free = [0.0] * pp
+    busy = [0.0] * pp
+    fwd_ready: dict[tuple[int, int], float] = {}  # (stage, mb): activations arrived at `stage`
+    bwd_ready: dict[tuple[int, int], float] = {}  # (stage, mb): gradient arrived at `stage`
+    fwd_end: dict[tuple[int, int], float] = {}  # (stage, mb): forward finished on its own rank
+    events: list[Event] | None = [] if record else None
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for r in range(pp):
+            while pos[r] < len(orders[r]):
+                kind, mb, chunk = orders[r][pos[r]]
+                s = chunk * pp + r
+                st = stages[s]
+                if kind == "F":
+                    dep = 0.0 if s == 0 else fwd_ready.get((s, mb))
+                elif s == n_stages - 1:
+                    dep = fwd_end.get((s, mb))  # the loss: backward follows its own forward
+                else:
+                    dep = bwd_ready.get((s, mb))
+                if dep is None:
+                    break
+                t = max(free[r], dep)
+                if kind == "F":
+                    if events is not None:
+                        events.append(Event(r, "forward", mb, s, t, t + st.fwd_s))
+                    t += st.fwd_s
+                    fwd_end[(s, mb)] = t
+                    if s < n_stages - 1:
+                        t = _send(events, r, (s + 1) % pp, mb, s, t, st.send_fwd_s)
+                        fwd_ready[(s + 1, mb)] = t
+                    busy[r] += st.fwd_s + (st.send_fwd_s if s < n_stages - 1 else 0.0)
+                else:
+                    if st.recompute_s > 0:
+                        if events is not None:
+                            events.append(Event(r, "recompute", mb, s, t, t + st.recompute_s))
+                        t += st.recompute_s
+                    if events is not None:
+                        events.append(Event(r, "backward", mb, s, t, t + st.bwd_s))
+                    t += st.bwd_s
+                    if s > 0:
+                        t = _send(events, r, (s - 1) % pp, mb, s, t, st.send_bwd_s)
+                        bwd_ready[(s - 1, mb)] = t
+                    busy[r] += st.recompute_s + st.bwd_s + (st.send_bwd_s if s > 0 else 0.0)
+                free[r] = t
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"schedule {schedule!r} deadlocked (pp={pp}, vpp={vpp}, m={m})")
+    pipe = max(free)
+    tails = list(tails) if tails is not None else [RankTail()] * pp
+    step = pipe
+    for r in range(pp):
+        tl = tails[r]
+        end_b = free[r]
+        if tl.dp_sync_s > 0 or tl.exposed_dp_s > 0:
+            dp_end = end_b + tl.exposed_dp_s
+            if events is not None:
+                events.append(Event(r, "dp_sync", -1, -1, max(0.0, dp_end - max(tl.dp_sync_s, tl.exposed_dp_s)), dp_end))
+            end_b = dp_end
+        if tl.optimizer_s > 0:
+            if events is not None:
+                events.append(Event(r, "optimizer", -1, -1, end_b, end_b + tl.optimizer_s))
+            end_b += tl.optimizer_s
+        step = max(step, end_b)
+    return Simulation(schedule, pp, v, m, tuple(events or ()), pipe, step, tuple(busy))
+
+
+def _send(events: list[Event] | None, src: int, dst: int, mb: int, stage: int, t: float, dur: float) -> float:
+    """A send on the sender's stream and the matching receive on the peer; returns its end."""
+    if dur > 0 and events is not None:
+        events.append(Event(src, "send", mb, stage, t, t + dur, dst))
+        events.append(Event(dst, "recv", mb, stage, t, t + dur, src))
+    return t + dur
+
+
+# --------------------------------------------------------------------------- from the cost model
+
+
+def stage_times(table, slices, cfg) -> list[StageTimes]:
+    """Per virtual stage, the cost model's per-micro-batch times (stages.rank_cost of that
+    stage alone, so the stage times of a rank add up to its RankCost.time_s).
+
+    Exposed communication is split between forward and backward: TP and EP evenly (Megatron
+    runs 2 of the 4 TP all-reduce-equivalents and one of the two all-to-all pairs in each
+    direction, Shoeybi et al. 2019 §3; DeepSeek-V3 §3.2), CP and ZeRO-3 in the ratio of the
+    forward to backward compute they overlap (ring attention and the parameter gathers run
+    once per direction, the backward ones being the longer)."""
+    from .stages import rank_cost
+
+    n = len(slices)
+    out = []
+    for sl in slices:
+        # a pipeline of n single-stage ranks isolates stage `sl` with the right neighbours
+        c = rank_cost(table, slices, sl.index, n, cfg.recompute, cfg.schedule, 1, 1)
+        fwd_compute = c.compute_s - c.bwd_s
+        share = fwd_compute / c.compute_s if c.compute_s > 0 else 0.5
+        fwd_comm = 0.5 * (c.tp_comm_s + c.ep_comm_s) + share * (c.cp_comm_s + c.zero3_comm_s)
+        bwd_comm = c.tp_comm_s + c.ep_comm_s + c.cp_comm_s + c.zero3_comm_s - fwd_comm
+        p2p = table.p2p_s
+        out.append(StageTimes(
+            fwd_s=fwd_compute + fwd_comm,
+            bwd_s=c.bwd_s + bwd_comm,
+            recompute_s=c.recompute_s,
+            send_fwd_s=p2p if sl.index < n - 1 else 0.0,
+            send_bwd_s=p2p if sl.index > 0 else 0.0,
+        ))
+    return out
+
+
+def simulate_config(model, cluster, training, cfg, profile=None) -> Simulation:
+    """Simulate the schedule of one fully given configuration with the cost model's times."""
+    from .estimate import rank_costs, resolve_slices
+    from .layers import layer_table
+    from .validate import validate_config
+
+    validate_config(model, cluster, training, cfg)
+    table = layer_table(model, cluster, training, cfg, profile)
+    slices = resolve_slices(model, cfg)
+    m = cfg.num_micro_batches(training.global_batch_size)
+    ranks = rank_costs(table, slices, cfg, m, cluster)
+    tails = [RankTail(r.exposed_dp_s, r.optimizer_s, r.dp_sync_s) for r in ranks]
+    return simulate(stage_times(table, slices, cfg), cfg.pp, m, cfg.schedule, cfg.vpp, tails)

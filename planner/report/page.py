@@ -1,0 +1,193 @@
+"""HTML for a plan: summary cards, the pictures (inline SVG, readable without JavaScript),
+the reasons and the launch artifacts with copy buttons; and the form page the service
+serves at `/`. Assets (report.css, app.js) are package data: the service serves them, a
+standalone report.html inlines them, nothing is fetched from the network."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from importlib import resources
+from typing import Any
+
+from .common import as_dict, degrees, fmt_time, knobs
+
+ASSETS = ("report.css", "app.js")
+FIGURES = (
+    ("timeline", "Pipeline timeline", "Every forward, recompute and backward of every micro-batch on each pipeline rank (schedule simulator); hatched: idle."),
+    ("breakdown", "Step-time breakdown", "Where the step goes on the critical pipeline rank."),
+    ("memory", "Memory per stage", "Per pipeline rank, against the GPU's capacity and the planner's headroom."),
+    ("alternatives", "Alternatives", "The runners-up the search kept, and why each loses."),
+)
+
+
+def asset(name: str) -> str:
+    if name not in ASSETS:
+        raise KeyError(name)
+    return resources.files("planner.report").joinpath("static", name).read_text()
+
+
+def _card(label: str, value: str, sub: str = "", ident: str | None = None, wide: bool = False) -> str:
+    idattr = f' id="{ident}"' if ident else ""
+    return (f'<div class="card{" wide" if wide else ""}"><div class="card-label">{escape(label)}</div>'
+            f'<div class="card-value"{idattr}>{escape(value)}</div><div class="card-sub">{escape(sub)}</div></div>')
+
+
+def _tokens(per_s: float) -> str:
+    return f"{per_s / 1e6:.2f}M tok/s" if per_s >= 1e6 else f"{per_s / 1e3:.1f}k tok/s" if per_s >= 1e4 else f"{per_s:,.0f} tok/s"
+
+
+def _artifact_texts(target: str, art: Any) -> list[tuple[str, str]]:
+    """(label, text) pairs worth copying from one target's artifact."""
+    if not isinstance(art, dict):
+        return [(target, json.dumps(art, indent=2))]
+    out = []
+    for key, val in art.items():
+        if key in ("source_commit", "notes", "nnodes", "nproc_per_node", "gpus_per_node", "dp", "plan_file"):
+            continue
+        if key == "args" and isinstance(art.get("command"), str):
+            continue  # the same flags, already in the command line
+        if isinstance(val, str) and val.strip():
+            out.append((key, val))
+        elif isinstance(val, list) and val and all(isinstance(v, str) for v in val):
+            out.append((key, "\n".join(val)))
+        elif isinstance(val, dict | list):
+            out.append((key, json.dumps(val, indent=2)))
+    return out
+
+
+def plan_section(plan, svgs: dict[str, str] | None = None, missing: str | None = None) -> str:
+    """The plan as an HTML section (what report.html shows and the form page injects)."""
+    plan = as_dict(plan)
+    if svgs is None and missing is None:
+        from . import render_svgs
+
+        svgs = render_svgs(plan)
+    par, pred = plan["parallelism"], plan["prediction"]
+    mem = pred["memory"]
+    block = plan.get("schedule") or {}
+    cluster = plan.get("cluster") or {}
+    model = plan.get("model") or {}
+    training = plan.get("training") or {}
+    h: list[str] = [f'<section class="plan" id="plan" data-plan-id="{escape(str(plan.get("id", "")))}">']
+    h.append('<div class="plan-head">')
+    h.append(f'<h2>Plan <code>{escape(str(plan.get("id", "")))}</code> <span class="badge">{escape(str(plan.get("status", "")))}</span></h2>')
+    h.append(f'<p class="muted">{escape(str(model.get("name", "model")))} on {escape(str(cluster.get("num_gpus", "?")))} x '
+             f'{escape(str(cluster.get("gpu", "?")))} · global batch {escape(str(training.get("global_batch_size", "?")))} x '
+             f'{escape(str(training.get("seq_length", "?")))} tokens · engine {escape(str(plan.get("engine") or "megatron"))}</p>')
+    h.append("</div>")
+    h.append('<div class="cards">')
+    h.append(_card("Degrees", degrees(par), knobs(par), "degrees", wide=True))
+    sim = block.get("simulated_step_time_s")
+    h.append(_card("Step time", fmt_time(pred["step_time_s"]), f"simulated {fmt_time(sim)}" if sim else "closed form", "step-time"))
+    h.append(_card("Throughput", _tokens(pred["tokens_per_s"]), f"{pred['tflops_per_gpu']:.0f} TFLOP/s/GPU"))
+    h.append(_card("MFU", f"{pred['mfu'] * 100:.1f}%", f"HFU {pred['hfu'] * 100:.1f}%", "mfu"))
+    h.append(_card("Peak memory", f"{mem['peak_gib']:.1f} GiB", f"of {mem['capacity_gib']:.1f} GiB"))
+    h.append(_card("Micro-batches", f"{par['num_micro_batches']} x {par['micro_batch_size']}", f"{par['schedule']} schedule"))
+    h.append("</div>")
+    if missing:
+        h.append(f'<p class="missing" id="pictures-missing">{escape(missing)}</p>')
+    for name, _title, caption in FIGURES:
+        if not svgs or name not in svgs:
+            continue
+        h.append(f'<figure class="figure" id="fig-{name}"><figcaption><span class="muted">{escape(caption)}</span> <a class="svg-link" href="{name}.svg" download>SVG</a></figcaption>'
+                 f'<div class="svg-wrap">{svgs[name]}</div></figure>')
+    h.append('<div class="columns"><div>')
+    h.append("<h3>Why this plan</h3><ul class=\"reasons\">")
+    h.extend(f"<li>{escape(str(r))}</li>" for r in plan.get("reasons", []))
+    h.append("</ul>")
+    stages = plan.get("stages") or []
+    if stages:
+        h.append('<h3>Stages</h3><table class="stages"><thead><tr><th>stage</th><th>layers</th><th>recompute</th>'
+                 "<th>time / micro-batch</th><th>memory</th></tr></thead><tbody>")
+        shown = stages if len(stages) <= 32 else stages[:16] + stages[-8:]
+        for s in shown:
+            h.append(f"<tr><td>{s['index']}</td><td>{s['layers'][0]}–{s['layers'][1]}</td><td>{s['recompute_layers']}</td>"
+                     f"<td>{s['time_ms']:.2f} ms</td><td>{s['memory_gib']:.1f} GiB</td></tr>")
+        h.append("</tbody></table>")
+    h.append('</div><div>')
+    h.append("<h3>Launch artifacts</h3>")
+    launch = plan.get("launch") or {}
+    # the plan's engine (else the first target) open, so its copy buttons show
+    engine = plan.get("engine")
+    opened = engine if engine in launch else next((t for t in launch if t != "skipped"), None)
+    for target, art in launch.items():
+        if target == "skipped":
+            continue
+        texts = _artifact_texts(target, art)
+        if not texts:
+            continue
+        h.append(f'<details class="artifact" id="launch-{escape(target)}"{" open" if target == opened else ""}>'
+                 f'<summary>{escape(target)}</summary>')
+        for key, text in texts:
+            ident = f"art-{target}-{key}"
+            h.append(f'<div class="snippet"><div class="snippet-head"><span>{escape(key)}</span>'
+                     f'<button type="button" class="copy" data-copy="{escape(ident)}">Copy</button></div>'
+                     f'<pre id="{escape(ident)}">{escape(text)}</pre></div>')
+        notes = art.get("notes") if isinstance(art, dict) else None
+        if notes:
+            h.append('<ul class="notes">' + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
+        h.append("</details>")
+    if launch.get("skipped"):
+        h.append('<p class="muted">not emitted: ' + escape(", ".join(f"{k} ({v})" for k, v in launch["skipped"].items())) + "</p>")
+    body = json.dumps({k: v for k, v in plan.items() if k != "launch"}, indent=2)
+    h.append('<details class="artifact" id="plan-json"><summary>plan.json</summary><div class="snippet"><div class="snippet-head">'
+             '<span>plan (launch artifacts above)</span><button type="button" class="copy" data-copy="art-plan-json">Copy</button></div>'
+             f'<pre id="art-plan-json">{escape(body)}</pre></div></details>')
+    h.append("</div></div></section>")
+    return "\n".join(h)
+
+
+def _options(values, selected) -> str:
+    return "".join(f'<option value="{escape(str(v))}"{" selected" if v == selected else ""}>{escape(str(label))}</option>'
+                   for v, label in values)
+
+
+def form_html(presets: list[dict], gpus: list[dict], engines: tuple[str, ...]) -> str:
+    preset_opts = _options([(m["name"], f"{m['name']} ({m['params_b']:g}B)") for m in presets], "llama3-8b")
+    gpu_opts = _options([(g["name"], f"{g['name']} ({g['memory_gib']:g} GiB)") for g in gpus], "h100-sxm")
+    engine_opts = _options([(e, e) for e in engines], engines[0] if engines else None)
+    return f"""<form id="plan-form" class="plan-form" autocomplete="off">
+<fieldset><legend>Model</legend>
+<div class="kinds"><label class="radio"><input type="radio" name="model-kind" value="preset" checked> preset</label>
+<label class="radio"><input type="radio" name="model-kind" value="config"> Hugging Face config.json</label></div>
+<select id="preset" name="preset">{preset_opts}</select>
+<textarea id="hf-config" name="hf_config" rows="6" placeholder='paste a config.json: {{"num_hidden_layers": 32, "hidden_size": 4096, ...}}' hidden></textarea>
+</fieldset>
+<fieldset><legend>Cluster</legend>
+<label>GPU <select id="gpu" name="gpu">{gpu_opts}</select></label>
+<label>GPUs <input id="num-gpus" name="num_gpus" type="number" min="1" value="8" required></label>
+<label>per node <input id="gpus-per-node" name="gpus_per_node" type="number" min="1" value="8"></label>
+</fieldset>
+<fieldset><legend>Training</legend>
+<label>global batch <input id="global-batch" name="global_batch_size" type="number" min="1" value="64" required></label>
+<label>sequence <input id="seq-len" name="seq_length" type="number" min="1" value="8192" required></label>
+<label>engine <select id="engine" name="engine">{engine_opts}</select></label>
+</fieldset>
+<div class="actions"><button id="submit" type="submit" class="primary">Plan</button>
+<span id="form-status" class="muted" role="status"></span>
+<details class="advanced"><summary>API token</summary>
+<input id="token" name="token" type="password" aria-label="bearer token" placeholder="when the service runs with PLANNER_API_TOKEN">
+</details></div>
+</form>"""
+
+
+def page_html(body: str, title: str = "parallel-planner", inline_assets: bool = False, subtitle: str = "") -> str:
+    if inline_assets:
+        head_assets = f"<style>{asset('report.css')}</style>"
+        tail_assets = f"<script>{asset('app.js')}</script>"
+    else:
+        head_assets = '<link rel="stylesheet" href="/assets/report.css">'
+        tail_assets = '<script src="/assets/app.js" defer></script>'
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title>{head_assets}</head>
+<body><header class="topbar"><span class="brand">parallel-planner</span><span class="muted">{escape(subtitle)}</span></header>
+<main>{body}</main>{tail_assets}</body></html>
+"""
+
+
+def report_html(plan, svgs: dict[str, str] | None = None, inline_assets: bool = True) -> str:
+    plan = as_dict(plan)
+    return page_html(plan_section(plan, svgs), title=f"plan {plan.get('id', '')}", inline_assets=inline_assets,
+                     subtitle="plan report")

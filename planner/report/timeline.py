@@ -1,0 +1,204 @@
+"""Pipeline timeline: one row per pipeline rank, every forward / recompute / backward of
+every micro-batch as a coloured block on a time axis in ms, sends and receives and the DP
+sync in a thin lane under each row, idle time (the bubble) hatched.
+
+The events come from the schedule simulator (cost_model/schedule_sim.py) re-run from the
+plan's `schedule` block. A plan without that block (stored before it existed) is drawn from
+its per-stage times with the backward taken as twice the forward (Narayanan et al. SC'21
+§3.2: 2x the forward FLOPs), and the picture says so."""
+
+from __future__ import annotations
+
+from cost_model.schedule_sim import Event, Simulation, StageTimes, simulate
+
+from ..schedule import simulation_of
+from .common import as_dict
+from .svg import COLORS, Svg, nice_ticks, tick_label
+
+MAX_ROWS = 16  # all ranks up to this; beyond, the first, a middle and the last few
+EDGE_ROWS = 3
+BIN_PX = 2.0  # when blocks average under this width, a row is drawn in bins of this width
+SMOOTH = 0.12  # bins whose phase shares differ by at most this are drawn as one run
+WINDOW = 5  # bins in the moving average of the shares
+
+ROW_H, LANE_H, ROW_GAP = 22.0, 6.0, 8.0
+LEFT, RIGHT, TOP = 78.0, 90.0, 76.0
+
+
+def simulation_for(plan: dict) -> tuple[Simulation, bool]:
+    """(simulation, exact): exact is False when drawn from the per-stage times alone."""
+    block = plan.get("schedule")
+    if block and block.get("stages"):
+        return simulation_of(block), True
+    par = plan["parallelism"]
+    pp, vpp = par.get("pp", 1), par.get("vpp", 1)
+    stages = []
+    for s in plan["stages"]:
+        t = s["time_ms"] / 1e3
+        stages.append(StageTimes(t / 3, 2 * t / 3))
+    m = par.get("num_micro_batches", 1)
+    return simulate(stages, pp, m, par.get("schedule", "1f1b"), vpp), False
+
+
+def shown_ranks(pp: int) -> list[int | None]:
+    """Rank ids to draw; None marks the gap row of ranks left out."""
+    if pp <= MAX_ROWS:
+        return list(range(pp))
+    mid = pp // 2
+    return [*range(EDGE_ROWS), None, mid, None, *range(pp - EDGE_ROWS, pp)]
+
+
+def _binned(events: list[Event], phases: tuple[str, ...], px_per_s: float, span_s: float) -> list[tuple[float, float, dict[str, float]]]:
+    """Sub-pixel blocks as bins of BIN_PX: per bin the share of its time in each phase
+    (a moving average over WINDOW bins); neighbouring bins within SMOOTH of the run's first
+    bin merge into one run showing the run's mean shares. Returns (start_s, end_s, {phase: share})."""
+    width_s = BIN_PX / px_per_s
+    n = max(1, int(span_s / width_s) + 1)
+    acc = [dict.fromkeys(phases, 0.0) for _ in range(n)]
+    for e in events:
+        a, b = e.start_s, e.end_s
+        k = int(a / width_s)
+        while a < b and k < n:
+            edge = min(b, (k + 1) * width_s)
+            acc[k][e.phase] += edge - a
+            a, k = edge, k + 1
+    # a short moving average: a bin holds a fraction of a forward-backward pair, so raw
+    # shares beat with the bin grid; averaged over WINDOW bins the steady state is flat
+    half = WINDOW // 2
+    raw = [{p: v / width_s for p, v in seconds.items()} for seconds in acc]
+    smooth = []
+    for k in range(n):
+        lo, hi = max(0, k - half), min(n, k + half + 1)
+        # an idle bin stays idle (the bubble's edges stay sharp)
+        if not any(raw[k].values()):
+            smooth.append(raw[k])
+            continue
+        smooth.append({p: sum(raw[j][p] for j in range(lo, hi)) / (hi - lo) for p in phases})
+    runs: list[list] = []  # [first bin, last bin, first shares, summed shares]
+    for k, shares in enumerate(smooth):
+        if runs and all(abs(shares[p] - runs[-1][2][p]) <= SMOOTH for p in phases):
+            run = runs[-1]
+            run[1] = k
+            for p in phases:
+                run[3][p] += shares[p]
+        else:
+            runs.append([k, k, shares, dict(shares)])
+    out = []
+    for first, last, _, total in runs:
+        mean = {p: v / (last - first + 1) for p, v in total.items()}
+        if any(v > 0.01 for v in mean.values()):
+            out.append((first * width_s, (last + 1) * width_s, mean))
+    return out
+
+
+def timeline_svg(plan, width: float = 1000.0) -> str:
+    plan = as_dict(plan)
+    sim, exact = simulation_for(plan)
+    rows = shown_ranks(sim.pp)
+    plot_w = width - LEFT - RIGHT
+    span = sim.step_time_s or 1.0
+    px = plot_w / span
+    row_step = ROW_H + LANE_H + ROW_GAP
+    height = TOP + len(rows) * row_step + 52
+    title = f"Pipeline timeline: {sim.schedule}, pp={sim.pp}" + (f", vpp={sim.vpp}" if sim.vpp > 1 else "") + f", {sim.num_micro_batches} micro-batches"
+    svg = Svg(width, height, "timeline", title)
+    svg.defs.append(
+        '<pattern id="idle-hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+        f'<rect width="6" height="6" fill="{COLORS["idle"]}"/><line x1="0" y1="0" x2="0" y2="6" stroke="#d0d0d0" stroke-width="2"/></pattern>'
+    )
+    svg.text(LEFT, 20, title, size=14, weight="600")
+    note = f"simulated step {sim.step_time_s * 1e3:,.1f} ms"
+    block = plan.get("schedule") or {}
+    if block.get("formula_step_time_s"):
+        note += f"  ·  closed form {block['formula_step_time_s'] * 1e3:,.1f} ms"
+    if not exact:
+        note += "  ·  approximate: backward = 2 x forward (plan has no schedule block)"
+    if sim.vpp > 1:
+        note += "  ·  lighter: later model chunks"
+    svg.text(LEFT, 38, note, size=11, fill=COLORS["muted"])
+    svg.legend(LEFT, 58, [("forward", COLORS["forward"]), ("recompute", COLORS["recompute"]), ("backward", COLORS["backward"]),
+                          ("send / recv", COLORS["send"]), ("DP sync", COLORS["dp_sync"]), ("optimizer", COLORS["optimizer"]),
+                          ("idle (bubble)", "url(#idle-hatch)")])
+    by_rank: dict[int, list[Event]] = {}
+    for e in sim.events:
+        by_rank.setdefault(e.rank, []).append(e)
+    y = TOP
+    for r in rows:
+        if r is None:
+            svg.text(LEFT - 10, y + ROW_H / 2 + 4, "⋮", size=14, anchor="end", fill=COLORS["muted"])
+            svg.text(LEFT + 4, y + ROW_H / 2 + 4, "ranks not shown", size=10, fill=COLORS["muted"])
+            y += row_step
+            continue
+        evs = sorted(by_rank.get(r, []), key=lambda e: (e.start_s, e.phase))
+        main = [e for e in evs if e.phase in ("forward", "recompute", "backward", "optimizer")]
+        lane = [e for e in evs if e.phase in ("send", "recv", "dp_sync")]
+        idle = sim.bubble_s[r]  # not computing and not sending, inside the pipeline phase
+        svg.open(class_="rank", id=f"rank-{r}", data_rank=r)
+        svg.text(LEFT - 10, y + ROW_H / 2 + 4, f"rank {r}", size=11, anchor="end")
+        svg.rect(LEFT, y, sim.pipeline_time_s * px, ROW_H, "url(#idle-hatch)", class_="idle",
+                 tooltip=f"rank {r}: idle {idle * 1e3:,.1f} ms in the pipeline phase")
+        if main and len(main) * BIN_PX > plot_w:
+            _draw_binned(svg, r, y, main, lane, px, span)
+        else:
+            _draw_blocks(svg, r, y, main, lane, px, sim.pp, sim.vpp)
+        frac = idle / sim.pipeline_time_s if sim.pipeline_time_s else 0.0
+        svg.text(width - RIGHT + 8, y + ROW_H / 2 + 4, f"bubble {frac * 100:.1f}%", size=10, fill=COLORS["muted"])
+        svg.close()
+        y += row_step
+    # time axis (ms)
+    axis_y = y + 2
+    svg.open(class_="axis")
+    svg.line(LEFT, axis_y, LEFT + plot_w, axis_y, stroke=COLORS["muted"])
+    for t in nice_ticks(span * 1e3):
+        x = LEFT + t / 1e3 * px
+        if x > LEFT + plot_w + 0.5:
+            break
+        svg.line(x, axis_y, x, axis_y + 4, stroke=COLORS["muted"])
+        svg.line(x, TOP - 4, x, axis_y, stroke=COLORS["grid"], width=0.5, stroke_dasharray="2,3")
+        svg.text(x, axis_y + 16, tick_label(t), size=10, anchor="middle", fill=COLORS["muted"])
+    svg.text(LEFT + plot_w / 2, axis_y + 32, "time in the step (ms)", size=11, anchor="middle", fill=COLORS["muted"])
+    svg.close()
+    return svg.to_string()
+
+
+def _draw_blocks(svg: Svg, r: int, y: float, main: list[Event], lane: list[Event], px: float, pp: int = 1, vpp: int = 1) -> None:
+    """One rect per forward / recompute / backward / optimizer, one per send / recv / sync.
+    With virtual stages, later model chunks of a rank are drawn lighter."""
+    for e in main:
+        w = (e.end_s - e.start_s) * px
+        chunk = e.stage // pp if e.stage >= 0 else 0
+        opacity = 1.0 - 0.5 * chunk / (vpp - 1) if vpp > 1 else None
+        tip = f"rank {r} {e.phase}" + (f" micro-batch {e.micro_batch} stage {e.stage}" if e.micro_batch >= 0 else "")
+        tip += f" (chunk {chunk})" if vpp > 1 and e.stage >= 0 else ""
+        tip += f": {e.start_s * 1e3:,.2f}-{e.end_s * 1e3:,.2f} ms"
+        svg.rect(LEFT + e.start_s * px, y, w, ROW_H, COLORS[e.phase], tooltip=tip, class_=f"op {e.phase}",
+                 data_mb=e.micro_batch, data_stage=e.stage, fill_opacity=opacity,
+                 stroke="#ffffff" if w > 3 else None, stroke_width=0.5 if w > 3 else None)
+        if e.micro_batch >= 0 and w > 16:
+            svg.text(LEFT + e.start_s * px + w / 2, y + ROW_H / 2 + 4, str(e.micro_batch), size=9, anchor="middle", fill="#ffffff")
+    for e in lane:
+        tip = f"rank {r} {e.phase}" + (f" micro-batch {e.micro_batch} {'to' if e.phase == 'send' else 'from'} rank {e.peer}" if e.peer >= 0 else "")
+        tip += f": {(e.end_s - e.start_s) * 1e3:,.3f} ms"
+        svg.rect(LEFT + e.start_s * px, y + ROW_H + 1, max(0.6, (e.end_s - e.start_s) * px), LANE_H - 1, COLORS[e.phase],
+                 tooltip=tip, class_=f"op {e.phase}", data_mb=e.micro_batch)
+
+
+def _draw_binned(svg: Svg, r: int, y: float, main: list[Event], lane: list[Event], px: float, span: float) -> None:
+    """Blocks narrower than BIN_PX on average: each bin stacks its phases by time share
+    (forward on top, then recompute, backward), so the steady state reads as bands and the
+    bubble stays visible; the lane shows where sends, receives and the sync happen."""
+    order = ("forward", "recompute", "backward", "optimizer")
+    n_blocks = {p: sum(e.phase == p for e in main) for p in order}
+    for a, b, shares in _binned(main, order, px, span):
+        top = y
+        for p in order:
+            h = shares[p] * ROW_H
+            if h <= 0:
+                continue
+            svg.rect(LEFT + a * px, top, (b - a) * px, h, COLORS[p], class_=f"op {p} binned",
+                     tooltip=f"rank {r} {p}: {shares[p] * 100:.0f}% of {a * 1e3:,.1f}-{b * 1e3:,.1f} ms "
+                             f"({n_blocks[p]} blocks on this rank)")
+            top += h
+    for a, b, shares in _binned(lane, ("send", "recv", "dp_sync"), px, span):
+        phase = max(shares, key=shares.get)
+        svg.rect(LEFT + a * px, y + ROW_H + 1, (b - a) * px, LANE_H - 1, COLORS[phase], class_=f"op {phase} binned")

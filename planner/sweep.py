@@ -1,0 +1,115 @@
+"""Sweeps: plan one model over a list of GPU counts or global batch sizes (everything else
+of the request fixed), for the scaling picture (planner/report/scaling.py) and table.
+
+A point that has no feasible plan, or whose value makes the request invalid (say a GPU
+count that is not a whole number of nodes), is kept with its reason rather than failing the
+sweep; a request that is bad at the first value raises its SpecError."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from cost_model.errors import SpecError
+
+AXES = ("num_gpus", "global_batch_size")
+MAX_POINTS = 32
+
+
+def _with_value(req: dict, axis: str, value: int) -> dict:
+    r = copy.deepcopy(req)
+    if axis == "num_gpus":
+        cluster = dict(r.get("cluster") or {})
+        cluster["num_gpus"] = value
+        if isinstance(cluster.get("gpus_per_node"), int) and cluster["gpus_per_node"] > value:
+            cluster["gpus_per_node"] = value  # a sweep may start below one node
+        r["cluster"] = cluster
+    else:
+        training = dict(r.get("training") or {})
+        training["global_batch_size"] = value
+        r["training"] = training
+    return r
+
+
+def parse_axis(axis: str, values: Any) -> list[int]:
+    if axis not in AXES:
+        raise SpecError("sweep", f"axis must be one of {', '.join(AXES)}, got {axis!r}", allowed=list(AXES))
+    if not isinstance(values, list | tuple) or not values:
+        raise SpecError(f"sweep.{axis}", "must be a non-empty list of integers")
+    if len(values) > MAX_POINTS:
+        raise SpecError(f"sweep.{axis}", f"at most {MAX_POINTS} values, got {len(values)}", allowed=f"1..{MAX_POINTS} values")
+    out = []
+    for v in values:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise SpecError(f"sweep.{axis}", f"values must be integers >= 1, got {v!r}", allowed=">= 1")
+        out.append(v)
+    return sorted(set(out))
+
+
+def point(req: dict, axis: str, value: int, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
+    """One point of a sweep: the plan's numbers, or why there is none."""
+    from .service import Infeasible, plan
+
+    try:
+        p = plan(_with_value(req, axis, value), profile, time_limit_s).model_dump(mode="json")
+    except Infeasible as exc:
+        return {"value": value, "ok": False, "error": exc.message}
+    except SpecError as exc:  # this value makes the request invalid (e.g. not whole nodes)
+        return {"value": value, "ok": False, "error": str(exc)}
+    pred = p["prediction"]
+    return {
+        "value": value, "ok": True, "plan_id": p["id"], "num_gpus": p["cluster"]["num_gpus"],
+        "global_batch_size": p["training"]["global_batch_size"], "parallelism": p["parallelism"],
+        "step_time_s": pred["step_time_s"], "tokens_per_s": pred["tokens_per_s"], "mfu": pred["mfu"],
+        "peak_gib": pred["memory"]["peak_gib"], "status": p["status"],
+        "simulated_step_time_s": (p.get("schedule") or {}).get("simulated_step_time_s"),
+    }
+
+
+def check_request(req: dict, axis: str, values: list[int]) -> None:
+    """Raise SpecError for a request that is bad whatever the swept value (the first one's)."""
+    from .service import problem_from_request
+
+    problem_from_request(_with_value(req, axis, values[0]))
+
+
+def header(req: dict, axis: str, values: list[int]) -> dict[str, Any]:
+    cluster, training = req.get("cluster") or {}, req.get("training") or {}
+    model = req.get("model") or {}
+    fixed = {"GPUs": cluster.get("num_gpus"), "batch": training.get("global_batch_size"), "seq": training.get("seq_length")}
+    fixed.pop("GPUs" if axis == "num_gpus" else "batch")
+    gpu = cluster.get("gpu")
+    return {
+        "axis": axis,
+        "values": values,
+        "model": model.get("name") or "model",
+        "gpu": gpu if isinstance(gpu, str) else (gpu or {}).get("name") or (gpu or {}).get("base") or "custom",
+        "fixed": {k: v for k, v in fixed.items() if v is not None},
+    }
+
+
+def sweep(req: dict, axis: str, values, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
+    """Plan `req` at each value of `axis`; returns {axis, values, model, gpu, fixed, points}."""
+    xs = parse_axis(axis, values)
+    check_request(req, axis, xs)
+    return {**header(req, axis, xs), "points": [point(req, axis, x, profile, time_limit_s) for x in xs]}
+
+
+def table(result: dict) -> str:
+    """The sweep as a text table (what `planner sweep` prints)."""
+    head = "GPUs" if result["axis"] == "num_gpus" else "batch"
+    lines = [f"{head:>7s} {'dp':>4s} {'tp':>3s} {'pp':>3s} {'cp':>3s} {'ep':>3s} {'vpp':>3s} {'mb':>3s} {'zero':>4s} "
+             f"{'recompute':>9s} {'schedule':>11s} {'step':>10s} {'tokens/s':>11s} {'MFU':>6s} {'mem GiB':>8s}"]
+    for p in result["points"]:
+        if not p["ok"]:
+            lines.append(f"{p['value']:>7d}  no plan: {p['error']}")
+            continue
+        par = p["parallelism"]
+        step = p["step_time_s"]
+        lines.append(
+            f"{p['value']:>7d} {par['dp']:>4d} {par['tp']:>3d} {par['pp']:>3d} {par['cp']:>3d} {par['ep']:>3d} {par['vpp']:>3d} "
+            f"{par['micro_batch_size']:>3d} {par['zero']:>4d} {par['recompute']:>9s} {par['schedule']:>11s} "
+            f"{(f'{step * 1e3:.1f} ms' if step < 1 else f'{step:.3f} s'):>10s} {p['tokens_per_s']:>11,.0f} "
+            f"{p['mfu'] * 100:>5.1f}% {p['peak_gib']:>8.1f}"
+        )
+    return "\n".join(lines)
