@@ -21,6 +21,7 @@ from .stages import (
     pipeline_time_s,
     rank_cost,
     slices_from_counts,
+    stage_sends,
     step_time_s,
 )
 from .validate import validate_config
@@ -126,7 +127,7 @@ def compose(
 
 
 def _stage_p2p(table: LayerTable, sl: StageSlice, n: int) -> float:
-    return ((sl.index < n - 1) + (sl.index > 0)) * table.p2p_s
+    return stage_sends(sl.index, n) * table.p2p_s
 
 
 def estimate(
