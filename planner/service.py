@@ -115,6 +115,7 @@ def plan(
             "ilp_solves": res.stats.ilp_solves,
             "ilp_infeasible": res.stats.infeasible,
             "solve_time_s": round(res.stats.solve_time_s, 4),
+            "ilp_time_s": round(res.stats.ilp_time_s, 4),
             "solver": res.stats.solver,
             "gap": round(res.gap, 6),
             "timed_out": res.stats.timed_out,
