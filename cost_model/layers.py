@@ -80,9 +80,37 @@ class LayerTable:
     sources: dict[str, str] = field(default_factory=dict)
 
     @cached_property
+    def _kinds(self) -> tuple[tuple[LayerCost, ...], tuple[int, ...]]:
+        """The distinct block costs (by value, in order of first appearance) and each block's
+        index among them. Blocks of one kind are usually one shared object, so each
+        distinct object is hashed once (a LayerCost's hash walks all its fields)."""
+        index_of: dict[LayerCost, int] = {}
+        seen: dict[int, int] = {}  # id -> kind, valid while self.blocks holds the objects
+        kind = []
+        for b in self.blocks:
+            i = seen.get(id(b))
+            if i is None:
+                i = seen[id(b)] = index_of.setdefault(b, len(index_of))
+            kind.append(i)
+        return tuple(index_of), tuple(kind)
+
+    @property
     def block_kinds(self) -> tuple[LayerCost, ...]:
         """The distinct block costs, in order of first appearance (compared by value)."""
-        return tuple(dict.fromkeys(self.blocks))
+        return self._kinds[0]
+
+    @property
+    def block_kind_index(self) -> tuple[int, ...]:
+        """For each block, its index in `block_kinds`."""
+        return self._kinds[1]
+
+    @cached_property
+    def block_kind_counts(self) -> tuple[int, ...]:
+        """How many blocks of each kind of `block_kinds`."""
+        counts = [0] * len(self.block_kinds)
+        for i in self.block_kind_index:
+            counts[i] += 1
+        return tuple(counts)
 
     @cached_property
     def block_act_peak_bytes(self) -> float:

@@ -15,6 +15,7 @@ first / last virtual stage) with R_r of them fully recomputed:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from . import memory
 from .layers import LayerCost, LayerTable, overlap_hidden_s, overlap_window_s
@@ -66,6 +67,22 @@ class StageProblem:
 
     def inflight(self, rank: int) -> float:
         return memory.in_flight_micro_batches(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp)
+
+    @cached_property
+    def kind_coefficients(self) -> tuple[BlockCoefficients, ...]:
+        """block_coefficients of each of the table's block kinds (LayerTable.block_kinds)."""
+        return tuple(block_coefficients(self, b) for b in self.table.block_kinds)
+
+    @cached_property
+    def block_coefficients(self) -> tuple[BlockCoefficients, ...]:
+        """block_coefficients of every block, in model order."""
+        kinds = self.kind_coefficients
+        return tuple(kinds[i] for i in self.table.block_kind_index)
+
+    @cached_property
+    def extras(self) -> tuple[RankExtras, ...]:
+        """rank_extras of each pipeline rank."""
+        return tuple(rank_extras(self, r) for r in range(self.pp))
 
     def rank_cost(self, slices: list[StageSlice], rank: int) -> RankCost:
         """The float model's time and memory of `rank` under a partition."""
@@ -128,7 +145,7 @@ class RankExtras:
 
 
 def rank_extras(p: StageProblem, rank: int) -> RankExtras:
-    S = p.num_stages
+    S, g, inflight = p.num_stages, p.interference, p.inflight(rank)
     layers: list[LayerCost] = []
     sends = 0
     for k in p.stages_of(rank):
@@ -137,14 +154,12 @@ def rank_extras(p: StageProblem, rank: int) -> RankExtras:
         if k == S - 1:
             layers.append(p.table.output)
         sends += stage_sends(k, S)
-    g, inflight = p.interference, p.inflight(rank)
-    return RankExtras(
-        layers=tuple(layers),
-        time_s=sum(x.time_s for x in layers) + sends * p.table.p2p_s,
-        dp_sync_s=sum(x.dp_sync_s for x in layers),
-        dp_window_s=sum(overlap_window_s(x.compute_s - x.fwd_s, g) for x in layers),
-        dp_hidden_s=sum(overlap_hidden_s(x.dp_sync_s, g) for x in layers),
-        optimizer_s=sum(x.optimizer_s for x in layers),
-        allocated_bytes=sum(x.state_bytes + inflight * x.act.none for x in layers),
-    )
-
+    time = dp = window = hidden = opt = allocated = 0.0
+    for x in layers:
+        time += x.time_s
+        dp += x.dp_sync_s
+        window += overlap_window_s(x.compute_s - x.fwd_s, g)
+        hidden += overlap_hidden_s(x.dp_sync_s, g)
+        opt += x.optimizer_s
+        allocated += x.state_bytes + inflight * x.act.none
+    return RankExtras(tuple(layers), time + sends * p.table.p2p_s, dp, window, hidden, opt, allocated)

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from dataclasses import dataclass
 
 from cost_model import memory
 from cost_model.layers import LayerTable
-from cost_model.rank_costs import StageProblem, block_coefficients, block_time_s, rank_extras
+from cost_model.rank_costs import StageProblem, block_time_s
 from cost_model.vocab import Recompute, values
 
 
@@ -39,7 +38,7 @@ class TableSums:
 
 def table_sums(table: LayerTable, gamma: float) -> TableSums:
     # sum over the distinct block kinds (LayerCost compares by value) x their counts
-    blocks = list(Counter(table.blocks).items())
+    blocks = list(zip(table.block_kinds, table.block_kind_counts, strict=True))
     groups = blocks + [(table.embedding, 1), (table.output, 1)]
     extras = table.embedding.time_s + table.output.time_s
     return TableSums(
@@ -92,9 +91,9 @@ def _rank_time_fn(p: StageProblem, r: int):
     """A lower bound on T_r(N), the time of rank r holding N blocks, math.inf where N blocks
     cannot fit. Exact for uniform blocks; with several block kinds each coefficient takes
     its most favourable kind (least time and memory, most memory saved by recompute)."""
-    kinds = [block_coefficients(p, b) for b in p.table.block_kinds]
+    kinds = p.kind_coefficients
     budget = p.allocatable_bytes
-    ex = rank_extras(p, r)
+    ex = p.extras[r]
     inflight = p.inflight(r)
     e_r = ex.time_s
     const_mem = ex.allocated_bytes
@@ -158,12 +157,12 @@ def min_max_tail_s(p: StageProblem) -> float:
     L, pp, v = p.num_layers, p.pp, p.vpp
     hi_n = L - v * (pp - 1)
     # several kinds: the least slope of each line bounds every mix
-    kinds = [block_coefficients(p, x) for x in p.table.block_kinds]
+    kinds = p.kind_coefficients
     a = min(x.dp_sync_s - x.dp_window_s + x.optimizer_s for x in kinds)
     b = min(x.dp_hidden_s + x.optimizer_s for x in kinds)
     lines = []
     for r in range(pp):
-        ex = rank_extras(p, r)
+        ex = p.extras[r]
         lines.append((ex.dp_sync_s - ex.dp_window_s + ex.optimizer_s, ex.dp_hidden_s + ex.optimizer_s))
 
     def feasible(M: float) -> bool:

@@ -33,8 +33,6 @@ from ortools.sat.python import cp_model
 from cost_model.rank_costs import (
     BlockCoefficients,
     StageProblem,
-    block_coefficients,
-    rank_extras,
 )
 
 # Scaling: the whole model's time (every block, fully recomputed, plus the extras) maps to
@@ -263,7 +261,7 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
     tail = model.new_int_var(0, VAR_MAX_UNITS, "tail")
     T = []
     for r in range(p.pp):
-        ex = rank_extras(p, r)
+        ex = p.extras[r]
 
         # --- time of one micro-batch on rank r
         time = lay.total(r, "time", lambda c: c.time_s, sc.t) + sc.t(ex.time_s)
@@ -313,8 +311,7 @@ def solve(
     """Build, hint (the greedy partition), cut, solve exactly, read back.
     `lower_bound_s`: a proven bound on the step time (bounds.py); added as a cut on the
     objective (loosened by the rounding margin) so that a hint meeting it is proven optimal."""
-    kinds = {b: block_coefficients(p, b) for b in p.table.block_kinds}
-    coefs = [kinds[b] for b in p.table.blocks]
+    coefs = list(p.block_coefficients)
     sc = Scale(p, coefs)
     model = cp_model.CpModel()
 
