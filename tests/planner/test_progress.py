@@ -136,3 +136,4 @@ def test_progress_throttle():
            progress_after_s=0.05, progress_every_s=0.1)
     assert stamps and stamps[0] - t0 >= 0.05
     assert all(b - a >= 0.1 for a, b in itertools.pairwise(stamps))
+
