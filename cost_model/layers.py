@@ -84,15 +84,10 @@ class LayerTable:
         """The distinct block costs (by value, in order of first appearance) and each block's
         index among them. Blocks of one kind are usually one shared object, so each
         distinct object is hashed once (a LayerCost's hash walks all its fields)."""
+        objects = {id(b): b for b in self.blocks}  # valid while self.blocks holds them
         index_of: dict[LayerCost, int] = {}
-        seen: dict[int, int] = {}  # id -> kind, valid while self.blocks holds the objects
-        kind = []
-        for b in self.blocks:
-            i = seen.get(id(b))
-            if i is None:
-                i = seen[id(b)] = index_of.setdefault(b, len(index_of))
-            kind.append(i)
-        return tuple(index_of), tuple(kind)
+        kind_of_id = {i: index_of.setdefault(b, len(index_of)) for i, b in objects.items()}
+        return tuple(index_of), tuple(kind_of_id[id(b)] for b in self.blocks)
 
     @property
     def block_kinds(self) -> tuple[LayerCost, ...]:

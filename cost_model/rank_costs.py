@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 from . import memory
 from .layers import LayerCost, LayerTable, overlap_hidden_s, overlap_window_s
@@ -100,9 +101,9 @@ def block_act_bytes(b: LayerCost, recompute: str) -> float:
     return b.act.selective if recompute == RECOMPUTE_SELECTIVE else b.act.none
 
 
-@dataclass(frozen=True)
-class BlockCoefficients:
-    """One block's share of its rank's time and memory (module docstring)."""
+class BlockCoefficients(NamedTuple):
+    """One block's share of its rank's time and memory (module docstring). A NamedTuple:
+    built for every candidate the search refines, so it must be cheap to make."""
 
     time_s: float  # per micro-batch, not fully recomputed
     recompute_full_s: float  # extra per micro-batch if fully recomputed
@@ -130,10 +131,9 @@ def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
     )
 
 
-@dataclass(frozen=True)
-class RankExtras:
+class RankExtras(NamedTuple):
     """What a rank pays besides its blocks: the embedding / output layer of the first /
-    last virtual stage and the pipeline sends of its stages."""
+    last virtual stage and the pipeline sends of its stages (a NamedTuple, as above)."""
 
     layers: tuple[LayerCost, ...]
     time_s: float  # their forward+backward plus the p2p sends, per micro-batch

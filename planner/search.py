@@ -9,8 +9,8 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Literal, NamedTuple
 
 from cost_model.estimate import compose
 from cost_model.layers import LayerTable, layer_table
@@ -233,14 +233,15 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
 Stage = Literal["base_bound", "refined"]
 
 
-@dataclass(order=True)
-class _Entry:
-    """A candidate in the best-first queue, ordered by (bound, enumeration order)."""
+class _Entry(NamedTuple):
+    """A candidate in the best-first queue, ordered by (bound, enumeration order): the order
+    is unique, so the stage and the candidate are never compared (a tuple, so that the heap
+    compares in C)."""
 
     bound_s: float
     order: int
-    stage: Stage = field(compare=False)
-    candidate: Candidate = field(compare=False)
+    stage: Stage
+    candidate: Candidate
 
 
 def search(
@@ -336,10 +337,11 @@ def search(
 
     # --- best-first
     while queue:
-        report(line)
+        if progress is not None:
+            report(line)
         e = queue[0]
         # prune against the best plan: alternatives are the runners-up among what was solved
-        best_t = best_s()
+        best_t = found[0].estimate.prediction.step_time_s if found else math.inf
         if e.bound_s >= best_t * (1 - 1e-9):
             stats.pruned_time += len(queue)
             break
