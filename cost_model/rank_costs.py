@@ -145,7 +145,7 @@ class RankExtras(NamedTuple):
 
 
 def rank_extras(p: StageProblem, rank: int) -> RankExtras:
-    S, g, inflight = p.num_stages, p.interference, p.inflight(rank)
+    S = p.num_stages
     layers: list[LayerCost] = []
     sends = 0
     for k in p.stages_of(rank):
@@ -154,6 +154,9 @@ def rank_extras(p: StageProblem, rank: int) -> RankExtras:
         if k == S - 1:
             layers.append(p.table.output)
         sends += stage_sends(k, S)
+    if not layers:  # a middle rank: only its sends (most ranks; the search makes many)
+        return RankExtras((), 0.0 + sends * p.table.p2p_s, 0.0, 0.0, 0.0, 0.0, 0.0)
+    g, inflight = p.interference, p.inflight(rank)
     time = dp = window = hidden = opt = allocated = 0.0
     for x in layers:
         time += x.time_s
