@@ -26,18 +26,13 @@ from .vocab import DTYPE_BF16, DTYPE_FP8, DTYPE_FP32
 ALLOCATOR_FRAGMENTATION = 0.05
 
 
-def overhead_bytes(allocated_bytes: float, transient_bytes: float, reserved_bytes: float) -> float:
-    """What a GPU holds beyond its allocated model states and activations: the transient
-    buffers, the allocator's fragmentation margin over everything allocated, and the memory
-    outside the allocator (CUDA context, communicator buffers)."""
-    frag = ALLOCATOR_FRAGMENTATION * (allocated_bytes + transient_bytes)
-    return transient_bytes + frag + reserved_bytes
-
-
 def peak_bytes(allocated_bytes: float, transient_bytes: float, reserved_bytes: float) -> float:
-    """Peak memory of one GPU: the one memory rule of the cost model, the planner's bounds
-    and its ILP (which uses the inverse, `allocatable_bytes`)."""
-    return allocated_bytes + overhead_bytes(allocated_bytes, transient_bytes, reserved_bytes)
+    """Peak memory of one GPU: allocated model states and activations, the transient
+    buffers, the allocator's fragmentation margin over both, and the memory outside the
+    allocator (CUDA context, communicator buffers). The one memory rule of the cost model,
+    the planner's bounds and its ILP (which uses the inverse, `allocatable_bytes`)."""
+    frag = ALLOCATOR_FRAGMENTATION * (allocated_bytes + transient_bytes)
+    return allocated_bytes + (transient_bytes + frag + reserved_bytes)
 
 
 def allocatable_bytes(capacity_bytes: float, reserved_bytes: float) -> float:

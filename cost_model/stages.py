@@ -67,7 +67,7 @@ class RankCost:
     @property
     def other_bytes(self) -> float:
         """Transient buffers + reserved + allocator fragmentation margin."""
-        return memory.overhead_bytes(self.allocated_bytes, self.transient_bytes, self.reserved_bytes)
+        return self.peak_bytes - self.allocated_bytes
 
     @property
     def peak_bytes(self) -> float:
