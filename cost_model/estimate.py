@@ -21,6 +21,7 @@ from .stages import (
     pipeline_time_s,
     rank_cost,
     slices_from_counts,
+    stage_sends,
     step_time_s,
 )
 from .validate import validate_config
@@ -126,6 +127,10 @@ def compose(
         memory_per_rank_gib=tuple(r.peak_bytes / GIB for r in ranks),
         sources=dict(table.sources),
     )
+
+
+def _stage_p2p(table: LayerTable, sl: StageSlice, n: int) -> float:
+    return stage_sends(sl.index, n) * table.p2p_s
 
 
 def estimate(

@@ -80,9 +80,32 @@ class LayerTable:
     sources: dict[str, str] = field(default_factory=dict)
 
     @cached_property
+    def _kinds(self) -> tuple[tuple[LayerCost, ...], tuple[int, ...]]:
+        """The distinct block costs (by value, in order of first appearance) and each block's
+        index among them. Blocks of one kind are usually one shared object, so each
+        distinct object is hashed once (a LayerCost's hash walks all its fields)."""
+        objects = {id(b): b for b in self.blocks}  # valid while self.blocks holds them
+        index_of: dict[LayerCost, int] = {}
+        kind_of_id = {i: index_of.setdefault(b, len(index_of)) for i, b in objects.items()}
+        return tuple(index_of), tuple(kind_of_id[id(b)] for b in self.blocks)
+
+    @property
     def block_kinds(self) -> tuple[LayerCost, ...]:
-        """The distinct block costs (blocks of one kind share one LayerCost object)."""
-        return tuple({id(b): b for b in self.blocks}.values())
+        """The distinct block costs, in order of first appearance (compared by value)."""
+        return self._kinds[0]
+
+    @property
+    def block_kind_index(self) -> tuple[int, ...]:
+        """For each block, its index in `block_kinds`."""
+        return self._kinds[1]
+
+    @cached_property
+    def block_kind_counts(self) -> tuple[int, ...]:
+        """How many blocks of each kind of `block_kinds`."""
+        counts = [0] * len(self.block_kinds)
+        for i in self.block_kind_index:
+            counts[i] += 1
+        return tuple(counts)
 
     @cached_property
     def block_act_peak_bytes(self) -> float:
@@ -140,7 +163,7 @@ def _dp_sync_s(
     if size <= 1 or cfg.zero >= 3:
         return 0.0
     link = comm.group_link(cluster, size, stride)
-    gbytes = params * (DTYPE_BYTES[t.grad_dtype] if t.dtype != "fp32" else 4)
+    gbytes = params * memory.grad_dtype_bytes(t)
     if cfg.zero == 0:
         return comm.all_reduce_s(gbytes, size, link, fits)
     wbytes = params * DTYPE_BYTES[t.dtype]
@@ -178,9 +201,21 @@ def _zero3_s(
 
 
 def overlapped_s(comm_s: float, compute_s: float, interference: float) -> float:
-    """Exposed time of `comm_s` run alongside `compute_s`: the excess over the compute plus
-    `interference` x the hidden part (= max(comm - (1-g) compute, g comm), convex)."""
+    """The overlap rule: exposed time of `comm_s` run alongside `compute_s`, the excess over
+    the compute plus `interference` x the hidden part. Equal to the convex
+    max(comm - overlap_window_s(compute), overlap_hidden_s(comm)), the linear pieces that
+    the planner's ILP and bounds use."""
     return max(0.0, comm_s - compute_s) + interference * min(comm_s, compute_s)
+
+
+def overlap_window_s(compute_s: float, interference: float) -> float:
+    """The communication that `compute_s` of compute hides for free (overlapped_s)."""
+    return (1 - interference) * compute_s
+
+
+def overlap_hidden_s(comm_s: float, interference: float) -> float:
+    """What `comm_s` costs even when wholly hidden: the interference share (overlapped_s)."""
+    return interference * comm_s
 
 
 def _optimizer_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int) -> float:
@@ -188,12 +223,206 @@ def _optimizer_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, par
     states, reads its gradient and writes its 16-bit copy (Adam: fused multi-tensor apply)."""
     owned = params / (shard if cfg.zero >= 1 else 1)
     k = memory.optimizer_bytes_per_param(t)
-    g = DTYPE_BYTES[t.grad_dtype] if t.dtype != "fp32" else 4
+    g = memory.grad_dtype_bytes(t)
     nbytes = owned * (2 * k + g + DTYPE_BYTES[t.dtype])
     return compute.memory_bound_time_s(cluster.gpu, nbytes, kernels=1)
 
 
 # --------------------------------------------------------------------------- transformer
+
+
+@dataclass(frozen=True)
+class _BlockGeometry:
+    """The sizes one GPU sees for one block and micro-batch under cfg's degrees."""
+
+    moe_layer: bool
+    tokens: float  # b * s/cp: tokens this GPU processes (all TP ranks see all tokens)
+    s_local: float  # s/cp: the local sequence chunk
+    rep: int  # tp without SP (every TP rank repeats the elementwise work), else 1
+    act_dt: int  # bytes of one activation element (memory.activation_dtype_bytes)
+
+
+def _geometry(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, index: int) -> _BlockGeometry:
+    s_local = t.seq_length / cfg.cp
+    return _BlockGeometry(
+        moe_layer=m.moe is not None and m.moe.is_moe_layer(index),
+        tokens=cfg.micro_batch_size * s_local,
+        s_local=s_local,
+        rep=cfg.tp if cfg.sequence_parallel else 1,
+        act_dt=memory.activation_dtype_bytes(t),
+    )
+
+
+def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
+    """Forward GEMMs of one block per TP shard (Megatron column/row-parallel splits,
+    Shoeybi et al. 2019 §3): QKV, output projection, and the dense MLP or the MoE experts
+    (balanced routing: each local expert gets tokens*top_k*ep/E tokens), shared experts and
+    router. Returns (seconds, FFN width the elementwise activation function touches)."""
+    dt, tp, tokens = t.dtype, cfg.tp, geo.tokens
+    h, d = m.hidden_size, m.kv_channels
+    a, g = m.num_attention_heads, m.num_kv_heads
+    n_up = 2 if m.mlp == "swiglu" else 1
+    gemm_s = compute.gemm_time_s(gpu, dt, tokens, (a * d + 2 * g * d) / tp, h)  # QKV
+    gemm_s += compute.gemm_time_s(gpu, dt, tokens, h, a * d / tp)  # output projection
+    if not geo.moe_layer:
+        f = m.ffn_hidden_size
+        gemm_s += compute.gemm_time_s(gpu, dt, tokens, n_up * f / tp, h)
+        gemm_s += compute.gemm_time_s(gpu, dt, tokens, h, f / tp)
+        return gemm_s, f
+    e = m.moe
+    n_local = max(1, e.num_experts // cfg.ep)
+    tok_per_expert = tokens * e.top_k * cfg.ep / e.num_experts  # balanced routing
+    f = e.ffn_hidden_size
+    gemm_s += compute.gemm_time_s(gpu, dt, tok_per_expert, n_up * f / tp, h, batch=n_local)
+    gemm_s += compute.gemm_time_s(gpu, dt, tok_per_expert, h, f / tp, batch=n_local)
+    if e.num_shared_experts:
+        fs = f * e.num_shared_experts
+        gemm_s += compute.gemm_time_s(gpu, dt, tokens, n_up * fs / tp, h)
+        gemm_s += compute.gemm_time_s(gpu, dt, tokens, h, fs / tp)
+    gemm_s += compute.gemm_time_s(gpu, dt, tokens, e.num_experts, h)  # router
+    return gemm_s, f * (e.top_k * 1.0)
+
+
+def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
+    """Attention core (QK^T, softmax, PV), forward and backward seconds. Eager: materialised
+    scores as batched GEMMs over b * heads plus the memory-bound scale-mask-softmax and
+    dropout (Korthikanti §4.1), backward 2x. Flash: FlashAttention-2 (Dao 2023), causal
+    tiles only, backward FLASH_BWD_FACTOR x forward."""
+    dt, b, d = t.dtype, cfg.micro_batch_size, m.kv_channels
+    heads_local = m.num_attention_heads / cfg.tp
+    if t.attention == "eager":
+        core_s = compute.gemm_time_s(gpu, dt, geo.s_local, t.seq_length, d, batch=b * heads_local)
+        core_s += compute.gemm_time_s(gpu, dt, geo.s_local, d, t.seq_length, batch=b * heads_local)
+        scores = b * heads_local * geo.s_local * t.seq_length
+        mask = 1 if m.dropout else 0
+        act_dt = geo.act_dt
+        # scale-mask-softmax (read+write) and dropout (read, write, mask)
+        core_s += compute.memory_bound_time_s(gpu, scores * (2 * act_dt + (2 * act_dt + mask) * mask), kernels=2)
+        return core_s, 2.0 * core_s
+    core_flops = flops.attention_core_flops(m, geo.tokens, t.seq_length) / cfg.tp * FLASH_CAUSAL_FRACTION
+    core_s = compute.flash_attention_time_s(gpu, dt, core_flops)
+    return core_s, FLASH_BWD_FACTOR * core_s
+
+
+def _elementwise_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, geo: _BlockGeometry, f_elem: float) -> float:
+    """Memory-bound elementwise work of one block's forward, bytes through HBM: two norms,
+    two residual adds (+ dropout masks), RoPE on q and k, the MLP activation function
+    (Korthikanti §4.1 lists the same tensors; each is read and written once)."""
+    act_dt, tokens, rep, tp = geo.act_dt, geo.tokens, geo.rep, cfg.tp
+    h, d = m.hidden_size, m.kv_channels
+    a, g = m.num_attention_heads, m.num_kv_heads
+    sbh_bytes = act_dt * tokens * h / rep
+    elem = 2 * 2 * sbh_bytes  # two norms, read + write
+    elem += 2 * 3 * sbh_bytes  # two residual adds (+ dropout), read 2 write 1
+    if m.dropout:
+        elem += 2 * tokens * h / rep  # masks
+    if m.position == "rope":
+        elem += 2 * act_dt * tokens * (a + g) * d / tp  # rotate q and k
+    act_reads = 3 if m.mlp == "swiglu" else 2  # swiglu reads gate+up, writes one
+    elem += act_reads * act_dt * tokens * f_elem / tp
+    return compute.memory_bound_time_s(gpu, elem, kernels=8)
+
+
+@dataclass(frozen=True)
+class _BlockCompute:
+    fwd_s: float
+    bwd_s: float
+    core_fwd_s: float  # the attention core's share of the forward (CP hides its ring under it)
+    core_bwd_s: float
+    source: str  # analytic | profile
+
+
+def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry,
+                   profile: CalibrationProfile | None) -> _BlockCompute:
+    """Forward and backward compute of one block: GEMMs + attention core + elementwise,
+    backward 2x the GEMMs and elementwise (two GEMMs per forward one, Narayanan et al.
+    SC'21 §5.1) plus the core's own backward. A profiled (kind, tp, micro-batch, seq/cp)
+    entry replaces the forward and backward totals, and the core keeps its analytic share
+    of the measured forward."""
+    gemm_s, f_elem = _gemms_fwd_s(m, gpu, t, cfg, geo)
+    core_s, core_bwd_s = _attention_core_s(m, gpu, t, cfg, geo)
+    elem_s = _elementwise_fwd_s(m, gpu, cfg, geo, f_elem)
+    fwd, bwd = gemm_s + core_s + elem_s, 2.0 * (gemm_s + elem_s) + core_bwd_s
+    if profile is not None:
+        kind = "moe_block" if geo.moe_layer else "block"
+        timing = profile.layers.get((kind, cfg.tp, cfg.micro_batch_size, t.seq_length // cfg.cp))
+        if timing is not None:
+            core_s = core_s * (timing.fwd_s / max(1e-12, gemm_s + core_s + elem_s))
+            return _BlockCompute(timing.fwd_s, timing.bwd_s, core_s, core_bwd_s, "profile")
+    return _BlockCompute(fwd, bwd, core_s, core_bwd_s, "analytic")
+
+
+def _block_tp_fwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
+    """Forward TP communication of a block: 2 f/g operators on the b*s*h activation
+    (Shoeybi et al. 2019 fig. 3: one after attention, one after the MLP); the backward
+    has the same 2, so a block costs 2x this."""
+    ar_bytes = geo.act_dt * geo.tokens * m.hidden_size
+    return 2 * _tp_sync_s(ar_bytes, cfg.tp, comm.group_link(cluster, cfg.tp, 1), fits, cfg.sequence_parallel)
+
+
+def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: _BlockCompute, fits) -> float:
+    """Ring attention (Liu et al. 2023; Megatron-Core context parallel): cp-1 exchanges of
+    the local K/V chunk forward, K/V + dK/dV backward, overlapped with the attention core."""
+    cp, tp = cfg.cp, cfg.tp
+    if cp <= 1:
+        return 0.0
+    cp_link = comm.group_link(cluster, cp, tp)
+    kv_bytes = 2 * geo.act_dt * geo.tokens * m.num_kv_heads * m.kv_channels / tp
+    ring_fwd = (cp - 1) * comm.send_recv_s(kv_bytes, cp_link, fits)
+    gamma = cluster.gpu.overlap_interference
+    return overlapped_s(ring_fwd, c.core_fwd_s, gamma) + overlapped_s(2 * ring_fwd, c.core_bwd_s, gamma)
+
+
+def _block_ep_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
+    """EP all-to-all dispatch + combine of the routed tokens, forward and backward
+    (DeepSeek-V3 §3.2; Megatron-Core MoE token dispatcher), not overlapped."""
+    if not geo.moe_layer or cfg.ep <= 1:
+        return 0.0
+    ep_link = comm.group_link(cluster, cfg.ep, cfg.tp * cfg.cp)
+    a2a_bytes = geo.act_dt * geo.tokens * m.moe.top_k * m.hidden_size / (cfg.tp if cfg.sequence_parallel else 1)
+    return 4 * comm.all_to_all_s(a2a_bytes, cfg.ep, ep_link, fits)
+
+
+def _block_params(m: TransformerSpec, cfg: ParallelConfig, moe_layer: bool) -> tuple[float, float]:
+    """(dense, expert) parameters of one block on one GPU: TP splits both, EP the routed
+    experts (each GPU holds num_experts/ep of them)."""
+    if not moe_layer:
+        return flops.block_params(m, False) / cfg.tp, 0.0
+    local_experts = max(1, m.moe.num_experts // cfg.ep)
+    all_but_routed = flops.block_params(m, True, experts=0)
+    routed_each = flops.block_params(m, True, experts=1) - all_but_routed
+    return all_but_routed / cfg.tp, routed_each * local_experts / cfg.tp
+
+
+@dataclass(frozen=True)
+class _BlockStates:
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    dp_sync_s: float
+    zero3_comm_s: float
+    optimizer_s: float
+    transient_bytes: float
+
+
+def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, expert: float,
+                  c: _BlockCompute, fits) -> _BlockStates:
+    """Model states, gradient sync, ZeRO-3 traffic and optimizer step of a block's dense
+    parameters (data-parallel over dp*cp, TP ranks apart) and expert parameters (over
+    dp*cp/ep, tp*ep ranks apart). The expert gathers are not hidden under compute (their
+    layer's compute is counted once, with the dense part). ZeRO-3 keeps the gathered
+    16-bit parameters of the current and the prefetched layer (2 x)."""
+    tp, ep = cfg.tp, cfg.ep
+    dp_size, edp_size = _dense_dp_size(cfg), _expert_dp_size(cfg)
+    w1, g1, o1 = _state(t, cfg, dense, dp_size)
+    w2, g2, o2 = _state(t, cfg, expert, edp_size)
+    dp_sync = _dp_sync_s(cluster, t, cfg, dense, dp_size, tp, fits)
+    dp_sync += _dp_sync_s(cluster, t, cfg, expert, edp_size, tp * ep, fits)
+    zero3 = _zero3_s(cluster, t, cfg, dense, dp_size, tp, c.fwd_s, c.bwd_s, fits)
+    zero3 += _zero3_s(cluster, t, cfg, expert, edp_size, tp * ep, 0.0, 0.0, fits) if expert else 0.0
+    opt = _optimizer_s(cluster, t, cfg, dense, dp_size) + _optimizer_s(cluster, t, cfg, expert, edp_size)
+    transient = (dense + expert) * DTYPE_BYTES[t.dtype] * 2 if cfg.zero >= 3 else 0.0
+    return _BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt, transient)
 
 
 def _block_cost(
@@ -205,147 +434,39 @@ def _block_cost(
     profile: CalibrationProfile | None,
     sources: dict[str, str],
 ) -> LayerCost:
-    gpu = cluster.gpu
-    dt = t.dtype if t.dtype != "fp8" else "fp8"
-    act_dt = DTYPE_BYTES[t.dtype] if t.dtype != "fp8" else 2
-    moe_layer = m.moe is not None and m.moe.is_moe_layer(index)
-    tp, cp, b = cfg.tp, cfg.cp, cfg.micro_batch_size
-    s_local = t.seq_length / cp
-    tokens = b * s_local  # tokens this GPU processes (all TP ranks see all tokens)
-    h, d = m.hidden_size, m.kv_channels
-    a, g = m.num_attention_heads, m.num_kv_heads
-    rep = tp if cfg.sequence_parallel else 1  # without SP every TP rank repeats the elementwise work
-
-    # --- GEMMs (forward), per TP shard
-    gemm_s = compute.gemm_time_s(gpu, dt, tokens, (a * d + 2 * g * d) / tp, h)  # QKV
-    gemm_s += compute.gemm_time_s(gpu, dt, tokens, h, a * d / tp)  # output projection
-    if moe_layer:
-        e = m.moe
-        n_local = max(1, e.num_experts // cfg.ep)
-        tok_per_expert = tokens * e.top_k * cfg.ep / e.num_experts  # balanced routing
-        f = e.ffn_hidden_size
-        n_up = 2 if m.mlp == "swiglu" else 1
-        gemm_s += compute.gemm_time_s(gpu, dt, tok_per_expert, n_up * f / tp, h, batch=n_local)
-        gemm_s += compute.gemm_time_s(gpu, dt, tok_per_expert, h, f / tp, batch=n_local)
-        if e.num_shared_experts:
-            fs = f * e.num_shared_experts
-            gemm_s += compute.gemm_time_s(gpu, dt, tokens, n_up * fs / tp, h)
-            gemm_s += compute.gemm_time_s(gpu, dt, tokens, h, fs / tp)
-        gemm_s += compute.gemm_time_s(gpu, dt, tokens, e.num_experts, h)  # router
-        f_elem = f * (e.top_k * 1.0)
-    else:
-        f = m.ffn_hidden_size
-        n_up = 2 if m.mlp == "swiglu" else 1
-        gemm_s += compute.gemm_time_s(gpu, dt, tokens, n_up * f / tp, h)
-        gemm_s += compute.gemm_time_s(gpu, dt, tokens, h, f / tp)
-        f_elem = f
-
-    # --- attention core (forward)
-    heads_local = a / tp
-    if t.attention == "eager":
-        # materialised scores: QK^T and PV as batched GEMMs over b * heads, full s x s
-        core_s = compute.gemm_time_s(gpu, dt, s_local, t.seq_length, d, batch=b * heads_local)
-        core_s += compute.gemm_time_s(gpu, dt, s_local, d, t.seq_length, batch=b * heads_local)
-        scores = b * heads_local * s_local * t.seq_length
-        mask = 1 if m.dropout else 0
-        # scale-mask-softmax (read+write) and dropout (read, write, mask)
-        core_s += compute.memory_bound_time_s(gpu, scores * (2 * act_dt + (2 * act_dt + mask) * mask), kernels=2)
-        core_bwd_s = 2.0 * core_s
-    else:
-        core_flops = flops.attention_core_flops(m, tokens, t.seq_length) / tp * FLASH_CAUSAL_FRACTION
-        core_s = compute.flash_attention_time_s(gpu, dt, core_flops)
-        core_bwd_s = FLASH_BWD_FACTOR * core_s
-
-    # --- memory-bound elementwise work (forward), bytes through HBM
-    sbh_bytes = act_dt * tokens * h / rep
-    elem = 2 * 2 * sbh_bytes  # two norms, read + write
-    elem += 2 * 3 * sbh_bytes  # two residual adds (+ dropout), read 2 write 1
-    if m.dropout:
-        elem += 2 * tokens * h / rep  # masks
-    if m.position == "rope":
-        elem += 2 * act_dt * tokens * (a + g) * d / tp  # rotate q and k
-    act_reads = 3 if m.mlp == "swiglu" else 2  # swiglu reads gate+up, writes one
-    elem += act_reads * act_dt * tokens * f_elem / tp
-    elem_s = compute.memory_bound_time_s(gpu, elem, kernels=8)
-
-    fwd_compute = gemm_s + core_s + elem_s
-    bwd_compute = 2.0 * (gemm_s + elem_s) + core_bwd_s
-    source = "analytic"
-    if profile is not None:
-        kind = "moe_block" if moe_layer else "block"
-        timing = profile.layers.get((kind, tp, b, t.seq_length // cp))
-        if timing is not None:
-            fwd_compute, bwd_compute = timing.fwd_s, timing.bwd_s
-            core_s = core_s * (timing.fwd_s / max(1e-12, gemm_s + core_s + elem_s))
-            source = "profile"
-    sources["moe_block" if moe_layer else "block"] = source
-
-    # --- TP communication: 4 all-reduce-equivalents of b*s*h per block (fwd 2, bwd 2)
+    """One transformer block: compute, TP/CP/EP communication, states (the functions above).
+    A fully recomputed block repeats its forward compute, its forward TP collectives and
+    its forward all-to-alls (half of ep_comm); selective recompute (eager attention only)
+    repeats the attention core (Korthikanti §5)."""
+    geo = _geometry(m, t, cfg, index)
     fits = profile.comm if profile else None
-    tp_link = comm.group_link(cluster, tp, 1)
-    ar_bytes = act_dt * tokens * h
-    tp_fwd = 2 * _tp_sync_s(ar_bytes, tp, tp_link, fits, cfg.sequence_parallel)
-    tp_comm = 2 * tp_fwd
-
-    # --- CP ring exchange of K/V, overlapped with the attention core
-    cp_comm = 0.0
-    if cp > 1:
-        cp_link = comm.group_link(cluster, cp, tp)
-        kv_bytes = 2 * act_dt * tokens * g * d / tp
-        ring_fwd = (cp - 1) * comm.send_recv_s(kv_bytes, cp_link, fits)
-        gamma = gpu.overlap_interference
-        cp_comm = overlapped_s(ring_fwd, core_s, gamma) + overlapped_s(2 * ring_fwd, core_bwd_s, gamma)
-
-    # --- EP all-to-all dispatch + combine, forward and backward
-    ep_comm = 0.0
-    if moe_layer and cfg.ep > 1:
-        ep_link = comm.group_link(cluster, cfg.ep, tp * cp)
-        a2a_bytes = act_dt * tokens * m.moe.top_k * h / (tp if cfg.sequence_parallel else 1)
-        ep_comm = 4 * comm.all_to_all_s(a2a_bytes, cfg.ep, ep_link, fits)
-
-    # --- parameters and model states
-    dense_params = flops.block_params(m, False) if not moe_layer else 0.0
-    expert_params = 0.0
-    if moe_layer:
-        e = m.moe
-        local_experts = max(1, e.num_experts // cfg.ep)
-        all_but_routed = flops.block_params(m, True, experts=0)
-        routed_each = flops.block_params(m, True, experts=1) - all_but_routed
-        dense_params = all_but_routed
-        expert_params = routed_each * local_experts
-    dense_params /= tp
-    expert_params /= tp
-    dp_size, edp_size = _dense_dp_size(cfg), _expert_dp_size(cfg)
-    w1, g1, o1 = _state(t, cfg, dense_params, dp_size)
-    w2, g2, o2 = _state(t, cfg, expert_params, edp_size)
-    dp_sync = _dp_sync_s(cluster, t, cfg, dense_params, dp_size, tp, fits)
-    dp_sync += _dp_sync_s(cluster, t, cfg, expert_params, edp_size, tp * cfg.ep, fits)
-    zero3 = _zero3_s(cluster, t, cfg, dense_params, dp_size, tp, fwd_compute, bwd_compute, fits)
-    zero3 += _zero3_s(cluster, t, cfg, expert_params, edp_size, tp * cfg.ep, 0.0, 0.0, fits) if expert_params else 0.0
-    opt = _optimizer_s(cluster, t, cfg, dense_params, dp_size) + _optimizer_s(cluster, t, cfg, expert_params, edp_size)
-    transient = (dense_params + expert_params) * DTYPE_BYTES[t.dtype] * 2 if cfg.zero >= 3 else 0.0
-
-    act = memory.block_activation_bytes(m, t, b, tp, cp, cfg.sequence_parallel, moe_layer)
-    model_f = 3.0 * flops.block_flops(m, b * t.seq_length, t.seq_length, moe_layer).total / (tp * cp)
-    selective_s = core_s if t.attention == "eager" else 0.0
+    c = _block_compute(m, cluster.gpu, t, cfg, geo, profile)
+    sources["moe_block" if geo.moe_layer else "block"] = c.source
+    tp_fwd = _block_tp_fwd_s(m, cluster, cfg, geo, fits)
+    ep_comm = _block_ep_s(m, cluster, cfg, geo, fits)
+    dense, expert = _block_params(m, cfg, geo.moe_layer)
+    st = _block_states(cluster, t, cfg, dense, expert, c, fits)
+    b = cfg.micro_batch_size
+    act = memory.block_activation_bytes(m, t, b, cfg.tp, cfg.cp, cfg.sequence_parallel, geo.moe_layer)
+    model_f = 3.0 * flops.block_flops(m, b * t.seq_length, t.seq_length, geo.moe_layer).total / (cfg.tp * cfg.cp)
     return LayerCost(
         name=f"block{index}",
-        compute_s=fwd_compute + bwd_compute,
-        fwd_s=fwd_compute,
-        tp_comm_s=tp_comm,
-        cp_comm_s=cp_comm,
+        compute_s=c.fwd_s + c.bwd_s,
+        fwd_s=c.fwd_s,
+        tp_comm_s=2 * tp_fwd,
+        cp_comm_s=_block_cp_s(m, cluster, cfg, geo, c, fits),
         ep_comm_s=ep_comm,
-        zero3_comm_s=zero3,
-        recompute_full_s=fwd_compute + tp_fwd + (ep_comm / 2),
-        recompute_selective_s=selective_s,
+        zero3_comm_s=st.zero3_comm_s,
+        recompute_full_s=c.fwd_s + tp_fwd + (ep_comm / 2),
+        recompute_selective_s=c.core_fwd_s if t.attention == "eager" else 0.0,
         act=act,
-        weights_bytes=w1 + w2,
-        grads_bytes=g1 + g2,
-        optimizer_bytes=o1 + o2,
-        dp_sync_s=dp_sync,
-        optimizer_s=opt,
+        weights_bytes=st.weights_bytes,
+        grads_bytes=st.grads_bytes,
+        optimizer_bytes=st.optimizer_bytes,
+        dp_sync_s=st.dp_sync_s,
+        optimizer_s=st.optimizer_s,
         flops_model=model_f,
-        transient_bytes=transient,
+        transient_bytes=st.transient_bytes,
     )
 
 
@@ -387,7 +508,7 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     """Vocab-parallel embedding lookup (Megatron): gather rows, all-reduce the partial
     outputs over TP (reduce-scatter with SP); backward scatter-adds into the gradient."""
     gpu, tp, b = cluster.gpu, cfg.tp, cfg.micro_batch_size
-    act_dt = DTYPE_BYTES[t.dtype] if t.dtype != "fp8" else 2
+    act_dt = memory.activation_dtype_bytes(t)
     tokens = b * t.seq_length / cfg.cp
     nbytes = 2 * act_dt * tokens * m.hidden_size
     fwd = compute.memory_bound_time_s(gpu, nbytes, kernels=2)
@@ -408,7 +529,7 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     vocab_parallel_cross_entropy: 3 small all-reduces of per-token scalars)."""
     gpu, tp, b = cluster.gpu, cfg.tp, cfg.micro_batch_size
     dt = t.dtype
-    act_dt = DTYPE_BYTES[t.dtype] if t.dtype != "fp8" else 2
+    act_dt = memory.activation_dtype_bytes(t)
     tokens = b * t.seq_length / cfg.cp
     v_local = m.vocab_size / tp
     gemm = compute.gemm_time_s(gpu, dt, tokens, v_local, m.hidden_size)
@@ -434,7 +555,7 @@ def _p2p_s(m_hidden: float, cluster, t, cfg, profile) -> float:
     Narayanan §4.1's scatter/gather optimisation) each TP rank sends 1/t of it."""
     if cfg.pp <= 1:
         return 0.0
-    act_dt = DTYPE_BYTES[t.dtype] if t.dtype != "fp8" else 2
+    act_dt = memory.activation_dtype_bytes(t)
     nbytes = act_dt * cfg.micro_batch_size * t.seq_length / cfg.cp * m_hidden / cfg.tp
     stride = cfg.tp * cfg.cp * cfg.dp
     link = comm.group_link(cluster, 2, stride)
@@ -486,7 +607,7 @@ def layer_table(
     if isinstance(model, LayerListSpec):
         blocks = tuple(_generic_cost(layer, cluster, training, cfg, profile, i) for i, layer in enumerate(model.layers))
         hidden_bytes = max((layer.output_bytes for layer in model.layers), default=0.0)
-        act_dt = DTYPE_BYTES[training.dtype] if training.dtype != "fp8" else 2
+        act_dt = memory.activation_dtype_bytes(training)
         sources["block"] = "analytic"
         return LayerTable(
             blocks=blocks,

@@ -18,12 +18,41 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .specs import TrainingSpec, TransformerSpec
-from .vocab import DTYPE_BYTES
+from .vocab import DTYPE_BF16, DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32
 
 # Stated margin: the PyTorch caching allocator fragments; 5% of allocated bytes is the
 # typical gap between memory_reserved and memory_allocated at the peak of a training step
 # (PyTorch CUDA memory-management notes; expandable segments shrink it). An assumption.
 ALLOCATOR_FRAGMENTATION = 0.05
+
+
+def peak_bytes(allocated_bytes: float, transient_bytes: float, reserved_bytes: float) -> float:
+    """Peak memory of one GPU: allocated model states and activations, the transient
+    buffers, the allocator's fragmentation margin over both, and the memory outside the
+    allocator (CUDA context, communicator buffers). The one memory rule of the cost model,
+    the planner's bounds and its ILP (which uses the inverse, `allocatable_bytes`)."""
+    frag = ALLOCATOR_FRAGMENTATION * (allocated_bytes + transient_bytes)
+    return allocated_bytes + (transient_bytes + frag + reserved_bytes)
+
+
+def allocatable_bytes(capacity_bytes: float, reserved_bytes: float) -> float:
+    """The most allocated + transient bytes for which `peak_bytes` stays within
+    `capacity_bytes` (peak_bytes solved for its first two arguments)."""
+    return (capacity_bytes - reserved_bytes) / (1.0 + ALLOCATOR_FRAGMENTATION)
+
+
+def activation_dtype_bytes(t: TrainingSpec) -> int:
+    """Bytes of one saved or communicated activation element: the compute dtype's, except
+    that fp8 training (Transformer Engine) keeps and sends activations in bf16 and casts
+    to fp8 only inside the GEMMs (Micikevicius et al. 2022, "FP8 Formats for Deep
+    Learning" §4)."""
+    return DTYPE_BYTES[DTYPE_BF16 if t.dtype == DTYPE_FP8 else t.dtype]
+
+
+def grad_dtype_bytes(t: TrainingSpec) -> int:
+    """Bytes of one gradient element: `grad_dtype`, except fp32 training, whose gradients
+    are fp32 whatever grad_dtype says."""
+    return DTYPE_BYTES[DTYPE_FP32 if t.dtype == DTYPE_FP32 else t.grad_dtype]
 
 # --------------------------------------------------------------------------- model states
 
@@ -56,7 +85,7 @@ def model_state_bytes_per_param(t: TrainingSpec, zero: int, shard: int) -> State
     With bf16 weights, fp32 grads and Adam this is Megatron's 18 bytes and 6 + 12/d; with
     16-bit grads it is ZeRO's 16, 4 + 12/d, 2 + 14/d, 16/d."""
     w = DTYPE_BYTES[t.dtype]
-    g = DTYPE_BYTES[t.grad_dtype] if t.dtype != "fp32" else 4
+    g = grad_dtype_bytes(t)
     k = optimizer_bytes_per_param(t)
     d = max(1, shard)
     if zero <= 0:
@@ -89,7 +118,6 @@ def block_activation_bytes(
     cp: int,
     sequence_parallel: bool,
     moe_layer: bool,
-    ep_tokens_factor: float = 1.0,
 ) -> ActivationBytes:
     """Korthikanti et al. 2022 §4.1 term by term, generalised (see module docstring).
 
@@ -102,7 +130,7 @@ def block_activation_bytes(
     input, 2sbh (/t with SP: Megatron checkpoints the sharded input; the paper's table
     lists 2sbh without SP).
     """
-    dt = DTYPE_BYTES[t.dtype] if t.dtype != "fp8" else 2  # fp8 training keeps bf16 activations
+    dt = activation_dtype_bytes(t)
     s = t.seq_length / cp
     b = micro_batch
     h, d = m.hidden_size, m.kv_channels
@@ -136,7 +164,7 @@ def block_activation_bytes(
     if moe_layer and m.moe is not None:
         e = m.moe
         f = e.ffn_hidden_size
-        routed_tokens = e.top_k * ep_tokens_factor
+        routed_tokens = e.top_k
         per_expert_token = (3 if m.mlp == "swiglu" else 2) * dt * f + dt * h  # acts + permuted input
         mlp_sharded = s * b * per_expert_token * (routed_tokens + e.num_shared_experts)
         mlp_sharded += 4.0 * s * b * e.num_experts / max(1, tp)  # fp32 router logits
@@ -180,7 +208,7 @@ def logits_activation_bytes(
 ) -> float:
     """Last stage (Korthikanti §4.3): final-norm input and output-layer input (2 x d*sbh,
     /t with SP) plus the fp32 logits the vocab-parallel cross-entropy keeps, 4*s*b*V/t."""
-    dt = DTYPE_BYTES[t.dtype] if t.dtype != "fp8" else 2
+    dt = activation_dtype_bytes(t)
     s = t.seq_length / cp
     sbh = s * micro_batch * m.hidden_size
     return 2 * dt * sbh / (tp if sp else 1) + 4.0 * s * micro_batch * m.vocab_size / tp

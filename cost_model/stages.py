@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import memory
-from .layers import LayerTable
+from .layers import LayerTable, overlapped_s
 
 
 @dataclass(frozen=True)
@@ -57,22 +57,34 @@ class RankCost:
 
     @property
     def exposed_dp_s(self) -> float:
-        """DP sync overlapped with the last micro-batch's backward (layers.overlapped_s)."""
-        g = self.overlap_interference
-        return max(0.0, self.dp_sync_s - self.bwd_s) + g * min(self.dp_sync_s, self.bwd_s)
+        """DP sync overlapped with the last micro-batch's backward."""
+        return overlapped_s(self.dp_sync_s, self.bwd_s, self.overlap_interference)
+
+    @property
+    def allocated_bytes(self) -> float:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
 
     @property
     def other_bytes(self) -> float:
         """Transient buffers + reserved + allocator fragmentation margin."""
-        allocated = self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-        frag = memory.ALLOCATOR_FRAGMENTATION * (allocated + self.transient_bytes)
-        return self.transient_bytes + frag + self.reserved_bytes
+        return self.peak_bytes - self.allocated_bytes
 
     @property
     def peak_bytes(self) -> float:
-        return (
-            self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
-        )
+        return memory.peak_bytes(self.allocated_bytes, self.transient_bytes, self.reserved_bytes)
+
+
+def stage_sends(k: int, num_stages: int) -> int:
+    """Activation sends of virtual stage k per micro-batch and direction: one to the next
+    stage unless it is the last, one from the previous unless it is the first (each send
+    costs LayerTable.p2p_s; forward activations and backward gradients have one size)."""
+    return (k < num_stages - 1) + (k > 0)
+
+
+def transient_bytes(table: LayerTable, recomputes: bool) -> float:
+    """Transient buffers of a rank: ZeRO-3 gathered parameters, and the live activations
+    of a block being recomputed when the rank recomputes any (LayerTable's properties)."""
+    return max(table.zero3_buffer_bytes, table.block_act_peak_bytes if recomputes else 0.0)
 
 
 def balanced_stage_layers(num_layers: int, num_stages: int) -> list[int]:
@@ -143,10 +155,9 @@ def rank_cost(
             g += lc.grads_bytes
             o += lc.optimizer_bytes
             act += a
-        sends = (sl.index < n_stages - 1) + (sl.index > 0)
-        ppc += sends * table.p2p_s
+        ppc += stage_sends(sl.index, n_stages) * table.p2p_s
     time = comp + rc + tp + cp + ep + z3 + ppc
-    transient = max(table.zero3_buffer_bytes, table.block_act_peak_bytes if recomputes else 0.0)
+    transient = transient_bytes(table, recomputes)
     inflight = memory.in_flight_micro_batches(schedule, pp, rank, num_micro_batches, vpp)
     return RankCost(
         rank=rank,

@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass
 
 from cost_model import memory
-from cost_model.layers import LayerCost, LayerTable
-
-from .ilp import StageProblem, block_act_bytes, block_time_s, extras_for_rank
+from cost_model.layers import LayerTable
+from cost_model.rank_costs import StageProblem, block_time_s
+from cost_model.vocab import Recompute, values
 
 
 @dataclass(frozen=True)
@@ -37,15 +37,12 @@ class TableSums:
 
 
 def table_sums(table: LayerTable, gamma: float) -> TableSums:
-    # blocks of one kind share one LayerCost object: sum over kinds x their counts
-    kinds: dict[int, list] = {}
-    for b in table.blocks:
-        kinds.setdefault(id(b), [b, 0])[1] += 1
-    groups = [(b, n) for b, n in kinds.values()] + [(table.embedding, 1), (table.output, 1)]
-    blocks = groups[:-2]
+    # sum over the distinct block kinds (LayerCost compares by value) x their counts
+    blocks = list(zip(table.block_kinds, table.block_kind_counts, strict=True))
+    groups = blocks + [(table.embedding, 1), (table.output, 1)]
     extras = table.embedding.time_s + table.output.time_s
     return TableSums(
-        time_s={r: sum(n * block_time_s(b, r) for b, n in blocks) + extras for r in ("none", "selective", "full")},
+        time_s={r: sum(n * block_time_s(b, r) for b, n in blocks) + extras for r in values(Recompute)},
         tail_s=sum(n * (gamma * x.dp_sync_s + x.optimizer_s) for x, n in groups),
         states_bytes=sum(n * x.state_bytes for x, n in groups),
         act_bytes={
@@ -73,7 +70,7 @@ def memory_bound_bytes(
     last rank, at least one micro-batch of 1/p of the blocks' least activations (block inputs
     under full recompute)."""
     act = sums.act_bytes[recompute] / pp * memory.in_flight_micro_batches(schedule, pp, pp - 1, m, vpp)
-    return (1 + memory.ALLOCATOR_FRAGMENTATION) * (sums.states_bytes * states_scale / pp + act) + reserved
+    return memory.peak_bytes(sums.states_bytes * states_scale / pp + act, 0.0, reserved)
 
 
 def base_time_bound_s(sums: TableSums, table: LayerTable, c, m: int) -> float:
@@ -90,25 +87,19 @@ def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: floa
     return memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved, states_scale=per / base)
 
 
-def _kinds(p: StageProblem) -> tuple[LayerCost, ...]:
-    return p.table.block_kinds
-
-
 def _rank_time_fn(p: StageProblem, r: int):
     """A lower bound on T_r(N), the time of rank r holding N blocks, math.inf where N blocks
     cannot fit. Exact for uniform blocks; with several block kinds each coefficient takes
     its most favourable kind (least time and memory, most memory saved by recompute)."""
-    kinds = _kinds(p)
-    full = p.recompute == "full"
-    frag = 1.0 + memory.ALLOCATOR_FRAGMENTATION
-    budget = (p.capacity_bytes - p.reserved_bytes) / frag
-    extras, p2p_s = extras_for_rank(p, r)
+    kinds = p.kind_coefficients
+    budget = p.allocatable_bytes
+    ex = p.extras[r]
     inflight = p.inflight(r)
-    e_r = sum(x.time_s for x in extras) + p2p_s
-    const_mem = sum(x.state_bytes + inflight * x.act.none for x in extras)
-    per_block = min(b.state_bytes + inflight * block_act_bytes(b, p.recompute) for b in kinds)
-    save = max(inflight * (block_act_bytes(b, p.recompute) - b.act.full) for b in kinds)
-    c = min(block_time_s(b, p.recompute) for b in kinds)
+    e_r = ex.time_s
+    const_mem = ex.allocated_bytes
+    per_block = min(b.state_bytes + inflight * b.act_bytes for b in kinds)
+    save = max(inflight * b.act_saved_bytes for b in kinds)
+    c = min(b.time_s for b in kinds)
     c_rc = min(b.recompute_full_s for b in kinds)
     z3, peak = p.table.zero3_buffer_bytes, p.table.block_act_peak_bytes
 
@@ -116,7 +107,7 @@ def _rank_time_fn(p: StageProblem, r: int):
         need = per_block * n + const_mem + z3
         if need <= budget:
             return c * n + e_r
-        if not full or save <= 0:
+        if not p.full or save <= 0:
             return math.inf
         need = per_block * n + const_mem + max(z3, peak)
         rmin = max(1, math.ceil((need - budget) / save - 1e-9))
@@ -163,19 +154,16 @@ def min_max_tail_s(p: StageProblem) -> float:
     to L. Per rank tail_r(N) = max(A + a N, B + b N) with the exposed-sync formula
     max(dp - (1-g) bwd, g dp) (stages.RankCost.exposed_dp_s), so {N : tail_r(N) <= M} is an
     interval found in O(1); bisection on M."""
-    g = p.interference
     L, pp, v = p.num_layers, p.pp, p.vpp
     hi_n = L - v * (pp - 1)
-    kinds = _kinds(p)  # several kinds: the least slope of each line bounds every mix
-    a = min(x.dp_sync_s - (1 - g) * (x.compute_s - x.fwd_s) + x.optimizer_s for x in kinds)
-    b = min(g * x.dp_sync_s + x.optimizer_s for x in kinds)
+    # several kinds: the least slope of each line bounds every mix
+    kinds = p.kind_coefficients
+    a = min(x.dp_sync_s - x.dp_window_s + x.optimizer_s for x in kinds)
+    b = min(x.dp_hidden_s + x.optimizer_s for x in kinds)
     lines = []
     for r in range(pp):
-        extras, _ = extras_for_rank(p, r)
-        dp = sum(x.dp_sync_s for x in extras)
-        bwd = sum(x.compute_s - x.fwd_s for x in extras)
-        opt = sum(x.optimizer_s for x in extras)
-        lines.append((dp - (1 - g) * bwd + opt, g * dp + opt))
+        ex = p.extras[r]
+        lines.append((ex.dp_sync_s - ex.dp_window_s + ex.optimizer_s, ex.dp_hidden_s + ex.optimizer_s))
 
     def feasible(M: float) -> bool:
         lo_sum = hi_sum = 0

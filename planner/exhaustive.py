@@ -6,18 +6,24 @@ reaches the same optimum.
 The objective increases with every rank's time and the memory limit is per rank, so for a
 fixed partition each rank's recompute counts are chosen independently (the fastest
 combination that fits): the same optimum as the full cross product, searched rank by rank.
+
+The work is counted exactly before it starts (`count_evaluations`: one evaluation is one
+stages.rank_cost call), and a search above MAX_EVALUATIONS is refused.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Iterable
+from functools import lru_cache
 
 from cost_model.errors import SpecError
-from cost_model.stages import rank_cost, slices_from_counts, step_time_s
+from cost_model.rank_costs import StageProblem
+from cost_model.stages import slices_from_counts, step_time_s
 
-from .ilp import StageProblem
-
+# About 1.5 minutes: one evaluation (stages.rank_cost plus its share of building the layer
+# tables) took ~45 microseconds on one core here (8 layers, 16 GPUs: 543,808 in 24 s).
 MAX_EVALUATIONS = 2_000_000
 
 
@@ -31,56 +37,91 @@ def compositions(n: int, k: int):
         yield out
 
 
-def count_work(L: int, S: int, full: bool) -> int:
-    parts = math.comb(L - 1, S - 1)
-    per = (L // S + 1) ** min(S, 4) if full else 1
-    return parts * max(1, per)
+def _times(a: list[int], b: list[int]) -> list[int]:
+    """Product of two power series truncated to the length of `a`."""
+    n = len(a)
+    out = [0] * n
+    for i, x in enumerate(a):
+        if x:
+            for j in range(n - i):
+                out[i + j] += x * b[j]
+    return out
 
 
-def best_partition(p: StageProblem) -> tuple[float, list[int], list[int]] | None:
-    """The fastest feasible (counts, recompute counts) and its step time."""
+@lru_cache(maxsize=1024)
+def count_evaluations(L: int, S: int, pp: int, full: bool) -> int:
+    """Exactly the rank_cost calls `best_partition` makes: for every composition of L into
+    S stages, each rank tries prod_{k on the rank} (counts[k] + 1) recompute combinations
+    under full recompute, one otherwise. Summed over compositions with generating
+    functions: a stage of c >= 1 blocks is x^c, weighted by (c + 1) on a recomputing rank,
+    and every rank holds S/pp stages."""
+    if S > L or S < 1:
+        return 0
+    if not full:
+        return math.comb(L - 1, S - 1) * pp
+    plain = [0] + [1] * L
+    weighted = [0] + [c + 1 for c in range(1, L + 1)]
+    per_rank = S // pp
+    series = [1] + [0] * L
+    for _ in range(per_rank):
+        series = _times(series, weighted)
+    for _ in range(S - per_rank):
+        series = _times(series, plain)
+    return pp * series[L]
+
+
+def check_size(shapes: Iterable[tuple[int, int, int, bool]]) -> int:
+    """The most evaluations of the whole search over candidates of (layers, stages, pp,
+    full recompute) shapes (a partition stops early at a rank that cannot fit);
+    SpecError("search") above the limit, with the count, the limit and how to shrink it."""
+    shapes = list(shapes)
+    work = sum(count_evaluations(*s) for s in shapes)
+    if work > MAX_EVALUATIONS:
+        raise SpecError(
+            "search",
+            f"--exhaustive would evaluate up to {work:,} rank costs ({len(shapes):,} candidates x their stage "
+            f"partitions and recompute counts), above the limit of {MAX_EVALUATIONS:,}; shrink the search: "
+            "pin search.tp / search.pp / search.vpp / search.recompute, use fewer layers or fewer GPUs, "
+            "or plan without --exhaustive (CP-SAT reaches the same optimum)",
+            allowed=f"<= {MAX_EVALUATIONS:,} evaluations",
+        )
+    return work
+
+
+def best_partition(p: StageProblem, tick: Callable[[int], None] | None = None) -> tuple[float, list[int], list[int]] | None:
+    """The fastest feasible (counts, recompute counts) and its step time. `tick(n)` is told
+    after each stage partition how many rank evaluations it took."""
     L, S, pp = p.num_layers, p.num_stages, p.pp
-    full = p.recompute == "full"
     best = None
     for counts in compositions(L, S):
         chosen_rc = [0] * S
         ranks = []
-        ok = True
+        evaluations = 0
         for r in range(pp):
-            ks = list(range(r, S, pp))
-            options = itertools.product(*[range(counts[k] + 1) for k in ks]) if full else [tuple(0 for _ in ks)]
+            ks = list(p.stages_of(r))
+            options = itertools.product(*[range(counts[k] + 1) for k in ks]) if p.full else [tuple(0 for _ in ks)]
             best_r = None
             for combo in options:
                 rcs = list(chosen_rc)
                 for k, v in zip(ks, combo, strict=True):
                     rcs[k] = v
-                rc = rank_cost(p.table, slices_from_counts(counts, rcs), r, pp, p.recompute, p.schedule,
-                               p.num_micro_batches, p.vpp, p.reserved_bytes, p.interference)
+                rc = p.rank_cost(slices_from_counts(counts, rcs), r)
+                evaluations += 1
                 if rc.peak_bytes > p.capacity_bytes:
                     continue
                 key = (rc.time_s, rc.exposed_dp_s + rc.optimizer_s)
                 if best_r is None or key < best_r[0]:
                     best_r = (key, combo, rc)
             if best_r is None:
-                ok = False
                 break
             for k, v in zip(ks, best_r[1], strict=True):
                 chosen_rc[k] = v
             ranks.append(best_r[2])
-        if not ok:
+        if tick is not None:
+            tick(evaluations)
+        if len(ranks) < pp:
             continue
         t = step_time_s(ranks, p.num_micro_batches, p.vpp)
         if best is None or t < best[0] - 1e-15:
             best = (t, list(counts), list(chosen_rc))
     return best
-
-
-def check_size(L: int, S: int, full: bool, candidates: int) -> None:
-    work = count_work(L, S, full) * max(1, candidates)
-    if work > MAX_EVALUATIONS:
-        raise SpecError(
-            "search",
-            f"--exhaustive would evaluate about {work:,} partitions (limit {MAX_EVALUATIONS:,}); "
-            "pin some knobs (search.pp, search.tp, ...) or use the ILP planner",
-            allowed=f"<= {MAX_EVALUATIONS:,} evaluations",
-        )

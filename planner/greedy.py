@@ -4,23 +4,17 @@ blocks that fit its memory, added one stage at a time round-robin."""
 
 from __future__ import annotations
 
-from cost_model.stages import balanced_stage_layers, rank_cost, slices_from_counts
-
-from .ilp import StageProblem
+from cost_model.rank_costs import StageProblem
+from cost_model.stages import balanced_stage_layers, slices_from_counts
 
 
 def greedy_partition(p: StageProblem) -> tuple[list[int], list[int]] | None:
-    S, pp = p.num_stages, p.pp
-    counts = balanced_stage_layers(p.num_layers, S)
-    rcs = [0] * S
-    for r in range(pp):
-        ks = list(range(r, S, pp))
-        while True:
-            slices = slices_from_counts(counts, rcs)
-            rc = rank_cost(p.table, slices, r, pp, p.recompute, p.schedule, p.num_micro_batches, p.vpp, p.reserved_bytes, p.interference)
-            if rc.peak_bytes <= p.capacity_bytes:
-                break
-            if p.recompute != "full":
+    counts = balanced_stage_layers(p.num_layers, p.num_stages)
+    rcs = [0] * p.num_stages
+    for r in range(p.pp):
+        ks = p.stages_of(r)
+        while p.rank_cost(slices_from_counts(counts, rcs), r).peak_bytes > p.capacity_bytes:
+            if not p.full:
                 return None
             open_ks = [k for k in ks if rcs[k] < counts[k]]
             if not open_ks:

@@ -123,15 +123,15 @@ class Alternative(Record):
 
 
 class SearchReport(Record):
-    # extra allowed: the search may report more counters than the ones named here
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True)
     candidates: int
     pruned: int
     pruned_by_memory: int
     pruned_by_time_bound: int
     ilp_solves: int
     ilp_infeasible: int
-    solve_time_s: float
+    solve_time_s: float = Field(description="the whole search, wall seconds")
+    ilp_time_s: float = Field(0.0, description="of which CP-SAT solves, wall seconds")
     solver: str
     gap: float
     timed_out: bool

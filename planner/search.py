@@ -9,10 +9,12 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal, NamedTuple
 
 from cost_model.estimate import compose
 from cost_model.layers import LayerTable, layer_table
+from cost_model.rank_costs import StageProblem, capacity_bytes
 from cost_model.results import GIB, Estimate
 from cost_model.specs import (
     CalibrationProfile,
@@ -22,6 +24,7 @@ from cost_model.specs import (
     TrainingSpec,
 )
 from cost_model.stages import slices_from_counts
+from cost_model.vocab import RECOMPUTE_FULL, STATUS_FEASIBLE, STATUS_OPTIMAL
 
 from . import exhaustive as brute
 from .bounds import (
@@ -34,8 +37,31 @@ from .bounds import (
     tight_time_bound_s,
 )
 from .greedy import greedy_partition
-from .ilp import StageProblem, capacity_bytes, solve
+from .ilp import solve
 from .space import Candidate, SearchSpace, enumerate_candidates
+
+# A progress sink: called with one human-readable line now and then during a long search.
+Progress = Callable[[str], None]
+# Silent for the first PROGRESS_AFTER_S seconds, then at most one line every PROGRESS_EVERY_S.
+PROGRESS_AFTER_S = 2.0
+PROGRESS_EVERY_S = 2.0
+
+
+class _Reporter:
+    """Throttled progress: calls `sink(line())` once `after_s` have passed since `t0`, and
+    then at most once every `every_s`; `line` is only built when a line goes out."""
+
+    def __init__(self, sink: Progress | None, t0: float, after_s: float, every_s: float):
+        self.sink, self.every_s = sink, every_s
+        self.next_at = t0 + after_s
+
+    def __call__(self, line: Callable[[], str]) -> None:
+        if self.sink is None:
+            return
+        now = time.perf_counter()
+        if now >= self.next_at:
+            self.next_at = now + self.every_s
+            self.sink(line())
 
 
 @dataclass
@@ -53,7 +79,8 @@ class SearchStats:
     pruned_time: int = 0
     ilp_solves: int = 0
     infeasible: int = 0
-    solve_time_s: float = 0.0
+    solve_time_s: float = 0.0  # the whole search, wall clock
+    ilp_time_s: float = 0.0  # of which in CP-SAT
     timed_out: bool = False
     lower_bound_s: float = math.inf  # least bound over what was not proven
     min_memory_gib: float = math.inf  # least memory lower bound seen, for infeasibility reports
@@ -152,25 +179,43 @@ def _record(found: list[Found], prob: Problem, c: Candidate, table: LayerTable, 
     del found[k:]
 
 
-def search_exhaustive(prob: Problem) -> SearchResult:
-    """Reference: every candidate, every partition (exhaustive.py); no bounds, no pruning."""
+def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progress_after_s: float = PROGRESS_AFTER_S,
+                      progress_every_s: float = PROGRESS_EVERY_S) -> SearchResult:
+    """Reference: every candidate, every partition (exhaustive.py); no bounds, no pruning.
+    Counts its work first and refuses above exhaustive.MAX_EVALUATIONS (SpecError)."""
+    t0 = time.perf_counter()
     stats = SearchStats(solver="exhaustive")
     tables = _Tables(prob)
     cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
                                       dominance=False))
-    brute.check_size(prob.model.num_layers, max((c.pp * c.vpp for c in cands), default=1), True, len(cands))
+    L = prob.model.num_layers
+    work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL) for c in cands)
     found: list[Found] = []
+    report = _Reporter(progress, t0, progress_after_s, progress_every_s)
+    done = 0
+
+    def line() -> str:
+        best = f"{found[0].estimate.prediction.step_time_s:.4g} s" if found else "none yet"
+        return (f"exhaustive: {done:,} of at most {work:,} rank evaluations, candidate {stats.candidates:,} of "
+                f"{len(cands):,}, best step {best}, {time.perf_counter() - t0:.1f} s elapsed")
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        report(line)
+
     for c in cands:
         stats.candidates += 1
         table = tables.get(c)
-        res = brute.best_partition(stage_problem(prob, c, table))
+        res = brute.best_partition(stage_problem(prob, c, table), tick)
         if res is None:
             stats.infeasible += 1
             continue
-        _record(found, prob, c, table, res[1], res[2], "optimal", prob.space.top_k)
+        _record(found, prob, c, table, res[1], res[2], STATUS_OPTIMAL, prob.space.top_k)
     if not found:
         _least_memory(prob, tables, cands, stats)
-    return SearchResult(found, stats, "optimal", 0.0)
+    stats.solve_time_s = time.perf_counter() - t0
+    return SearchResult(found, stats, STATUS_OPTIMAL, 0.0)
 
 
 def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> None:
@@ -181,8 +226,22 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
         stats.note_memory(mem, c)
 
 
-# A progress sink: called with one human-readable line now and then during a long search.
-Progress = Callable[[str], None]
+
+
+# What a queued candidate's bound is: from the base table (cheap, every candidate), or
+# refined with its own table and the tight bound (it reached the front once already).
+Stage = Literal["base_bound", "refined"]
+
+
+class _Entry(NamedTuple):
+    """A candidate in the best-first queue, ordered by (bound, enumeration order): the order
+    is unique, so the stage and the candidate are never compared (a tuple, so that the heap
+    compares in C)."""
+
+    bound_s: float
+    order: int
+    stage: Stage
+    candidate: Candidate
 
 
 def search(
@@ -190,9 +249,17 @@ def search(
     exhaustive: bool = False,
     deadline_s: float | None = None,
     progress: Progress | None = None,
+    *,
+    progress_after_s: float = PROGRESS_AFTER_S,
+    progress_every_s: float = PROGRESS_EVERY_S,
 ) -> SearchResult:
+    """Best-first over the candidates: each is queued with its base-table bound; at the
+    front it is refined (its own table, the tight bound) and queued again; at the front
+    once refined it is solved. Stops when the front's bound reaches the best plan, or at
+    the deadline (then with the least open bound as the gap's reference)."""
     if exhaustive:
-        return search_exhaustive(prob)
+        return search_exhaustive(prob, progress, progress_after_s=progress_after_s,
+                                 progress_every_s=progress_every_s)
     t0 = time.perf_counter()
     limit = prob.space.time_limit_s if deadline_s is None else deadline_s
     stats = SearchStats()
@@ -203,8 +270,8 @@ def search(
     k = prob.space.top_k
     B = prob.training.global_batch_size
 
-    # --- enumerate; order by the base-table bound (level 0)
-    queue: list[tuple[float, int, int, Candidate]] = []  # (bound, order, level, candidate)
+    # --- enumerate; order by the base-table bound
+    queue: list[_Entry] = []
     for i, c in enumerate(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)):
         stats.candidates += 1
         m = B // (c.dp * c.micro_batch_size)
@@ -214,85 +281,108 @@ def search(
         if mem_lb > cap:
             stats.pruned_memory += 1
             continue
-        queue.append((base_time_bound_s(base_sums, base_table, c, m), i, 0, c))
+        queue.append(_Entry(base_time_bound_s(base_sums, base_table, c, m), i, "base_bound", c))
     heapq.heapify(queue)
 
-    # --- best-first: refine the bound of what reaches the front (level 1: the candidate's own
-    # table, and for uniform blocks the tight bound), solve it when it is still in front
     found: list[Found] = []
     optimal_all = True
+    report = _Reporter(progress, t0, progress_after_s, progress_every_s)
+
+    def best_s() -> float:
+        return found[0].estimate.prediction.step_time_s if found else math.inf
+
+    def line() -> str:
+        best = f"{best_s():.4g} s" if found else "none yet"
+        examined = stats.candidates - len(queue)
+        return (f"search: {examined:,} of {stats.candidates:,} candidates examined, {len(queue):,} left, "
+                f"{stats.ilp_solves} solved, best step {best}, {time.perf_counter() - t0:.1f} s elapsed")
+
+    def refine(e: _Entry, p: StageProblem, table: LayerTable, best_t: float) -> _Entry | None:
+        """The candidate's own-table bounds; None when memory rules it out."""
+        c = e.candidate
+        sums = tables.get_sums(c)
+        m = p.num_micro_batches
+        if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) > cap:
+            return None
+        refined = cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
+        if refined < best_t:
+            refined = max(refined, tight_time_bound_s(p, sums, cutoff=best_t))
+        if refined == math.inf:
+            return None
+        return _Entry(max(e.bound_s, refined), e.order, "refined", c)
+
+    def solve_one(e: _Entry, p: StageProblem, table: LayerTable) -> None:
+        """CP-SAT from the greedy hint (the hint alone if CP-SAT finds nothing in time)."""
+        nonlocal optimal_all
+        hint = greedy_partition(p)
+        remaining = max(0.05, limit - (time.perf_counter() - t0))
+        sol = solve(p, min(remaining, max(1.0, limit / 4)), hint, lower_bound_s=e.bound_s)
+        stats.ilp_solves += 1
+        stats.ilp_time_s += sol.solve_time_s
+        if sol.status in (STATUS_OPTIMAL, STATUS_FEASIBLE):
+            counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
+            if status == STATUS_FEASIBLE:
+                optimal_all = False
+                stats.lower_bound_s = min(stats.lower_bound_s, sol.bound_s)
+        elif hint is not None:
+            counts, rcs, status = hint[0], hint[1], STATUS_FEASIBLE
+            optimal_all = False
+        else:
+            if sol.status == "unknown":
+                optimal_all = False
+                stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
+            stats.infeasible += 1
+            return
+        _record(found, prob, e.candidate, table, counts, rcs, status, k)
+
+    # --- best-first
     while queue:
-        lb, order, level, c = queue[0]
+        if progress is not None:
+            report(line)
+        e = queue[0]
         # prune against the best plan: alternatives are the runners-up among what was solved
         best_t = found[0].estimate.prediction.step_time_s if found else math.inf
-        if lb >= best_t * (1 - 1e-9):
+        if e.bound_s >= best_t * (1 - 1e-9):
             stats.pruned_time += len(queue)
             break
         out_of_time = time.perf_counter() - t0 > limit
         if out_of_time and found:
             stats.timed_out = True
-            stats.lower_bound_s = min(stats.lower_bound_s, lb)
+            stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
             break
         heapq.heappop(queue)
+        c = e.candidate
         table = tables.get(c)
         p = stage_problem(prob, c, table)
         if out_of_time:
             # nothing found yet: take the best-bounded candidates' greedy partitions until one fits
             stats.timed_out = True
-            stats.lower_bound_s = min(stats.lower_bound_s, lb)
+            stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
             hint = greedy_partition(p)
             if hint is not None:
-                _record(found, prob, c, table, hint[0], hint[1], "feasible", k)
+                _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
                 optimal_all = False
-            continue
-        if level == 0:
-            sums = tables.get_sums(c)
-            m = p.num_micro_batches
-            if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) > cap:
+        elif e.stage == "base_bound":
+            refined = refine(e, p, table, best_t)
+            if refined is None:
                 stats.pruned_memory += 1
-                continue
-            refined = cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
-            if refined < best_t:
-                refined = max(refined, tight_time_bound_s(p, sums, cutoff=best_t))
-            if refined == math.inf:
-                stats.pruned_memory += 1
-                continue
-            heapq.heappush(queue, (max(lb, refined), order, 1, c))
-            continue
-        hint = greedy_partition(p)
-        remaining = max(0.05, limit - (time.perf_counter() - t0))
-        sol = solve(p, min(remaining, max(1.0, limit / 4)), hint, lower_bound_s=lb)
-        stats.ilp_solves += 1
-        stats.solve_time_s += sol.solve_time_s
-        if sol.status in ("optimal", "feasible"):
-            counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
-            if status == "feasible":
-                optimal_all = False
-                stats.lower_bound_s = min(stats.lower_bound_s, sol.bound_s)
-        elif hint is not None:
-            counts, rcs, status = hint[0], hint[1], "feasible"
-            optimal_all = False
+            else:
+                heapq.heappush(queue, refined)
         else:
-            if sol.status == "unknown":
-                optimal_all = False
-                stats.lower_bound_s = min(stats.lower_bound_s, lb)
-            stats.infeasible += 1
-            continue
-        _record(found, prob, c, table, counts, rcs, status, k)
+            solve_one(e, p, table)
 
-    best_t = found[0].estimate.prediction.step_time_s if found else math.inf
-    status = "optimal" if found and optimal_all and not stats.timed_out else "feasible"
+    best_t = best_s()
+    status = STATUS_OPTIMAL if found and optimal_all and not stats.timed_out else STATUS_FEASIBLE
     gap = 0.0
-    if found and status == "feasible" and math.isfinite(stats.lower_bound_s):
+    if found and status == STATUS_FEASIBLE and math.isfinite(stats.lower_bound_s):
         gap = max(0.0, (best_t - min(stats.lower_bound_s, best_t)) / best_t)
+    stats.solve_time_s = time.perf_counter() - t0
     return SearchResult(found, stats, status, gap)
 
 
 def _normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
     """Full recompute of zero blocks, or selective recompute that saves and costs nothing
     (flash attention), is the plan without recompute."""
-    from dataclasses import replace
-
     if c.recompute == "full" and not any(rcs):
         return replace(c, recompute="none")
     if c.recompute == "selective" and all(b.recompute_selective_s == 0 and b.act.selective == b.act.none for b in table.blocks):

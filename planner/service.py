@@ -134,6 +134,7 @@ def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, pr
             ilp_solves=res.stats.ilp_solves,
             ilp_infeasible=res.stats.infeasible,
             solve_time_s=round(res.stats.solve_time_s, 4),
+            ilp_time_s=round(res.stats.ilp_time_s, 4),
             solver=res.stats.solver,
             gap=round(res.gap, 6),
             timed_out=res.stats.timed_out,

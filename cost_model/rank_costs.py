@@ -1,0 +1,168 @@
+"""One candidate's stage-partition problem and the per-block and per-rank coefficients of
+its time and memory: the facts that the planner's greedy partition, lower bounds, brute
+force and CP-SAT model all read (no solver here). Every coefficient is a term of
+stages.rank_cost, so a partition priced from them costs what the float model says.
+
+A pipeline rank r holding blocks B_r (and the embedding / output layer if it owns the
+first / last virtual stage) with R_r of them fully recomputed:
+  T_r       = sum_B time + sum_{R_r} recompute_full + extras.time        (per micro-batch)
+  tail_r    = overlapped(dp_sync, bwd) + optimizer                        (once per step)
+            = max(dp_sync - window, hidden) + optimizer                   (layers.overlapped_s)
+  allocated = sum_B (state + inflight_r * act) - sum_{R_r} inflight_r * act_saved + extras
+  peak      = memory.peak_bytes(allocated, transient, reserved)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+from . import memory
+from .layers import LayerCost, LayerTable, overlap_hidden_s, overlap_window_s
+from .results import GIB
+from .stages import RankCost, StageSlice, rank_cost, stage_sends
+from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+
+
+def capacity_bytes(memory_gib: float, headroom: float) -> float:
+    """Usable memory of one GPU: its capacity less the requested headroom fraction."""
+    return memory_gib * GIB * (1.0 - headroom)
+
+
+@dataclass(frozen=True)
+class StageProblem:
+    """Partition `table`'s blocks over pp x vpp virtual stages (stage k on rank k % pp)."""
+
+    table: LayerTable
+    pp: int
+    vpp: int
+    schedule: str
+    recompute: str  # none | selective | full
+    num_micro_batches: int
+    capacity_bytes: float  # usable memory per GPU (headroom applied)
+    reserved_bytes: float
+    interference: float
+
+    @property
+    def num_stages(self) -> int:
+        return self.pp * self.vpp
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.table.blocks)
+
+    @property
+    def full(self) -> bool:
+        """Whether whole blocks may be recomputed (the partition also picks how many)."""
+        return self.recompute == RECOMPUTE_FULL
+
+    @property
+    def allocatable_bytes(self) -> float:
+        """Allocated + transient bytes one rank may hold (memory.allocatable_bytes)."""
+        return memory.allocatable_bytes(self.capacity_bytes, self.reserved_bytes)
+
+    def stages_of(self, rank: int) -> range:
+        """The virtual stages of pipeline rank `rank`."""
+        return range(rank, self.num_stages, self.pp)
+
+    def inflight(self, rank: int) -> float:
+        return memory.in_flight_micro_batches(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp)
+
+    @cached_property
+    def kind_coefficients(self) -> tuple[BlockCoefficients, ...]:
+        """block_coefficients of each of the table's block kinds (LayerTable.block_kinds)."""
+        return tuple(block_coefficients(self, b) for b in self.table.block_kinds)
+
+    @cached_property
+    def block_coefficients(self) -> tuple[BlockCoefficients, ...]:
+        """block_coefficients of every block, in model order."""
+        kinds = self.kind_coefficients
+        return tuple(kinds[i] for i in self.table.block_kind_index)
+
+    @cached_property
+    def extras(self) -> tuple[RankExtras, ...]:
+        """rank_extras of each pipeline rank."""
+        return tuple(rank_extras(self, r) for r in range(self.pp))
+
+    def rank_cost(self, slices: list[StageSlice], rank: int) -> RankCost:
+        """The float model's time and memory of `rank` under a partition."""
+        return rank_cost(self.table, slices, rank, self.pp, self.recompute, self.schedule,
+                         self.num_micro_batches, self.vpp, self.reserved_bytes, self.interference)
+
+
+def block_time_s(b: LayerCost, recompute: str) -> float:
+    """Forward+backward of a block that is not fully recomputed (selective adds its part)."""
+    return b.time_s + (b.recompute_selective_s if recompute == RECOMPUTE_SELECTIVE else 0.0)
+
+
+def block_act_bytes(b: LayerCost, recompute: str) -> float:
+    """Activations one micro-batch leaves on a block that is not fully recomputed."""
+    return b.act.selective if recompute == RECOMPUTE_SELECTIVE else b.act.none
+
+
+class BlockCoefficients(NamedTuple):
+    """One block's share of its rank's time and memory (module docstring). A NamedTuple:
+    built for every candidate the search refines, so it must be cheap to make."""
+
+    time_s: float  # per micro-batch, not fully recomputed
+    recompute_full_s: float  # extra per micro-batch if fully recomputed
+    dp_sync_s: float  # per step
+    dp_window_s: float  # the part of its backward that hides DP sync
+    dp_hidden_s: float  # the part of its DP sync paid even when hidden (interference)
+    optimizer_s: float
+    state_bytes: float
+    act_bytes: float  # per in-flight micro-batch, not fully recomputed
+    act_saved_bytes: float  # per in-flight micro-batch, saved by full recompute
+
+
+def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
+    act = block_act_bytes(b, p.recompute)
+    return BlockCoefficients(
+        time_s=block_time_s(b, p.recompute),
+        recompute_full_s=b.recompute_full_s,
+        dp_sync_s=b.dp_sync_s,
+        dp_window_s=overlap_window_s(b.compute_s - b.fwd_s, p.interference),
+        dp_hidden_s=overlap_hidden_s(b.dp_sync_s, p.interference),
+        optimizer_s=b.optimizer_s,
+        state_bytes=b.state_bytes,
+        act_bytes=act,
+        act_saved_bytes=act - b.act.full,
+    )
+
+
+class RankExtras(NamedTuple):
+    """What a rank pays besides its blocks: the embedding / output layer of the first /
+    last virtual stage and the pipeline sends of its stages (a NamedTuple, as above)."""
+
+    layers: tuple[LayerCost, ...]
+    time_s: float  # their forward+backward plus the p2p sends, per micro-batch
+    dp_sync_s: float
+    dp_window_s: float
+    dp_hidden_s: float
+    optimizer_s: float
+    allocated_bytes: float  # their model states and activations at the rank's peak
+
+
+def rank_extras(p: StageProblem, rank: int) -> RankExtras:
+    S = p.num_stages
+    layers: list[LayerCost] = []
+    sends = 0
+    for k in p.stages_of(rank):
+        if k == 0:
+            layers.append(p.table.embedding)
+        if k == S - 1:
+            layers.append(p.table.output)
+        sends += stage_sends(k, S)
+    if not layers:  # a middle rank: only its sends (most ranks; the search makes many)
+        return RankExtras((), 0.0 + sends * p.table.p2p_s, 0.0, 0.0, 0.0, 0.0, 0.0)
+    g, inflight = p.interference, p.inflight(rank)
+    time = dp = window = hidden = opt = allocated = 0.0
+    for x in layers:
+        time += x.time_s
+        dp += x.dp_sync_s
+        window += overlap_window_s(x.compute_s - x.fwd_s, g)
+        hidden += overlap_hidden_s(x.dp_sync_s, g)
+        opt += x.optimizer_s
+        allocated += x.state_bytes + inflight * x.act.none
+    return RankExtras(tuple(layers), time + sends * p.table.p2p_s, dp, window, hidden, opt, allocated)

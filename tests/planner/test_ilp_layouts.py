@@ -1,0 +1,63 @@
+"""The CP-SAT model's two layouts (one builder) and block kinds compared by value."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cost_model.layers import LayerTable
+from cost_model.stages import slices_from_counts, step_time_s
+from planner.bounds import table_sums, tight_time_bound_s
+from planner.ilp import solve
+from planner.search import _Tables, stage_problem
+from planner.service import problem_from_request
+from planner.space import enumerate_candidates
+
+from .test_progress import request
+
+
+def test_block_kinds_compare_by_value():
+    """Equal block costs are one kind whatever object holds them: a table whose blocks are
+    distinct copies solves (uniform model) and bounds exactly like the shared-object one."""
+    prob = problem_from_request(request(8, 16, pp=4, recompute="full", tp=1))
+    c = next(iter(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)))
+    table = _Tables(prob).get(c)
+    copies = LayerTable(tuple(replace(b) for b in table.blocks), table.embedding, table.output, table.p2p_s,
+                        dict(table.sources))
+    assert all(x is not y and x == y for x, y in zip(copies.blocks, table.blocks, strict=True))
+    assert len(copies.block_kinds) == len(table.block_kinds) == 1
+    assert copies.block_kind_counts == (8,)
+    p, q = stage_problem(prob, c, table), stage_problem(prob, c, copies)
+    a, b = solve(p, 10.0), solve(q, 10.0)
+    assert (a.stage_layers, a.recompute_layers, a.status) == (b.stage_layers, b.recompute_layers, b.status)
+    g = prob.cluster.gpu.overlap_interference
+    assert tight_time_bound_s(p, table_sums(table, g)) == tight_time_bound_s(q, table_sums(copies, g))
+
+
+@pytest.mark.parametrize("pins", [dict(pp=4, recompute="full", tp=1), dict(pp=2, schedule="interleaved", tp=2)])
+def test_uniform_and_boundary_layouts_agree(pins):
+    """One builder, two layouts: a uniform table solved with per-rank counts and the same
+    table with one block renamed (two kinds by value, so stage boundaries and element or
+    linear prefix reads) reach the same float step time."""
+    prob = problem_from_request(request(8, 16, **pins))
+    cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
+    tables = _Tables(prob)
+    compared = 0
+    for c in cands[:4]:
+        table = tables.get(c)
+        renamed = LayerTable((replace(table.blocks[0], name="first"), *table.blocks[1:]), table.embedding,
+                             table.output, table.p2p_s, dict(table.sources))
+        assert len(renamed.block_kinds) == 2
+        times = []
+        for t in (table, renamed):
+            p = stage_problem(prob, c, t)
+            sol = solve(p, 10.0)
+            if sol.status != "optimal":
+                break
+            ranks = [p.rank_cost(slices_from_counts(sol.stage_layers, sol.recompute_layers), r) for r in range(p.pp)]
+            times.append(step_time_s(ranks, p.num_micro_batches, p.vpp))
+        if len(times) == 2:
+            compared += 1
+            assert times[0] == pytest.approx(times[1], rel=1e-6)
+    assert compared >= 1
