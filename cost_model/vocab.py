@@ -30,7 +30,7 @@ ZeroStage = Literal[0, 1, 2, 3]
 
 # --------------------------------------------------------------------------- launch
 Engine = Literal["megatron", "torchtitan", "deepspeed", "runtime"]
-Target = Literal["megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "ranks", "runtime"]
+Target = Literal["megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "trainjob", "ranks", "runtime"]
 
 # --------------------------------------------------------------------------- profile
 LayerKind = Literal["block", "moe_block", "embedding", "logits"]

@@ -17,6 +17,7 @@ from planner.launch import (
     slurm,
     torchrun,
     torchtitan,
+    trainjob,
 )
 from planner.launch._common import NotApplicable
 
@@ -27,6 +28,7 @@ _EMITTERS = {
     "torchrun": torchrun.emit,
     "slurm": slurm.emit,
     "kubernetes": kubernetes.emit,
+    "trainjob": trainjob.emit,
     "ranks": ranks.emit,
     "runtime": runtime.emit,
 }
@@ -56,12 +58,16 @@ def emit(plan: dict, targets: list[str] | None = None) -> dict[str, dict]:
 
 # target -> [(file name, how to get its text from the artifact)]
 _FILES = {
-    "megatron": [("megatron_args.txt", lambda a: "\n".join(a["args"]) + "\n"), ("megatron.sh", lambda a: _sh(a["command"]))],
-    "torchtitan": [("torchtitan.toml", lambda a: a["toml"]), ("torchtitan.sh", lambda a: _sh(a["command"]))],
-    "deepspeed": [("ds_config.json", lambda a: json.dumps(a["config"], indent=2) + "\n")],
+    "megatron": [("megatron_args.txt", lambda a: "\n".join(a["args"]) + "\n"),
+                 ("megatron.sh", lambda a: _sh(a["command"], a.get("env")))],
+    "torchtitan": [("torchtitan.sh", lambda a: _sh(a["versions"]["main"]["command"])),
+                   ("torchtitan-0.3.0.sh", lambda a: _sh(a["versions"]["0.3.0"]["command"]))],
+    "deepspeed": [("ds_config.json", lambda a: json.dumps(a["config"], indent=2) + "\n"),
+                  ("deepspeed.sh", lambda a: _sh(a["command"]))],
     "torchrun": [("torchrun.sh", lambda a: _torchrun_sh(a))],
     "slurm": [("slurm.sbatch", lambda a: a["script"])],
     "kubernetes": [("pytorchjob.yaml", lambda a: a["yaml"])],
+    "trainjob": [("trainjob.yaml", lambda a: a["yaml"])],
     "ranks": [("ranks.json", lambda a: json.dumps(a, indent=2) + "\n")],
     "runtime": [("run_runtime.sh", lambda a: _sh(a["command"]))],
 }
