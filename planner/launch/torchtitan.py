@@ -80,32 +80,41 @@ def _schedule(p: dict) -> str:
     return _SCHEDULE.get(p["schedule"], "1F1B")
 
 
-def applicable(plan: dict) -> tuple[str, str]:
-    """(module, config) for the plan, or NotApplicable with the reason."""
-    require_transformer(plan, "torchtitan")
+def layout_problems(plan: dict) -> list[str]:
+    """Why torchtitan's mesh cannot hold the plan's degrees and groups (empty when it can)."""
     p = par(plan)
-    name = (plan.get("model") or {}).get("name", "")
-    if name not in PRESETS:
-        raise NotApplicable(
-            f"torchtitan: no config function for model {name!r} in torchtitan's config_registry "
-            f"(known here: {sorted(PRESETS)}); write one (module.config_registry:function) and launch "
-            "with --module/--config and the overrides of a supported plan"
-        )
-    rep, shard, _ = dp_degrees(p)
+    _, shard, _ = dp_degrees(p)
+    out = []
     if p["ep"] > 1 and p["tp"] > 1:
-        raise NotApplicable(
-            f"torchtitan: tp={p['tp']} with ep={p['ep']}: torchtitan takes EP ranks from dp_shard*cp*tp "
+        out.append(
+            f"tp={p['tp']} with ep={p['ep']}: torchtitan takes EP ranks from dp_shard*cp*tp "
             "(parallel_dims.py: efsdp = dp_shard*cp*tp/ep, ep innermost), so its expert groups mix TP ranks, "
             "while the plan's EP groups (ranks.ep) hold one TP rank each; the priced layout cannot be expressed"
         )
-    if p["ep"] > 1 and (shard * p["cp"] * p["tp"]) % p["ep"]:
-        raise NotApplicable(
-            f"torchtitan: ep={p['ep']} must divide dp_shard*cp*tp={shard * p['cp'] * p['tp']} "
+    elif p["ep"] > 1 and (shard * p["cp"] * p["tp"]) % p["ep"]:
+        out.append(
+            f"ep={p['ep']} must divide dp_shard*cp*tp={shard * p['cp'] * p['tp']} "
             "(parallel_dims.py: EP borrows ranks from FSDP and TP)"
         )
     sizes = stage_sizes(plan)
     if p["pp"] > 1 and len(sizes) != p["pp"] * p["vpp"]:
-        raise NotApplicable(f"torchtitan: plan has {len(sizes)} stages, expected pp*vpp={p['pp'] * p['vpp']}")
+        out.append(f"plan has {len(sizes)} stages, expected pp*vpp={p['pp'] * p['vpp']}")
+    return out
+
+
+def applicable(plan: dict) -> tuple[str, str]:
+    """(module, config) for the plan, or NotApplicable with every reason."""
+    require_transformer(plan, "torchtitan")
+    name = (plan.get("model") or {}).get("name", "")
+    problems = layout_problems(plan)
+    if name not in PRESETS:
+        problems.append(
+            f"no config function for model {name!r} in torchtitan's config_registry "
+            f"(known here: {sorted(PRESETS)}); write one (module.config_registry:function) and launch "
+            "with --module/--config and these overrides"
+        )
+    if problems:
+        raise NotApplicable("torchtitan: " + "; ".join(problems))
     return PRESETS[name]
 
 
