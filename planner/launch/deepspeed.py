@@ -86,7 +86,7 @@ def emit(plan: dict) -> dict:
     ]
     if nnodes > 1:
         notes.append(f"hostfile: one line per node, '<host> slots={nproc}'")
-    return {
+    out = {
         "config": config(plan),
         "dp": p["dp"],
         "command": " ".join(launch),
@@ -94,3 +94,5 @@ def emit(plan: dict) -> dict:
         "targets": [f"deepspeed=={VERSION}"],
         "notes": notes,
     }
+    out["notes"] = [*out["notes"], "targets: " + "; ".join(out["targets"])]
+    return out

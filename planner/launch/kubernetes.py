@@ -79,10 +79,12 @@ def emit(plan: dict) -> dict:
             "pytorchReplicaSpecs": replicas,
         },
     }
-    return {
+    out = {
         "manifest": manifest,
         "yaml": yaml.safe_dump(manifest, sort_keys=False),
         "source_commit": SOURCE_COMMIT,
         "targets": [f"Kubeflow training-operator v1 (kubeflow.org/v1) @{SOURCE_COMMIT[:12]}"],
         "notes": [f"image {IMAGE} is a placeholder: use one with Megatron-LM (or this project) installed"],
     }
+    out["notes"] = [*out["notes"], "targets: " + "; ".join(out["targets"])]
+    return out

@@ -234,7 +234,7 @@ def args(plan: dict) -> list[str]:
 
 def emit(plan: dict) -> dict:
     a, notes = build(plan)
-    return {
+    out = {
         "args": a,
         # One process per GPU; torchrun sets RANK/WORLD_SIZE/LOCAL_RANK that Megatron reads.
         "command": join([*launcher(plan), "pretrain_gpt.py", *a]),
@@ -243,3 +243,5 @@ def emit(plan: dict) -> dict:
         "targets": [f"Megatron-LM main@{data.source_commit(FLAGS_FILE)[:12]}", "megatron-core==0.16.1"],
         "notes": notes + ["run from a Megatron-LM checkout (pretrain_gpt.py); multi-node: set NODE_RANK and MASTER_ADDR"],
     }
+    out["notes"] = [*out["notes"], "targets: " + "; ".join(out["targets"])]
+    return out

@@ -39,7 +39,7 @@ export MASTER_ADDR
 
 srun --nodes={nnodes} --ntasks-per-node=1 bash -c {shlex.quote(join(argv))}
 """
-    return {
+    out = {
         "script": script,
         "nnodes": nnodes,
         "gpus_per_node": 0 if cpu else nproc,
@@ -47,3 +47,5 @@ srun --nodes={nnodes} --ntasks-per-node=1 bash -c {shlex.quote(join(argv))}
         "targets": [f"Slurm >= {SLURM_VERSION}"],
         "notes": ["submit from the directory holding plan.json (the runtime reads it)"] if cpu else [],
     }
+    out["notes"] = [*out["notes"], "targets: " + "; ".join(out["targets"])]
+    return out

@@ -66,5 +66,7 @@ def emit(plan: dict) -> dict:
         "env": env(plan),
         "nnodes": nnodes,
         "nproc_per_node": nproc,
-        "notes": ["set MASTER_ADDR to the hostname of node 0 on every node before running"],
+        "targets": ["torchrun (torch.distributed.run, torch >= 2.0: c10d rendezvous)"],
+        "notes": ["set MASTER_ADDR to the hostname of node 0 on every node before running",
+                  "targets: torchrun (torch.distributed.run, torch >= 2.0: c10d rendezvous)"],
     }

@@ -198,7 +198,7 @@ def emit(plan: dict) -> dict:
             "source_commit": data.source_commit(fields_file),
         }
     p = par(plan)
-    return {
+    out = {
         "module": module,
         "config": config,
         "versions": versions,
@@ -213,3 +213,5 @@ def emit(plan: dict) -> dict:
             "set NODE_RANK and MASTER_ADDR on every node",
         ],
     }
+    out["notes"] = [*out["notes"], "targets: " + "; ".join(out["targets"])]
+    return out

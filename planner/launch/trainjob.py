@@ -43,7 +43,7 @@ def emit(plan: dict) -> dict:
             },
         },
     }
-    return {
+    out = {
         "manifest": manifest,
         "yaml": yaml.safe_dump(manifest, sort_keys=False),
         "source_commit": SOURCE_COMMIT,
@@ -53,3 +53,5 @@ def emit(plan: dict) -> dict:
             f"image {IMAGE} is a placeholder: use one with Megatron-LM (or this project) installed"
         ],
     }
+    out["notes"] = [*out["notes"], "targets: " + "; ".join(out["targets"])]
+    return out
