@@ -12,7 +12,7 @@ from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSp
 from cost_model.validate import divisors
 
 KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "zero", "schedule", "sequence_parallel")
-TARGETS = ("megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "runtime")
+TARGETS = ("megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "trainjob", "runtime")
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
 MAX_VPP = 8
 DEFAULT_HEADROOM = 0.05

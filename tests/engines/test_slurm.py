@@ -133,6 +133,7 @@ def _job_state(env: dict, job: str) -> str:
     return m.group(1) if m else "UNKNOWN"
 
 
+@pytest.mark.slow
 def test_cpu_plan_sbatch_completes_with_reference_losses(slurm, tmp_path):
     torch = pytest.importorskip("torch")
     from planner.runtime.plan_io import parse_plan
