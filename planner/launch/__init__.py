@@ -63,7 +63,8 @@ _FILES = {
     "torchtitan": [("torchtitan.sh", lambda a: _sh(a["versions"]["main"]["command"])),
                    ("torchtitan-0.3.0.sh", lambda a: _sh(a["versions"]["0.3.0"]["command"]))],
     "deepspeed": [("ds_config.json", lambda a: json.dumps(a["config"], indent=2) + "\n"),
-                  ("deepspeed.sh", lambda a: _sh(a["command"]))],
+                  ("deepspeed.sh", lambda a: _sh(a["command"])),
+                  ("ds_train.py", lambda a: a.get("entry_script"))],
     "torchrun": [("torchrun.sh", lambda a: _torchrun_sh(a))],
     "slurm": [("slurm.sbatch", lambda a: a["script"])],
     "kubernetes": [("pytorchjob.yaml", lambda a: a["yaml"])],
@@ -98,8 +99,11 @@ def write_artifacts(plan: dict, out_dir, targets: list[str] | None = None) -> li
     paths[0].write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
     for target, art in launch.items():
         for name, render in _FILES.get(target, []):
+            text = render(art)
+            if text is None:  # this plan's artifact has no such file
+                continue
             path = out / name
-            path.write_text(render(art))
+            path.write_text(text)
             if name.endswith((".sh", ".sbatch")):
                 path.chmod(0o755)
             paths.append(path)

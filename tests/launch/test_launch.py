@@ -292,7 +292,10 @@ def test_zero3_targets():
     dp_only = _plan(LLAMA, dp=8, tp=1, pp=1, zero=3, nmb=4)
     ds = emit(dp_only, ["deepspeed"])["deepspeed"]
     assert ds["config"]["zero_optimization"]["stage"] == 3
-    assert shlex.split(ds["command"])[:5] == ["deepspeed", "--num_nodes", "1", "--num_gpus", "8"]
+    argv = shlex.split(ds["command"])
+    assert argv[:6] == ["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", "8"]
+    assert argv[6:] == ["ds_train.py", "--plan", "plan.json", "--deepspeed_config", "ds_config.json"]
+    compile(ds["entry_script"], "ds_train.py", "exec")  # the entry is valid Python
     piped = _plan(LLAMA, dp=4, tp=1, pp=2, zero=2, nmb=8)
     assert "ZeroStageEnum.gradients" in emit(piped, ["deepspeed"])["skipped"]["deepspeed"]
     piped["parallelism"]["zero"] = 1
