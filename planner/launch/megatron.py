@@ -6,7 +6,10 @@ megatron-core's TransformerConfig and build the groups with initialize_model_par
 
 Environment: CUDA_DEVICE_MAX_CONNECTIONS=1 when tp > 1 or cp > 1 (torchrun.env): Megatron's
 TP/SP/CP overlap relies on one hardware queue so communication kernels are issued ahead of the
-compute they overlap with (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulation...).
+compute they overlap with (megatron/core/tensor_parallel/layers.py comments), and
+megatron/training/arguments.py validate_args refuses tp/cp > 1 without it on GPUs before
+Blackwell ("Using tensor model parallelism or context parallelism require setting the
+environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1").
 Overlap: the cost model hides the DP gradient sync behind the last backward
 (cost_model/stages.py), which Megatron does with --overlap-grad-reduce; with the distributed
 optimizer the parameter all-gather overlaps the next forward (--overlap-param-gather, which

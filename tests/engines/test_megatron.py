@@ -162,3 +162,43 @@ def test_parallel_state_groups_and_layout_equal_plan(name):
                     assert n == last - first + 1, (rank, v)
             finally:
                 ps.destroy_model_parallel()
+
+
+MEGATRON_LM = __import__("os").environ.get("PLANNER_MEGATRON_LM")
+_PARSE = r"""
+import json, sys, typing
+if not hasattr(typing, "override"):  # Megatron-LM main imports typing.override (Python 3.12)
+    typing.override = lambda f: f
+import torch
+# The plans are for H100 (sm_90); validate_args asks the device, and there is none here.
+torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+import megatron.training.arguments as A
+A.get_device_arch_version = lambda: 9
+sys.argv = ["pretrain_gpt.py", *json.loads(sys.argv[1])]
+args = A.parse_args()
+A.validate_args(args, {})
+print("PARSED", json.dumps({k: getattr(args, k) for k in (
+    "data_parallel_size", "overlap_grad_reduce", "overlap_param_gather", "virtual_pipeline_model_parallel_size")}))
+"""
+
+
+@pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
+@pytest.mark.parametrize("name", CASES)
+def test_megatron_lm_parse_and_validate_args(name, tmp_path):
+    """Megatron-LM's own parse_args + validate_args, in the environment megatron.sh exports."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    plan, art, _ = _megatron(name)
+    p = plan["parallelism"]
+    env = {**os.environ, **art["env"], "PYTHONPATH": MEGATRON_LM, "WORLD_SIZE": str(plan["ranks"]["world_size"]),
+           "RANK": "0", "LOCAL_RANK": "0"}
+    res = subprocess.run([sys.executable, "-c", _PARSE, json.dumps(art["args"])], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.split("PARSED ", 1)[1])
+    assert got["data_parallel_size"] == p["dp"]
+    assert got["overlap_grad_reduce"] == (p["dp"] * p["cp"] > 1)
+    assert (got["virtual_pipeline_model_parallel_size"] or 1) == p["vpp"]
