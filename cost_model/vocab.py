@@ -32,7 +32,7 @@ ZeroStage = Literal[0, 1, 2, 3]
 Engine = Literal["megatron", "torchtitan", "deepspeed", "runtime"]
 # context-parallel communication (Megatron-Core `--cp-comm-type`); carried, not priced yet
 CpComm = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
-Target = Literal["megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "ranks", "runtime"]
+Target = Literal["megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "trainjob", "ranks", "runtime"]
 
 # --------------------------------------------------------------------------- profile
 LayerKind = Literal["block", "moe_block", "embedding", "logits"]

@@ -18,6 +18,7 @@ from planner.launch import (
     slurm,
     torchrun,
     torchtitan,
+    trainjob,
 )
 from planner.launch._common import NotApplicable
 from planner.plan import Plan
@@ -29,6 +30,7 @@ _EMITTERS = {
     "torchrun": torchrun.emit,
     "slurm": slurm.emit,
     "kubernetes": kubernetes.emit,
+    "trainjob": trainjob.emit,
     "ranks": ranks.emit,
     "runtime": runtime.emit,
 }
@@ -58,12 +60,17 @@ def emit(plan, targets: list[str] | None = None) -> dict[str, dict]:
 
 # target -> [(file name, how to get its text from the artifact)]
 _FILES = {
-    "megatron": [("megatron_args.txt", lambda a: "\n".join(a["args"]) + "\n"), ("megatron.sh", lambda a: _sh(a["command"]))],
-    "torchtitan": [("torchtitan.toml", lambda a: a["toml"]), ("torchtitan.sh", lambda a: _sh(a["command"]))],
-    "deepspeed": [("ds_config.json", lambda a: json.dumps(a["config"], indent=2) + "\n")],
+    "megatron": [("megatron_args.txt", lambda a: "\n".join(a["args"]) + "\n"),
+                 ("megatron.sh", lambda a: _sh(a["command"], a.get("env")))],
+    "torchtitan": [("torchtitan.sh", lambda a: _sh(a["versions"]["main"]["command"])),
+                   ("torchtitan-0.3.0.sh", lambda a: _sh(a["versions"]["0.3.0"]["command"]))],
+    "deepspeed": [("ds_config.json", lambda a: json.dumps(a["config"], indent=2) + "\n"),
+                  ("deepspeed.sh", lambda a: _sh(a["command"])),
+                  ("ds_train.py", lambda a: a.get("entry_script"))],
     "torchrun": [("torchrun.sh", lambda a: _torchrun_sh(a))],
     "slurm": [("slurm.sbatch", lambda a: a["script"])],
     "kubernetes": [("pytorchjob.yaml", lambda a: a["yaml"])],
+    "trainjob": [("trainjob.yaml", lambda a: a["yaml"])],
     "ranks": [("ranks.json", lambda a: json.dumps(a, indent=2) + "\n")],
     "runtime": [("run_runtime.sh", lambda a: _sh(a["command"]))],
 }
@@ -104,8 +111,11 @@ def write_artifacts(plan, out_dir, targets: list[str] | None = None) -> list[Pat
     paths[0].write_text(plan_json(full))
     for target, art in launch.items():
         for name, render in _FILES.get(target, []):
+            text = render(art)
+            if text is None:  # this plan's artifact has no such file
+                continue
             path = out / name
-            path.write_text(render(art))
+            path.write_text(text)
             if name.endswith((".sh", ".sbatch")):
                 path.chmod(0o755)
             paths.append(path)

@@ -50,7 +50,7 @@ def require_transformer(plan: dict, target: str) -> None:
         name = (plan.get("model") or {}).get("name", "?")
         raise NotApplicable(
             f"{target}: not applicable to generic layer-list model {name!r} "
-            "(needs transformer dims: hidden_size, num_attention_heads, ...); use the runtime target"
+            "(needs transformer dims: hidden_size, num_attention_heads, ...)"
         )
 
 

@@ -1,19 +1,102 @@
-"""DeepSpeed JSON config (key names from deepspeed/runtime/constants.py and zero/config.py).
+"""DeepSpeed: JSON config, a training entry (ds_train.py) and its torchrun command (DeepSpeed 0.19.x).
 
-DeepSpeed sees data parallelism as world / (tp * pp) when it runs under Megatron-DeepSpeed;
-CP ranks also hold replicas of the same weights but split the sequence, so they are not extra
-samples: train_batch_size counts samples over the plan's dp only.
+For pp = 1 the entry builds the plan's model from the project's transformer blocks and trains it
+under deepspeed.initialize (checked for real: 2 CPU processes with ZeRO-2 reproduce the runtime's
+reference losses, tests/engines/test_deepspeed.py). For pp > 1 DeepSpeed needs a PipelineModule
+of the model's layers, which is model code: the command names the user's train.py.
+
+Key names from deepspeed/runtime/constants.py and zero/config.py (microsoft/DeepSpeed at
+SOURCE_COMMIT; checked against the installed 0.19.8 by tests/engines/test_deepspeed.py, which
+hands the config to DeepSpeedConfig with the plan's dp as the data-parallel world).
+
+What DeepSpeed itself runs: data parallelism with ZeRO 0-3, and pipelining with its
+PipelineEngine (PipelineModule + PipeDataParallelTopology, rank = pp_i * dp + dp_i, the plan's
+order). TP/CP/EP come from model code, and the usual host, Megatron-DeepSpeed, has its own
+fork of Megatron's argument parser that rejects Megatron-LM's current arguments
+(--normalization RMSNorm, --context-parallel-size, --pipeline-model-parallel-layout,
+--group-query-attention ...), so plans with tp, cp or ep > 1 are not offered for DeepSpeed.
+PipelineEngine.__init__ (deepspeed/runtime/pipe/engine.py) asserts
+`zero_optimization_stage() < ZeroStageEnum.gradients`: "ZeRO-2 and ZeRO-3 are incompatible
+with pipeline parallelism", so pp > 1 plans are offered only with ZeRO 0 or 1.
 """
 
 from __future__ import annotations
 
-from planner.launch._common import par
+from planner.launch._common import NotApplicable, join, par
+from planner.launch.torchrun import is_cpu, launcher
 
 # microsoft/DeepSpeed commit the key names were checked against.
 SOURCE_COMMIT = "38327e07f6cd39b63418f60cedd1651b0be3e7c3"
+VERSION = "0.19.8"
+PIPELINE_MAX_ZERO = 1  # PipelineEngine: stage < ZeroStageEnum.gradients (2)
+CONFIG_FILE = "ds_config.json"
+ENTRY_FILE = "ds_train.py"
+
+# The training entry for pp = 1: the plan's model built from the project's transformer blocks
+# (the ones the runtime and the profiler use), wrapped by deepspeed.initialize with ds_config.json,
+# on the plan's synthetic batches. Each rank takes its dp slice of the global batch, one
+# micro-batch per engine.backward/step (DeepSpeed accumulates gradient_accumulation_steps of them).
+ENTRY_SCRIPT = '''"""DeepSpeed training entry written by parallel-planner: run it under torchrun."""
+import argparse
+import json
+
+import deepspeed
+import torch
+import torch.distributed as dist
+
+from planner.runtime.plan_io import load_plan
+from planner.runtime.train import build_model, cross_entropy_loss, make_batch, model_dims
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--plan", default="plan.json")
+ap.add_argument("--deepspeed_config", default="ds_config.json")
+ap.add_argument("--steps", type=int, default=3)
+ap.add_argument("--seed", type=int, default=0)
+args = ap.parse_args()
+plan = load_plan(args.plan)
+cfg = json.load(open(args.deepspeed_config))
+backend = "nccl" if torch.cuda.is_available() else "gloo"
+deepspeed.init_distributed(dist_backend=backend)
+model = build_model(model_dims(plan), seed=args.seed)
+engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+rank, world = dist.get_rank(), dist.get_world_size()
+mb, per_rank = plan.micro_batch_size, plan.global_batch_size // world
+for step in range(args.steps):
+    inputs, labels = make_batch(plan, step, args.seed)
+    total = torch.zeros(1, device=engine.device)
+    for m in range(plan.num_micro_batches):
+        lo = rank * per_rank + m * mb
+        x, y = inputs[lo:lo + mb].to(engine.device), labels[lo:lo + mb].to(engine.device)
+        loss = cross_entropy_loss(engine(x), y)
+        engine.backward(loss)
+        engine.step()
+        total += loss.detach().float() / plan.num_micro_batches
+    dist.all_reduce(total)
+    if rank == 0:
+        print(f"step {step} loss {total.item() / world:.6f}", flush=True)
+'''
 
 
-def emit(plan: dict) -> dict:
+def applicable(plan: dict) -> None:
+    p = par(plan)
+    others = {k: p[k] for k in ("tp", "cp", "ep") if p[k] > 1}
+    if others:
+        raise NotApplicable(
+            f"deepspeed: {others}: DeepSpeed's engine runs data, ZeRO and pipeline parallelism; TP/CP/EP "
+            "need model code (Megatron-DeepSpeed, whose parser rejects Megatron-LM's arguments such as "
+            "--normalization RMSNorm, --context-parallel-size, --group-query-attention); use the megatron target"
+        )
+    if p["pp"] > 1 and int(p["zero"]) > PIPELINE_MAX_ZERO:
+        raise NotApplicable(
+            f"deepspeed: ZeRO-{p['zero']} with pp={p['pp']}: DeepSpeed's PipelineEngine asserts "
+            "zero_optimization_stage() < ZeroStageEnum.gradients (\"ZeRO-2 and ZeRO-3 are incompatible with "
+            "pipeline parallelism\", deepspeed/runtime/pipe/engine.py)"
+        )
+    if p["vpp"] > 1:
+        raise NotApplicable(f"deepspeed: vpp={p['vpp']}: DeepSpeed's PipelineEngine has no interleaved schedule")
+
+
+def config(plan: dict) -> dict:
     p = par(plan)
     t = plan.get("training") or {}
     dtype = t.get("dtype", "bf16")
@@ -25,20 +108,52 @@ def emit(plan: dict) -> dict:
         "zero_optimization": {"stage": zero},
         "bf16": {"enabled": dtype in ("bf16", "fp8")},
         "fp16": {"enabled": dtype == "fp16"},
+        # ZeRO >= 1 partitions DeepSpeed's own optimizer, so the config names it (lr: a placeholder).
+        # torch_adam: torch.optim.Adam instead of FusedAdam, whose CUDA op a CPU run cannot build.
+        "optimizer": {"type": "AdamW" if t.get("optimizer") == "adamw" else "Adam",
+                      "params": {"lr": 3.0e-4, "weight_decay": 0.0, "torch_adam": is_cpu(plan)}},
         "gradient_clipping": 1.0,
         "steps_per_print": 10,
         "wall_clock_breakdown": False,
     }
-    if zero >= 2:
-        cfg["zero_optimization"].update({"overlap_comm": True, "contiguous_gradients": True, "reduce_scatter": True})
-    notes = []
+    if zero >= 1:
+        # The prediction overlaps the DP gradient sync with the backward (cost_model/stages.py).
+        cfg["zero_optimization"].update({"overlap_comm": True, "contiguous_gradients": True})
+    if zero == 2:
+        cfg["zero_optimization"]["reduce_scatter"] = True
     if p["recompute"] == "full":
-        cfg["activation_checkpointing"] = {"partition_activations": p["tp"] > 1, "contiguous_memory_optimization": False}
-    if p["pp"] > 1 or p["tp"] > 1 or p["cp"] > 1 or p["ep"] > 1:
-        notes.append(
-            "TP/PP/CP/EP come from the model code (e.g. Megatron-DeepSpeed with the megatron args); "
-            "this config carries batch, ZeRO and precision"
-        )
-    if zero >= 2 and p["pp"] > 1:
-        notes.append("DeepSpeed's pipeline engine supports ZeRO stage 0/1 only; ZeRO-2/3 with pp>1 will be rejected")
-    return {"config": cfg, "dp": p["dp"], "source_commit": SOURCE_COMMIT, "notes": notes}
+        cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False}
+    return cfg
+
+
+def emit(plan: dict) -> dict:
+    applicable(plan)
+    p = par(plan)
+    notes = []
+    if p["pp"] > 1:
+        # PipelineEngine needs a PipelineModule of the model's layers: model code, not a config.
+        script = None
+        entry = ["train.py", "--deepspeed_config", CONFIG_FILE]
+        notes.append(f"train.py is the training script: deepspeed.initialize(model=PipelineModule(layers, "
+                     f"num_stages={p['pp']}), config=ds_config.json); ZeRO <= 1 (PipelineEngine)")
+    else:
+        from planner.launch import runtime
+
+        reason = runtime.refusal(plan)
+        if reason:
+            raise NotApplicable(f"deepspeed: the training entry builds the model with the project's blocks: {reason}")
+        script = ENTRY_SCRIPT
+        entry = [ENTRY_FILE, "--plan", "plan.json", "--deepspeed_config", CONFIG_FILE]
+        notes.append(f"{ENTRY_FILE} trains the plan's model on synthetic batches; swap in your data loader")
+    command = join([*launcher(plan), *entry])
+    out = {
+        "config": config(plan),
+        "dp": p["dp"],
+        "command": command,
+        "entry_script": script,
+        "source_commit": SOURCE_COMMIT,
+        "targets": [f"deepspeed=={VERSION}"],
+        "notes": notes + ["launched by torchrun (one process per GPU); multi-node: set NODE_RANK and MASTER_ADDR"],
+    }
+    out["notes"] = [*out["notes"], "targets: " + "; ".join(out["targets"])]
+    return out

@@ -1,9 +1,27 @@
-"""Megatron-LM pretrain_gpt.py arguments (names checked against data/megatron_flags.txt)."""
+"""Megatron-LM pretrain_gpt.py arguments, launched by torchrun (one process per GPU).
+
+Targets Megatron-LM main at the commit in data/megatron_flags.txt (flag names) with
+megatron-core 0.16.1 (TransformerConfig, parallel_state): tests/engines feed the arguments to
+megatron-core's TransformerConfig and build the groups with initialize_model_parallel.
+
+Environment: CUDA_DEVICE_MAX_CONNECTIONS=1 when tp > 1 or cp > 1 (torchrun.env): Megatron's
+TP/SP/CP overlap relies on one hardware queue so communication kernels are issued ahead of the
+compute they overlap with (megatron/core/tensor_parallel/layers.py comments), and
+megatron/training/arguments.py validate_args refuses tp/cp > 1 without it on GPUs before
+Blackwell ("Using tensor model parallelism or context parallelism require setting the
+environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1").
+Overlap: the cost model hides the DP gradient sync behind the last backward
+(cost_model/stages.py), which Megatron does with --overlap-grad-reduce; with the distributed
+optimizer the parameter all-gather overlaps the next forward (--overlap-param-gather, which
+megatron/training/arguments.py accepts only with --use-distributed-optimizer and
+--overlap-grad-reduce).
+"""
 
 from __future__ import annotations
 
 from planner.launch import data
 from planner.launch._common import join, par, require_transformer, stage_sizes
+from planner.launch.torchrun import env, launcher
 
 FLAGS_FILE = "megatron_flags.txt"
 
@@ -55,6 +73,15 @@ def pipeline_layout(plan: dict) -> tuple[list[str], list[str]]:
 
 
 def recompute(plan: dict) -> tuple[list[str], list[str]]:
+    """Recompute flags, and notes where the plan's per-stage counts cannot be expressed.
+
+    Megatron-LM main (d98e8a64, megatron/core/recompute.py checkpointed_forward, called per
+    TransformerBlock, i.e. per virtual stage): with --recompute-method block the first
+    --recompute-num-layers blocks of *every* virtual stage are recomputed, so stage k recomputes
+    min(n, size_k) blocks. One n reproduces the plan exactly only when every stage's count equals
+    min(n, size_k) for the same n; otherwise the largest count is used (no stage recomputes less
+    than planned: memory stays within the plan) and the note lists what each stage does.
+    """
     p = par(plan)
     mode = p["recompute"]
     if mode == "selective":
@@ -62,15 +89,17 @@ def recompute(plan: dict) -> tuple[list[str], list[str]]:
     if mode != "full":
         return [], []
     per_stage = [int(s.get("recompute_layers") or 0) for s in plan.get("stages") or []]
+    sizes = stage_sizes(plan)
     n = max(per_stage, default=0)
     if n == 0:
         # No per-stage count: recompute every block of a stage (uniform, one block per unit).
         return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"], []
     notes = []
-    if len(set(per_stage)) > 1:
+    runs = [min(n, s) for s in sizes]
+    if runs != per_stage:
         notes.append(
-            f"plan recomputes {per_stage} blocks per stage; Megatron takes one --recompute-num-layers, "
-            f"emitted the max ({n}), so some stages recompute more than planned"
+            f"plan recomputes {per_stage} blocks per virtual stage; Megatron's --recompute-num-layers "
+            f"applies one count to every virtual stage: emitted {n}, so the stages recompute {runs}"
         )
     return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(n)], notes
 
@@ -176,6 +205,11 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     zero = int(p["zero"])
     if zero >= 1:
         a += ["--use-distributed-optimizer"]
+    if p["dp"] * p["cp"] > 1:
+        # Gradients are reduced over dp x cp; the prediction hides that behind the backward.
+        a += ["--overlap-grad-reduce"]
+        if zero >= 1:
+            a += ["--overlap-param-gather"]
     if zero >= 2:
         notes.append(
             f"ZeRO-{zero}: Megatron's distributed optimizer shards optimizer state (ZeRO-1) and reduce-scatters "
@@ -203,9 +237,14 @@ def args(plan: dict) -> list[str]:
 
 def emit(plan: dict) -> dict:
     a, notes = build(plan)
-    return {
+    out = {
         "args": a,
-        "command": join(["python", "pretrain_gpt.py", *a]),
+        # One process per GPU; torchrun sets RANK/WORLD_SIZE/LOCAL_RANK that Megatron reads.
+        "command": join([*launcher(plan), "pretrain_gpt.py", *a]),
+        "env": env(plan),
         "source_commit": data.source_commit(FLAGS_FILE),
-        "notes": notes,
+        "targets": [f"Megatron-LM main@{data.source_commit(FLAGS_FILE)[:12]}", "megatron-core==0.16.1"],
+        "notes": notes + ["run from a Megatron-LM checkout (pretrain_gpt.py); multi-node: set NODE_RANK and MASTER_ADDR"],
     }
+    out["notes"] = [*out["notes"], "targets: " + "; ".join(out["targets"])]
+    return out

@@ -1,14 +1,33 @@
-"""The project's own executor: `torchrun ... -m planner.runtime --plan plan.json`."""
+"""The project's own executor: `torchrun ... -m planner.runtime --plan plan.json`.
+
+Offered only for plans the runtime accepts: the emitter asks the runtime's own pre-launch
+check (planner.runtime.plan_io.parse_plan + validate, pure Python, no torch) and, when it
+refuses, the plan's `skipped` says why before anything is launched.
+"""
 
 from __future__ import annotations
 
-from planner.launch._common import join, node_layout, torchrun_argv
+from planner.launch._common import NotApplicable, join, node_layout, torchrun_argv, world_size
 
 PLAN_FILE = "plan.json"
 RUNTIME_ARGS = ("-m", "planner.runtime", "--plan", PLAN_FILE)
 
 
+def refusal(plan: dict) -> str | None:
+    """The runtime's reason for not running this plan, or None when it runs it."""
+    from planner.runtime.plan_io import PlanError, parse_plan, validate
+
+    try:
+        validate(parse_plan(plan), world_size(plan))
+    except PlanError as exc:
+        return str(exc)
+    return None
+
+
 def emit(plan: dict) -> dict:
+    reason = refusal(plan)
+    if reason:
+        raise NotApplicable(f"runtime: the project runtime refuses this plan before launch: {reason}")
     nnodes, nproc = node_layout(plan)
     if nnodes == 1:
         # Single node: a local rendezvous needs no head-node address.
@@ -17,7 +36,7 @@ def emit(plan: dict) -> dict:
     else:
         commands = [join(torchrun_argv(plan, r) + list(RUNTIME_ARGS)) for r in range(nnodes)]
     return {
-        "command": commands[0] if nnodes == 1 else join(torchrun_argv(plan, "$NODE_RANK") + list(RUNTIME_ARGS)),
+        "command": commands[0] if nnodes == 1 else join(torchrun_argv(plan, "${NODE_RANK:?}") + list(RUNTIME_ARGS)),
         "commands": commands,
         "plan_file": PLAN_FILE,
         "nnodes": nnodes,

@@ -1,28 +1,72 @@
-"""torchrun: one command per node (c10d rendezvous on the head node)."""
+"""torchrun (torch.distributed.run, torch 2.x): one command per node, c10d rendezvous on node 0."""
 
 from __future__ import annotations
 
-from planner.launch._common import entry_argv, is_transformer, join, node_layout, par, torchrun_argv
+from planner.launch._common import (
+    RDZV_PORT,
+    NotApplicable,
+    entry_argv,
+    is_transformer,
+    join,
+    node_layout,
+    par,
+    torchrun_argv,
+)
 
 
 def env(plan: dict) -> dict[str, str]:
     p = par(plan)
     out = {"OMP_NUM_THREADS": "1"}
-    if is_transformer(plan) and (p["tp"] > 1 or p["cp"] > 1):
-        # Only for the Megatron entry (FSDP-based runtimes want more than one queue). Megatron needs one CUDA work queue so TP/SP/CP communication kernels are scheduled
-        # ahead of the compute they overlap with.
+    if is_transformer(plan) and not is_cpu(plan) and (p["tp"] > 1 or p["cp"] > 1):
+        # Only for the Megatron entry (FSDP-based runtimes want more than one queue). Megatron
+        # needs one CUDA work queue so TP/SP/CP communication kernels are scheduled ahead of
+        # the compute they overlap with.
         out["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     return out
 
 
+def launcher(plan: dict) -> list[str]:
+    """torchrun argv for one script that runs on every node.
+
+    One node: --standalone (a local rendezvous, no address needed). Several nodes: the node
+    rank and the head node's address come from the environment, and `${X:?}` stops the
+    script under `set -u` with the variable's name when one is missing.
+    """
+    nnodes, nproc = node_layout(plan)
+    if nnodes == 1:
+        return ["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", str(nproc)]
+    return torchrun_argv(plan, "${NODE_RANK:?}", endpoint=f"${{MASTER_ADDR:?}}:{RDZV_PORT}")
+
+
+def is_cpu(plan: dict) -> bool:
+    """A plan for the `cpu` device: one process per CPU "device", no GPUs to request."""
+    return str((plan.get("cluster") or {}).get("gpu") or "").lower() == "cpu"
+
+
+def entry(plan: dict, target: str) -> list[str]:
+    """What torchrun starts: Megatron's pretrain_gpt.py for transformer plans on GPUs, the
+    project runtime for CPU plans and layer-list models (which Megatron cannot build). When the
+    runtime refuses the plan, the target is not applicable, with the runtime's reason."""
+    if is_transformer(plan) and not is_cpu(plan):
+        return entry_argv(plan)
+    from planner.launch import runtime
+
+    reason = runtime.refusal(plan)
+    if reason:
+        raise NotApplicable(f"{target}: its entry point, the project runtime, refuses this plan: {reason}")
+    return list(runtime.RUNTIME_ARGS)
+
+
 def emit(plan: dict) -> dict:
     nnodes, nproc = node_layout(plan)
-    entry = entry_argv(plan)
-    commands = [join(torchrun_argv(plan, r) + entry) for r in range(nnodes)]
+    entry_ = entry(plan, "torchrun")
+    commands = [join(torchrun_argv(plan, r) + entry_) for r in range(nnodes)]
     return {
         "commands": commands,
         "env": env(plan),
         "nnodes": nnodes,
         "nproc_per_node": nproc,
-        "notes": ["set MASTER_ADDR to the hostname of node 0 on every node before running"],
+        "targets": ["torchrun (torch.distributed.run, torch >= 2.0: c10d rendezvous)"],
+        "notes": ["set MASTER_ADDR to the hostname of node 0 on every node before running",
+                  "targets: torchrun (torch.distributed.run, torch >= 2.0: c10d rendezvous)"],
     }

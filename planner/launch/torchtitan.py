@@ -1,23 +1,46 @@
-"""torchtitan: CLI overrides for current main, plus a v0.2-style TOML (--job.config_file).
+"""torchtitan: `torchrun -m torchtitan.train --module M --config F <overrides>` for two versions.
 
-Names are kept in data/torchtitan_fields.txt with the commit they were read from.
+Targets (field lists kept as data, each with the commit it was read from):
+  * 0.3.0, the latest release (PyPI), data/torchtitan_fields_0.3.0.txt;
+  * main at the commit in data/torchtitan_fields_main.txt.
+Both take a Python config function (--module/--config) and tyro command-line overrides:
+`--section.field VALUE`, booleans as a bare flag or its `no_` form, list[list[str]] as one
+comma-joined token per inner list, and activation checkpointing as the subcommand
+`activation-checkpoint:{none,selective,full}` after the flags (torchtitan/trainer.py,
+Trainer.Config.activation_checkpoint). The two differ only in the batch fields (0.3.0:
+local/global batch and pp micro-batch size in sequences; main: token counts and
+num_pp_microbatches).
+
+torchtitan's mesh (torchtitan/distributed/parallel_dims.py, build_mesh) is pp-dp-cp-tp with tp
+fastest, the same rank order as Megatron's tp-cp-dp-pp, so the dense groups equal the plan's
+`ranks`. Its expert mesh is (pp, dp_replicate, efsdp, ep) with ep fastest over
+dp_shard*cp*tp: EP borrows TP ranks, while the plan (Megatron) keeps experts TP-sharded with
+EP groups strided by tp. With tp > 1 and ep > 1 the groups differ, so the target is refused.
 """
 
 from __future__ import annotations
 
-import json
-
 from planner.launch import data
-from planner.launch._common import join, par, require_transformer, stage_sizes, torchrun_argv
+from planner.launch._common import (
+    NotApplicable,
+    join,
+    par,
+    require_transformer,
+    stage_sizes,
+)
+from planner.launch.torchrun import launcher
 
-FIELDS_FILE = "torchtitan_fields.txt"
+VERSIONS = ("0.3.0", "main")
+FIELDS_FILES = {"0.3.0": "torchtitan_fields_0.3.0.txt", "main": "torchtitan_fields_main.txt"}
 _SCHEDULE = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
-_AC_MODE = {"none": "none", "selective": "selective", "full": "full"}
-# Plan preset -> (main: --module/--config, v0.2: model.name/flavor). Others get placeholders.
-_PRESETS = {
-    "llama3-8b": ("llama3", "llama3_8b", "llama3", "8B"),
-    "llama3-70b": ("llama3", "llama3_70b", "llama3", "70B"),
-    "llama3-405b": ("llama3", "llama3_405b", "llama3", "405B"),
+_AC = {"none": "activation-checkpoint:none", "selective": "activation-checkpoint:selective",
+       "full": "activation-checkpoint:full"}
+# Plan model name -> (module, config function) in torchtitan/models/*/config_registry.py;
+# only models whose torchtitan definition has the planner preset's dims are listed.
+PRESETS = {
+    "llama3-8b": ("llama3", "llama3_8b"),
+    "llama3-70b": ("llama3", "llama3_70b"),
+    "llama3-405b": ("llama3", "llama3_405b"),
 }
 
 
@@ -35,7 +58,7 @@ def module_fqns(plan: dict) -> list[list[str]]:
     return out
 
 
-def _dp_degrees(p: dict) -> tuple[int, int, list[str]]:
+def dp_degrees(p: dict) -> tuple[int, int, list[str]]:
     """(replicate, shard, notes): torchtitan's DP is DDP (replicate) or FSDP2 (shard)."""
     zero = int(p["zero"])
     if p["dp"] == 1:
@@ -57,11 +80,49 @@ def _schedule(p: dict) -> str:
     return _SCHEDULE.get(p["schedule"], "1F1B")
 
 
-def values(plan: dict) -> tuple[dict[str, object], list[str]]:
-    """Main-branch field -> value, and notes."""
+def layout_problems(plan: dict) -> list[str]:
+    """Why torchtitan's mesh cannot hold the plan's degrees and groups (empty when it can)."""
+    p = par(plan)
+    _, shard, _ = dp_degrees(p)
+    out = []
+    if p["ep"] > 1 and p["tp"] > 1:
+        out.append(
+            f"tp={p['tp']} with ep={p['ep']}: torchtitan takes EP ranks from dp_shard*cp*tp "
+            "(parallel_dims.py: efsdp = dp_shard*cp*tp/ep, ep innermost), so its expert groups mix TP ranks, "
+            "while the plan's EP groups (ranks.ep) hold one TP rank each; the priced layout cannot be expressed"
+        )
+    elif p["ep"] > 1 and (shard * p["cp"] * p["tp"]) % p["ep"]:
+        out.append(
+            f"ep={p['ep']} must divide dp_shard*cp*tp={shard * p['cp'] * p['tp']} "
+            "(parallel_dims.py: EP borrows ranks from FSDP and TP)"
+        )
+    sizes = stage_sizes(plan)
+    if p["pp"] > 1 and len(sizes) != p["pp"] * p["vpp"]:
+        out.append(f"plan has {len(sizes)} stages, expected pp*vpp={p['pp'] * p['vpp']}")
+    return out
+
+
+def applicable(plan: dict) -> tuple[str, str]:
+    """(module, config) for the plan, or NotApplicable with every reason."""
+    require_transformer(plan, "torchtitan")
+    name = (plan.get("model") or {}).get("name", "")
+    problems = layout_problems(plan)
+    if name not in PRESETS:
+        problems.append(
+            f"no config function for model {name!r} in torchtitan's config_registry "
+            f"(known here: {sorted(PRESETS)}); write one (module.config_registry:function) and launch "
+            "with --module/--config and these overrides"
+        )
+    if problems:
+        raise NotApplicable("torchtitan: " + "; ".join(problems))
+    return PRESETS[name]
+
+
+def values(plan: dict, version: str) -> tuple[dict[str, object], list[str]]:
+    """field -> value for one torchtitan version, and notes."""
     p = par(plan)
     seq = int((plan.get("training") or {}).get("seq_length") or 2048)
-    rep, shard, notes = _dp_degrees(p)
+    rep, shard, notes = dp_degrees(p)
     v: dict[str, object] = {
         "parallelism.data_parallel_replicate_degree": rep,
         "parallelism.data_parallel_shard_degree": shard,
@@ -69,110 +130,88 @@ def values(plan: dict) -> tuple[dict[str, object], list[str]]:
         "parallelism.context_parallel_degree": p["cp"],
         "parallelism.pipeline_parallel_degree": p["pp"],
         "parallelism.expert_parallel_degree": p["ep"],
-        "training.max_context_length": seq,
-        "training.num_tokens_per_microbatch_per_dp_rank": p["micro_batch_size"] * seq,
-        "training.num_tokens_per_train_step": p["micro_batch_size"] * p["num_micro_batches"] * p["dp"] * seq,
     }
     if p["tp"] > 1:
         v["parallelism.enable_sequence_parallel"] = bool(p["sequence_parallel"])
     if int(p["zero"]) in (1, 2) and shard > 1:
         v["parallelism.fsdp_reshard_after_forward"] = "never"
+    gbs = p["micro_batch_size"] * p["num_micro_batches"] * p["dp"]
+    if version == "0.3.0":
+        # Sequences. Gradient accumulation = global / (local * dp); with pp all micro-batches
+        # of a step go through the pipeline (local = micro * nmb, pp micro-batch = micro).
+        local = p["micro_batch_size"] * (p["num_micro_batches"] if p["pp"] > 1 else 1)
+        v.update({"training.local_batch_size": local, "training.global_batch_size": gbs, "training.seq_len": seq})
+        if p["pp"] > 1:
+            v["parallelism.pipeline_parallel_microbatch_size"] = p["micro_batch_size"]
+    else:
+        # Tokens (configs.py TrainingConfig): one forward per dp rank holds micro*seq tokens.
+        v.update({
+            "training.max_context_length": seq,
+            "training.num_tokens_per_microbatch_per_dp_rank": p["micro_batch_size"] * seq,
+            "training.num_tokens_per_train_step": gbs * seq,
+        })
+        if p["pp"] > 1:
+            v["parallelism.num_pp_microbatches"] = p["num_micro_batches"]
     if p["pp"] > 1:
         v["parallelism.pipeline_parallel_schedule"] = _schedule(p)
-        # All micro-batches go through the pipeline in one step: no extra grad accumulation.
-        v["parallelism.num_pp_microbatches"] = p["num_micro_batches"]
+        v["parallelism.module_fqns_per_model_part"] = module_fqns(plan)
+    if p["pp"] > 1 or p["ep"] > 1:
+        # Trainer.Config._validate_cuda_graphs refuses pp > 1, and EP with the default
+        # token dispatcher, unless CUDA graphs are off.
+        v["training.disable_cuda_graphs"] = True
     return v, notes
 
 
-def toml_v02(plan: dict) -> str:
-    """v0.2.x job TOML, written by hand (values are ints, strings, bools, lists of lists)."""
+def argv(plan: dict, version: str) -> tuple[list[str], list[str]]:
+    """Command-line overrides (tyro syntax) for one version, and notes."""
     p = par(plan)
-    seq = int((plan.get("training") or {}).get("seq_length") or 2048)
-    rep, shard, _ = _dp_degrees(p)
-    name = (plan.get("model") or {}).get("name", "")
-    _, _, tt_name, flavor = _PRESETS.get(name, (None, None, "llama3", name))
-    local = p["micro_batch_size"] * (p["num_micro_batches"] if p["pp"] > 1 else 1)
-    dtype = (plan.get("training") or {}).get("dtype", "bf16")
-    par_items: list[tuple[str, object]] = [
-        ("data_parallel_replicate_degree", rep),
-        ("data_parallel_shard_degree", shard),
-        ("tensor_parallel_degree", p["tp"]),
-        ("pipeline_parallel_degree", p["pp"]),
-        ("context_parallel_degree", p["cp"]),
-        ("expert_parallel_degree", p["ep"]),
-    ]
-    if int(p["zero"]) in (1, 2) and shard > 1:
-        par_items.append(("fsdp_reshard_after_forward", "never"))
-    if p["pp"] > 1:
-        par_items += [
-            ("pipeline_parallel_schedule", _schedule(p)),
-            ("pipeline_parallel_microbatch_size", p["micro_batch_size"]),
-            ("module_fqns_per_model_part", module_fqns(plan)),
-        ]
-    sections = [
-        ("model", [("name", tt_name), ("flavor", flavor)]),
-        ("training", [
-            ("local_batch_size", local),
-            ("global_batch_size", p["micro_batch_size"] * p["num_micro_batches"] * p["dp"]),
-            ("seq_len", seq),
-            ("mixed_precision_param", "float32" if dtype == "fp32" else "bfloat16"),
-        ]),
-        ("parallelism", par_items),
-        ("activation_checkpoint", [("mode", _AC_MODE.get(p["recompute"], "none"))]),
-    ]
-    lines = [f"# parallel-planner plan {plan.get('id', '')}: torchtitan v0.2.x job config"]
-    for title, items in sections:
-        lines.append(f"\n[{title}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in items]
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(v: object) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return str(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return json.dumps(str(v))  # a JSON string is a valid TOML basic string
-
-
-def _cli_value(v: object) -> str:
-    if isinstance(v, bool):
-        return "True" if v else "False"
-    return str(v)
+    v, notes = values(plan, version)
+    out: list[str] = []
+    for key, x in v.items():
+        section, field = key.split(".", 1)
+        if isinstance(x, bool):
+            out.append(f"--{key}" if x else f"--{section}.no_{field}")
+        elif isinstance(x, list):
+            out += [f"--{key}", *(",".join(chunk) for chunk in x)]
+        else:
+            out += [f"--{key}", str(x)]
+    # Subcommand last: tyro reads the flags above as the root config's, then the AC choice.
+    out.append(_AC.get(p["recompute"], _AC["none"]))
+    if p["recompute"] == "full" and any(int(s.get("recompute_layers") or 0) for s in plan.get("stages") or []):
+        notes.append("torchtitan's full AC checkpoints every block; the plan's per-stage recompute_layers are not expressible")
+    return out, notes
 
 
 def emit(plan: dict) -> dict:
-    require_transformer(plan, "torchtitan")
+    module, config = applicable(plan)
+    entry = [*launcher(plan), "-m", "torchtitan.train", "--module", module, "--config", config]
+    versions: dict[str, dict] = {}
+    notes: list[str] = []
+    for version in VERSIONS:
+        overrides, n = argv(plan, version)
+        notes += [x for x in n if x not in notes]
+        fields_file = FIELDS_FILES[version]
+        versions[version] = {
+            "overrides": overrides,
+            "command": join(entry + overrides),
+            "fields_file": fields_file,
+            "source_commit": data.source_commit(fields_file),
+        }
     p = par(plan)
-    v, notes = values(plan)
-    overrides = [f"--{k} {_cli_value(x)}" for k, x in v.items()]
-    name = (plan.get("model") or {}).get("name", "")
-    module, config = _PRESETS.get(name, ("$TT_MODULE", "$TT_CONFIG", None, None))[:2]
-    if module.startswith("$"):
-        notes.append(f"no torchtitan preset known for {name!r}: set TT_MODULE/TT_CONFIG to your config function")
-    if p["recompute"] != "none":
-        notes.append(
-            f"activation checkpointing ({p['recompute']}) is chosen in the main-branch config function "
-            "(activation_checkpoint=FullAC.Config()/SelectiveAC.Config()); it is not a CLI option there"
-        )
-    fqns = module_fqns(plan) if p["pp"] > 1 else None
-    if fqns:
-        notes.append(
-            "stage boundaries: set parallelism.module_fqns_per_model_part in the config function "
-            "to the module_fqns_per_model_part value below (the v0.2 TOML carries it already)"
-        )
-    if len(stage_sizes(plan)) not in (0, p["pp"] * p["vpp"]):
-        notes.append("plan stages do not match pp*vpp; module_fqns_per_model_part may be inconsistent")
-    launcher = torchrun_argv(plan, "$NODE_RANK")
-    entry = [*launcher, "-m", "torchtitan.train", "--module", module, "--config", config]
-    return {
-        "overrides": overrides,
-        "command": join(entry + [tok for o in overrides for tok in o.split(" ", 1)]),
-        "module_fqns_per_model_part": fqns,
-        "toml": toml_v02(plan),
-        "toml_command": join([*launcher, "-m", "torchtitan.train", "--job.config_file", "torchtitan.toml"]),
-        "source_commit": data.source_commit(FIELDS_FILE),
-        "notes": notes,
+    out = {
+        "module": module,
+        "config": config,
+        "versions": versions,
+        # The default version (main): what `torchtitan.sh` runs.
+        "overrides": versions["main"]["overrides"],
+        "command": versions["main"]["command"],
+        "module_fqns_per_model_part": module_fqns(plan) if p["pp"] > 1 else None,
+        "source_commit": versions["main"]["source_commit"],
+        "targets": ["torchtitan==0.3.0", f"torchtitan main@{versions['main']['source_commit'][:12]}"],
+        "notes": notes + [
+            "targets torchtitan 0.3.0 (torchtitan-0.3.0.sh) and main (torchtitan.sh); "
+            "set NODE_RANK and MASTER_ADDR on every node",
+        ],
     }
+    out["notes"] = [*out["notes"], "targets: " + "; ".join(out["targets"])]
+    return out

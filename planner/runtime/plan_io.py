@@ -11,7 +11,15 @@ import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from cost_model.specs import TrainingSpec, TransformerSpec
-from cost_model.vocab import NORM_RMSNORM, POSITION_ROPE, Mlp, Recompute, Schedule, values
+from cost_model.vocab import (
+    MODEL_LAYERS,
+    NORM_RMSNORM,
+    POSITION_ROPE,
+    Mlp,
+    Recompute,
+    Schedule,
+    values,
+)
 from planner.plan import Plan
 
 
@@ -112,6 +120,9 @@ def parse_plan(doc) -> RunPlan:
     train = _get(doc, "training", "plan")
     par = _get(doc, "parallelism", "plan")
     stages_doc = _get(doc, "stages", "plan")
+    if model.get("kind") == MODEL_LAYERS:
+        raise PlanError("model.kind='layers': the runtime builds transformers only "
+                        "(a layer list gives no num_attention_heads, hidden_size, ... to build one from)")
     if model.get("moe"):
         raise PlanError("model.moe: mixture-of-experts models are not supported by the runtime yet")
     for key, allowed in (("norm", NORM_RMSNORM), ("position", POSITION_ROPE)):

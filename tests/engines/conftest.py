@@ -1,0 +1,80 @@
+"""Plans the planner makes for the acceptance cases, and a fake process group per rank.
+
+Each engine test feeds the emitted artifacts to the engine's own code. The process groups are
+torch's fake backend (torch.testing._internal.distributed.fake_pg) at the plan's full world
+size: collectives are no-ops, but group membership is computed by the engine as on a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from functools import cache
+
+import pytest
+
+from planner.launch import emit
+from planner.service import plan as make_plan
+
+H100 = {"gpu": "h100-sxm", "gpus_per_node": 8}
+REQUESTS = {
+    # dense, one node
+    "llama3-8b@8": {"model": {"name": "llama3-8b"}, "cluster": {**H100, "num_gpus": 8},
+                    "training": {"global_batch_size": 64, "seq_length": 8192}},
+    # dense, 8 nodes
+    "llama3-70b@64": {"model": {"name": "llama3-70b"}, "cluster": {**H100, "num_gpus": 64},
+                      "training": {"global_batch_size": 256, "seq_length": 8192}},
+    # MoE with expert parallelism (ep pinned to > 1)
+    "mixtral-8x7b@64": {"model": {"name": "mixtral-8x7b"}, "cluster": {**H100, "num_gpus": 64},
+                        "training": {"global_batch_size": 256, "seq_length": 4096},
+                        "search": {"ep": [2, 4, 8]}},
+    # context parallelism pinned to 2
+    "llama3-8b-cp2@8": {"model": {"name": "llama3-8b"}, "cluster": {**H100, "num_gpus": 8},
+                        "training": {"global_batch_size": 64, "seq_length": 8192},
+                        "search": {"cp": 2}},
+}
+# Extra plans for engine rules: a pipeline for DeepSpeed (ZeRO-1, and ZeRO-2 which its
+# PipelineEngine refuses), and MoE with tp > 1 (torchtitan's expert groups differ).
+RULE_REQUESTS = {
+    "llama3-8b-pp2-zero1@8": {**REQUESTS["llama3-8b@8"], "search": {"pp": 2, "tp": 1, "cp": 1, "zero": 1, "vpp": 1, "schedule": "1f1b"}},
+    "llama3-8b-pp2-zero2@8": {**REQUESTS["llama3-8b@8"], "search": {"pp": 2, "tp": 1, "cp": 1, "zero": 2, "vpp": 1, "schedule": "1f1b"}},
+    "mixtral-8x7b-tp2@64": {**REQUESTS["mixtral-8x7b@64"], "search": {"ep": [2, 4, 8], "tp": 2}},
+}
+CASES = sorted(REQUESTS)
+
+
+@cache
+def planned(name: str) -> dict:
+    """The plan as planner.service.plan returns it, with every launch target emitted."""
+    req = {**REQUESTS, **RULE_REQUESTS}[name]
+    p = make_plan(req).model_dump(mode="json")  # the plan.json the artifacts are emitted from
+    p["launch"] = emit({k: v for k, v in p.items() if k != "launch"})
+    return p
+
+
+@pytest.fixture(params=CASES)
+def case(request) -> dict:
+    return planned(request.param)
+
+
+def groups_of(ranks_doc: dict, kind: str) -> list[list[int]]:
+    return ranks_doc["groups"][kind]
+
+
+def group_containing(groups: list[list[int]], rank: int) -> list[int]:
+    for g in groups:
+        if rank in g:
+            return g
+    raise AssertionError(f"rank {rank} in no group")
+
+
+@contextlib.contextmanager
+def fake_world(rank: int, world_size: int):
+    """torch.distributed on the fake backend as `rank` of `world_size`."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
+    try:
+        yield dist
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,204 @@
+"""megatron-core's own code accepts the emitted Megatron arguments and builds the plan's groups.
+
+The argument list is turned into megatron-core configs the way Megatron-LM does it
+(megatron/training/argument_utils.py core_transformer_config_from_args and
+megatron/training/arguments.py validate_args at NVIDIA/Megatron-LM d98e8a64ddf3): argparse
+dest names (flag without '--', '-' -> '_') copied onto same-named dataclass fields, plus the
+renames listed in _RENAMED. Then, on torch's fake process group at the full world size, every
+rank runs parallel_state.initialize_model_parallel with the emitted degrees, and its groups, and
+Megatron's own layer layout (get_transformer_layer_offset / get_num_layers_to_build), must equal
+the plan's `ranks` and `stages`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+import pytest
+
+from .conftest import CASES, fake_world, group_containing, planned
+
+pytest.importorskip("megatron.core", reason="the `engines` extra (megatron-core) is not installed")
+
+# flag dest -> TransformerConfig field (core_transformer_config_from_args).
+_RENAMED = {
+    "num_experts": "num_moe_experts",
+    "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+    "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
+}
+
+
+def parse_flags(args: list[str]) -> dict[str, object]:
+    """argparse-like: `--flag value` -> dest: value, a bare `--flag` -> dest: True."""
+    out: dict[str, object] = {}
+    i = 0
+    while i < len(args):
+        assert args[i].startswith("--"), args[i]
+        dest = args[i][2:].replace("-", "_")
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out[dest] = _value(args[i + 1])
+            i += 2
+        else:
+            out[dest] = True
+            i += 1
+    return out
+
+
+def _value(text: str) -> object:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def transformer_kwargs(flags: dict[str, object]) -> dict[str, object]:
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer import TransformerConfig
+
+    names = {f.name for f in dataclasses.fields(TransformerConfig)}
+    kw = {k: v for k, v in flags.items() if k in names}
+    for src, dst in _RENAMED.items():
+        if src in flags:
+            kw[dst] = flags[src]
+    if flags.get("swiglu"):
+        kw["activation_func"], kw["gated_linear_unit"] = F.silu, True
+    kw["num_query_groups"] = flags.get("num_query_groups") if flags.get("group_query_attention") else None
+    if flags.get("disable_bias_linear"):
+        kw["add_bias_linear"] = False  # dest of --disable-bias-linear (store_false)
+    if isinstance(flags.get("moe_layer_freq"), str):
+        kw["moe_layer_freq"] = eval(flags["moe_layer_freq"])  # Megatron's moe_freq_type does the same
+    vpp = flags.get("num_virtual_stages_per_pipeline_rank")
+    layout = flags.get("pipeline_model_parallel_layout")
+    if layout:  # arguments.py: vpp = stages in the layout // pp
+        vpp = (layout.count("|") + 1) // int(flags["pipeline_model_parallel_size"])
+    kw["virtual_pipeline_model_parallel_size"] = vpp if vpp and vpp > 1 else None
+    if flags.get("bf16"):
+        kw["params_dtype"] = kw["pipeline_dtype"] = torch.bfloat16
+    return kw
+
+
+def _megatron(name: str) -> tuple[dict, dict, dict[str, object]]:
+    plan = planned(name)
+    art = plan["launch"]["megatron"]
+    return plan, art, parse_flags(art["args"])
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_transformer_and_ddp_configs_accept_args(name):
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.transformer import TransformerConfig
+
+    plan, art, flags = _megatron(name)
+    cfg = TransformerConfig(**transformer_kwargs(flags))  # __post_init__ validates
+    p = plan["parallelism"]
+    assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size) == (
+        p["tp"], p["pp"], p["cp"])
+    assert cfg.expert_model_parallel_size == p["ep"]
+    ddp_names = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    ddp = DistributedDataParallelConfig(**{k: v for k, v in flags.items() if k in ddp_names})
+    assert ddp.use_distributed_optimizer == (p["zero"] >= 1)
+    # The prediction hides the DP gradient sync behind the backward: Megatron must overlap it.
+    assert ddp.overlap_grad_reduce == (p["dp"] * p["cp"] > 1)
+    assert ddp.overlap_param_gather == (p["dp"] * p["cp"] > 1 and p["zero"] >= 1)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_launch_is_multiprocess_torchrun(name):
+    plan, art, _ = _megatron(name)
+    p = plan["parallelism"]
+    argv = shlex.split(art["command"])
+    assert argv[0] == "torchrun" and "pretrain_gpt.py" in argv
+    nnodes = int(argv[argv.index("--nnodes") + 1])
+    nproc = int(argv[argv.index("--nproc-per-node") + 1])
+    assert nnodes * nproc == plan["ranks"]["world_size"]
+    assert argv[argv.index("pretrain_gpt.py") + 1:] == art["args"]
+    assert (art["env"].get("CUDA_DEVICE_MAX_CONNECTIONS") == "1") == (p["tp"] > 1 or p["cp"] > 1)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_parallel_state_groups_and_layout_equal_plan(name):
+    from megatron.core import parallel_state as ps
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    plan, art, flags = _megatron(name)
+    cfg = TransformerConfig(**transformer_kwargs(flags))
+    world = plan["ranks"]["world_size"]
+    groups = plan["ranks"]["groups"]
+    pp, vpp = cfg.pipeline_model_parallel_size, cfg.virtual_pipeline_model_parallel_size or 1
+    stages = plan["stages"]
+    assert len(stages) == pp * vpp
+    for rank in range(world):
+        with fake_world(rank, world) as dist:
+            ps.initialize_model_parallel(
+                tensor_model_parallel_size=cfg.tensor_model_parallel_size,
+                pipeline_model_parallel_size=pp,
+                virtual_pipeline_model_parallel_size=cfg.virtual_pipeline_model_parallel_size,
+                context_parallel_size=cfg.context_parallel_size,
+                expert_model_parallel_size=cfg.expert_model_parallel_size,
+                order=plan["ranks"]["order"],
+                create_gloo_process_groups=False,  # the fake backend stands in for NCCL only
+            )
+            try:
+                got = {
+                    "tp": ps.get_tensor_model_parallel_group(),
+                    "pp": ps.get_pipeline_model_parallel_group(),
+                    "cp": ps.get_context_parallel_group(),
+                    "dp": ps.get_data_parallel_group(with_context_parallel=False),
+                    "ep": ps.get_expert_model_parallel_group(),
+                }
+                for kind, group in got.items():
+                    assert dist.get_process_group_ranks(group) == group_containing(groups[kind], rank), (kind, rank)
+                pp_rank = ps.get_pipeline_model_parallel_rank()
+                for v in range(vpp):
+                    first, last = stages[v * pp + pp_rank]["layers"]
+                    assert get_transformer_layer_offset(cfg, vp_stage=v if vpp > 1 else None, pp_rank=pp_rank) == first
+                    n = get_num_layers_to_build(cfg, vp_stage=v if vpp > 1 else None, pp_rank=pp_rank)
+                    assert n == last - first + 1, (rank, v)
+            finally:
+                ps.destroy_model_parallel()
+
+
+MEGATRON_LM = __import__("os").environ.get("PLANNER_MEGATRON_LM")
+_PARSE = r"""
+import json, sys, typing
+if not hasattr(typing, "override"):  # Megatron-LM main imports typing.override (Python 3.12)
+    typing.override = lambda f: f
+import torch
+# The plans are for H100 (sm_90); validate_args asks the device, and there is none here.
+torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+import megatron.training.arguments as A
+A.get_device_arch_version = lambda: 9
+sys.argv = ["pretrain_gpt.py", *json.loads(sys.argv[1])]
+args = A.parse_args()
+A.validate_args(args, {})
+print("PARSED", json.dumps({k: getattr(args, k) for k in (
+    "data_parallel_size", "overlap_grad_reduce", "overlap_param_gather", "virtual_pipeline_model_parallel_size")}))
+"""
+
+
+@pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
+@pytest.mark.parametrize("name", CASES)
+def test_megatron_lm_parse_and_validate_args(name, tmp_path):
+    """Megatron-LM's own parse_args + validate_args, in the environment megatron.sh exports."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    plan, art, _ = _megatron(name)
+    p = plan["parallelism"]
+    env = {**os.environ, **art["env"], "PYTHONPATH": MEGATRON_LM, "WORLD_SIZE": str(plan["ranks"]["world_size"]),
+           "RANK": "0", "LOCAL_RANK": "0"}
+    res = subprocess.run([sys.executable, "-c", _PARSE, json.dumps(art["args"])], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.split("PARSED ", 1)[1])
+    assert got["data_parallel_size"] == p["dp"]
+    assert got["overlap_grad_reduce"] == (p["dp"] * p["cp"] > 1)
+    assert (got["virtual_pipeline_model_parallel_size"] or 1) == p["vpp"]

@@ -1,0 +1,206 @@
+"""torchtitan's own ConfigManager parses the emitted command line, and its ParallelDims builds
+the mesh on a fake process group at the full world size: every rank's groups equal `ranks`.
+
+The installed release (0.3.0) is checked here; current main is checked the same way when
+PLANNER_TORCHTITAN_MAIN points at a checkout of it (its directory holding `torchtitan/`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from planner.launch import torchtitan as tt_emit
+
+from .conftest import CASES, fake_world, group_containing, planned
+
+pytest.importorskip("torchtitan", reason="the `engines` extra (torchtitan) is not installed")
+INSTALLED = metadata.version("torchtitan")
+
+
+def _train_argv(command: str) -> list[str]:
+    """What `-m torchtitan.train` receives: everything after the module name."""
+    argv = shlex.split(command)
+    return argv[argv.index("torchtitan.train") + 1:]
+
+
+@pytest.fixture(scope="module")
+def config_manager():
+    from torchtitan.config.manager import ConfigManager
+
+    return ConfigManager
+
+
+def _expect(plan: dict, version: str) -> dict[str, object]:
+    """Field values the plan implies, written from the plan (not from the emitter's output)."""
+    p = plan["parallelism"]
+    seq = plan["training"]["seq_length"]
+    gbs = p["micro_batch_size"] * p["num_micro_batches"] * p["dp"]
+    shard = p["dp"] if p["zero"] > 0 else 1
+    out: dict[str, object] = {
+        "parallelism.tensor_parallel_degree": p["tp"], "parallelism.pipeline_parallel_degree": p["pp"],
+        "parallelism.context_parallel_degree": p["cp"], "parallelism.expert_parallel_degree": p["ep"],
+        "parallelism.data_parallel_shard_degree": shard,
+        "parallelism.data_parallel_replicate_degree": p["dp"] // shard,
+        "training.disable_cuda_graphs": p["pp"] > 1 or p["ep"] > 1,
+    }
+    if p["tp"] > 1:
+        out["parallelism.enable_sequence_parallel"] = p["sequence_parallel"]
+    if version == "0.3.0":
+        out["training.seq_len"] = seq
+        out["training.global_batch_size"] = gbs
+        out["training.local_batch_size"] = p["micro_batch_size"] * (p["num_micro_batches"] if p["pp"] > 1 else 1)
+    else:
+        out["training.max_context_length"] = seq
+        out["training.num_tokens_per_train_step"] = gbs * seq
+        out["training.num_tokens_per_microbatch_per_dp_rank"] = p["micro_batch_size"] * seq
+    if p["pp"] > 1:
+        stages = plan["stages"]
+        fqns = [(["tok_embeddings"] if k == 0 else []) + [f"layers.{i}" for i in range(s["layers"][0], s["layers"][1] + 1)]
+                + (["norm", "output"] if k == len(stages) - 1 else []) for k, s in enumerate(stages)]
+        out["parallelism.module_fqns_per_model_part"] = fqns
+        if version == "0.3.0":
+            out["parallelism.pipeline_parallel_microbatch_size"] = p["micro_batch_size"]
+        else:
+            out["parallelism.num_pp_microbatches"] = p["num_micro_batches"]
+    return out
+
+
+_AC_CLASS = {"none": "NoneType", "selective": "SelectiveAC", "full": "FullAC"}
+
+
+def _check_parsed(cfg, plan: dict, version: str) -> None:
+    for key, want in _expect(plan, version).items():
+        section, field = key.split(".")
+        assert getattr(getattr(cfg, section), field) == want, (version, key)
+    ac = cfg.activation_checkpoint
+    got = "NoneType" if ac is None else type(ac).__qualname__.split(".")[0]
+    assert got == _AC_CLASS[plan["parallelism"]["recompute"]]
+
+
+def _runnable(name: str) -> dict | None:
+    plan = planned(name)
+    return plan if "torchtitan" in plan["launch"] else None
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_config_manager_parses_emitted_command(name, config_manager):
+    plan = _runnable(name)
+    if plan is None:
+        assert "torchtitan" in planned(name)["launch"]["skipped"]
+        return
+    art = plan["launch"]["torchtitan"]
+    assert INSTALLED in art["versions"], f"installed torchtitan {INSTALLED} is not a target: {list(art['versions'])}"
+    cfg = config_manager().parse_args(_train_argv(art["versions"][INSTALLED]["command"]))
+    _check_parsed(cfg, plan, INSTALLED)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_parallel_dims_mesh_groups_equal_ranks(name, config_manager):
+    """ParallelDims from the parsed config; every rank's tp/cp/pp/dp/ep mesh equals `ranks`."""
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    plan = _runnable(name)
+    if plan is None:
+        pytest.skip(f"planner marks torchtitan not applicable: {planned(name)['launch']['skipped']['torchtitan']}")
+    cfg = config_manager().parse_args(_train_argv(plan["launch"]["torchtitan"]["versions"][INSTALLED]["command"]))
+    world = plan["ranks"]["world_size"]
+    # torchtitan mesh axis -> plan group kind ("batch" = dp_replicate x dp_shard = the plan's dp)
+    axes = {"tp": "tp", "cp": "cp", "pp": "pp", "batch": "dp", "ep": "ep"}
+    for rank in range(world):
+        with fake_world(rank, world):
+            dims = ParallelDims.from_config(cfg.parallelism, world)
+            dims.build_mesh()
+            for axis, kind in axes.items():
+                mesh = dims.get_optional_mesh(axis)
+                got = [rank] if mesh is None else mesh.mesh.flatten().tolist()
+                assert got == group_containing(plan["ranks"]["groups"][kind], rank), (axis, rank)
+
+
+def test_tp_with_ep_is_refused_with_reason():
+    plan = planned("mixtral-8x7b-tp2@64")
+    p = plan["parallelism"]
+    assert p["tp"] > 1 and p["ep"] > 1
+    reason = plan["launch"]["skipped"]["torchtitan"]
+    assert "ep" in reason and "tp" in reason
+
+
+def test_each_version_field_list_matches_its_parser(config_manager):
+    """Every field the emitter can write is a field of the installed version's config classes
+    (read from torchtitan's dataclasses, not from the data file)."""
+    import dataclasses
+
+    from torchtitan.config.configs import ParallelismConfig, TrainingConfig
+
+    real = {f"parallelism.{f.name}" for f in dataclasses.fields(ParallelismConfig)}
+    real |= {f"training.{f.name}" for f in dataclasses.fields(TrainingConfig)}
+    from planner.launch import data
+
+    listed = {n for n in data.names(tt_emit.FIELDS_FILES[INSTALLED]) if not n.startswith("activation-checkpoint:")}
+    assert listed <= real, listed - real
+
+
+MAIN = os.environ.get("PLANNER_TORCHTITAN_MAIN")
+
+
+@pytest.mark.skipif(not MAIN, reason="set PLANNER_TORCHTITAN_MAIN to a torchtitan main checkout to check main")
+@pytest.mark.parametrize("name", CASES)
+def test_main_config_manager_parses_emitted_command(name):
+    plan = _runnable(name)
+    if plan is None:
+        pytest.skip("torchtitan not applicable to this plan")
+    argv = _train_argv(plan["launch"]["torchtitan"]["versions"]["main"]["command"])
+    code = (
+        "import json,sys\nfrom torchtitan.config.manager import ConfigManager\n"
+        "c = ConfigManager().parse_args(json.loads(sys.argv[1]))\n"
+        "print('PARSED', json.dumps({'p': {k: getattr(c.parallelism, k) for k in c.parallelism.__dataclass_fields__},"
+        " 't': {k: getattr(c.training, k) for k in c.training.__dataclass_fields__},"
+        " 'ac': type(c.activation_checkpoint).__qualname__.split('.')[0]}, default=str))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([MAIN, *os.environ.get("PYTHONPATH", "").split(os.pathsep)])}
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout.split("PARSED ", 1)[1])
+    for key, want in _expect(plan, "main").items():
+        section, field = key.split(".")
+        assert doc["p" if section == "parallelism" else "t"][field] == want, key
+    assert doc["ac"] == _AC_CLASS[plan["parallelism"]["recompute"]]
+
+
+def _mesh_groups(degrees: dict, world: int, axis: str, ranks: list[int]) -> dict[int, list[int]]:
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    out = {}
+    for rank in ranks:
+        with fake_world(rank, world):
+            dims = ParallelDims(world_size=world, **degrees)
+            dims.build_mesh()
+            mesh = dims.get_optional_mesh(axis)
+            out[rank] = [rank] if mesh is None else mesh.mesh.flatten().tolist()
+    return out
+
+
+@pytest.mark.parametrize("name,same", [("mixtral-8x7b@64", True), ("mixtral-8x7b-tp2@64", False)])
+def test_expert_groups_of_moe_plans(name, same):
+    """torchtitan has no Mixtral config function, but its mesh code decides whether the plan's
+    EP groups are expressible at all: equal with tp = 1, different with tp > 1 (why the
+    emitter refuses that case)."""
+    plan = planned(name)
+    p = plan["parallelism"]
+    assert p["ep"] > 1
+    v, _ = tt_emit.values(plan, INSTALLED)
+    degrees = {"dp_replicate": v["parallelism.data_parallel_replicate_degree"],
+               "dp_shard": v["parallelism.data_parallel_shard_degree"], "cp": p["cp"], "tp": p["tp"],
+               "pp": p["pp"], "ep": p["ep"]}
+    world = plan["ranks"]["world_size"]
+    got = _mesh_groups(degrees, world, "ep", list(range(0, world, 5)))
+    want = {r: group_containing(plan["ranks"]["groups"]["ep"], r) for r in got}
+    assert (got == want) is same
+    assert ("tp=" in plan["launch"]["skipped"]["torchtitan"]) is (not same)
