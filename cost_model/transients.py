@@ -55,7 +55,7 @@ def loss_transient_bytes(tokens: float, vocab_shard: float, impl: str, logits_by
     @b5bcd76: F.cross_entropy(pred.float()); DeepSpeed calls the model's loss, assumed the same):
       forward: bf16 logits (2) + fp32 copy (4) + fp32 log_softmax output (4) = 10 B/elem;
       log_softmax saves its output (4); the copy and, after the trainer's `del pred`, the bf16
-      logits are freed. backward: saved output (4) + nll grad (4) + log_softmax grad (4) = 12,
+      logits are freed (trainer.py @b5bcd76 and train.py @9dec370 both `del pred`). backward: saved output (4) + nll grad (4) + log_softmax grad (4) = 12,
       then the fp32 grad (4) + its bf16 cast (2).
     megatron / megatron_fused (Megatron-LM megatron/core/tensor_parallel/cross_entropy.py and
     fusions/fused_cross_entropy.py @d98e8a6): logits.float() (4) beside the bf16 logits (2);
@@ -167,6 +167,29 @@ def backward_working_set_bytes(
         gathered_params=params,
         unsharded_grads=grads,
     )
+
+
+# --------------------------------------------------------------------------- torchtitan op-SAC
+
+
+def torchtitan_op_sac_block_bytes(
+    tokens: float, hidden: int, kv_dim: int, ffn: int, heads: int, tp: int = 1, sequence_parallel: bool = False,
+    act_bytes: int = 2,
+) -> float:
+    """Saved activations of one Llama block under torchtitan's per-op selective AC
+    (pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py @b5bcd76 SelectiveAC,
+    the same policy as 'op' at 9dec370): every save-listed op is kept except every second
+    mm/linear (the count is odd -> saved). In forward order wq(1) wk(2) wv(3) wo(4) w1(5)
+    w3(6) w2(7), the outputs of wq, wv, w1 and w2 are kept; SDPA keeps its output and fp32
+    logsumexp per head; the checkpoint keeps the block input; norms, RoPE, SiLU and the
+    products are recomputed. This is not Korthikanti's selective (which keeps everything
+    but the attention core): for Llama 3.1 8B it is about 40% of it.
+    Column-parallel outputs (wq, wv, w1, attention) split by tp; row-parallel outputs (w2)
+    and the block input split by tp only with sequence parallelism."""
+    rep = tp if sequence_parallel else 1
+    col = (hidden + kv_dim + ffn + hidden) / tp  # wq, wv, w1 outputs + attention output
+    row = (hidden + hidden) / rep  # w2 output + block input
+    return tokens * (act_bytes * (col + row) + 4.0 * heads / tp)
 
 
 # --------------------------------------------------------------------------- fixed buffers

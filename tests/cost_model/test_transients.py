@@ -13,6 +13,7 @@ from cost_model.transients import (
     loss_transient_bytes,
     nccl_buffer_bytes,
     reserved_bytes,
+    torchtitan_op_sac_block_bytes,
 )
 
 T, V = 2 * 8192, 128256  # local batch 2 x seq 8192 tokens, Llama 3 vocabulary
@@ -68,3 +69,13 @@ def test_fixed_overheads():
 
 def test_reserved():
     assert reserved_bytes(100.0, 0.05) == pytest.approx(105.0)
+
+
+def test_torchtitan_op_sac_saves_every_other_matmul():
+    # Llama 3.1 8B, 16384 tokens: wq 4096 + wv 1024 + w1 14336 + w2 4096 + sdpa out 4096
+    # + block input 4096 bf16 elements, + 32 heads fp32 logsumexp, per token
+    per_token = 2 * (4096 + 1024 + 14336 + 4096 + 4096 + 4096) + 4 * 32
+    assert per_token == 63_616
+    assert torchtitan_op_sac_block_bytes(16384, 4096, 1024, 14336, 32) == 16384 * per_token
+    tp8 = torchtitan_op_sac_block_bytes(16384, 4096, 1024, 14336, 32, tp=8, sequence_parallel=True)
+    assert tp8 == pytest.approx(16384 * per_token / 8)
