@@ -181,8 +181,13 @@ def _pct(pred: float | None, ref: float | None) -> float | None:
 
 
 def _summary(rows: list[dict], key: str) -> dict:
-    errs = [abs(r[key]) for r in rows if r.get(key) is not None]
-    return {"n": len(errs), "mape_pct": sum(errs) / len(errs) if errs else None, "worst_pct": max(errs) if errs else None}
+    signed = [r[key] for r in rows if r.get(key) is not None]
+    errs = [abs(e) for e in signed]
+    return {
+        "n": len(errs), "mape_pct": sum(errs) / len(errs) if errs else None, "worst_pct": max(errs) if errs else None,
+        # issue 11's memory acceptance: measured <= predicted <= measured + 15%
+        "under": sum(e < 0 for e in signed), "within_0_15": sum(0 <= e <= 15 for e in signed),
+    }
 
 
 def run(csv_path: Path) -> dict:
@@ -211,6 +216,13 @@ def run(csv_path: Path) -> dict:
     return {"rows": results, "summary": summary}
 
 
+def _config(p: dict) -> str:
+    """The priced configuration, short: what a plan row's search chose is visible."""
+    sp = "sp" if p.get("sequence_parallel") else "-"
+    return (f"tp{p['tp']} pp{p['pp']} dp{p['dp']} cp{p['cp']} ep{p['ep']} v{p['vpp']} mb{p['micro_batch_size']} "
+            f"z{p['zero']} {p['recompute']} {p['schedule']} {sp}")
+
+
 def _f(v, fmt: str) -> str:
     return format(v, fmt) if v is not None else "-"
 
@@ -225,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=1, default=str))
         return 0
     print(f"{'row':38s} {'engine':10s} {'mode':8s} {'pub_s':>8s} {'pred_s':>8s} {'err%':>7s} "
-          f"{'pubGiB':>7s} {'predGiB':>7s} {'err%':>7s} {'fits':>5s}")
+          f"{'pubGiB':>7s} {'predGiB':>7s} {'err%':>7s} {'fits':>5s}  priced configuration")
     for r in out["rows"]:
         if "error" in r:
             print(f"{r['id'][:38]:38s} {r['engine']:10s} {r['mode']:8s} {_f(r['published_s'], '8.3f')} error: {r['error']}")
@@ -233,13 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{r['id'][:38]:38s} {r['engine']:10s} {r['mode']:8s} {_f(r['published_s'], '8.3f')} "
             f"{_f(r['predicted_s'], '8.3f')} {_f(r['time_err_pct'], '7.1f')} {_f(r['published_gib'], '7.1f')} "
-            f"{_f(r['peak_gib'], '7.1f')} {_f(r['mem_err_pct'], '7.1f')} {str(r['fits']):>5s}"
+            f"{_f(r['peak_gib'], '7.1f')} {_f(r['mem_err_pct'], '7.1f')} {str(r['fits']):>5s}  {_config(r['config'])}"
         )
     print()
     for name, s in out["summary"].items():
         t, m = s["time"], s["memory"]
         print(f"{name:10s} time: n={t['n']} MAPE {_f(t['mape_pct'], '.1f')}% worst {_f(t['worst_pct'], '.1f')}%   "
-              f"memory: n={m['n']} MAPE {_f(m['mape_pct'], '.1f')}% worst {_f(m['worst_pct'], '.1f')}%")
+              f"memory: n={m['n']} MAPE {_f(m['mape_pct'], '.1f')}% worst {_f(m['worst_pct'], '.1f')}% "
+              f"under {m['under']} in [0, +15%] {m['within_0_15']}")
     return 0
 
 
