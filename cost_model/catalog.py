@@ -24,6 +24,13 @@ _A100_FIT = (
     "interference, link fraction): 0.70, 64, 0.8, 0.2, 0.8 (validation/published.py)"
 )
 _HOPPER = "assumed: A100 shape model scaled to published H100 cuBLAS bf16 throughput"
+# New entries inherit the constants of their family's fitted/assumed member, and say so.
+_INHERIT_HOPPER = "inherits the Hopper family constants of h100-sxm (0.62, 128): " + _HOPPER
+_INHERIT_BLACKWELL = "inherits the Blackwell family constants of b200 (0.60, 192): assumed: Hopper shape model, larger tiles"
+_INHERIT_CDNA = (
+    "inherits the CDNA family constants of mi300x (0.48, 192): assumed: public MI300X bf16 GEMM benchmarks "
+    "reach ~600-700 of 1307 TFLOP/s"
+)
 
 CATALOG: dict[str, GPUSpec] = {
     g.name: g
@@ -107,6 +114,153 @@ CATALOG: dict[str, GPUSpec] = {
             gemm_max_efficiency=0.48,
             gemm_half_dim=192.0,
             efficiency_source="assumed: public MI300X bf16 GEMM benchmarks reach ~600-700 of 1307 TFLOP/s",
+        ),
+        GPUSpec(
+            name="gb200",
+            description="NVIDIA GB200 (one Blackwell GPU of a GB200 NVL72 rack, 1200 W)",
+            memory_gib=185.0,
+            peak_tflops={"fp32": 90.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0},
+            hbm_gb_s=8000.0,
+            nvlink_gb_s=900.0,
+            network_gb_s=50.0,
+            gpus_per_node=4,
+            source=(
+                "NVIDIA GB200 NVL72 datasheet and Blackwell architecture technical brief (2024): per GPU 5/10 PFLOP/s "
+                "dense fp8/fp4 (half the sparse figures), 2.5 PFLOP/s bf16, 8 TB/s HBM3e (576 TB/s per 72); capacity "
+                "189471 MiB as reported by the driver (MLPerf Training systems json); NVLink5 1.8 TB/s bidirectional "
+                "to the NVLink Switch, 72 GPUs per NVLink domain; 4 GPUs per compute tray (2 superchips); "
+                "ConnectX-7 400 Gb/s per GPU"
+            ),
+            gemm_max_efficiency=0.60,
+            gemm_half_dim=192.0,
+            efficiency_source=_INHERIT_BLACKWELL,
+            nvlink_domain=72,
+        ),
+        GPUSpec(
+            name="b300",
+            description="NVIDIA B300 (HGX B300, Blackwell Ultra)",
+            memory_gib=268.0,
+            peak_tflops={"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
+            hbm_gb_s=7700.0,
+            nvlink_gb_s=900.0,
+            network_gb_s=100.0,
+            gpus_per_node=8,
+            source=(
+                "NVIDIA HGX B300 datasheet (2025): per GPU 4.5 PFLOP/s dense fp8, 2.25 bf16, 1.1 tf32, 75 TFLOP/s "
+                "fp32; 270 GB HBM3e, 7.7 TB/s; NVLink5 1.8 TB/s bidirectional; ConnectX-8 800 Gb/s per GPU. "
+                "Capacity: 270 GB less the ~1% the driver reserves (as the b200 entry); not measured"
+            ),
+            gemm_max_efficiency=0.60,
+            gemm_half_dim=192.0,
+            efficiency_source=_INHERIT_BLACKWELL,
+        ),
+        GPUSpec(
+            name="gb300",
+            description="NVIDIA GB300 (one Blackwell Ultra GPU of a GB300 NVL72 rack, 1400 W)",
+            memory_gib=277.0,
+            peak_tflops={"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0},
+            hbm_gb_s=8000.0,
+            nvlink_gb_s=900.0,
+            network_gb_s=100.0,
+            gpus_per_node=4,
+            source=(
+                "NVIDIA GB300 NVL72 datasheet (2025): per GPU 5 PFLOP/s dense fp8, 2.5 bf16, 1.25 tf32 (rack: 360 "
+                "PFLOP/s fp8 dense / 72); 279 GB HBM3e, 8 TB/s; NVLink5 1.8 TB/s bidirectional, 72 GPUs per NVLink "
+                "domain; ConnectX-8 800 Gb/s per GPU. Capacity: 279 GB less ~1% reserved; not measured"
+            ),
+            gemm_max_efficiency=0.60,
+            gemm_half_dim=192.0,
+            efficiency_source=_INHERIT_BLACKWELL,
+            nvlink_domain=72,
+        ),
+        GPUSpec(
+            name="h800",
+            description="NVIDIA H800 SXM5 80GB (export variant of H100 SXM)",
+            memory_gib=79.1,
+            peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+            hbm_gb_s=3350.0,
+            nvlink_gb_s=200.0,
+            network_gb_s=50.0,
+            gpus_per_node=8,
+            source=(
+                "NVIDIA H800 SXM5 datasheet (2023): H100 SXM5 compute (FP64 reduced to 1 TFLOP/s), 80 GB HBM3 "
+                "3.35 TB/s, NVLink 400 GB/s bidirectional (8 of the H100's 18 links); 8x400 Gb/s IB per node as in "
+                "DeepSeek-V3 (arXiv 2412.19437 sec. 3.2.2, which measures ~160 GB/s achievable NVLink)"
+            ),
+            gemm_max_efficiency=0.62,
+            gemm_half_dim=128.0,
+            efficiency_source=_INHERIT_HOPPER,
+        ),
+        GPUSpec(
+            name="h20",
+            description="NVIDIA H20 96GB (export Hopper, 400 W)",
+            memory_gib=95.0,
+            peak_tflops={"fp32": 44.0, "tf32": 74.0, "bf16": 148.0, "fp16": 148.0, "fp8": 296.0},
+            hbm_gb_s=4000.0,
+            nvlink_gb_s=450.0,
+            network_gb_s=50.0,
+            gpus_per_node=8,
+            source=(
+                "NVIDIA H20 product brief (2024): 296 TFLOP/s fp8 and 148 bf16 dense, 74 tf32, 44 fp32; 96 GB HBM3 "
+                "4.0 TB/s; NVLink 900 GB/s bidirectional; 400 Gb/s per GPU assumed (HGX H20)"
+            ),
+            gemm_max_efficiency=0.62,
+            gemm_half_dim=128.0,
+            efficiency_source=_INHERIT_HOPPER + " (a compute-starved part: GEMMs saturate at smaller shapes; to be refitted)",
+        ),
+        GPUSpec(
+            name="gh200",
+            description="NVIDIA GH200 Grace Hopper superchip, 96 GB HBM3 (quad-GH200 nodes)",
+            memory_gib=95.0,
+            peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+            hbm_gb_s=4000.0,
+            nvlink_gb_s=450.0,
+            network_gb_s=25.0,
+            gpus_per_node=4,
+            source=(
+                "NVIDIA GH200 Grace Hopper Superchip datasheet (2023): H100 compute, 96 GB HBM3 4 TB/s (a 144 GB "
+                "HBM3e 4.9 TB/s variant exists: pass it as an object), NVLink4 900 GB/s bidirectional, NVLink-C2C "
+                "900 GB/s to Grace; 4 superchips per node with one 200 Gb/s Slingshot NIC each (HPE Cray EX254n, "
+                "as in CSCS Alps)"
+            ),
+            gemm_max_efficiency=0.62,
+            gemm_half_dim=128.0,
+            efficiency_source=_INHERIT_HOPPER,
+        ),
+        GPUSpec(
+            name="mi325x",
+            description="AMD Instinct MI325X 256GB",
+            memory_gib=255.5,
+            peak_tflops={"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
+            hbm_gb_s=6000.0,
+            nvlink_gb_s=64.0,
+            network_gb_s=50.0,
+            gpus_per_node=8,
+            source=(
+                "AMD Instinct MI325X datasheet (2024): MI300X compute (1307.4 bf16 / 2614.9 fp8 dense TFLOP/s), 256 GB "
+                "HBM3E 6 TB/s; Infinity Fabric 64 GB/s per link per direction to each of 7 peers; 400 Gb/s per GPU"
+            ),
+            gemm_max_efficiency=0.48,
+            gemm_half_dim=192.0,
+            efficiency_source=_INHERIT_CDNA,
+        ),
+        GPUSpec(
+            name="mi355x",
+            description="AMD Instinct MI355X 288GB (CDNA 4)",
+            memory_gib=287.5,
+            peak_tflops={"fp32": 157.3, "tf32": 157.3, "bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2},
+            hbm_gb_s=8000.0,
+            nvlink_gb_s=76.8,
+            network_gb_s=50.0,
+            gpus_per_node=8,
+            source=(
+                "AMD Instinct MI355X datasheet (2025): 2.5 PFLOP/s bf16, 5.0 fp8 dense, 157.3 TFLOP/s fp32 matrix (no "
+                "tf32 matrix path: fp32 rate); 288 GB HBM3E 8 TB/s; Infinity Fabric 1075 GB/s aggregate over 7 links "
+                "= 76.8 GB/s per link per direction; 400 Gb/s per GPU (Pollara 400)"
+            ),
+            gemm_max_efficiency=0.48,
+            gemm_half_dim=192.0,
+            efficiency_source=_INHERIT_CDNA,
         ),
         GPUSpec(
             name="l40s",

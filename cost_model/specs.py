@@ -150,6 +150,7 @@ class GPUSpec:
     efficiency_source: str = ""
     host: bool = False  # a CPU process as device
     reserved_gib: float = 1.0  # CUDA context + communicator buffers, not in torch's allocator
+    nvlink_domain: int | None = None  # GPUs on one NVLink fabric (72 in a GB200 NVL72 rack); None = gpus_per_node
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,633 @@
+"""What each training engine can run, kept as data read from its source, and what it keeps
+in memory per parameter.
+
+A plan's knobs are engine-neutral (zero 0..3, recompute none|selective|full with per-stage
+counts, schedule, vpp, cp, ep, etp, sequence_parallel, fp8). This module maps them onto
+each engine once:
+- `ENGINES[name]`: the support table (sharding modes, recomputation, schedules, uneven
+  stages, CP variants, EP/ETP, FP8 recipes, loss implementation, overlap switches), every
+  entry with the upstream file and commit it was read from;
+- `engine_supports(engine, **knobs)`: None if the engine can run the knobs, else the reason,
+  quoting the engine's rule;
+- `state_bytes_per_param(engine, zero, shard, ...)`: the model-state bytes per parameter
+  that engine really keeps (the engine-faithful counterpart of
+  `memory.model_state_bytes_per_param`, same three fields plus the optimizer-step transient).
+
+Sources (read with git from the snapshots, commit given per entry):
+  NVIDIA/Megatron-LM @ d98e8a64ddf3 (2026-08-22), pytorch/torchtitan @ b5bcd76c66d0
+  (2026-08-21; the 2024 benchmark runs used 9dec370ad26b, noted where it differs),
+  deepspeedai/DeepSpeed @ edaa72212672 (2026-08-22), and this project's planner/runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .vocab import (
+    DTYPE_BYTES,
+    ENGINE_DEEPSPEED,
+    ENGINE_MEGATRON,
+    ENGINE_RUNTIME,
+    ENGINE_TORCHTITAN,
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    SCHEDULE_1F1B,
+    SCHEDULE_GPIPE,
+    SCHEDULE_INTERLEAVED,
+)
+
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
+TORCHTITAN_2024_COMMIT = "9dec370ad26b"  # the commit of benchmarks/llama3_h100_202412_torchtitan.md runs
+DEEPSPEED_COMMIT = "edaa7221267243c7be7fb49c5d5f5c4fb97b4641"
+RUNTIME_SOURCE = "this repository"
+
+
+@dataclass(frozen=True)
+class Source:
+    repo: str
+    commit: str
+    path: str
+    what: str = ""
+
+    def __str__(self) -> str:
+        tail = f": {self.what}" if self.what else ""
+        at = f" @{self.commit[:12]}" if all(c in "0123456789abcdef" for c in self.commit) else f" ({self.commit})"
+        return f"{self.repo} {self.path}{at}{tail}"
+
+
+def _mg(path: str, what: str = "") -> Source:
+    return Source("NVIDIA/Megatron-LM", MEGATRON_COMMIT, path, what)
+
+
+def _tt(path: str, what: str = "") -> Source:
+    return Source("pytorch/torchtitan", TORCHTITAN_COMMIT, path, what)
+
+
+def _ds(path: str, what: str = "") -> Source:
+    return Source("deepspeedai/DeepSpeed", DEEPSPEED_COMMIT, path, what)
+
+
+def _rt(path: str, what: str = "") -> Source:
+    return Source("parallel-planner", RUNTIME_SOURCE, path, what)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+@dataclass(frozen=True)
+class ShardingMode:
+    """One data-parallel sharding mode of an engine, in the engine's own words."""
+
+    zero: int  # the engine-neutral level it implements (0..3)
+    name: str  # the engine's name for it
+    flags: str  # how it is switched on
+    keeps: str  # what one rank keeps, per parameter
+    communicates: str  # what crosses the data-parallel group per step
+    with_pipeline: bool  # usable together with pipeline parallelism
+    source: Source
+
+
+@dataclass(frozen=True)
+class OverlapSwitch:
+    name: str  # the engine's flag or option
+    overlaps: str  # which collective with what
+    default_on: bool
+    source: Source
+
+
+@dataclass(frozen=True)
+class LossImpl:
+    """How the engine computes the cross-entropy over the vocabulary (memory: transients.py)."""
+
+    name: str
+    fused: bool  # one kernel, no fp32 copy of the logits kept for backward
+    chunked: bool  # the logits are never materialised whole
+    vocab_parallel_under_tp: bool
+    description: str
+    source: Source
+
+
+@dataclass(frozen=True)
+class EngineSupport:
+    engine: str
+    sharding: tuple[ShardingMode, ...]
+    recompute: tuple[str, ...]  # engine-neutral modes it can express
+    recompute_per_stage_counts: str  # "any" | "uniform" | "none": per-stage full-recompute counts
+    recompute_detail: str
+    recompute_source: Source
+    schedules: dict[str, str]  # neutral name -> the engine's name
+    schedule_detail: str
+    schedule_source: Source
+    uneven_stages: str
+    uneven_source: Source
+    cp_variants: tuple[str, ...]  # () = no context parallelism
+    cp_source: Source
+    expert_parallel: bool
+    expert_tensor_parallel: bool
+    ep_source: Source
+    tensor_parallel: bool
+    sequence_parallel: bool
+    fp8_recipes: tuple[str, ...]  # () = no fp8 training in the engine
+    fp8_source: Source
+    loss: LossImpl
+    overlap: tuple[OverlapSwitch, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def zero_levels(self, pipeline: bool = False) -> tuple[int, ...]:
+        return tuple(sorted({m.zero for m in self.sharding if m.with_pipeline or not pipeline}))
+
+    def sharding_mode(self, zero: int) -> ShardingMode | None:
+        return next((m for m in self.sharding if m.zero == zero), None)
+
+
+_MG_ARGS = "megatron/training/arguments.py"
+_MG_TC = "megatron/core/transformer/transformer_config.py"
+_MG_DOC_DO = "docs/user-guide/features/dist_optimizer.md"
+
+MEGATRON = EngineSupport(
+    engine=ENGINE_MEGATRON,
+    sharding=(
+        ShardingMode(
+            0, "DDP (no sharding)", "(default)",
+            "param (param_dtype) + main grad (grad_dtype, --main-grads-dtype fp32 default) + fp32 main "
+            "param and Adam moments; table: bf16/fp32 -> 18 B, fp16/fp16 -> 20 B, fp32/fp32 -> 16 B",
+            "all-reduce of the grad buffer once per step (bucketed; --overlap-grad-reduce hides all but the last bucket)",
+            True, _mg(_MG_DOC_DO, "bytes-per-parameter table, 'Non-distributed optim' column"),
+        ),
+        ShardingMode(
+            1, "distributed optimizer", "--use-distributed-optimizer",
+            "param + full main grad buffer + 1/d of (fp32 main param, Adam moments[, fp32 grad copy for fp16]); "
+            "table: bf16/fp32 -> 6 + 12/d, fp16/fp16 -> 4 + 16/d, fp32/fp32 -> 8 + 8/d",
+            "reduce-scatter of the grad buffer, optimizer step on the shard, all-gather of the updated params "
+            "(after the step unless --overlap-param-gather, then in the next forward)",
+            True, _mg(_MG_DOC_DO, "'Distributed optim' column and Key Steps"),
+        ),
+        ShardingMode(
+            2, "Megatron-FSDP optim_grads", "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
+            "param + 1/d of (main grads, optimizer state)",
+            "reduce-scatter of gradients per FSDP unit in backward, all-gather of params after the step",
+            False, _mg(_MG_ARGS, "--data-parallel-sharding-strategy choices no_shard|optim|optim_grads|optim_grads_params"),
+        ),
+        ShardingMode(
+            3, "Megatron-FSDP optim_grads_params", "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params",
+            "1/d of (param, main grads, optimizer state) + the gathered params of the FSDP units in flight "
+            "(--fsdp-double-buffer keeps a persistent pair)",
+            "all-gather of each unit's params in forward and again in backward, reduce-scatter of its grads "
+            "(--overlap-param-gather / --overlap-grad-reduce on by default for this strategy)",
+            False, _mg("docs/user-guide/features/megatron_fsdp.md", "FSDP Unit Modules table"),
+        ),
+    ),
+    recompute=(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL),
+    recompute_per_stage_counts="uniform",
+    recompute_detail=(
+        "--recompute-granularity full|selective; full needs --recompute-method uniform|block and "
+        "--recompute-num-layers N: block recomputes the first N layers of every pipeline (virtual) stage, "
+        "uniform checkpoints every chunk of N layers; one N for all stages. selective: "
+        "--recompute-modules (default core_attn) on every layer, recompute_num_layers must be None"
+    ),
+    recompute_source=_mg(_MG_TC, "recompute_granularity/method/num_layers/modules and their checks"),
+    schedules={SCHEDULE_1F1B: "forward_backward_pipelining_without_interleaving",
+               SCHEDULE_INTERLEAVED: "forward_backward_pipelining_with_interleaving"},
+    schedule_detail=(
+        "get_forward_backward_func: no pipelining, 1F1B without interleaving, interleaved 1F1B "
+        "(--num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank). No GPipe."
+    ),
+    schedule_source=_mg("megatron/core/pipeline_parallel/schedules.py", "get_forward_backward_func"),
+    uneven_stages=(
+        "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers (first and last stage "
+        "differ, the middle stages split the rest evenly), or --pipeline-model-parallel-layout "
+        "(any split, e.g. 'E|(t|)*3,m|m||L')"
+    ),
+    uneven_source=_mg(_MG_ARGS, "_add_distributed_args"),
+    cp_variants=("p2p", "all_gather", "a2a", "a2a+p2p"),
+    cp_source=_mg(_MG_ARGS, "--cp-comm-type (per layer allowed), default p2p"),
+    expert_parallel=True,
+    expert_tensor_parallel=True,
+    ep_source=_mg("megatron/core/model_parallel_config.py", "expert_tensor_parallel_size (defaults to tp)"),
+    tensor_parallel=True,
+    sequence_parallel=True,
+    fp8_recipes=("delayed", "tensorwise", "blockwise", "mxfp8", "custom"),
+    fp8_source=_mg(_MG_TC, "fp8_recipe: tensorwise = per-tensor current scaling, mxfp8 Blackwell only; --fp8-format e4m3|hybrid"),
+    loss=LossImpl(
+        "vocab_parallel_cross_entropy", fused=False, chunked=False, vocab_parallel_under_tp=True,
+        description=(
+            "default: logits.float() (fp32 copy), exp in place, softmax kept in fp32 for backward, the "
+            "gradient written into it in place. --cross-entropy-loss-fusion with "
+            "--cross-entropy-fusion-impl native jit-fuses the same steps (same fp32 saved tensor, grad cast "
+            "to bf16); impl te calls Transformer Engine's parallel_cross_entropy"
+        ),
+        source=_mg("megatron/core/tensor_parallel/cross_entropy.py",
+                   "calculate_logits_max .float(); fusions/fused_cross_entropy.py saves exp_logits; "
+                   "models/common/language_module/language_module.py compute_language_model_loss"),
+    ),
+    overlap=(
+        OverlapSwitch("--overlap-grad-reduce", "DP grad all-reduce / reduce-scatter per bucket with backward", False,
+                      _mg(_MG_ARGS)),
+        OverlapSwitch("--overlap-param-gather", "distributed-optimizer param all-gather with the next forward "
+                      "(requires --overlap-grad-reduce and the distributed optimizer or Megatron-FSDP)", False,
+                      _mg(_MG_ARGS, "validate_args: overlap_param_gather asserts")),
+        OverlapSwitch("--tp-comm-overlap", "TP all-gather / reduce-scatter with the GEMMs (TE userbuffers)", False,
+                      _mg("megatron/core/model_parallel_config.py", "tp_comm_overlap")),
+        OverlapSwitch("overlap_p2p_comm", "PP send/recv with compute (interleaved schedule only; "
+                      "--no-overlap-p2p-communication turns it off)", True, _mg(_MG_ARGS)),
+    ),
+    notes=(
+        "interleaved needs pp > 1 (pp > 2 when --no-overlap-p2p-communication)",
+        "sequence parallelism is switched off (with a warning) when tp == 1",
+        "Megatron-FSDP v1 forces --use-distributed-optimizer",
+    ),
+)
+
+_TT_CFG = "torchtitan/config/configs.py"
+
+TORCHTITAN = EngineSupport(
+    engine=ENGINE_TORCHTITAN,
+    sharding=(
+        ShardingMode(
+            0, "DDP (dp_replicate only)", "parallelism.data_parallel_replicate_degree=N, data_parallel_shard_degree=1",
+            "fp32 param + fp32 grad + Adam moments (fully_shard over a size-1 shard mesh still installs the "
+            "bf16 MixedPrecisionPolicy: the bf16 compute copy of a block exists while it runs)",
+            "gradient all-reduce over dp_replicate per block in backward", True,
+            _tt("torchtitan/models/llama3/parallelize.py", "apply_fsdp_to_decoder always; mesh ['dp_replicate','fsdp']"),
+        ),
+        ShardingMode(
+            2, "FSDP2, reshard_after_forward never (ZeRO-2-like)", "parallelism.fsdp_reshard_after_forward=never "
+            "(the default when pp > 1)",
+            "1/d of (fp32 param = master, fp32 grad, Adam moments) + the unsharded bf16 params of every block "
+            "from its forward to its backward",
+            "one all-gather per block per micro-batch forward (none in backward), reduce-scatter of grads per "
+            "block per micro-batch", True,
+            _tt("torchtitan/distributed/fsdp.py", "get_fsdp_reshard_after_forward_policy: default = not pp_enabled"),
+        ),
+        ShardingMode(
+            3, "FSDP2 full shard (HSDP with dp_replicate > 1)", "parallelism.data_parallel_shard_degree=N "
+            "(fsdp_reshard_after_forward default/always)",
+            "1/d of (fp32 param = master, fp32 grad, Adam moments), d = dp_shard x cp (the FSDP mesh includes cp); "
+            "bf16 unsharded params of the block in flight and the prefetched next one",
+            "all-gather per block in forward and again in backward, reduce-scatter of fp32 grads "
+            "(mixed_precision_reduce float32) per block; HSDP adds an all-reduce over dp_replicate", True,
+            _tt("torchtitan/distributed/fsdp.py", "resolve_fsdp_mesh: shard axes dp_shard (+cp)"),
+        ),
+    ),
+    recompute=(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL),
+    recompute_per_stage_counts="none",
+    recompute_detail=(
+        "FullAC wraps every transformer block; SelectiveAC is per-op (saves matmul/attention/collective "
+        "outputs, recomputes every second mm); MemoryBudgetAC needs torch.compile. The policy is applied to "
+        "every block alike. At 9dec370 (2024 runs) selective_ac_option also took an int N = checkpoint "
+        "every N-th layer"
+    ),
+    recompute_source=_tt("torchtitan/distributed/activation_checkpoint.py", "ActivationCheckpointing.apply"),
+    schedules={SCHEDULE_GPIPE: "GPipe", SCHEDULE_1F1B: "1F1B", SCHEDULE_INTERLEAVED: "Interleaved1F1B"},
+    schedule_detail=(
+        "parallelism.pipeline_parallel_schedule, any name of torch.distributed.pipelining "
+        "get_schedule_class: GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, "
+        "ZBVZeroBubble, DualPipeV (pytorch/pytorch torch/distributed/pipelining/schedules.py)"
+    ),
+    schedule_source=_tt(_TT_CFG, "ParallelismConfig.pipeline_parallel_schedule"),
+    uneven_stages=(
+        "module_fqns_per_model_part (any split), or pipeline_parallel_first/last_stage_less_layers "
+        "(default 1 each) with pipeline_parallel_layers_per_stage"
+    ),
+    uneven_source=_tt(_TT_CFG, "ParallelismConfig"),
+    cp_variants=("ring",),
+    cp_source=_tt(_TT_CFG, "context_parallel_degree, context_parallel_load_balancer headtail; at 9dec370 "
+                  "experimental.context_parallel_rotate_method allgather|alltoall"),
+    expert_parallel=True,
+    expert_tensor_parallel=False,
+    ep_source=_tt(_TT_CFG, "expert_parallel_degree: EP borrows ranks from FSDP and TP (efsdp = dp_shard*cp*tp/ep)"),
+    tensor_parallel=True,
+    sequence_parallel=True,
+    fp8_recipes=("rowwise", "rowwise_with_gw_hp", "mxfp8", "tensorwise"),
+    fp8_source=_tt("torchtitan/components/quantization/float8.py",
+                   "Float8LinearConverter recipe_name rowwise|rowwise_with_gw_hp; mx.py MXFP8; tensorwise "
+                   "dynamic scaling at 9dec370"),
+    loss=LossImpl(
+        "torch cross_entropy over full logits", fused=False, chunked=False, vocab_parallel_under_tp=True,
+        description=(
+            "F.cross_entropy(pred.float(), reduction=sum): the bf16 logits, an fp32 copy, fp32 log-softmax "
+            "saved for backward, fp32 gradient; under TP the same on the local vocab shard "
+            "(_LossParallelCrossEntropy). The trainer deletes pred after the loss"
+        ),
+        source=_tt("torchtitan/components/loss.py", "cross_entropy_loss; trainer.py del pred"),
+    ),
+    overlap=(
+        OverlapSwitch("FSDP2 implicit prefetch", "next block's all-gather with the current block's compute "
+                      "(forward and backward); reduce-scatter with the previous block's backward", True,
+                      _tt("torchtitan/distributed/fsdp.py")),
+        OverlapSwitch("compile.enable_async_tensor_parallel", "TP collectives with the matmuls (needs "
+                      "compile.enable and 'model' in compile.components)", False, _tt(_TT_CFG, "CompileConfig")),
+    ),
+    notes=("no ZeRO-1: parameters are always sharded at rest when dp_shard > 1",),
+)
+
+DEEPSPEED = EngineSupport(
+    engine=ENGINE_DEEPSPEED,
+    sharding=(
+        ShardingMode(
+            0, "ZeRO-0", "zero_optimization.stage 0",
+            "bf16 needs grad accumulation in bf16 (bf16 params + fp32 accum without ZeRO raises "
+            "NotImplementedError); under pipeline bf16 uses BF16_Optimizer, which shards the fp32 master "
+            "and moments over dp (as ZeRO-1)",
+            "gradient all-reduce", True,
+            _ds("deepspeed/runtime/engine.py", "_do_optimizer_sanity_check wrapper selection"),
+        ),
+        ShardingMode(
+            1, "ZeRO-1", "zero_optimization.stage 1",
+            "bf16 params + fp32 grad accumulation: BF16_Optimizer, full fp32 grad buffer + 1/d fp32 master and "
+            "moments (6 + 12/d); otherwise stage_1_and_2: full 16-bit grads + 1/d (fp32 master, moments, "
+            "fp32 grad of the partition at the step)",
+            "reduce-scatter (or reduce) of grads, all-gather of params after the step", True,
+            _ds("deepspeed/runtime/bf16_optimizer.py", "fp32_groups_gradients_flat = zeros_like(bf16 flat, grad_acc_dtype)"),
+        ),
+        ShardingMode(
+            2, "ZeRO-2", "zero_optimization.stage 2",
+            "16-bit params + 1/d of (16-bit grads, fp32 master, moments, fp32 grad partition at the step) + "
+            "reduce buckets (reduce_bucket_size)",
+            "reduce-scatter of gradient buckets during backward (overlap_comm), all-gather of params after the step",
+            False, _ds("deepspeed/runtime/pipe/engine.py", "assert zero stage < gradients: 'ZeRO-2 and ZeRO-3 are "
+                       "incompatible with pipeline parallelism'"),
+        ),
+        ShardingMode(
+            3, "ZeRO-3", "zero_optimization.stage 3",
+            "1/d of (16-bit params, 16-bit grads, fp32 master, moments) + fp32 grad partition at the step + "
+            "live gathered params (stage3_max_live_parameters, stage3_prefetch_bucket_size)",
+            "all-gather of params per module in forward and backward, reduce-scatter of grads", False,
+            _ds("deepspeed/runtime/zero/stage3.py", "fp32_partitioned_groups_flat[i].grad set at the step"),
+        ),
+    ),
+    recompute=(RECOMPUTE_NONE, RECOMPUTE_FULL),
+    recompute_per_stage_counts="uniform",
+    recompute_detail=(
+        "deepspeed.checkpointing (partition_activations, number_checkpoints, contiguous_memory_optimization); "
+        "PipelineModule activation_checkpoint_interval = checkpoint every N layers, the same N on every stage. "
+        "No selective (op-level) recompute in the engine"
+    ),
+    recompute_source=_ds("deepspeed/runtime/pipe/module.py", "activation_checkpoint_interval"),
+    schedules={SCHEDULE_1F1B: "TrainSchedule"},
+    schedule_detail="PipelineEngine runs TrainSchedule (1F1B-like); no interleaved or GPipe schedule",
+    schedule_source=_ds("deepspeed/runtime/pipe/schedule.py", "TrainSchedule, InferenceSchedule, DataParallelSchedule"),
+    uneven_stages="PipelineModule partition_method: parameters (default), uniform, type:[regex]",
+    uneven_source=_ds("deepspeed/runtime/pipe/module.py", "_partition_layers"),
+    cp_variants=("ulysses",),
+    cp_source=_ds("deepspeed/runtime/config.py", "sequence_parallel_size (DeepSpeed-Ulysses all-to-all)"),
+    expert_parallel=True,
+    expert_tensor_parallel=False,
+    ep_source=_ds("deepspeed/moe/layer.py", "MoE(ep_size=...)"),
+    tensor_parallel=True,
+    sequence_parallel=False,
+    fp8_recipes=(),
+    fp8_source=_ds("deepspeed/runtime/config.py", "no fp8 training precision section (bf16/fp16 only)"),
+    loss=LossImpl(
+        "the model's own loss", fused=False, chunked=False, vocab_parallel_under_tp=False,
+        description="the engine calls the model's loss_fn; torch cross_entropy over full fp32-upcast logits assumed",
+        source=_ds("deepspeed/runtime/pipe/module.py", "loss_fn"),
+    ),
+    overlap=(
+        OverlapSwitch("zero_optimization.overlap_comm", "gradient reduce with backward (ZeRO-2/3)", False,
+                      _ds("deepspeed/runtime/engine.py", "zero_overlap_comm")),
+    ),
+    notes=("tensor parallelism comes from the model (Megatron-DeepSpeed) or AutoTP training "
+           "(deepspeed/runtime/tensor_parallel/config.py autotp_size)",),
+)
+
+RUNTIME = EngineSupport(
+    engine=ENGINE_RUNTIME,
+    sharding=(
+        ShardingMode(0, "bucketed all-reduce after the step's backward", "zero 0",
+                     "fp32 param, grad, Adam moments", "one all-reduce of all grads per step", True,
+                     _rt("planner/runtime/parallelize.py", "allreduce_grads")),
+        ShardingMode(1, "DistributedOptimizer", "zero 1",
+                     "fp32 param + fp32 grad + 1/d (fp32 master slice, grad slice, moments) + a flat fp32 "
+                     "gradient copy at the step", "reduce-scatter then all-gather once per step", True,
+                     _rt("planner/runtime/dist_optimizer.py", "DistributedOptimizer.step")),
+        ShardingMode(2, "DistributedOptimizer (same step as zero 1)", "zero 2",
+                     "as zero 1: the gradient outside the owned slice is not freed", "as zero 1", True,
+                     _rt("planner/runtime/dist_optimizer.py", "module docstring")),
+        ShardingMode(3, "FSDP2 fully_shard per block, reshard_after_forward=True", "zero 3",
+                     "1/d of fp32 param, grad, moments", "all-gather per block forward and backward, reduce-scatter",
+                     True, _rt("planner/runtime/parallelize.py", "apply_fsdp")),
+    ),
+    recompute=(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL),
+    recompute_per_stage_counts="any",
+    recompute_detail="full: the first recompute_layers[i] blocks of stage i; selective: the attention core",
+    recompute_source=_rt("planner/runtime/parallelize.py", "apply_recompute"),
+    schedules={SCHEDULE_GPIPE: "ScheduleGPipe", SCHEDULE_1F1B: "Schedule1F1B", SCHEDULE_INTERLEAVED: "ScheduleInterleaved1F1B"},
+    schedule_detail="torch.distributed.pipelining schedules",
+    schedule_source=_rt("planner/runtime/pipeline.py", "build_schedule"),
+    uneven_stages="stage_layers of the plan, any split",
+    uneven_source=_rt("planner/runtime/plan_io.py"),
+    cp_variants=(),
+    cp_source=_rt("planner/runtime/plan_io.py", "cp > 1 refused"),
+    expert_parallel=False,
+    expert_tensor_parallel=False,
+    ep_source=_rt("planner/runtime/plan_io.py", "ep > 1 refused"),
+    tensor_parallel=True,
+    sequence_parallel=True,
+    fp8_recipes=(),
+    fp8_source=_rt("planner/runtime/__main__.py", "every plan runs in fp32"),
+    loss=LossImpl("vocab-parallel cross-entropy (tensor_parallel.py)", fused=False, chunked=False,
+                  vocab_parallel_under_tp=True, description="fp32 end to end",
+                  source=_rt("planner/runtime/tensor_parallel.py")),
+    overlap=(),
+    notes=("the reference runtime trains in fp32 whatever the plan's dtype",),
+)
+
+ENGINES: dict[str, EngineSupport] = {e.engine: e for e in (MEGATRON, TORCHTITAN, DEEPSPEED, RUNTIME)}
+
+
+def get_engine(engine: str) -> EngineSupport:
+    if engine not in ENGINES:
+        raise KeyError(f"unknown engine {engine!r}; known: {sorted(ENGINES)}")
+    return ENGINES[engine]
+
+
+# --------------------------------------------------------------------------- support check
+
+
+def engine_supports(
+    engine: str,
+    *,
+    zero: int = 0,
+    recompute: str = RECOMPUTE_NONE,
+    recompute_layers: tuple[int, ...] | None = None,
+    stage_layers: tuple[int, ...] | None = None,
+    schedule: str = SCHEDULE_1F1B,
+    pp: int = 1,
+    vpp: int = 1,
+    tp: int = 1,
+    cp: int = 1,
+    cp_variant: str | None = None,
+    ep: int = 1,
+    etp: int | None = None,
+    sequence_parallel: bool = False,
+    fp8: bool = False,
+    fp8_recipe: str | None = None,
+) -> str | None:
+    """None when `engine` can run these engine-neutral knobs; otherwise the reason, quoting
+    the engine's rule and where it was read. `etp` None means 'expert TP = tp' (Megatron's
+    default); `cp_variant` / `fp8_recipe` None means 'any the engine has'."""
+    e = get_engine(engine)
+
+    mode = e.sharding_mode(zero)
+    if mode is None:
+        return (f"{engine} has no ZeRO-{zero}: its data-parallel modes are "
+                f"{', '.join(f'{m.zero}={m.name}' for m in e.sharding)} ({e.sharding[0].source})")
+    if pp > 1 and not mode.with_pipeline:
+        return f"{engine} cannot combine {mode.name} (zero {zero}) with pipeline parallelism ({mode.source})"
+
+    if recompute not in e.recompute:
+        return f"{engine} cannot express recompute={recompute!r}: {e.recompute_detail} ({e.recompute_source})"
+    if recompute == RECOMPUTE_SELECTIVE and recompute_layers is not None and engine != ENGINE_RUNTIME:
+        return f"{engine}: selective recompute applies to every layer, no per-stage count ({e.recompute_source})"
+    if recompute == RECOMPUTE_FULL and recompute_layers is not None:
+        counts = set(recompute_layers)
+        per_stage = stage_layers or ()
+        all_layers = bool(per_stage) and tuple(recompute_layers) == tuple(per_stage)
+        if e.recompute_per_stage_counts == "none" and not all_layers:
+            return (f"{engine} recomputes every block or none: per-stage counts {list(recompute_layers)} "
+                    f"cannot be expressed ({e.recompute_source})")
+        if e.recompute_per_stage_counts == "uniform" and len(counts) > 1 and not all_layers:
+            return (f"{engine} takes one recompute count for every (virtual) stage, the plan has "
+                    f"{list(recompute_layers)}: {e.recompute_detail} ({e.recompute_source})")
+
+    if pp > 1:
+        sched = SCHEDULE_INTERLEAVED if vpp > 1 else schedule
+        if sched not in e.schedules:
+            return f"{engine} has no {sched!r} schedule: {e.schedule_detail} ({e.schedule_source})"
+    elif vpp > 1:
+        return f"vpp={vpp} needs pipeline parallelism (pp={pp})"
+
+    if tp > 1 and not e.tensor_parallel:
+        return f"{engine} has no tensor parallelism"
+    if sequence_parallel and tp > 1 and not e.sequence_parallel:
+        return f"{engine} has no Megatron-style sequence parallelism ({e.cp_source})"
+    if cp > 1:
+        if not e.cp_variants:
+            return f"{engine} has no context parallelism ({e.cp_source})"
+        if cp_variant is not None and cp_variant not in e.cp_variants:
+            return f"{engine} context parallelism is {', '.join(e.cp_variants)}, not {cp_variant!r} ({e.cp_source})"
+    if ep > 1 and not e.expert_parallel:
+        return f"{engine} has no expert parallelism ({e.ep_source})"
+    if etp is not None and etp != tp and not e.expert_tensor_parallel:
+        return f"{engine} has no separate expert tensor parallelism (etp={etp} != tp={tp}) ({e.ep_source})"
+    if fp8:
+        if not e.fp8_recipes:
+            return f"{engine} has no fp8 training recipe ({e.fp8_source})"
+        if fp8_recipe is not None and fp8_recipe not in e.fp8_recipes:
+            return f"{engine} fp8 recipes are {', '.join(e.fp8_recipes)}, not {fp8_recipe!r} ({e.fp8_source})"
+    return None
+
+
+# --------------------------------------------------------------------------- model states
+
+
+@dataclass(frozen=True)
+class EngineStateBytes:
+    """Bytes per parameter one rank keeps for model states, as the engine allocates them.
+    Same fields as memory.StateBytesPerParam (weights, grads, optimizer, total) plus
+    `step_transient`: bytes per parameter allocated only around the optimizer step (a fp32
+    gradient partition or flat copy) — add it to the peak if the step is the peak."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    step_transient: float = 0.0
+    source: str = ""
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+
+def _moments_bytes(optimizer: str) -> float:
+    """Adam/AdamW: fp32 exp_avg + exp_avg_sq (8); SGD with momentum: 4."""
+    return 8.0 if optimizer in ("adam", "adamw") else 4.0
+
+
+def state_bytes_per_param(
+    engine: str,
+    zero: int,
+    shard: int,
+    dtype: str = "bf16",
+    grad_dtype: str = "fp32",
+    master_dtype: str = "fp32",
+    optimizer: str = "adam",
+) -> EngineStateBytes:
+    """What `engine` keeps per parameter at `zero` with `shard` ranks sharing the state.
+
+    `shard` is the engine's sharding group: Megatron and DeepSpeed the data-parallel group
+    (dp x cp in Megatron: the distributed optimizer shards over the dp-cp group); torchtitan
+    dp_shard x cp (resolve_fsdp_mesh), not dp_replicate. fp8 training keeps bf16 parameters
+    in every engine here (Megatron fp8_param off by default; torchao casts per GEMM)."""
+    e = get_engine(engine)
+    if e.sharding_mode(zero) is None:
+        raise ValueError(engine_supports(engine, zero=zero))
+    d = float(max(1, shard))
+    p_dtype = "bf16" if dtype == "fp8" else dtype
+    w = float(DTYPE_BYTES[p_dtype])
+    m = _moments_bytes(optimizer)
+    master = 0.0 if p_dtype == "fp32" else float(DTYPE_BYTES[master_dtype])
+
+    if engine == ENGINE_MEGATRON:
+        # dist_optimizer.md table: 16-bit grads get an fp32 main-grad copy inside the optimizer
+        # (fp16/fp16: 20 = 2 + 2 + 16); fp32 grads are the main grads themselves (bf16/fp32: 18).
+        g = float(DTYPE_BYTES[grad_dtype]) if p_dtype != "fp32" else 4.0
+        k = m + master + (4.0 if g < 4 else 0.0)
+        src = str(_mg(_MG_DOC_DO, "bytes-per-parameter table"))
+        if zero == 0:
+            return EngineStateBytes(w, g, k, source=src)
+        if zero == 1:
+            return EngineStateBytes(w, g, k / d, source=src)
+        src = str(e.sharding_mode(zero).source)
+        if zero == 2:
+            return EngineStateBytes(w, g / d, k / d, source=src)
+        return EngineStateBytes(w / d, g / d, k / d, source=src)
+
+    if engine == ENGINE_TORCHTITAN:
+        # FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the sharded
+        # parameter is fp32 and is the optimizer's master; grads are fp32 shards. The bf16
+        # compute copy is transient per block (zero 3) or held forward->backward (zero 2).
+        full = 4.0 + 4.0 + m  # fp32 param, fp32 grad, moments
+        src = str(e.sharding_mode(zero).source)
+        if zero == 0:
+            return EngineStateBytes(4.0, 4.0, m, source=src)
+        held_compute_copy = w if (zero == 2 and p_dtype != "fp32") else 0.0
+        return EngineStateBytes(4.0 / d + held_compute_copy, 4.0 / d, m / d, source=src + f"; total {full:g}/d")
+
+    if engine == ENGINE_DEEPSPEED:
+        src = str(e.sharding_mode(zero).source)
+        g16 = float(DTYPE_BYTES[p_dtype])
+        if p_dtype == "fp32":
+            k = m
+            if zero == 0:
+                return EngineStateBytes(4.0, 4.0, k, source=src)
+            if zero == 1:
+                return EngineStateBytes(4.0, 4.0, k / d, source=src)
+            if zero == 2:
+                return EngineStateBytes(4.0, 4.0 / d, k / d, source=src)
+            return EngineStateBytes(4.0 / d, 4.0 / d, k / d, source=src)
+        if zero == 0:
+            # bf16 without ZeRO needs bf16 gradient accumulation (engine.py); fp32 master + moments full
+            return EngineStateBytes(w, g16, master + m, source=src)
+        if zero == 1 and p_dtype == "bf16" and grad_dtype == "fp32":
+            # BF16_Optimizer: full fp32 gradient buffer, fp32 master and moments sharded
+            return EngineStateBytes(w, 4.0, (master + m) / d, source=str(e.sharding_mode(1).source))
+        # stage_1_and_2 / stage3: 16-bit grads; fp32 grad partition only around the step
+        if zero == 1:
+            return EngineStateBytes(w, g16, (master + m) / d, step_transient=4.0 / d, source=src)
+        if zero == 2:
+            return EngineStateBytes(w, g16 / d, (master + m) / d, step_transient=4.0 / d, source=src)
+        return EngineStateBytes(w / d, g16 / d, (master + m) / d, step_transient=4.0 / d, source=src)
+
+    # this project's runtime: fp32 throughout (runtime/__main__.py)
+    src = str(e.sharding_mode(zero).source)
+    if zero == 0:
+        return EngineStateBytes(4.0, 4.0, m, source=src)
+    if zero in (1, 2):
+        # whole param and grad; fp32 master slice + grad slice + moments per rank; flat fp32
+        # gradient copy built for the reduce-scatter at the step
+        return EngineStateBytes(4.0, 4.0, (4.0 + 4.0 + m) / d, step_transient=4.0, source=src)
+    return EngineStateBytes(4.0 / d, 4.0 / d, m / d, source=src)

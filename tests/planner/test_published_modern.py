@@ -1,0 +1,45 @@
+"""validation/published_modern.py: every row of the modern calibration file becomes a request
+the service parses; estimate rows carry every knob, plan rows pin the published degrees."""
+
+import csv
+
+import pytest
+
+from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
+from planner.service import estimate
+from planner.space import parse_search
+from validation.published_modern import DEFAULT_CSV, engine_of, request
+
+pytestmark = pytest.mark.skipif(not DEFAULT_CSV.is_file(), reason="../shared/validation not present")
+
+
+def _rows():
+    return list(csv.DictReader(DEFAULT_CSV.open()))
+
+
+def test_every_row_parses():
+    for row in _rows():
+        req = request(row)
+        m = parse_model(req["model"])
+        assert m.num_layers == int(row["layers"]) and m.vocab_size == int(row["vocab"])
+        assert (m.moe is not None) == bool(row["moe_experts"].strip())
+        c = parse_cluster(req["cluster"])
+        assert c.num_gpus == int(row["num_gpus"])
+        t = parse_training(req["training"])
+        assert t.global_batch_size * t.seq_length == int(row["global_batch_seqs"]) * int(row["seq_len"])
+        if row["mode"] == "plan":
+            s = parse_search(req["search"])
+            for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "zero"):
+                assert s.allowed[k] == (int(row[k]),)
+        else:
+            p = parse_parallelism(req["parallelism"])
+            assert (p.tp, p.pp, p.dp, p.cp, p.zero) == tuple(int(row[k]) for k in ("tp", "pp", "dp", "cp", "zero"))
+            assert p.recompute == row["recompute"]
+
+
+def test_engines_and_an_estimate_row():
+    rows = _rows()
+    assert {engine_of(r) for r in rows} <= {"megatron", "torchtitan", "deepspeed"}
+    row = next(r for r in rows if r["mode"] == "estimate")
+    est = estimate(request(row))
+    assert est.prediction.step_time_s > 0
