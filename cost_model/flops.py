@@ -195,7 +195,7 @@ def mtp_params(m: TransformerSpec, active: bool = False, with_shared: bool = Fal
     if m.num_nextn_predict_layers <= 0:
         return 0.0
     h = m.hidden_size
-    moe = _is_moe(m, m.num_layers)  # the module's block continues the main stack's pattern
+    moe = _is_moe(m, m.num_layers - 1)  # the module's block is shaped like the last one (DeepSeek-V3: MoE)
     block = block_params(m, moe, experts=m.moe.top_k if (active and moe and m.moe) else None)
     norm = (2 if m.norm == "layernorm" else 1) * h
     own = 2 * h * h + 3 * norm + block
@@ -234,13 +234,12 @@ def model_flops_per_step(
 
 def mtp_flops(m: TransformerSpec, tokens: float, seq_len: int, causal: bool = True) -> float:
     """Forward FLOPs of the MTP modules (DeepSeek-V3 §2.2): per module the 2h -> h
-    projection 2*t*2h*h, one block (its index continues the main stack: num_layers + k)
+    projection 2*t*2h*h, one block shaped like the main stack's last one
     and its own pass through the shared output head 2*t*h*V (each depth predicts its own
     token, eq. 22)."""
     total = 0.0
-    for k in range(m.num_nextn_predict_layers):
-        i = m.num_layers + k
-        blk = block_flops(m, tokens, seq_len, _is_moe(m, i), index=None, causal=causal).total
+    for _ in range(m.num_nextn_predict_layers):
+        blk = block_flops(m, tokens, seq_len, _is_moe(m, m.num_layers - 1), index=None, causal=causal).total
         total += 2.0 * tokens * 2 * m.hidden_size * m.hidden_size + blk + logits_flops(m, tokens)
     return total
 
