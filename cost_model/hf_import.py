@@ -55,17 +55,17 @@ _UNTIED_BY_DEFAULT = {
 }
 
 # Class defaults of nested text configs, which checkpoints save as a diff against them
-# (Gemma3TextConfig.__init__ commit 008f5c8c; Llama4TextConfig commit 008e5743).
+# (Gemma3TextConfig.__init__ commit 008f5c8c; Llama4TextConfig commit 008e5743). The three
+# fields that set the model's size (hidden_size, num_hidden_layers, intermediate_size) are
+# never taken from a default: a config without them is refused with the field's path.
 _NESTED_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {
-        "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072,
+        "vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072,
         "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "rope_theta": 1_000_000.0, "sliding_window": 4096,
         "sliding_window_pattern": 6,
     },
     "llama4_text": {
-        "vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
-        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 202048, "intermediate_size_mlp": 16384, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
         "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "num_experts_per_tok": 1, "num_local_experts": 16,
         "interleave_moe_layer_step": 1, "no_rope_layer_interval": 4, "attention_chunk_size": 8192,
         "rope_theta": 500000.0,
@@ -117,7 +117,7 @@ def from_hf_config(cfg: dict, name: str | None = None) -> TransformerSpec:
             raise SpecError("model.hf_config.text_config", "is required", allowed=["text_config"])
         text_type = str(text.get("model_type") or _NESTED.get(model_type, "")).lower()
         merged = dict(_NESTED_DEFAULTS.get(text_type, {}))
-        merged.update({k: v for k, v in text.items() if v is not None})
+        merged.update(text)  # an explicit null stays null (attention_chunk_size: null = no chunking)
         if "tie_word_embeddings" in cfg and "tie_word_embeddings" not in text:
             merged["tie_word_embeddings"] = cfg["tie_word_embeddings"]  # the outer class's flag
         c = _Cfg(merged, "model.hf_config.text_config")
@@ -161,6 +161,7 @@ def _decoder(c: _Cfg, model_type: str, display: str) -> TransformerSpec:
     else:
         dense_ffn = int(c.req("intermediate_size"))
     sliding, layer_types, chunk = _attention_pattern(c, model_type, layers)
+    mla = _mla(c)
     attn_bias = bool(c.get("attention_bias", gpt_oss))
     return TransformerSpec(
         name=display,
@@ -181,9 +182,9 @@ def _decoder(c: _Cfg, model_type: str, display: str) -> TransformerSpec:
         moe=moe,
         # MLA: head_dim is not a projection width (attention.projections reads c.mla); the
         # v head width keeps kv_channels meaningful for per-head terms
-        head_dim=int(c.get("v_head_dim")) if c.has("kv_lora_rank") else (int(c.get("head_dim")) if c.has("head_dim") else None),
+        head_dim=mla.v_head_dim if mla else (int(c.get("head_dim")) if c.has("head_dim") else None),
         rope_theta=_rope_theta(c),
-        mla=_mla(c),
+        mla=mla,
         num_nextn_predict_layers=int(c.get("num_nextn_predict_layers", 0)),
         sliding_window=sliding,
         attention_chunk_size=chunk,
