@@ -140,3 +140,24 @@ def test_imports_count_the_same_as_their_blocks():
         emb = m.vocab_size * m.hidden_size
         head = 0 if m.tie_embeddings else emb
         assert flops.total_params(m) == blocks + emb + head + m.hidden_size, f.name
+
+
+def test_architecture_checks_name_the_field():
+    from dataclasses import replace
+
+    from cost_model.model_checks import check_architecture
+    from cost_model.presets import PRESETS
+
+    for m in PRESETS.values():
+        check_architecture(m)  # every preset is consistent
+    oss = PRESETS["gpt-oss-120b"]
+    cases = [
+        (replace(oss, layer_types=oss.layer_types[:-1]), "model.layer_types"),
+        (replace(oss, sliding_window=None), "model.sliding_window"),
+        (replace(PRESETS["llama4-scout"], attention_chunk_size=None), "model.attention_chunk_size"),
+        (replace(oss, moe=replace(oss.moe, moe_layers=(0, 36))), "model.moe.moe_layers"),
+    ]
+    for m, field in cases:
+        with pytest.raises(SpecError) as e:
+            check_architecture(m)
+        assert e.value.field == field
