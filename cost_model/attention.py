@@ -141,6 +141,40 @@ def projections(m: TransformerSpec) -> list[Projection]:
     ]
 
 
+def sharded_projections(m: TransformerSpec, tp: int) -> list[tuple[str, float, float]]:
+    """(name, out_dim, in_dim) each TP rank multiplies per token: column-parallel matrices
+    split out_dim, row-parallel in_dim, replicated ones neither (what a GEMM-time model
+    takes: t x in_dim times in_dim x out_dim)."""
+    dims = []
+    for x in projections(m):
+        out = x.out_dim / tp if x.tp == "column" else x.out_dim
+        inp = x.in_dim / tp if x.tp == "row" else x.in_dim
+        dims.append((x.name, out, inp))
+    return dims
+
+
+def tp_replicated_params(m: TransformerSpec) -> int:
+    """Attention parameters every TP rank holds whole: MLA's down projections and latent
+    norms, and the QK-norm weights (shared by all heads). The rest of attention_params
+    splits by tp (heads, incl. GPT-OSS's per-head sinks)."""
+    p = sum(x.params for x in projections(m) if x.tp == "replicated")
+    if m.mla is not None:
+        p += m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0)
+    if m.qk_norm:
+        p += 2 * qk_head_dim(m)
+    return p
+
+
+def kv_elems_per_token(m: TransformerSpec) -> int:
+    """K and V elements per token the attention kernel reads (what a context-parallel ring
+    or all-gather moves, before the TP split): 2*g*d for MHA/GQA; MLA in training passes the
+    up-projected per-head K (qk_nope + qk_rope) and V (v_head_dim) to the kernel, a*(192+128)
+    for DeepSeek-V3, not the 576-wide latent (which only inference caches)."""
+    if m.mla is not None:
+        return m.num_attention_heads * (m.mla.qk_head_dim + m.mla.v_head_dim)
+    return 2 * m.num_kv_heads * m.kv_channels
+
+
 def qk_head_dim(m: TransformerSpec) -> int:
     return m.mla.qk_head_dim if m.mla is not None else m.kv_channels
 

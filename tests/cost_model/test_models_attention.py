@@ -119,3 +119,16 @@ def test_shared_expert_width_and_router_in_block_flops():
     assert bf.mlp == 2 * 3 * 2 * t * 5120 * 8192
     assert bf.router == 2 * t * 5120 * 128
     assert flops.block_flops(m, t, 128, False).mlp == 3 * 2 * t * 5120 * 16384
+
+
+def test_tp_shards_of_mla_projections():
+    # down projections replicated, up projections column-split, output row-split
+    m = get_preset("deepseek-v3")
+    dims = dict((n, (o, i)) for n, o, i in attention.sharded_projections(m, 8))
+    assert dims["q_down"] == (1536, 7168) and dims["kv_down"] == (576, 7168)
+    assert dims["q_up"] == (128 * 192 / 8, 1536) and dims["kv_up"] == (128 * 256 / 8, 512)
+    assert dims["out"] == (7168, 128 * 128 / 8)
+    assert attention.tp_replicated_params(m) == 7168 * 1536 + 7168 * 576 + 1536 + 512
+    assert attention.kv_elems_per_token(m) == 128 * (192 + 128)
+    llama = get_preset("llama3-8b")
+    assert attention.kv_elems_per_token(llama) == 2 * 8 * 128 and attention.tp_replicated_params(llama) == 0
