@@ -163,6 +163,9 @@ def _decoder(c: _Cfg, model_type: str, display: str) -> TransformerSpec:
     sliding, layer_types, chunk = _attention_pattern(c, model_type, layers)
     mla = _mla(c)
     attn_bias = bool(c.get("attention_bias", gpt_oss))
+    # families read here state their biases; another config without attention_bias keeps
+    # the spec's default rule (biases iff LayerNorm), as before this import knew families
+    known = model_type in _UNTIED_BY_DEFAULT or model_type.startswith("gemma") or c.has("attention_bias")
     return TransformerSpec(
         name=display,
         num_layers=layers,
@@ -193,9 +196,9 @@ def _decoder(c: _Cfg, model_type: str, display: str) -> TransformerSpec:
         # Llama 4's use_qk_norm is a weightless L2 norm: no parameters
         qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3_text") or (bool(c.get("use_qk_norm", False)) and not llama4),
         # GLM-4.5 / Qwen2 put biases on q, k, v only; GPT-OSS on all four (attention_bias)
-        qkv_bias=attn_bias or model_type in ("qwen2", "qwen2_moe"),
-        out_proj_bias=attn_bias and model_type not in ("glm4_moe",),
-        mlp_bias=bool(c.get("mlp_bias", False)),
+        qkv_bias=(attn_bias or model_type in ("qwen2", "qwen2_moe")) if known else None,
+        out_proj_bias=(attn_bias and model_type != "glm4_moe") if known else None,
+        mlp_bias=bool(c.get("mlp_bias", False)) if known or c.has("mlp_bias") else None,
         block_norms=4 if model_type in ("gemma2", "gemma3_text") else 2,  # Gemma 2/3: pre- and post-norms around attention and MLP
     )
 
