@@ -20,6 +20,7 @@ from .specs import (
     ClusterSpec,
     LayerListSpec,
     LayerSpec,
+    MLASpec,
     ModelSpec,
     MoESpec,
     ParallelConfig,
@@ -42,7 +43,10 @@ from .vocab import (
 
 def transformer_spec(t: rq.Transformer) -> TransformerSpec:
     gated = t.mlp == MLP_SWIGLU  # Llama-style models: RMSNorm and RoPE unless told otherwise
-    moe = None if t.moe is None else MoESpec(**t.moe.model_dump())
+    moe = None
+    if t.moe is not None:
+        fields = t.moe.model_dump()
+        moe = MoESpec(**{**fields, "moe_layers": None if t.moe.moe_layers is None else tuple(t.moe.moe_layers)})
     return TransformerSpec(
         name=t.name,
         num_layers=t.num_layers,
@@ -60,6 +64,17 @@ def transformer_spec(t: rq.Transformer) -> TransformerSpec:
         dropout=t.dropout,
         head_dim=t.head_dim,
         rope_theta=t.rope_theta,
+        mla=None if t.mla is None else MLASpec(**t.mla.model_dump()),
+        num_nextn_predict_layers=t.num_nextn_predict_layers,
+        sliding_window=t.sliding_window,
+        attention_chunk_size=t.attention_chunk_size,
+        layer_types=None if t.layer_types is None else tuple(t.layer_types),
+        attention_sinks=t.attention_sinks,
+        qk_norm=t.qk_norm,
+        qkv_bias=t.qkv_bias,
+        out_proj_bias=t.out_proj_bias,
+        mlp_bias=t.mlp_bias,
+        block_norms=t.block_norms,
     )
 
 

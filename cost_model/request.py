@@ -49,6 +49,7 @@ from .vocab import (
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
     Attention,
+    AttentionLayer,
     CpComm,
     Dtype,
     Engine,
@@ -108,12 +109,28 @@ class MoE(_Strict):
     layer_freq: int = Field(1, ge=1, le=MAX_LAYERS, description="every k-th block (after the dense ones) is MoE", examples=[1])
     num_shared_experts: int = Field(0, ge=0, le=MAX_EXPERTS, description="always-active shared experts (DeepSeek-V3: 1)", examples=[0])
     first_dense_layers: int = Field(0, ge=0, le=MAX_LAYERS, description="leading dense blocks (DeepSeek-V3: 3)", examples=[0])
+    moe_layers: list[Annotated[int, Field(ge=0, lt=MAX_LAYERS)]] | None = Field(
+        None, max_length=MAX_LAYERS, description="explicit MoE block indices (overrides layer_freq/first_dense_layers)")
+    shared_ffn_hidden_size: int | None = Field(None, ge=1, le=MAX_FFN, description="FFN width of a shared expert; default ffn_hidden_size")
+    router_bias: bool = Field(False, description="router Linear with bias (GPT-OSS)")
+    expert_bias: bool = Field(False, description="expert matrices with biases (GPT-OSS)")
 
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> MoE:
         if self.top_k > self.num_experts:
             raise _rule("top_k", f"top_k={self.top_k} exceeds the {self.num_experts} experts", f"1..{self.num_experts}")
         return self
+
+
+class MLA(_Strict):
+    """Multi-head latent attention (DeepSeek-V2 §2.1): K/V from a per-token latent."""
+
+    kv_lora_rank: int = Field(ge=1, le=MAX_HIDDEN, description="K/V latent width", examples=[512])
+    qk_nope_head_dim: int = Field(ge=0, le=MAX_HIDDEN, description="per-head q/k width without RoPE", examples=[128])
+    qk_rope_head_dim: int = Field(ge=0, le=MAX_HIDDEN, description="per-head q/k RoPE width (shared k head)", examples=[64])
+    v_head_dim: int = Field(ge=1, le=MAX_HIDDEN, description="per-head value width", examples=[128])
+    q_lora_rank: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="query latent width; null: a plain q projection",
+                                    examples=[1536])
 
 
 class Transformer(_Strict):
@@ -136,6 +153,19 @@ class Transformer(_Strict):
     dropout: bool = Field(False, description="hidden/attention dropout on (GPT-era training)", examples=[False])
     head_dim: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="default hidden_size / num_attention_heads", examples=[128])
     rope_theta: float | None = Field(None, gt=0, description="RoPE base (carried into the plan)", examples=[500000.0])
+    mla: MLA | None = Field(None, description="multi-head latent attention (DeepSeek-V3, Kimi-K2); null: MHA/GQA")
+    num_nextn_predict_layers: int = Field(0, ge=0, le=64, description="multi-token-prediction modules (DeepSeek-V3 §2.2: 1), "
+                                          "counted apart from the model's parameters", examples=[0])
+    sliding_window: int | None = Field(None, ge=1, le=MAX_SEQ, description="keys per query on sliding-window layers", examples=[4096])
+    attention_chunk_size: int | None = Field(None, ge=1, le=MAX_SEQ, description="chunked attention (Llama 4): causal inside chunks")
+    layer_types: list[AttentionLayer] | None = Field(None, max_length=MAX_LAYERS, description="per-block attention kind; "
+                                                     "default full attention (sliding everywhere when only sliding_window is set)")
+    attention_sinks: bool = Field(False, description="one learned softmax sink logit per head (GPT-OSS)")
+    qk_norm: bool = Field(False, description="RMSNorm on q and k per head (Qwen3, Gemma 3)")
+    qkv_bias: bool | None = Field(None, description="Q/K/V projection biases; default: only with layernorm (GPT)")
+    out_proj_bias: bool | None = Field(None, description="attention output projection bias; default as qkv_bias")
+    mlp_bias: bool | None = Field(None, description="dense MLP biases; default: only with layernorm (GPT)")
+    block_norms: int = Field(2, ge=1, le=8, description="norms per block (Gemma 2/3 sandwich norms: 4)")
 
     @model_validator(mode="after")
     def _shapes(self) -> Transformer:

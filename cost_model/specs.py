@@ -37,6 +37,28 @@ from .vocab import (
 
 
 @dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2 §2.1, arXiv 2405.04434, eqs. 9-19).
+
+    K and V are up-projected from a per-token latent c_KV of `kv_lora_rank` (eqs. 9-11); the
+    query from a latent of `q_lora_rank` (eqs. 12-13; None: one plain h -> a*(nope+rope)
+    projection, DeepSeek-V2-Lite). Each query/key head is `qk_nope_head_dim` +
+    `qk_rope_head_dim` wide (decoupled RoPE, eqs. 14-18: the rope part of K is one shared
+    head from h); each value head `v_head_dim`. Formulas: cost_model/attention.py.
+    """
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
 class MoESpec:
     """Mixture-of-experts FFN (Switch/GShard style routing; DeepSeek-V3 shared experts).
 
@@ -52,7 +74,22 @@ class MoESpec:
     num_shared_experts: int = 0
     first_dense_layers: int = 0
 
+    # Explicit MoE block indices (HF Llama 4 `moe_layers`; Qwen3-MoE's complement of
+    # `mlp_only_layers`); when set it overrides layer_freq / first_dense_layers.
+    moe_layers: tuple[int, ...] | None = None
+    # Shared expert width when it differs from the routed one (Qwen2-MoE
+    # `shared_expert_intermediate_size`); None: ffn_hidden_size. Counted per shared expert.
+    shared_ffn_hidden_size: int | None = None
+    router_bias: bool = False  # GPT-OSS router Linear(h, E, bias=True); DeepSeek-V3 e_score_correction_bias
+    expert_bias: bool = False  # GPT-OSS experts: gate_up_proj_bias (2f) + down_proj_bias (h)
+
+    @property
+    def shared_ffn(self) -> int:
+        return self.shared_ffn_hidden_size or self.ffn_hidden_size
+
     def is_moe_layer(self, index: int) -> bool:
+        if self.moe_layers is not None:
+            return index in self.moe_layers
         if index < self.first_dense_layers:
             return False
         return (index - self.first_dense_layers) % self.layer_freq == 0
@@ -79,6 +116,24 @@ class TransformerSpec:
     dropout: bool = False  # GPT-era training used hidden/attention dropout 0.1
     head_dim: int | None = None  # defaults to hidden_size / num_attention_heads
     rope_theta: float | None = None
+    # --- architecture variants (cost_model/attention.py prices them; all default to GPT/Llama)
+    mla: MLASpec | None = None  # DeepSeek-V2/V3, Kimi-K2: replaces the Q/K/V/O projections
+    # DeepSeek-V3 §2.2 multi-token prediction: D extra modules (projection 2h->h, two norms,
+    # one block like the last one) sharing the embedding and output head. Counted apart:
+    # not in total/active params (model-card convention), see flops.mtp_params.
+    num_nextn_predict_layers: int = 0
+    sliding_window: int | None = None  # keys per query on "sliding_attention" layers (HF mask q-k < w)
+    attention_chunk_size: int | None = None  # Llama 4 "chunked_attention": causal inside chunks
+    # Per-block attention kind (HF `layer_types`): "full_attention" | "sliding_attention" |
+    # "chunked_attention"; None: every block full, or every block sliding when only
+    # sliding_window is set (Mistral-7B-v0.1).
+    layer_types: tuple[str, ...] | None = None
+    attention_sinks: bool = False  # GPT-OSS: one learned logit per head in the softmax
+    qk_norm: bool = False  # Qwen3/Gemma 3/GLM-4.5: RMSNorm(head_dim) on q and k per head
+    qkv_bias: bool | None = None  # None: biases iff norm == "layernorm" (GPT)
+    out_proj_bias: bool | None = None  # None: as qkv_bias's rule
+    mlp_bias: bool | None = None  # dense MLP biases; None: biases iff norm == "layernorm"
+    block_norms: int = 2  # norms per block; Gemma 2/3 sandwich norms: 4
 
     @property
     def kind(self) -> str:

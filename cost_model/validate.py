@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 from . import request as rq
 from .errors import SpecError
+from .model_checks import check_architecture
 from .request import divisors
 from .specs import (
     ClusterSpec,
@@ -32,6 +33,7 @@ def validate_model(m: ModelSpec, path: str = "model") -> None:
         return
     assert isinstance(m, TransformerSpec)
     rq.validate_as(rq.Transformer, asdict(m), path)
+    check_architecture(m)  # layer_types, windows, MLA and MoE block lists agree with each other
 
 
 def validate_cluster(c: ClusterSpec) -> None:

@@ -22,6 +22,8 @@ Mlp = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm"]
 Position = Literal["learned", "rope"]
 ModelKind = Literal["transformer", "layers"]
+# per-block attention kind (Hugging Face `layer_types`)
+AttentionLayer = Literal["full_attention", "sliding_attention", "chunked_attention"]
 
 # --------------------------------------------------------------------------- parallelism
 Recompute = Literal["none", "selective", "full"]
@@ -53,6 +55,7 @@ SolverStatus = Literal["optimal", "feasible"]
 (KIND_BLOCK, KIND_MOE_BLOCK, KIND_EMBEDDING, KIND_LOGITS) = get_args(LayerKind)
 (LEVEL_INTRA, LEVEL_INTER) = get_args(LinkLevel)
 (MODEL_TRANSFORMER, MODEL_LAYERS) = get_args(ModelKind)
+(ATTN_FULL, ATTN_SLIDING, ATTN_CHUNKED) = get_args(AttentionLayer)
 (STATUS_OPTIMAL, STATUS_FEASIBLE) = get_args(SolverStatus)
 
 DTYPE_BYTES: dict[str, int] = dict(zip(get_args(Dtype), (4, 4, 2, 2, 1), strict=True))

@@ -1,0 +1,243 @@
+"""Attention variants: parameters, projection FLOPs, attention-core FLOPs per block.
+
+One place for the shapes of the attention sub-block, so that parameter counts, FLOPs and
+(after wiring) per-layer time and memory agree:
+- MHA/GQA (Vaswani et al. 2017; Ainslie et al. 2023): Q h->a*d, K and V h->g*d, O a*d->h.
+- MLA (DeepSeek-V2 §2.1, arXiv 2405.04434): eq. 9 c_KV = W_DKV h (h -> kv_lora_rank), with
+  the decoupled RoPE key eq. 15 k_R = W_KR h (h -> qk_rope_head_dim) fused into the same
+  down projection (HF `kv_a_proj_with_mqa`); eqs. 10-11 K_C, V from c_KV
+  (kv_lora_rank -> a*(qk_nope + v_head_dim), HF `kv_b_proj`); eqs. 12-14 query through a
+  latent c_Q (h -> q_lora_rank -> a*(qk_nope + qk_rope), HF `q_a_proj`/`q_b_proj`) or one
+  plain h -> a*(qk_nope + qk_rope) projection when q_lora_rank is None; eq. 19 output
+  a*v_head_dim -> h. RMSNorms on both latents (HF `q_a_layernorm`, `kv_a_layernorm`).
+  Training runs the up projections explicitly (no weight absorption, which is an inference
+  rewrite), so each matrix costs 2 FLOPs per weight per token.
+- Core: QK^T over the qk head dim and PV over the v head dim (MLA: 192 and 128).
+- Sliding window (Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023 §2): HF masks
+  key j for query i unless 0 <= i - j < w, so query i sees min(i + 1, w) keys.
+- Chunked attention (Llama 4, HF `attention_chunk_size`): causal inside fixed chunks of c.
+- Attention sinks (GPT-OSS model card, arXiv 2508.10925 §2.1): one learned logit per head
+  added to the softmax denominator: `a` parameters, no GEMM.
+- QK-norm (Qwen3, Gemma 3, GLM-4.5): RMSNorm over head_dim on q and k, weights shared across
+  heads: 2*d parameters per block (HF `q_norm`, `k_norm`); negligible, counted.
+
+Score-entry conventions. `core_flops(..., causal=True)`: the (query, key) pairs the mask
+keeps, in the continuous form FlashAttention's benchmarks use (Dao-AILab/flash-attention
+benchmarks/benchmark_flash_attention.py: 4*b*s^2*a*d / (2 if causal)): full causal s^2/2,
+window w: s*w - w^2/2 (s >= w), chunks of c: s*c/2 (s a multiple of c). `causal=False` is
+today's Narayanan/Korthikanti convention: every query against every key it could see
+without the causal mask (s; a window or chunk bounds it at w or c).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .specs import TransformerSpec
+from .vocab import ATTN_CHUNKED, ATTN_FULL, ATTN_SLIDING, AttentionLayer, values
+
+FULL, SLIDING, CHUNKED = ATTN_FULL, ATTN_SLIDING, ATTN_CHUNKED
+LAYER_TYPES = values(AttentionLayer)  # HF `layer_types` words this model prices
+
+
+def layer_type(m: TransformerSpec, index: int) -> str:
+    """The attention kind of block `index` (HF `layer_types[index]`)."""
+    if m.layer_types is not None:
+        return m.layer_types[index]
+    if m.sliding_window is not None:
+        return SLIDING  # Mistral-7B-v0.1: every block slides
+    return FULL
+
+
+def window(m: TransformerSpec, index: int) -> int | None:
+    """Keys bound of block `index`: the sliding window or the chunk size; None for full."""
+    kind = layer_type(m, index)
+    if kind == SLIDING:
+        return m.sliding_window
+    if kind == CHUNKED:
+        return m.attention_chunk_size
+    return None
+
+
+# --------------------------------------------------------------------------- score entries
+
+
+def causal_score_entries(seq_len: float, kind: str = FULL, w: int | None = None) -> float:
+    """(query, key) pairs a causal mask keeps in one sequence of `seq_len` tokens.
+    full: s^2/2; sliding window w: s*w - w^2/2 for s >= w (each of the first w queries sees
+    a growing prefix, the rest w keys), s^2/2 below; chunks of c: (s/c) chunks of c^2/2,
+    i.e. s*c/2, plus the causal triangle of a trailing partial chunk."""
+    s = float(seq_len)
+    if kind == FULL or w is None or s <= w:
+        return s * s / 2.0
+    if kind == SLIDING:
+        return s * w - w * w / 2.0
+    if kind == CHUNKED:
+        full_chunks, rest = divmod(s, w)
+        return full_chunks * w * w / 2.0 + rest * rest / 2.0
+    raise ValueError(f"unknown attention kind {kind!r}")
+
+
+def dense_score_entries(seq_len: float, kind: str = FULL, w: int | None = None) -> float:
+    """Pairs without the causal mask (Narayanan SC'21 eq. 3 counts s^2): s*min(s, w)."""
+    s = float(seq_len)
+    keys = s if (kind == FULL or w is None) else min(s, float(w))
+    return s * keys
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One weight matrix of the attention sub-block: `tokens x in_dim` times
+    `in_dim x out_dim`. `tp`: how Megatron-Core shards it over tensor parallelism —
+    "column" (out_dim split), "row" (in_dim split) or "replicated" (MLA's down projections,
+    whose outputs are latents every rank needs; Megatron-Core MLASelfAttention builds
+    linear_q_down_proj / linear_kv_down_proj as non-parallel linears)."""
+
+    name: str
+    in_dim: int
+    out_dim: int
+    tp: str
+    bias: bool = False
+
+    @property
+    def params(self) -> int:
+        return self.in_dim * self.out_dim + (self.out_dim if self.bias else 0)
+
+
+def _biases(m: TransformerSpec) -> tuple[bool, bool]:
+    legacy = m.norm == "layernorm"  # GPT-style models carry linear biases
+    qkv = legacy if m.qkv_bias is None else m.qkv_bias
+    out = (legacy if m.qkv_bias is None else m.qkv_bias) if m.out_proj_bias is None else m.out_proj_bias
+    return qkv, out
+
+
+def projections(m: TransformerSpec) -> list[Projection]:
+    """The attention weight matrices of one block, in forward order (see module doc)."""
+    h = m.hidden_size
+    a = m.num_attention_heads
+    qkv_b, out_b = _biases(m)
+    if m.mla is not None:
+        x = m.mla
+        mats = []
+        if x.q_lora_rank:
+            mats.append(Projection("q_down", h, x.q_lora_rank, "replicated", qkv_b))  # eq. 12
+            mats.append(Projection("q_up", x.q_lora_rank, a * x.qk_head_dim, "column"))  # eqs. 13-14
+        else:
+            mats.append(Projection("q", h, a * x.qk_head_dim, "column"))
+        mats.append(Projection("kv_down", h, x.kv_lora_rank + x.qk_rope_head_dim, "replicated", qkv_b))  # eqs. 9, 15
+        mats.append(Projection("kv_up", x.kv_lora_rank, a * (x.qk_nope_head_dim + x.v_head_dim), "column"))  # eqs. 10-11
+        mats.append(Projection("out", a * x.v_head_dim, h, "row", out_b))  # eq. 19
+        return mats
+    d, g = m.kv_channels, m.num_kv_heads
+    return [
+        Projection("q", h, a * d, "column", qkv_b),
+        Projection("k", h, g * d, "column", qkv_b),
+        Projection("v", h, g * d, "column", qkv_b),
+        Projection("out", a * d, h, "row", out_b),
+    ]
+
+
+def sharded_projections(m: TransformerSpec, tp: int) -> list[tuple[str, float, float]]:
+    """(name, out_dim, in_dim) each TP rank multiplies per token: column-parallel matrices
+    split out_dim, row-parallel in_dim, replicated ones neither (what a GEMM-time model
+    takes: t x in_dim times in_dim x out_dim)."""
+    dims = []
+    for x in projections(m):
+        out = x.out_dim / tp if x.tp == "column" else x.out_dim
+        inp = x.in_dim / tp if x.tp == "row" else x.in_dim
+        dims.append((x.name, out, inp))
+    return dims
+
+
+def tp_replicated_params(m: TransformerSpec) -> int:
+    """Attention parameters every TP rank holds whole: MLA's down projections and latent
+    norms, and the QK-norm weights (shared by all heads). The rest of attention_params
+    splits by tp (heads, incl. GPT-OSS's per-head sinks)."""
+    p = sum(x.params for x in projections(m) if x.tp == "replicated")
+    if m.mla is not None:
+        p += m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0)
+    if m.qk_norm:
+        p += 2 * qk_head_dim(m)
+    return p
+
+
+def kv_elems_per_token(m: TransformerSpec) -> int:
+    """K and V elements per token the attention kernel reads (what a context-parallel ring
+    or all-gather moves, before the TP split): 2*g*d for MHA/GQA; MLA in training passes the
+    up-projected per-head K (qk_nope + qk_rope) and V (v_head_dim) to the kernel, a*(192+128)
+    for DeepSeek-V3, not the 576-wide latent (which only inference caches)."""
+    if m.mla is not None:
+        return m.num_attention_heads * (m.mla.qk_head_dim + m.mla.v_head_dim)
+    return 2 * m.num_kv_heads * m.kv_channels
+
+
+def qk_head_dim(m: TransformerSpec) -> int:
+    return m.mla.qk_head_dim if m.mla is not None else m.kv_channels
+
+
+def v_head_dim(m: TransformerSpec) -> int:
+    return m.mla.v_head_dim if m.mla is not None else m.kv_channels
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def attention_params(m: TransformerSpec) -> int:
+    """Parameters of one block's attention (projections + biases + latent norms + QK-norm
+    + sinks), not the block's input norm."""
+    p = sum(x.params for x in projections(m))
+    if m.mla is not None:
+        p += m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0)  # RMSNorm weights on the latents
+    if m.qk_norm:
+        p += 2 * qk_head_dim(m)  # q_norm, k_norm: RMSNorm(head_dim) shared by the heads
+    if m.attention_sinks:
+        p += m.num_attention_heads  # GPT-OSS `sinks`: one logit per head
+    return p
+
+
+# --------------------------------------------------------------------------- FLOPs
+
+
+def projection_flops(m: TransformerSpec, tokens: float) -> tuple[float, float]:
+    """Forward FLOPs of the input projections (Q, K, V or MLA's four) and of the output
+    projection, per `tokens` tokens: 2 FLOPs per weight per token (biases not counted)."""
+    mats = projections(m)
+    qkv = sum(2.0 * tokens * x.in_dim * x.out_dim for x in mats if x.name != "out")
+    out = sum(2.0 * tokens * x.in_dim * x.out_dim for x in mats if x.name == "out")
+    return qkv, out
+
+
+def core_flops(m: TransformerSpec, tokens: float, seq_len: int, index: int | None = None, causal: bool = True) -> float:
+    """Forward FLOPs of QK^T and PV for `tokens` tokens of sequences of `seq_len`:
+    2*a*(d_qk + d_v) per kept (query, key) pair (two GEMMs of 2 FLOPs per multiply-add;
+    MHA: d_qk = d_v = d gives Narayanan's 4*s*a*d per token). `index` picks the block's
+    kind (sliding/chunked); None means a full-attention block."""
+    kind = FULL if index is None else layer_type(m, index)
+    w = None if index is None else window(m, index)
+    pairs = causal_score_entries(seq_len, kind, w) if causal else dense_score_entries(seq_len, kind, w)
+    per_pair = 2.0 * m.num_attention_heads * (qk_head_dim(m) + v_head_dim(m))
+    return per_pair * pairs * (tokens / seq_len)
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def saved_activation_elems_per_token(m: TransformerSpec) -> tuple[float, float]:
+    """Elements per token the attention sub-block saves for backward, split as
+    (not split by TP, split by TP), beyond the block input the caller already counts.
+    MHA/GQA (Korthikanti et al. 2022 §4.1): q (a*d), k and v (g*d each), the output
+    projection's input (a*d) — all TP-split. MLA adds the latents each rank holds whole:
+    the normed c_Q input to q_up (q_lora_rank) and its norm's input, c_KV and its norm's
+    input (2*kv_lora_rank), the shared RoPE key (qk_rope_head_dim); its q and k are
+    a*(nope+rope) wide and v a*v_head_dim, after the up projections (TP-split)."""
+    a = m.num_attention_heads
+    if m.mla is not None:
+        x = m.mla
+        replicated = 2.0 * (x.q_lora_rank or 0) + 2.0 * x.kv_lora_rank + x.qk_rope_head_dim
+        sharded = a * x.qk_head_dim * 2 + a * x.v_head_dim * 2
+        return replicated, sharded
+    d, g = m.kv_channels, m.num_kv_heads
+    return 0.0, float(a * d + 2 * g * d + a * d)
