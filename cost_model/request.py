@@ -336,6 +336,8 @@ class Parallelism(_Strict):
     zero: ZeroStage = Field(0, description="0 replicated; 1 optimizer states, 2 + gradients, 3 + parameters sharded", examples=[1])
     schedule: Schedule | None = Field(None, description="default interleaved when vpp > 1, else 1f1b", examples=[SCHEDULE_1F1B])
     cp_comm: CpComm | None = Field(None, description="context-parallel communication (carried, not priced yet)", examples=["p2p"])
+    engine: Engine = Field(ENGINE_MEGATRON, description="the engine that runs this configuration (check: default search.engine)",
+                           examples=[ENGINE_MEGATRON])
     stage_layers: list[Annotated[int, Field(ge=1, le=MAX_LAYERS)]] | None = Field(
         None, max_length=MAX_LAYERS, description="blocks per (virtual) stage, pp*vpp entries; default balanced", examples=[[16, 16]])
     recompute_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(

@@ -13,6 +13,7 @@ from .vocab import (
     ATTENTION_FLASH,
     DTYPE_BF16,
     DTYPE_FP32,
+    ENGINE_MEGATRON,
     MLP_GELU,
     MODEL_LAYERS,
     MODEL_TRANSFORMER,
@@ -24,6 +25,7 @@ from .vocab import (
     Attention,
     CpComm,
     Dtype,
+    Engine,
     Mlp,
     Norm,
     Optimizer,
@@ -285,6 +287,7 @@ class ParallelConfig:
     stage_layers: tuple[int, ...] | None = None
     etp: int = 1
     cp_comm: CpComm | None = None
+    engine: Engine = ENGINE_MEGATRON  # the engine that runs it, and so how it is priced
 
     @property
     def world_size(self) -> int:

@@ -115,7 +115,7 @@ def _to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
         dp=c.dp, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, vpp=c.vpp, sequence_parallel=c.sequence_parallel,
         zero=c.zero, micro_batch_size=c.micro_batch_size, recompute=c.recompute,
         recompute_layers=tuple(rcs) if rcs is not None and c.recompute == "full" else None,
-        schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None,
+        schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None, engine=c.engine,
     )
 
 

@@ -199,7 +199,11 @@ def check(
         raise SpecError("max_slowdown", f"must be >= 0, got {max_slowdown!r}", allowed=">= 0")
     _require_parallelism(req, "a check")
     prob = problem_from_request(req, profile)
-    cfg = parse_parallelism(req["parallelism"])
+    # the configuration runs on the engine the search is for, unless it names its own
+    par = req["parallelism"]
+    if isinstance(par, dict) and "engine" not in par:
+        par = {**par, "engine": _engine(req)}
+    cfg = parse_parallelism(par)
     est = estimate_config(prob.model, prob.cluster, prob.training, cfg, profile)
     reasons: list[str] = []
     semantic = {k: v for k, v in req.items() if k != "parallelism"}

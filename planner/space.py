@@ -11,7 +11,7 @@ from cost_model import request as rq
 from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
 from cost_model.validate import divisors
-from cost_model.vocab import Target, values
+from cost_model.vocab import ENGINE_MEGATRON, Target, values
 
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
 MAX_VPP = 8
@@ -53,11 +53,12 @@ class Candidate:
     zero: int
     micro_batch_size: int
     recompute: str
+    engine: str = ENGINE_MEGATRON  # the engine the plan is priced for (search.engine)
 
     @property
     def table_key(self) -> tuple:
         """What the per-layer cost table depends on."""
-        return (self.dp, self.tp, self.cp, self.ep, self.sequence_parallel, self.zero, self.micro_batch_size)
+        return (self.dp, self.tp, self.cp, self.ep, self.sequence_parallel, self.zero, self.micro_batch_size, self.engine)
 
 
 def search_space(d: rq.Search) -> SearchSpace:
@@ -166,6 +167,7 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
 
 def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=None, fitted_collectives=False,
            dominance=True):
+    engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
     sps = [False, True] if tp > 1 else [False]
     sps = [v for v in sps if space.ok("sequence_parallel", v)]
     if dominance:
@@ -197,4 +199,4 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
             for sp in sps:
                 for zero in zeros:
                     for rc in recomputes:
-                        yield Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc)
+                        yield Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine)
