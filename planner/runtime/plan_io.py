@@ -237,10 +237,6 @@ def validate(p: RunPlan, world_size: int | None) -> None:
             raise PlanError("parallelism.schedule=interleaved needs vpp >= 2")
         if p.schedule != "interleaved" and p.vpp != 1:
             raise PlanError(f"parallelism.vpp={p.vpp} needs schedule=interleaved")
-        if p.schedule == "1f1b" and p.num_micro_batches < p.pp:
-            raise PlanError(
-                f"parallelism.num_micro_batches={p.num_micro_batches} must be >= pp={p.pp} for 1f1b"
-            )
         if p.schedule == "interleaved":
             rounds = max(1, p.num_micro_batches // p.pp)
             if p.num_micro_batches % rounds:

@@ -47,6 +47,12 @@ def test_pp2_dp2_1f1b(tmp_path):
     run_plan(tmp_path, make_plan())
 
 
+def test_pp4_1f1b_fewer_micro_batches_than_stages(tmp_path):
+    # m=2 < pp=4: 1F1B's warm-up covers every micro-batch (the planner makes such plans)
+    run_plan(tmp_path, make_plan(stages=[(0, 1), (2, 3), (4, 5), (6, 7)], pp=4, dp=1, num_micro_batches=2,
+                                 training={"global_batch_size": 2}))
+
+
 def test_tp2_dp2_sequence_parallel(tmp_path):
     run_plan(tmp_path, make_plan(stages=[(0, 7)], pp=1, dp=2, tp=2, sequence_parallel=True))
 
