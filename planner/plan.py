@@ -19,7 +19,11 @@ from pydantic import ConfigDict, Field, model_validator
 
 from cost_model.results import Estimate, Prediction, Record, StageEstimate
 from cost_model.vocab import (
+    DTYPE_BF16,
     ENGINE_MEGATRON,
+    OPTIMIZER_ADAM,
+    RECOMPUTE_NONE,
+    SCHEDULE_1F1B,
     Engine,
     ModelKind,
     Recompute,
@@ -44,8 +48,8 @@ class Parallelism(Record):
     zero: ZeroStage = 0
     micro_batch_size: int = Field(1, ge=1)
     num_micro_batches: int = Field(1, ge=1)
-    recompute: Recompute = "none"
-    schedule: Schedule = "1f1b"
+    recompute: Recompute = RECOMPUTE_NONE
+    schedule: Schedule = SCHEDULE_1F1B
     stage_layers: list[int] | None = Field(None, description="blocks per virtual stage, model order")
     recompute_layers: list[int] | None = Field(None, description="recomputed blocks per virtual stage (recompute=full)")
 
@@ -102,8 +106,8 @@ class TrainingEcho(Record):
     model_config = ConfigDict(frozen=True, extra="allow")
     global_batch_size: int
     seq_length: int
-    dtype: str = "bf16"
-    optimizer: str = "adam"
+    dtype: str = DTYPE_BF16
+    optimizer: str = OPTIMIZER_ADAM
 
 
 class ClusterEcho(Record):

@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cost_model.vocab import DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, MLP_SWIGLU
 from profiler.transformer import ModelDims, RMSNorm, TransformerBlock, rope_cos_sin
 
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TORCH_DTYPES = {DTYPE_FP32: torch.float32, DTYPE_BF16: torch.bfloat16, DTYPE_FP16: torch.float16}
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def build_block(dims: ModelDims, tp: int, device, dtype, moe: MoEDims | None = N
         block = TransformerBlock(dims)
         _shard_linears(block, dims, tp)
         if moe is not None:
-            block.feed_forward = _MoE(dims.hidden_size, moe, tp, dims.mlp == "swiglu")
+            block.feed_forward = _MoE(dims.hidden_size, moe, tp, dims.mlp == MLP_SWIGLU)
     return _materialise(block, device, dtype)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from cost_model.profile_schema import SCHEMA_VERSION, profile_from_dict
+from cost_model.vocab import DTYPE_FP32
 from profiler import gemm, layers
 from profiler.transformer import ModelDims
 
@@ -51,7 +52,7 @@ class ProfileOptions:
     tps: list[int]
     micro_batches: list[int]
     seq_len: int
-    dtype: str = "fp32"
+    dtype: str = DTYPE_FP32
     moe: layers.MoEDims | None = None
     dense_blocks: bool = True  # the model has dense blocks (False: every block is MoE)
     repeats: int = 5

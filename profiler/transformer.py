@@ -26,7 +26,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cost_model.vocab import Recompute, values
+from cost_model.vocab import (
+    MLP_SWIGLU,
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    Mlp,
+    Recompute,
+    values,
+)
 
 RECOMPUTE_MODES = values(Recompute)
 
@@ -41,7 +49,7 @@ class ModelDims:
     num_kv_heads: int
     ffn_hidden_size: int
     vocab_size: int
-    mlp: str = "swiglu"  # swiglu | gelu
+    mlp: str = MLP_SWIGLU
     tie_embeddings: bool = False
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
@@ -63,7 +71,7 @@ class ModelDims:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
-        if self.mlp not in ("swiglu", "gelu"):
+        if self.mlp not in values(Mlp):
             raise ValueError(f"mlp {self.mlp!r} not supported (swiglu, gelu)")
 
 
@@ -181,7 +189,7 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(dims.ffn_hidden_size, dims.hidden_size, bias=False)
         self.w3 = (
             nn.Linear(dims.hidden_size, dims.ffn_hidden_size, bias=False)
-            if dims.mlp == "swiglu"
+            if dims.mlp == MLP_SWIGLU
             else None
         )
 
@@ -206,21 +214,21 @@ class TransformerBlock(nn.Module):
         self.attention = Attention(dims)
         self.ffn_norm = RMSNorm(dims.hidden_size, dims.norm_eps)
         self.feed_forward = FeedForward(dims)
-        self.recompute = "none"
+        self.recompute = RECOMPUTE_NONE
 
     def set_recompute(self, mode: str) -> None:
         """none | selective (attention core only) | full (whole block recomputed)."""
         if mode not in RECOMPUTE_MODES:
             raise ValueError(f"recompute {mode!r} not in {RECOMPUTE_MODES}")
         self.recompute = mode
-        self.attention.recompute_core = mode == "selective"
+        self.attention.recompute_core = mode == RECOMPUTE_SELECTIVE
 
     def _forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), cos, sin)
         return h + self.feed_forward(self.ffn_norm(h))
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        if self.recompute == "full" and torch.is_grad_enabled():
+        if self.recompute == RECOMPUTE_FULL and torch.is_grad_enabled():
             # Non-reentrant checkpointing composes with DTensor/FSDP2 hooks.
             return checkpoint(self._forward, x, cos, sin, use_reentrant=False)
         return self._forward(x, cos, sin)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cost_model.vocab import RECOMPUTE_NONE
+
 
 def as_dict(plan: Any) -> dict:
     if isinstance(plan, dict):
@@ -31,7 +33,7 @@ def knobs(par: dict) -> str:
         out.append("sp")
     if par.get("zero"):
         out.append(f"zero{par['zero']}")
-    if par.get("recompute", "none") != "none":
+    if par.get("recompute", RECOMPUTE_NONE) != RECOMPUTE_NONE:
         out.append(f"rc:{par['recompute']}")
     out.append(str(par.get("schedule", "")))
     return " ".join(out)

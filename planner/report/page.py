@@ -10,6 +10,8 @@ from html import escape
 from importlib import resources
 from typing import Any
 
+from cost_model.vocab import ENGINE_MEGATRON
+
 from .common import as_dict, degrees, fmt_time, knobs
 
 ASSETS = ("report.css", "app.js")
@@ -74,7 +76,7 @@ def plan_section(plan, svgs: dict[str, str] | None = None, missing: str | None =
     h.append(f'<h2>Plan <code>{escape(str(plan.get("id", "")))}</code> <span class="badge">{escape(str(plan.get("status", "")))}</span></h2>')
     h.append(f'<p class="muted">{escape(str(model.get("name", "model")))} on {escape(str(cluster.get("num_gpus", "?")))} x '
              f'{escape(str(cluster.get("gpu", "?")))} · global batch {escape(str(training.get("global_batch_size", "?")))} x '
-             f'{escape(str(training.get("seq_length", "?")))} tokens · engine {escape(str(plan.get("engine") or "megatron"))}</p>')
+             f'{escape(str(training.get("seq_length", "?")))} tokens · engine {escape(str(plan.get("engine") or ENGINE_MEGATRON))}</p>')
     h.append("</div>")
     h.append('<div class="cards">')
     h.append(_card("Degrees", degrees(par), knobs(par), "degrees", wide=True))

@@ -10,6 +10,7 @@ its per-stage times with the backward taken as twice the forward (Narayanan et a
 from __future__ import annotations
 
 from cost_model.schedule_sim import Event, Simulation, StageTimes, simulate
+from cost_model.vocab import SCHEDULE_1F1B
 
 from ..schedule import simulation_of
 from .common import as_dict
@@ -37,7 +38,7 @@ def simulation_for(plan: dict) -> tuple[Simulation, bool]:
         t = s["time_ms"] / 1e3
         stages.append(StageTimes(t / 3, 2 * t / 3))
     m = par.get("num_micro_batches", 1)
-    return simulate(stages, pp, m, par.get("schedule", "1f1b"), vpp), False
+    return simulate(stages, pp, m, par.get("schedule", SCHEDULE_1F1B), vpp), False
 
 
 def shown_ranks(pp: int) -> list[int | None]:

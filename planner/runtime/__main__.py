@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 
+from cost_model.vocab import DTYPE_FP32
 from planner.runtime.plan_io import PlanError, load_plan, scale_down, validate
 
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             f"device={'cuda' if on_gpu else 'cpu'}",
             flush=True,
         )
-        if plan.dtype != "fp32":
+        if plan.dtype != DTYPE_FP32:
             print(
                 f"note: plan dtype {plan.dtype} is run in fp32 (reference runtime, exact --check)",
                 flush=True,

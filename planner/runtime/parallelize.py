@@ -14,6 +14,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
+from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE
 from planner.runtime.plan_io import Stage
 from profiler.transformer import Transformer
 
@@ -22,8 +23,8 @@ def apply_recompute(model: Transformer, stage: Stage, mode: str) -> None:
     """full: checkpoint the first `recompute_layers` blocks of the stage (the planner's
     per-stage choice); selective: checkpoint the attention core of every block."""
     for n, block in enumerate(model.layers.values()):
-        if mode == "full":
-            block.set_recompute("full" if n < stage.recompute_layers else "none")
+        if mode == RECOMPUTE_FULL:
+            block.set_recompute(RECOMPUTE_FULL if n < stage.recompute_layers else RECOMPUTE_NONE)
         else:
             block.set_recompute(mode)
 

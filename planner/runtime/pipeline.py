@@ -17,6 +17,7 @@ from torch.distributed.pipelining import (
     ScheduleInterleaved1F1B,
 )
 
+from cost_model.vocab import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED
 from planner.runtime.plan_io import RunPlan
 
 
@@ -43,13 +44,13 @@ def build_schedule(
         PipelineStage(part, k, n, device, group=pp_group) for k, part in sorted(parts.items())
     ]
     nmb = plan.num_micro_batches
-    if plan.schedule == "interleaved":
+    if plan.schedule == SCHEDULE_INTERLEAVED:
         return ScheduleInterleaved1F1B(stages, n_microbatches=nmb, loss_fn=loss_fn)
     # With fewer micro-batches than stages, 1F1B's warm-up (min(pp - rank - 1, m) forwards,
     # Megatron-LM megatron/core/pipeline_parallel/schedules.py
     # forward_backward_pipelining_without_interleaving) covers every micro-batch, so the
     # order is all forwards then all backwards: GPipe's, with the same time and in-flight
     # memory. torch's Schedule1F1B refuses m < pp, so that case runs as ScheduleGPipe.
-    one_f_one_b = plan.schedule == "1f1b" and nmb >= plan.pp
+    one_f_one_b = plan.schedule == SCHEDULE_1F1B and nmb >= plan.pp
     cls = Schedule1F1B if one_f_one_b else ScheduleGPipe
     return cls(stages[0], n_microbatches=nmb, loss_fn=loss_fn)

@@ -15,6 +15,9 @@ from cost_model.vocab import (
     MODEL_LAYERS,
     NORM_RMSNORM,
     POSITION_ROPE,
+    RECOMPUTE_NONE,
+    SCHEDULE_1F1B,
+    SCHEDULE_INTERLEAVED,
     Mlp,
     Recompute,
     Schedule,
@@ -166,8 +169,8 @@ def parse_plan(doc) -> RunPlan:
         zero=_int(par, "zero", "parallelism", 0, minimum=0),
         micro_batch_size=_int(par, "micro_batch_size", "parallelism", 1),
         num_micro_batches=_int(par, "num_micro_batches", "parallelism", 1),
-        recompute=str(par.get("recompute", "none")),
-        schedule=str(par.get("schedule", "1f1b")),
+        recompute=str(par.get("recompute", RECOMPUTE_NONE)),
+        schedule=str(par.get("schedule", SCHEDULE_1F1B)),
         stages=tuple(stages),
     )
 
@@ -233,11 +236,11 @@ def validate(p: RunPlan, world_size: int | None) -> None:
     if expect != p.num_layers:
         raise PlanError(f"stages end at layer {expect - 1} but model.num_layers={p.num_layers}")
     if p.pp > 1:
-        if p.schedule == "interleaved" and p.vpp < 2:
+        if p.schedule == SCHEDULE_INTERLEAVED and p.vpp < 2:
             raise PlanError("parallelism.schedule=interleaved needs vpp >= 2")
-        if p.schedule != "interleaved" and p.vpp != 1:
+        if p.schedule != SCHEDULE_INTERLEAVED and p.vpp != 1:
             raise PlanError(f"parallelism.vpp={p.vpp} needs schedule=interleaved")
-        if p.schedule == "interleaved":
+        if p.schedule == SCHEDULE_INTERLEAVED:
             rounds = max(1, p.num_micro_batches // p.pp)
             if p.num_micro_batches % rounds:
                 raise PlanError(

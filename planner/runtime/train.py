@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE
 from planner.runtime.dist_optimizer import DistributedOptimizer
 from planner.runtime.mesh import init_distributed
 from planner.runtime.parallelize import allreduce_grads, apply_fsdp, apply_recompute
@@ -134,12 +135,12 @@ def _build_part(
         with_head=k == last or plan.pp == 1,
         device=device,
     )
-    if plan.pp == 1 and plan.recompute == "full":
+    if plan.pp == 1 and plan.recompute == RECOMPUTE_FULL:
         # recompute_layers counts per planned stage; re-apply it stage by stage.
         blocks = list(part.layers.values())
         for s in plan.stages:
             for n, i in enumerate(range(s.first, s.last + 1)):
-                blocks[i].set_recompute("full" if n < s.recompute_layers else "none")
+                blocks[i].set_recompute(RECOMPUTE_FULL if n < s.recompute_layers else RECOMPUTE_NONE)
     else:
         apply_recompute(part, stage, plan.recompute)
     sharded: set[str] = set()
