@@ -42,40 +42,25 @@ from .vocab import (
 
 
 def transformer_spec(t: rq.Transformer) -> TransformerSpec:
+    """The validated block -> TransformerSpec: the fields carry over by name (the schema
+    declares exactly the spec's fields); lists become tuples and the defaults that depend on
+    other fields are resolved here."""
     gated = t.mlp == MLP_SWIGLU  # Llama-style models: RMSNorm and RoPE unless told otherwise
+    fields = t.model_dump(exclude={"moe", "mla"})
     moe = None
     if t.moe is not None:
-        fields = t.moe.model_dump()
-        moe = MoESpec(**{**fields, "moe_layers": None if t.moe.moe_layers is None else tuple(t.moe.moe_layers)})
-    return TransformerSpec(
-        name=t.name,
-        num_layers=t.num_layers,
-        hidden_size=t.hidden_size,
-        num_attention_heads=t.num_attention_heads,
-        num_kv_heads=t.num_kv_heads or t.num_attention_heads,
-        ffn_hidden_size=t.ffn_hidden_size or 4 * t.hidden_size,
-        vocab_size=t.vocab_size,
-        mlp=t.mlp,
-        norm=t.norm or (NORM_RMSNORM if gated else NORM_LAYERNORM),
-        position=t.position or (POSITION_ROPE if gated else POSITION_LEARNED),
-        tie_embeddings=t.tie_embeddings,
-        max_position_embeddings=t.max_position_embeddings,
-        moe=moe,
-        dropout=t.dropout,
-        head_dim=t.head_dim,
-        rope_theta=t.rope_theta,
-        mla=None if t.mla is None else MLASpec(**t.mla.model_dump()),
-        num_nextn_predict_layers=t.num_nextn_predict_layers,
-        sliding_window=t.sliding_window,
-        attention_chunk_size=t.attention_chunk_size,
-        layer_types=None if t.layer_types is None else tuple(t.layer_types),
-        attention_sinks=t.attention_sinks,
-        qk_norm=t.qk_norm,
-        qkv_bias=t.qkv_bias,
-        out_proj_bias=t.out_proj_bias,
-        mlp_bias=t.mlp_bias,
-        block_norms=t.block_norms,
-    )
+        moe_fields = t.moe.model_dump()
+        moe = MoESpec(**{**moe_fields, "moe_layers": None if t.moe.moe_layers is None else tuple(t.moe.moe_layers)})
+    return TransformerSpec(**{
+        **fields,
+        "num_kv_heads": t.num_kv_heads or t.num_attention_heads,
+        "ffn_hidden_size": t.ffn_hidden_size or 4 * t.hidden_size,
+        "norm": t.norm or (NORM_RMSNORM if gated else NORM_LAYERNORM),
+        "position": t.position or (POSITION_ROPE if gated else POSITION_LEARNED),
+        "layer_types": None if t.layer_types is None else tuple(t.layer_types),
+        "moe": moe,
+        "mla": None if t.mla is None else MLASpec(**t.mla.model_dump()),
+    })
 
 
 def layers_spec(layers: list[rq.Layer], name: str) -> LayerListSpec:
