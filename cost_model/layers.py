@@ -18,10 +18,11 @@ Times are per micro-batch. Communication inside a layer follows Megatron-LM:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from . import comm, compute, flops, memory
+from . import calibration, comm, compute, flops, memory
 from .specs import (
     CalibrationProfile,
     ClusterSpec,
@@ -603,6 +604,21 @@ def layer_table(
 ) -> LayerTable:
     """Per-layer costs under cfg's tp/cp/ep/dp/sp/zero/micro-batch (pp, stage boundaries and
     recompute choices are applied later, in stages.py)."""
+    cluster, fitted = _calibrated(cluster, training, profile)
+    table = _layer_table(model, cluster, training, cfg, profile)
+    if fitted:  # what no exact profile row replaced ran on the profile-fitted constants
+        table.sources.update({k: "profile-fit" for k, v in table.sources.items() if v == "analytic" and k != "comm"})
+    return table
+
+
+def _calibrated(cluster: ClusterSpec, training: TrainingSpec, profile: CalibrationProfile | None):
+    """(cluster, fitted?): a profile of this device replaces the catalog's efficiency
+    constants with the ones fitted from it (cost_model.calibration)."""
+    gpu = calibration.calibrated_gpu(cluster.gpu, profile, training.dtype) if profile is not None else None
+    return (cluster, False) if gpu is None else (dataclasses.replace(cluster, gpu=gpu), True)
+
+
+def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
     sources: dict[str, str] = {}
     if isinstance(model, LayerListSpec):
         blocks = tuple(_generic_cost(layer, cluster, training, cfg, profile, i) for i, layer in enumerate(model.layers))
