@@ -33,8 +33,8 @@ import math
 from typing import Any
 
 from .errors import SpecError
-from .vocab import DTYPE_BYTES
 from .specs import CalibrationProfile, CommFit, KernelTiming, LayerTiming
+from .vocab import DTYPE_BYTES
 
 SCHEMA_VERSION = 1
 LAYER_KINDS = ("block", "moe_block", "embedding", "logits")

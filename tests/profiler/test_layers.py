@@ -104,10 +104,14 @@ def test_cost_model_reproduces_profiled_times(profile, tp, b):
     assert est.prediction.breakdown.compute_s == pytest.approx(m * per_mb)
 
 
-def test_missing_entries_fall_back_to_analytic(profile):
-    p = profile_from_dict(profile)
+def test_missing_entries_fall_back_to_the_fitted_analytic_model(profile):
     model, cluster, training = _specs(DIMS)
-    est = estimate(model, cluster, training, ParallelConfig(dp=2, micro_batch_size=2), p)  # mb=2 not profiled
+    cfg = ParallelConfig(dp=2, micro_batch_size=2)  # mb=2 not profiled
+    est = estimate(model, cluster, training, cfg, profile_from_dict(profile))
+    # the profile's micro-benchmarks calibrate the device (cost_model.calibration)
+    assert est.sources["block"] == "profile-fit" and est.sources["output"] == "profile-fit"
+    bare = profile_from_dict({**profile, "gemm": [], "memory_bound": [], "attention": []})
+    est = estimate(model, cluster, training, cfg, bare)
     assert est.sources["block"] == "analytic" and est.sources["output"] == "analytic"
 
 
