@@ -343,3 +343,6 @@ class CalibrationProfile:
     memory_bound: tuple[KernelTiming, ...] = ()  # work = bytes read + written
     attention: tuple[KernelTiming, ...] = ()  # work = causal core FLOPs (forward)
     dtype: str | None = None  # the dtype the profile measured (None: the training dtype)
+    # measured / fitted-analytic (fwd, bwd) per layer kind over the profile's rows: derived
+    # by cost_model.layers.layer_table for the model it prices, never read from a file
+    layer_scale: dict[str, tuple[float, float]] = field(default_factory=dict)
