@@ -108,9 +108,10 @@ def test_missing_entries_fall_back_to_the_fitted_analytic_model(profile):
     model, cluster, training = _specs(DIMS)
     cfg = ParallelConfig(dp=2, micro_batch_size=2)  # mb=2 not profiled
     est = estimate(model, cluster, training, cfg, profile_from_dict(profile))
-    # the profile's micro-benchmarks calibrate the device (cost_model.calibration)
+    # the profile's micro-benchmarks calibrate the device (cost_model.calibration) and its
+    # rows at other micro-batches scale the layers
     assert est.sources["block"] == "profile-fit" and est.sources["output"] == "profile-fit"
-    bare = profile_from_dict({**profile, "gemm": [], "memory_bound": [], "attention": []})
+    bare = profile_from_dict({**profile, "layers": [], "gemm": [], "memory_bound": [], "attention": []})
     est = estimate(model, cluster, training, cfg, bare)
     assert est.sources["block"] == "analytic" and est.sources["output"] == "analytic"
 
