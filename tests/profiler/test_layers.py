@@ -47,6 +47,11 @@ def test_tables_complete_and_positive(profile):
     assert profile["device"] == ("cpu" if not torch.cuda.is_available() else profile["device"])
     assert profile["torch_version"] == torch.__version__ and not profile["skipped"]
     assert all(r["rounds"] == 3 for r in profile["layers"])
+    # micro-benchmarks at the model's sizes (profiler/kernels.py): b*s*h, b*s*ffn/tp and a block's parameters
+    sizes = {r["elements"] for r in profile["memory_bound"]}
+    assert {b * SEQ * DIMS.hidden_size for b in (1, 4)} <= sizes and all(r["time_s"] > 0 for r in profile["memory_bound"])
+    shapes = {(r["batch"], r["heads"]) for r in profile["attention"]}
+    assert shapes == {(b, DIMS.num_attention_heads // tp) for b in (1, 4) for tp in (1, 2)}
 
 
 def _row(profile, kind, tp, b):
