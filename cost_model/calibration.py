@@ -103,17 +103,21 @@ def _with_bandwidth(gpu: GPUSpec, bw_bytes_s: float, overhead_s: float) -> GPUSp
 
 def _fit_memory_bound(gpu: GPUSpec, profile: CalibrationProfile, fitted: dict, rms: dict) -> GPUSpec:
     """t = kernels * overhead + bytes / bandwidth is linear in (overhead, 1 / bandwidth):
-    weighted least squares on relative residuals (weights 1 / t), closed form, then the
-    bounds (a clipped unknown is held and the other refitted)."""
+    ordinary least squares on seconds, closed form, then the bounds (a clipped unknown is
+    held and the other refitted). Seconds, not relative errors: on a host with caches the
+    small kernels run faster per byte than the large ones, and the large ones (optimizer
+    step, gradient copies, which no layer row covers) are what a step pays most for."""
     rows = [r for r in profile.memory_bound if r.work > 0 and r.time_s > 0]
     if not rows:
         return gpu
     bw0 = gpu.hbm_gb_s * 1e9 * gpu.memory_bound_efficiency
     inv_lo, inv_hi = 1 / (bw0 * BANDWIDTH_RANGE[1]), 1 / (bw0 * BANDWIDTH_RANGE[0])
-    ks = [r.kernels / r.time_s for r in rows]
-    bs = [r.work / r.time_s for r in rows]
+    ks = [float(r.kernels) for r in rows]
+    bs = [r.work for r in rows]
+    ts = [r.time_s for r in rows]
     skk, sbb, skb = sum(k * k for k in ks), sum(b * b for b in bs), sum(k * b for k, b in zip(ks, bs, strict=True))
-    sk, sb = sum(ks), sum(bs)  # right-hand side: t / t = 1 per row
+    sk = sum(k * t for k, t in zip(ks, ts, strict=True))
+    sb = sum(b * t for b, t in zip(bs, ts, strict=True))
     det = skk * sbb - skb * skb
     if len({r.work for r in rows}) >= 2 and det > 1e-12 * skk * sbb:
         overhead, inv_bw = (sk * sbb - sb * skb) / det, (skk * sb - skb * sk) / det

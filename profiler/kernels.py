@@ -31,8 +31,8 @@ def _median_time(fn, device: torch.device, warmup: int, repeats: int, budget_s: 
 def memory_bound_sizes(dims: ModelDims, tps: list[int], micro_batches: list[int], seq_len: int) -> list[int]:
     """Element counts the cost model's memory-bound terms stream: the activations a block's
     elementwise kernels touch, b*s*h (norms, residual adds) and b*s*ffn/tp (the MLP
-    activation), and one block's parameters per TP rank (the optimizer step and gradient
-    copies), for the profiled shapes. Both regimes are measured because on a host with
+    activation), and one block's parameters per TP rank, x1 and x4 (the gradient copies and the
+    optimizer step), for the profiled shapes. Both regimes are measured because on a host with
     caches small activations and large states run at different bandwidths."""
     h, hd = dims.hidden_size, dims.head_dim
     n_up = 2 if dims.mlp == "swiglu" else 1
@@ -40,7 +40,9 @@ def memory_bound_sizes(dims: ModelDims, tps: list[int], micro_batches: list[int]
     block_params += (n_up + 1) * h * dims.ffn_hidden_size
     sizes = {b * seq_len * h for b in micro_batches}
     sizes |= {b * seq_len * dims.ffn_hidden_size // tp for b in micro_batches for tp in tps}
-    sizes |= {block_params // tp for tp in tps}
+    # one block's parameters, and the four such tensors (weights, gradients, two Adam
+    # moments) its optimizer step streams
+    sizes |= {k * block_params // tp for tp in tps for k in (1, 4)}
     return sorted(sizes)
 
 
