@@ -339,15 +339,17 @@ def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig
     """Forward and backward compute of one block: GEMMs + attention core + elementwise,
     backward 2x the GEMMs and elementwise (two GEMMs per forward one, Narayanan et al.
     SC'21 §5.1) plus the core's own backward. A profiled (kind, tp, micro-batch, seq/cp)
-    entry replaces the forward and backward totals, and the core keeps its analytic share
-    of the measured forward."""
+    entry replaces the forward and backward totals, or the profile's block rows scale them
+    (_profiled), and the core keeps its analytic share of the forward."""
     gemm_s, f_elem = _gemms_fwd_s(m, gpu, t, cfg, geo)
     core_s, core_bwd_s = _attention_core_s(m, gpu, t, cfg, geo)
     elem_s = _elementwise_fwd_s(m, gpu, cfg, geo, f_elem)
     fwd, bwd = gemm_s + core_s + elem_s, 2.0 * (gemm_s + elem_s) + core_bwd_s
     kind = "moe_block" if geo.moe_layer else "block"
     fwd_p, bwd_p, source = _profiled(profile, kind, cfg, t, fwd, bwd)
-    return _BlockCompute(fwd_p, bwd_p, core_s * fwd_p / max(1e-12, fwd), core_bwd_s, source)
+    if source != "analytic":  # the core keeps its analytic share of the profiled forward
+        core_s = core_s * fwd_p / max(1e-12, fwd)
+    return _BlockCompute(fwd_p, bwd_p, core_s, core_bwd_s, source)
 
 
 def _block_tp_fwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
