@@ -18,10 +18,12 @@ Times are per micro-batch. Communication inside a layer follows Megatron-LM:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from . import comm, compute, flops, memory
+from . import calibration, comm, compute, flops, memory
 from .specs import (
     CalibrationProfile,
     ClusterSpec,
@@ -337,19 +339,17 @@ def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig
     """Forward and backward compute of one block: GEMMs + attention core + elementwise,
     backward 2x the GEMMs and elementwise (two GEMMs per forward one, Narayanan et al.
     SC'21 §5.1) plus the core's own backward. A profiled (kind, tp, micro-batch, seq/cp)
-    entry replaces the forward and backward totals, and the core keeps its analytic share
-    of the measured forward."""
+    entry replaces the forward and backward totals, or the profile's block rows scale them
+    (_profiled), and the core keeps its analytic share of the forward."""
     gemm_s, f_elem = _gemms_fwd_s(m, gpu, t, cfg, geo)
     core_s, core_bwd_s = _attention_core_s(m, gpu, t, cfg, geo)
     elem_s = _elementwise_fwd_s(m, gpu, cfg, geo, f_elem)
     fwd, bwd = gemm_s + core_s + elem_s, 2.0 * (gemm_s + elem_s) + core_bwd_s
-    if profile is not None:
-        kind = "moe_block" if geo.moe_layer else "block"
-        timing = profile.layers.get((kind, cfg.tp, cfg.micro_batch_size, t.seq_length // cfg.cp))
-        if timing is not None:
-            core_s = core_s * (timing.fwd_s / max(1e-12, gemm_s + core_s + elem_s))
-            return _BlockCompute(timing.fwd_s, timing.bwd_s, core_s, core_bwd_s, "profile")
-    return _BlockCompute(fwd, bwd, core_s, core_bwd_s, "analytic")
+    kind = "moe_block" if geo.moe_layer else "block"
+    fwd_p, bwd_p, source = _profiled(profile, kind, cfg, t, fwd, bwd)
+    if source != "analytic":  # the core keeps its analytic share of the profiled forward
+        core_s = core_s * fwd_p / max(1e-12, fwd)
+    return _BlockCompute(fwd_p, bwd_p, core_s, core_bwd_s, source)
 
 
 def _block_tp_fwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
@@ -471,9 +471,14 @@ def _block_cost(
 
 
 def _profiled(profile, kind: str, cfg: ParallelConfig, t: TrainingSpec, fwd: float, bwd: float):
-    """A profiled (kind, tp, micro-batch, seq/cp) entry replaces the analytic fwd/bwd."""
+    """(fwd, bwd, source) of a layer: a profiled (kind, tp, micro-batch, seq/cp) entry
+    replaces the analytic fwd/bwd ("profile"); without one, the profile's rows of that kind
+    scale it by their measured / analytic ratio (layer_table's `layer_scale`, "profile-fit")."""
     timing = profile.layers.get((kind, cfg.tp, cfg.micro_batch_size, t.seq_length // cfg.cp)) if profile else None
-    return (timing.fwd_s, timing.bwd_s, "profile") if timing else (fwd, bwd, "analytic")
+    if timing is not None:
+        return timing.fwd_s, timing.bwd_s, "profile"
+    scale = profile.layer_scale.get(kind) if profile else None
+    return (fwd * scale[0], bwd * scale[1], "profile-fit") if scale else (fwd, bwd, "analytic")
 
 
 def _replicated_layer(
@@ -603,6 +608,76 @@ def layer_table(
 ) -> LayerTable:
     """Per-layer costs under cfg's tp/cp/ep/dp/sp/zero/micro-batch (pp, stage boundaries and
     recompute choices are applied later, in stages.py)."""
+    cluster, fitted = _calibrated(cluster, training, profile)
+    if profile is not None and profile.layers and isinstance(model, TransformerSpec):
+        profile = dataclasses.replace(profile, layer_scale=_layer_scales(model, cluster, training, profile))
+    table = _layer_table(model, cluster, training, cfg, profile)
+    if fitted:  # what no exact profile row replaced ran on the profile-fitted constants
+        table.sources.update({k: "profile-fit" for k, v in table.sources.items() if v == "analytic" and k != "comm"})
+    return table
+
+
+def _calibrated(cluster: ClusterSpec, training: TrainingSpec, profile: CalibrationProfile | None):
+    """(cluster, fitted?): a profile of this device replaces the catalog's efficiency
+    constants with the ones fitted from it (cost_model.calibration)."""
+    gpu = calibration.calibrated_gpu(cluster.gpu, profile, training.dtype) if profile is not None else None
+    return (cluster, False) if gpu is None else (dataclasses.replace(cluster, gpu=gpu), True)
+
+
+_SCALE_KINDS = {"block": False, "moe_block": True}  # kind -> is an MoE block
+_SCALE_CACHE: dict[tuple, tuple] = {}
+_SCALE_CACHE_SIZE = 16
+SCALE_RANGE = (0.1, 10.0)  # bounds of a layer kind's measured / analytic ratio
+
+
+def _layer_scales(model: TransformerSpec, cluster: ClusterSpec, training: TrainingSpec,
+                  profile: CalibrationProfile) -> dict[str, tuple[float, float]]:
+    """Per layer kind, the least-squares ratio (in log space: the geometric mean) of the
+    profile's measured fwd and bwd to the analytic model's on the calibrated device at the
+    same (tp, micro-batch, seq): what the analytic structure misses (framework ops it does
+    not count, fusion it assumes), carried to shapes the profile did not measure. The rows
+    describe the model being priced, as the exact-match lookup already assumes."""
+    key = (id(profile), id(model), id(cluster.gpu), training)
+    hit = _SCALE_CACHE.get(key)
+    if hit is not None and hit[0] is profile and hit[1] is model and hit[2] is cluster.gpu:
+        return hit[3]
+    logs: dict[str, list[tuple[float, float]]] = {}
+    for (kind, tp, mb, seq), timing in profile.layers.items():
+        moe = _SCALE_KINDS.get(kind)
+        index = _first_block(model, moe) if moe is not None else 0
+        if index is None or timing.fwd_s <= 0 or timing.bwd_s <= 0:
+            continue
+        cfg = ParallelConfig(tp=tp, micro_batch_size=mb)
+        t = dataclasses.replace(training, seq_length=seq)
+        if kind in _SCALE_KINDS:
+            cost = _block_cost(model, cluster, t, cfg, index, None, {})
+        elif kind == "embedding":
+            cost = _embedding_cost(model, cluster, t, cfg, None, {})
+        else:
+            cost = _output_cost(model, cluster, t, cfg, None, {})
+        fwd, bwd = cost.fwd_s, cost.compute_s - cost.fwd_s
+        if fwd > 0 and bwd > 0:
+            logs.setdefault(kind, []).append((math.log(timing.fwd_s / fwd), math.log(timing.bwd_s / bwd)))
+    lo, hi = SCALE_RANGE
+    scales = {
+        kind: tuple(min(hi, max(lo, math.exp(sum(v[i] for v in vals) / len(vals)))) for i in (0, 1))
+        for kind, vals in logs.items()
+    }
+    if len(_SCALE_CACHE) >= _SCALE_CACHE_SIZE:
+        _SCALE_CACHE.pop(next(iter(_SCALE_CACHE)))
+    _SCALE_CACHE[key] = (profile, model, cluster.gpu, scales)
+    return scales
+
+
+def _first_block(model: TransformerSpec, moe: bool) -> int | None:
+    """Index of the first MoE (or dense) block, None when the model has none."""
+    for i in range(model.num_layers):
+        if (model.moe is not None and model.moe.is_moe_layer(i)) == moe:
+            return i
+    return None
+
+
+def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
     sources: dict[str, str] = {}
     if isinstance(model, LayerListSpec):
         blocks = tuple(_generic_cost(layer, cluster, training, cfg, profile, i) for i, layer in enumerate(model.layers))

@@ -12,7 +12,15 @@ profiler installed. Layout (schema_version 1):
                  "fwd_s": ..., "bwd_s": ..., "activation_bytes": ...}, ...],
      "comm":   [{"collective": "all_reduce", "level": "intra",
                  "alpha_s": ..., "beta_s_per_byte": ..., "world_size": 2}, ...],
-     "gemm":   [{"dim": 1024, "tflops": ...}, ...]}
+     "gemm":   [{"dim": 1024, "tflops": ...}, ...],
+     "memory_bound": [{"bytes": ..., "kernels": 1, "time_s": ...}, ...],
+     "attention": [{"flops": ..., "time_s": ...}, ...]}
+
+`memory_bound` and `attention` are micro-benchmarks (optional; profiler/kernels.py):
+`bytes` read + written by `kernels` kernels, and the fused attention forward with `flops`
+its causal core FLOPs (the count cost_model.layers prices). With `gemm` they are what
+cost_model.calibration fits the device's efficiency constants from. `dtype` (optional) is
+the dtype they were measured in.
 
 `seq_length` is the length one device processes (seq_length // cp), matching the key
 cost_model.layers looks up. Extra top-level keys (metadata such as `model`, `peak_memory`)
@@ -25,7 +33,8 @@ import math
 from typing import Any
 
 from .errors import SpecError
-from .specs import CalibrationProfile, CommFit, LayerTiming
+from .specs import CalibrationProfile, CommFit, KernelTiming, LayerTiming
+from .vocab import DTYPE_BYTES
 
 SCHEMA_VERSION = 1
 LAYER_KINDS = ("block", "moe_block", "embedding", "logits")
@@ -101,10 +110,23 @@ def profile_from_dict(d: Any) -> CalibrationProfile:
     for i, row in enumerate(_list(d, "gemm")):
         path = f"profile.gemm[{i}]"
         gemm[_int(row, "dim", path)] = _num(row, "tflops", path)
+    memory_bound = []
+    for i, row in enumerate(_list(d, "memory_bound")):
+        path = f"profile.memory_bound[{i}]"
+        kernels = _int(row, "kernels", path) if "kernels" in row else 1
+        memory_bound.append(KernelTiming(_num(row, "bytes", path), _num(row, "time_s", path), kernels))
+    attention = []
+    for i, row in enumerate(_list(d, "attention")):
+        path = f"profile.attention[{i}]"
+        attention.append(KernelTiming(_num(row, "flops", path), _num(row, "time_s", path)))
     source = d.get("source", "")
     if not isinstance(source, str):
         raise SpecError("profile.source", "must be a string")
-    return CalibrationProfile(device=device, layers=layers, comm=comm, gemm_tflops=gemm, source=source)
+    dtype = d.get("dtype")
+    if dtype is not None and dtype not in DTYPE_BYTES:
+        raise SpecError("profile.dtype", f"unknown dtype {dtype!r}", allowed=sorted(DTYPE_BYTES))
+    return CalibrationProfile(device=device, layers=layers, comm=comm, gemm_tflops=gemm, source=source,
+                              memory_bound=tuple(memory_bound), attention=tuple(attention), dtype=dtype)
 
 
 def profile_to_dict(p: CalibrationProfile, **meta: Any) -> dict:
@@ -121,4 +143,8 @@ def profile_to_dict(p: CalibrationProfile, **meta: Any) -> dict:
         for k, f in sorted(p.comm.items())
     ]
     out["gemm"] = [{"dim": dim, "tflops": tf} for dim, tf in sorted(p.gemm_tflops.items())]
+    out["memory_bound"] = [{"bytes": k.work, "kernels": k.kernels, "time_s": k.time_s} for k in p.memory_bound]
+    out["attention"] = [{"flops": k.work, "time_s": k.time_s} for k in p.attention]
+    if p.dtype is not None:
+        out["dtype"] = p.dtype
     return out

@@ -318,6 +318,16 @@ class CommFit:
 
 
 @dataclass(frozen=True)
+class KernelTiming:
+    """One measured micro-benchmark point: `work` (bytes through memory for a memory-bound
+    kernel, FLOPs for attention) done by `kernels` kernels in `time_s`."""
+
+    work: float
+    time_s: float
+    kernels: int = 1
+
+
+@dataclass(frozen=True)
 class CalibrationProfile:
     """What a profile feeds into the cost model (see profiler/). Keys of `layers`:
     (kind, tp, micro_batch_size, seq_length) with kind in {"block", "moe_block",
@@ -329,3 +339,10 @@ class CalibrationProfile:
     comm: dict[tuple[str, str], CommFit] = field(default_factory=dict)
     gemm_tflops: dict[int, float] = field(default_factory=dict)  # square dim -> TFLOP/s
     source: str = ""
+    # micro-benchmarks cost_model.calibration fits the device's efficiency constants from
+    memory_bound: tuple[KernelTiming, ...] = ()  # work = bytes read + written
+    attention: tuple[KernelTiming, ...] = ()  # work = causal core FLOPs (forward)
+    dtype: str | None = None  # the dtype the profile measured (None: the training dtype)
+    # measured / fitted-analytic (fwd, bwd) per layer kind over the profile's rows: derived
+    # by cost_model.layers.layer_table for the model it prices, never read from a file
+    layer_scale: dict[str, tuple[float, float]] = field(default_factory=dict)

@@ -14,7 +14,7 @@ import torch
 
 from cost_model.profile_schema import SCHEMA_VERSION, profile_from_dict
 from cost_model.vocab import DTYPE_FP32
-from profiler import gemm, layers
+from profiler import gemm, kernels, layers
 from profiler.transformer import ModelDims
 
 # torch.cuda.get_device_name() substring -> catalog name (cost_model.catalog); checked in
@@ -59,6 +59,7 @@ class ProfileOptions:
     warmup: int = 2
     max_seconds: float = 300.0
     gemm_dims: tuple[int, ...] | None = None  # None: the device's default sweep
+    kernels: bool = True  # memory-bound and attention micro-benchmarks (profiler/kernels.py)
     model_name: str = ""
     device_name: str | None = None  # catalog name override
     cpu_clock: bool = False  # CPU: time with the process CPU clock (see layers._Timer)
@@ -112,11 +113,13 @@ def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) 
     t0 = time.perf_counter()
     jobs = _jobs(o, tps)
     gemm_dims = o.gemm_dims if o.gemm_dims is not None else (gemm.GPU_DIMS if device.type == "cuda" else gemm.CPU_DIMS)
-    n = len(jobs) + len(gemm_dims)
+    mem_sizes = kernels.memory_bound_sizes(o.dims, tps, o.micro_batches, o.seq_len) if o.kernels else []
+    att_shapes = kernels.attention_shapes(o.dims, tps, o.micro_batches, o.seq_len) if o.kernels else []
+    n = len(jobs) + len(gemm_dims) + len(mem_sizes) + len(att_shapes)
     progress(f"profile: {n} measurements on {device_description()} ({device.type}, {o.dtype}, "
              f"{torch.get_num_threads()} threads), at most {o.max_seconds:.0f} s")
     rows, gemm_rows, skipped = [], [], []
-    # The GEMM sweep gets a tenth of the time; layers share the rest.
+    # The GEMM sweep and the kernel micro-benchmarks get a tenth of the time; layers share the rest.
     layer_deadline = t0 + 0.9 * o.max_seconds
     rounds = max(1, o.rounds)
     per_job: dict[tuple[str, int, int], list[layers.Measurement]] = {}
@@ -144,16 +147,32 @@ def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) 
         if rounds > 1:
             row["rounds"] = len(ms)
         rows.append(row)
-    gemm_deadline = t0 + o.max_seconds
-    for j, dim in enumerate(gemm_dims):
+    deadline = t0 + o.max_seconds
+    tail = ([("gemm", d) for d in gemm_dims] + [("memory_bound", e) for e in mem_sizes]
+            + [("attention", sh) for sh in att_shapes])
+    mem_rows, att_rows = [], []
+    for j, (what, arg) in enumerate(tail):
         now = time.perf_counter()
-        if now >= gemm_deadline:
-            skipped.append(f"gemm {dim}")
+        if now >= deadline:
+            skipped.append(f"{what} {arg}")
             continue
-        tf = gemm.gemm_tflops(dim, device, dtype, o.warmup, o.repeats, (gemm_deadline - now) / (len(gemm_dims) - j),
-                             o.cpu_clock)
-        gemm_rows.append({"dim": dim, "tflops": tf})
-        progress(f"[{len(jobs) + j + 1:3d}/{n}] gemm {dim}^3: {tf * 1e3:.1f} GFLOP/s ({time.perf_counter() - t0:.1f} s)")
+        budget = (deadline - now) / (len(tail) - j)
+        head = f"[{len(jobs) + j + 1:3d}/{n}]"
+        if what == "gemm":
+            tf = gemm.gemm_tflops(arg, device, dtype, o.warmup, o.repeats, budget, o.cpu_clock)
+            gemm_rows.append({"dim": arg, "tflops": tf})
+            msg = f"gemm {arg}^3: {tf * 1e3:.1f} GFLOP/s"
+        elif what == "memory_bound":
+            row = kernels.measure_memory_bound(arg, device, dtype, o.warmup, o.repeats, budget, o.cpu_clock)
+            mem_rows.append(row)
+            msg = f"add {arg} elements: {row['time_s'] * 1e6:.1f} us, {row['bytes'] / row['time_s'] / 1e9:.1f} GB/s"
+        else:
+            b, heads = arg
+            row = kernels.measure_attention(b, heads, o.seq_len, o.dims.head_dim, device, dtype, o.warmup, o.repeats,
+                                            budget, o.cpu_clock)
+            att_rows.append(row)
+            msg = f"attention b={b} heads={heads}: {row['time_s'] * 1e6:.1f} us, {row['flops'] / row['time_s'] / 1e9:.1f} GFLOP/s"
+        progress(f"{head} {msg} ({time.perf_counter() - t0:.1f} s)")
     if skipped:
         progress(f"profile: --max-seconds reached, skipped {len(skipped)}: {', '.join(skipped)}")
     out = {
@@ -171,6 +190,8 @@ def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) 
         "layers": rows,
         "comm": [],
         "gemm": gemm_rows,
+        "memory_bound": mem_rows,
+        "attention": att_rows,
         "skipped": skipped,
         "elapsed_s": time.perf_counter() - t0,
         **o.meta,

@@ -3,6 +3,7 @@ with the profile, run the plan with the runtime, and compare predicted and measu
 time (target: within 25%).
 
     python validation/cpu_loop.py [--runs N] [--steps 12] [--keep DIR] [--sweep | --fixed] [--clock cpu|wall]
+                                  [--layer-micro-batch 1]
 
 Every process of the run gets cores/2 threads, and the profile is taken with that many, so
 the profile measures the device the plan runs on. --sweep also runs six fixed
@@ -97,13 +98,19 @@ SWEEP = (
 )
 
 
-def plan(profile_path: Path, fixed: dict | None = None, zero: list[int] | None = None) -> tuple[dict, str]:
+def plan(profile_path: Path, fixed: dict | None = None, zero: list[int] | None = None,
+         layer_mbs: list[int] | None = None) -> tuple[dict, str]:
     """The planner's best plan; with `fixed`, the best plan with those knobs pinned (the
-    rest default to one process group per knob: dp/tp/pp 1, no recompute)."""
+    rest default to one process group per knob: dp/tp/pp 1, no recompute). `layer_mbs`
+    keeps only the profile's layer rows at those micro-batches: the others are priced by
+    the profile-fitted analytic model (cost_model.calibration, sources "profile-fit")."""
     from cost_model.profile_schema import profile_from_dict
     from planner.service import plan as plan_request
 
-    prof = profile_from_dict(json.loads(profile_path.read_text()))
+    data = json.loads(profile_path.read_text())
+    if layer_mbs is not None:
+        data["layers"] = [r for r in data["layers"] if r["micro_batch_size"] in layer_mbs]
+    prof = profile_from_dict(data)
     req = _request(zero)
     if fixed is None:
         return plan_request(req, prof), "planner"
@@ -139,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="the planner's plan and six fixed configurations (dp/ZeRO 0-3, TP with and without SP, PP)")
     ap.add_argument("--zero", type=lambda t: [int(x) for x in t.split(",")], metavar="0,1,2,3",
                     help="restrict the planner's ZeRO stages (default: any)")
+    ap.add_argument("--layer-micro-batch", type=lambda t: [int(x) for x in t.split(",")], metavar="1",
+                    help="plan with the profile's layer rows at these micro-batches only; the rest come from "
+                         "the profile-fitted model (checks a profile at shapes it did not measure)")
     ap.add_argument("--runs", type=int, default=1,
                     help="repeat the whole loop (profile, plan, run) N times; each run prints its rows (default 1)")
     args = ap.parse_args(argv)
@@ -158,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             work.mkdir(parents=True, exist_ok=True)
             prof_path = Path(args.profile) if args.profile else profile(work, threads, args.clock)
             for n, fixed in enumerate(configs):
-                p, how = plan(prof_path, fixed, args.zero)
+                p, how = plan(prof_path, fixed, args.zero, args.layer_micro_batch)
                 plan_path = work / f"plan{n}.json"
                 plan_path.write_text(p.to_json(indent=2))
                 times = measure(plan_path, args.steps, threads)

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         opts = ProfileOptions(dims=dims, tps=args.tp, micro_batches=args.micro_batch, seq_len=args.seq_len // cp,
                               dtype=dtype, moe=moe, dense_blocks=dense, repeats=args.repeats, warmup=args.warmup,
                               max_seconds=args.max_seconds / len(cps), model_name=m.name, device_name=args.device_name,
-                              cpu_clock=args.cpu_time, rounds=args.rounds, gemm_dims=None if i == 0 else ())
+                              cpu_clock=args.cpu_time, rounds=args.rounds, gemm_dims=None if i == 0 else (), kernels=i == 0)
         part = run_profile(opts)
         if not profile:
             profile = part
@@ -139,6 +139,10 @@ def print_summary(profile: dict, out: str) -> None:
               f"{r['fwd_s'] * 1e3:9.3f} {r['bwd_s'] * 1e3:9.3f} {r['activation_bytes'] / 2**20:10.2f}")
     if profile["gemm"]:
         print("gemm TFLOP/s  " + "  ".join(f"{g['dim']}:{g['tflops']:.3g}" for g in profile["gemm"]))
+    for r in profile.get("memory_bound") or []:
+        print(f"memory-bound {r['bytes'] / 2**20:8.2f} MiB: {r['time_s'] * 1e6:9.1f} us")
+    for r in profile.get("attention") or []:
+        print(f"attention {r['flops'] / 1e9:8.3f} GFLOP: {r['time_s'] * 1e6:9.1f} us")
     for c in profile.get("comm") or []:
         bw = 1 / c["beta_s_per_byte"] / 1e9 if c["beta_s_per_byte"] > 0 else float("inf")
         print(f"{c['collective']:>14s} {c['level']}: alpha {c['alpha_s'] * 1e6:.1f} us, {bw:.2f} GB/s")
