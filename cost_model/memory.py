@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .specs import TrainingSpec, TransformerSpec
-from .vocab import DTYPE_BF16, DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32
+from . import engines, transients
+from .specs import ParallelConfig, TrainingSpec, TransformerSpec
+from .vocab import DTYPE_BF16, DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32, ENGINE_DEEPSPEED, ENGINE_TORCHTITAN
 
-# Stated margin: the PyTorch caching allocator fragments; 5% of allocated bytes is the
-# typical gap between memory_reserved and memory_allocated at the peak of a training step
-# (PyTorch CUDA memory-management notes; expandable segments shrink it). An assumption.
-ALLOCATOR_FRAGMENTATION = 0.05
+# The caching allocator's fragmentation: max_reserved / max_allocated - 1 at the peak of a
+# training step. The allocator rounds large blocks to 2 MiB / 20 MiB segments and cannot
+# reuse a split segment for a larger request (PyTorch "CUDA semantics: memory management");
+# one value for every engine and device, fitted to the published max_reserved peaks of
+# ../shared/validation/published_runs_modern.csv (transients.FRAGMENTATION_FRACTION).
+ALLOCATOR_FRAGMENTATION = transients.FRAGMENTATION_FRACTION
 
 
 def peak_bytes(allocated_bytes: float, transient_bytes: float, reserved_bytes: float) -> float:
@@ -33,6 +36,24 @@ def peak_bytes(allocated_bytes: float, transient_bytes: float, reserved_bytes: f
     the planner's bounds and its ILP (which uses the inverse, `allocatable_bytes`)."""
     frag = ALLOCATOR_FRAGMENTATION * (allocated_bytes + transient_bytes)
     return allocated_bytes + (transient_bytes + frag + reserved_bytes)
+
+
+def communicators(cfg: ParallelConfig) -> int:
+    """NCCL communicators one rank opens: the default (world) group, one per parallel group
+    of more than one rank (tensor, context, data, data x context, expert, expert-data) and
+    two for pipeline send/recv (previous and next stage: torch opens one communicator per
+    peer pair). Megatron-Core parallel_state.initialize_model_parallel builds these groups."""
+    dense_dp = cfg.dp * cfg.cp
+    edp = max(1, dense_dp // max(1, cfg.ep))
+    groups = (cfg.tp, cfg.cp, cfg.dp, dense_dp if cfg.cp > 1 else 1, cfg.ep, edp if cfg.ep > 1 else 1)
+    return 1 + sum(g > 1 for g in groups) + (2 if cfg.pp > 1 else 0)
+
+
+def reserved_bytes(cfg: ParallelConfig) -> float:
+    """Bytes outside the activations and model states that every rank holds for the whole
+    run: CUDA context, cuBLAS workspace and NCCL buffers per communicator
+    (transients.fixed_overheads_bytes; the sm90+ workspace, the larger, is assumed)."""
+    return transients.fixed_overheads_bytes(communicators(cfg)).total
 
 
 def allocatable_bytes(capacity_bytes: float, reserved_bytes: float) -> float:
@@ -97,6 +118,20 @@ def model_state_bytes_per_param(t: TrainingSpec, zero: int, shard: int) -> State
     return StateBytesPerParam(w / d, g / d, k / d)
 
 
+def state_bytes_per_param(t: TrainingSpec, engine: str, zero: int, shard: int) -> StateBytesPerParam:
+    """Model-state bytes per parameter as `engine` allocates them (engines.state_bytes_per_param:
+    Megatron's distributed-optimizer table, torchtitan FSDP2's fp32 sharded master, DeepSpeed's
+    BF16_Optimizer / stage_1_and_2, this project's fp32 runtime). A sharding mode the engine
+    does not have (never searched; an estimate may still ask) is priced as ZeRO states it.
+    The optimizer step's transient (a fp32 gradient partition) is not added: at the step the
+    activations are freed, so it is not the peak of a training step."""
+    if engines.get_engine(engine).sharding_mode(zero) is None:
+        return model_state_bytes_per_param(t, zero, shard)
+    e = engines.state_bytes_per_param(engine, zero, shard, t.dtype, t.grad_dtype, t.master_weights_dtype,
+                                      t.optimizer)
+    return StateBytesPerParam(e.weights, e.grads, e.optimizer)
+
+
 # --------------------------------------------------------------------------- activations
 
 
@@ -118,6 +153,7 @@ def block_activation_bytes(
     cp: int,
     sequence_parallel: bool,
     moe_layer: bool,
+    engine: str | None = None,
 ) -> ActivationBytes:
     """Korthikanti et al. 2022 §4.1 term by term, generalised (see module docstring).
 
@@ -175,8 +211,67 @@ def block_activation_bytes(
     sharded = (attn_sharded + mlp_sharded) / tp
     none = replicated + sharded + core / tp
     selective = replicated + sharded
+    if engine == ENGINE_TORCHTITAN and not moe_layer:
+        # torchtitan's selective is its per-op SAC policy, not Korthikanti's (transients.py)
+        op_sac = transients.torchtitan_op_sac_block_bytes(
+            s * b, h, g * d, m.ffn_hidden_size, a, tp, sequence_parallel, dt)
+        selective = min(selective, op_sac + core / tp)
     full = dt * sbh / rep
     return ActivationBytes(none=none, selective=selective, full=full)
+
+
+def block_working_set_bytes(
+    m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, moe_layer: bool, block_params: float
+) -> float:
+    """The backward working set of the block in flight, without a recompute buffer
+    (transients.backward_working_set_bytes, summed): the activation gradients of its MLP and,
+    when parameters are sharded at rest (zero 3), its gathered 16-bit parameters and those of
+    the prefetched block, its unsharded gradient and the reduce-dtype copy for the
+    reduce-scatter (torchtitan reduces in fp32, MixedPrecisionPolicy reduce_dtype; DeepSpeed
+    in the 16-bit dtype; Megatron-FSDP into its fp32 main grads). `block_params` is the
+    block's parameters on this rank before data-parallel sharding."""
+    dt = activation_dtype_bytes(t)
+    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
+    if moe_layer and m.moe is not None:
+        ffn = m.moe.ffn_hidden_size * (m.moe.top_k + m.moe.num_shared_experts)
+    else:
+        ffn = m.ffn_hidden_size
+    grads = transients.block_activation_grad_bytes(tokens, m.hidden_size, ffn, cfg.tp, cfg.sequence_parallel,
+                                                   m.mlp == "swiglu", dt)
+    ws = transients.backward_working_set_bytes(
+        grads, block_params=block_params, gathered=cfg.zero >= 3, param_bytes=dt, grad_bytes=dt,
+        reduce_bytes=_reduce_bytes(t, cfg.engine))
+    return ws.total
+
+
+def _reduce_bytes(t: TrainingSpec, engine: str) -> int:
+    """The dtype data-parallel gradients are reduced in: torchtitan fp32
+    (mixed_precision_reduce default float32), DeepSpeed the 16-bit dtype, Megatron grad_dtype."""
+    if engine == ENGINE_TORCHTITAN:
+        return 4
+    if engine == ENGINE_DEEPSPEED:
+        return activation_dtype_bytes(t)
+    return grad_dtype_bytes(t)
+
+
+def loss_transient_bytes(
+    m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, output_params: float
+) -> float:
+    """What the last stage holds at the loss beyond the saved activations that
+    `logits_activation_bytes` prices: the engine's cross-entropy working memory over the
+    saved fp32 softmax (transients.loss_transient_bytes by transients.engine_loss_impl:
+    torch's CE 10 B forward / 12 B backward per logit against 4 saved) and, with parameters
+    sharded at rest, the gathered output-layer weight (16-bit) with its unsharded gradient
+    and reduce copy. Live while the loss runs, not with the blocks' backward."""
+    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
+    impl = transients.engine_loss_impl(cfg.engine)
+    vocab_shard = m.vocab_size / cfg.tp  # every engine here runs a vocab-parallel loss under tp
+    lt = transients.loss_transient_bytes(tokens, vocab_shard, impl, activation_dtype_bytes(t))
+    extra = max(0.0, lt.peak - 4.0 * tokens * vocab_shard)
+    if cfg.zero >= 3:
+        dt = activation_dtype_bytes(t)
+        extra += output_params * (2 * dt + _reduce_bytes(t, cfg.engine))
+    return extra
 
 
 def korthikanti_table2_bytes(

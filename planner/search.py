@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
+from cost_model import memory
 from cost_model.estimate import compose
 from cost_model.layers import LayerTable, layer_table
 from cost_model.rank_costs import StageProblem, capacity_bytes
@@ -146,8 +147,9 @@ class _Tables:
         return self._sums(c.table_key, self.get(c))
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
-        key = ("base", c.tp, c.cp, c.ep, c.sequence_parallel, c.micro_batch_size)
-        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel, micro_batch_size=c.micro_batch_size)
+        key = ("base", c.tp, c.cp, c.ep, c.sequence_parallel, c.micro_batch_size, c.engine)
+        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel,
+                             micro_batch_size=c.micro_batch_size, engine=c.engine)
         table = self._build(key, cfg)
         return table, self._sums(key, table)
 
@@ -162,7 +164,7 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         recompute=c.recompute,
         num_micro_batches=prob.training.global_batch_size // (c.dp * c.micro_batch_size),
         capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
-        reserved_bytes=gpu.reserved_gib * GIB,
+        reserved_bytes=memory.reserved_bytes(_to_config(c)),
         interference=gpu.overlap_interference,
     )
 
@@ -219,9 +221,9 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
 
 
 def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> None:
-    reserved = prob.cluster.gpu.reserved_gib * GIB
     for c in cands:
         m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
+        reserved = memory.reserved_bytes(_to_config(c))
         mem = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, m, reserved) / GIB
         stats.note_memory(mem, c)
 
@@ -265,7 +267,6 @@ def search(
     stats = SearchStats()
     tables = _Tables(prob)
     gpu = prob.cluster.gpu
-    reserved = gpu.reserved_gib * GIB
     cap = capacity_bytes(gpu.memory_gib, prob.space.memory_headroom)
     k = prob.space.top_k
     B = prob.training.global_batch_size
@@ -276,6 +277,7 @@ def search(
         stats.candidates += 1
         m = B // (c.dp * c.micro_batch_size)
         base_table, base_sums = tables.base(c)
+        reserved = memory.reserved_bytes(_to_config(c))
         mem_lb = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
         stats.note_memory(mem_lb / GIB, c)
         if mem_lb > cap:
@@ -302,7 +304,7 @@ def search(
         c = e.candidate
         sums = tables.get_sums(c)
         m = p.num_micro_batches
-        if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) > cap:
+        if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, p.reserved_bytes) > cap:
             return None
         refined = cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
         if refined < best_t:
