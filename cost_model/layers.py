@@ -555,7 +555,7 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     link = comm.group_link(cluster, tp, 1)
     tp_comm = 3 * comm.all_reduce_s(4 * tokens, tp, link, fits)
     tp_comm += 2 * _tp_sync_s(act_dt * tokens * m.hidden_size, tp, link, fits, cfg.sequence_parallel)  # f/g
-    act = memory.logits_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
+    act = memory.logits_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel, cfg.engine)
     params = flops.output_params(m) / tp
     return _replicated_layer(
         "output", cluster, t, cfg, params, fwd, bwd, tp_comm,

@@ -264,7 +264,7 @@ def loss_transient_bytes(
     sharded at rest, the gathered output-layer weight (16-bit) with its unsharded gradient
     and reduce copy. Live while the loss runs, not with the blocks' backward."""
     tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
-    impl = transients.engine_loss_impl(cfg.engine)
+    impl = transients.engine_loss_impl(cfg.engine, tp=cfg.tp)
     vocab_shard = m.vocab_size / cfg.tp  # every engine here runs a vocab-parallel loss under tp
     lt = transients.loss_transient_bytes(tokens, vocab_shard, impl, activation_dtype_bytes(t))
     extra = max(0.0, lt.peak - 4.0 * tokens * vocab_shard)
@@ -299,14 +299,20 @@ def embedding_activation_bytes(
 
 
 def logits_activation_bytes(
-    m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int, sp: bool
+    m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int, sp: bool, engine: str | None = None
 ) -> float:
     """Last stage (Korthikanti §4.3): final-norm input and output-layer input (2 x d*sbh,
-    /t with SP) plus the fp32 logits the vocab-parallel cross-entropy keeps, 4*s*b*V/t."""
+    /t with SP) plus the fp32 logits the vocab-parallel cross-entropy keeps, 4*s*b*V/t.
+    torchtitan's output layer is a DTensor ColwiseParallel(input_layouts=Shard(1)): its
+    input is all-gathered over the sequence and the linear saves the gathered tensor
+    (torchtitan models/llama3/parallelize.py), where Megatron's sequence-parallel linear
+    saves the shard and gathers again in backward (tensor_parallel/layers.py)."""
     dt = activation_dtype_bytes(t)
     s = t.seq_length / cp
     sbh = s * micro_batch * m.hidden_size
-    return 2 * dt * sbh / (tp if sp else 1) + 4.0 * s * micro_batch * m.vocab_size / tp
+    rep = tp if sp else 1
+    out_input = dt * sbh / (1 if engine == ENGINE_TORCHTITAN else rep)
+    return dt * sbh / rep + out_input + 4.0 * s * micro_batch * m.vocab_size / tp
 
 
 # --------------------------------------------------------------------------- in flight

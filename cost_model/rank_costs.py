@@ -9,7 +9,7 @@ first / last virtual stage) with R_r of them fully recomputed:
   tail_r    = overlapped(dp_sync, bwd) + optimizer                        (once per step)
             = max(dp_sync - window, hidden) + optimizer                   (layers.overlapped_s)
   allocated = sum_B (state + inflight_r * act) - sum_{R_r} inflight_r * act_saved + extras
-  transient = max(block_transient (+ recompute_buffer if R_r > 0), extras.transient)
+  transient = block_transient (+ recompute_buffer if R_r > 0) + extras.transient
   peak      = memory.peak_bytes(allocated, transient, reserved)
 """
 

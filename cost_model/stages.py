@@ -91,9 +91,14 @@ def transient_bytes(table: LayerTable, recompute_mode: str, recomputes: bool) ->
 
 
 def rank_transient_bytes(blocks_transient: float, extra_layers_transient: float) -> float:
-    """A rank's transient peak: the block in flight or, on the last stage, the loss
-    (its transient is freed before the blocks' backward starts), whichever is larger."""
-    return max(blocks_transient, extra_layers_transient)
+    """A rank's transient peak, as the caching allocator reserves it: the block in flight's
+    working set plus, on the last stage, the loss transient. Summed although they are not
+    allocated at once: the blocks' forward temporaries, freed, stay in the allocator's
+    cache (no empty_cache in a training step) in segments too small to hold the loss's
+    logits-sized tensors, so the loss reserves new segments beside them; the peak that
+    decides out-of-memory is the reserved one (PyTorch "CUDA semantics: memory
+    management": cached blocks are not merged across segments)."""
+    return blocks_transient + extra_layers_transient
 
 
 def balanced_stage_layers(num_layers: int, num_stages: int) -> list[int]:

@@ -102,8 +102,8 @@ def _rank_time_fn(p: StageProblem, r: int):
     c = min(b.time_s for b in kinds)
     c_rc = min(b.recompute_full_s for b in kinds)
     # the rank's transient without / with a fully recomputed block (stages.rank_cost)
-    z3 = max(p.block_transient_bytes, ex.transient_bytes)
-    peak = max(p.recompute_transient_bytes, ex.transient_bytes)
+    z3 = p.block_transient_bytes + ex.transient_bytes
+    peak = p.recompute_transient_bytes + ex.transient_bytes
 
     def t(n: int) -> float:
         need = per_block * n + const_mem + z3

@@ -289,14 +289,14 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
         if full:
             mem -= lay.total(r, f"save{r}", lambda c, f=inflight: f * c.act_saved_bytes, sc.mem_down, recomputed=True)
         mem += sc.mem_up(ex.allocated_bytes)
-        # transient = max(block in flight (+ recompute buffer), loss): stages.rank_cost
+        # transient = block in flight (+ recompute buffer) + the loss: stages.rank_cost
         transient = model.new_int_var(0, VAR_MAX_UNITS, f"transient{r}")
         model.add(transient >= sc.mem_up(p.block_transient_bytes))
-        model.add(transient >= sc.mem_up(ex.transient_bytes))
         if full:
             u = model.new_bool_var(f"recomputes{r}")
             lay.flag_recomputing(r, u)
             model.add(transient >= sc.mem_up(p.recompute_transient_bytes) * u)
+        mem += sc.mem_up(ex.transient_bytes)
         model.add(mem + transient <= cap_units)
 
     v, m = p.vpp, p.num_micro_batches
