@@ -19,7 +19,14 @@ from dataclasses import dataclass
 
 from . import engines, transients
 from .specs import ParallelConfig, TrainingSpec, TransformerSpec
-from .vocab import DTYPE_BF16, DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32, ENGINE_DEEPSPEED, ENGINE_TORCHTITAN
+from .vocab import (
+    DTYPE_BF16,
+    DTYPE_BYTES,
+    DTYPE_FP8,
+    DTYPE_FP32,
+    ENGINE_DEEPSPEED,
+    ENGINE_TORCHTITAN,
+)
 
 # The caching allocator's fragmentation: max_reserved / max_allocated - 1 at the peak of a
 # training step. The allocator rounds large blocks to 2 MiB / 20 MiB segments and cannot

@@ -44,6 +44,10 @@ class StageProblem:
     capacity_bytes: float  # usable memory per GPU (headroom applied)
     reserved_bytes: float
     interference: float
+    # the engine takes one full-recompute count n for every (virtual) stage, stage k then
+    # recomputing min(n, its blocks) (Megatron --recompute-num-layers with method block;
+    # engines.EngineSupport.recompute_per_stage_counts == "uniform")
+    uniform_recompute: bool = False
 
     @property
     def num_stages(self) -> int:
@@ -101,6 +105,11 @@ class StageProblem:
         """The float model's time and memory of `rank` under a partition."""
         return rank_cost(self.table, slices, rank, self.pp, self.recompute, self.schedule,
                          self.num_micro_batches, self.vpp, self.reserved_bytes, self.interference)
+
+
+def uniform_recompute_counts(counts, n: int) -> list[int]:
+    """Per-stage recompute counts of one engine-wide count n: min(n, stage size)."""
+    return [min(n, c) for c in counts]
 
 
 def block_time_s(b: LayerCost, recompute: str) -> float:

@@ -187,6 +187,11 @@ class _BoundaryLayout(_Layout):
                 rc = model.new_constant(0)
                 self.idx.append(self.start[k])
             self.rc.append(rc)
+        if p.full and p.uniform_recompute:
+            # one engine-wide count n: rc[k] = min(n, stage size) (rank_costs.StageProblem)
+            n = model.new_int_var(0, L, "recompute_count")
+            for k in range(S):
+                model.add_min_equality(self.rc[k], [n, self.start[k + 1] - self.start[k]])
         self._prefixes: dict[str, tuple[list[int], int | None]] = {}
         self._reads: dict[tuple[str, str], cp_model.IntVar] = {}
 
@@ -248,7 +253,7 @@ class _BoundaryLayout(_Layout):
 
 
 def _layout(model: cp_model.CpModel, p: StageProblem, coefs: list[BlockCoefficients]) -> _Layout:
-    if len(p.table.block_kinds) == 1:
+    if len(p.table.block_kinds) == 1 and not (p.full and p.uniform_recompute):
         return _UniformLayout(model, p, coefs[0])
     return _BoundaryLayout(model, p, coefs)
 

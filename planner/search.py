@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
 from cost_model import memory
+from cost_model.engines import get_engine
 from cost_model.estimate import compose
 from cost_model.layers import LayerTable, layer_table
-from cost_model.rank_costs import StageProblem, capacity_bytes
+from cost_model.rank_costs import StageProblem, capacity_bytes, uniform_recompute_counts
 from cost_model.results import GIB, Estimate
 from cost_model.specs import (
     CalibrationProfile,
@@ -166,11 +167,16 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
         reserved_bytes=memory.reserved_bytes(_to_config(c)),
         interference=gpu.overlap_interference,
+        uniform_recompute=get_engine(c.engine).recompute_per_stage_counts == "uniform",
     )
 
 
 def _record(found: list[Found], prob: Problem, c: Candidate, table: LayerTable, counts, rcs, status: str, k: int) -> None:
     """Cost the partition with the float model and keep the k best distinct plans."""
+    if c.recompute == RECOMPUTE_FULL and get_engine(c.engine).recompute_per_stage_counts == "uniform":
+        # a fallback partition (greedy) may have per-stage counts the engine cannot take:
+        # price the one count it would run, the largest (launch/megatron.py recompute)
+        rcs = uniform_recompute_counts(counts, max(rcs, default=0))
     c = _normalise(c, table, rcs)
     if any(f.candidate == c for f in found):
         return  # the same plan reached through an equivalent recompute setting
