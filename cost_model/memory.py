@@ -16,6 +16,7 @@ distrib_optimizer.md: fp16/bf16 param + fp32 grad = 6 bytes + 12/d optimizer byt
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from . import engines, transients
 from .specs import ParallelConfig, TrainingSpec, TransformerSpec
@@ -60,7 +61,12 @@ def reserved_bytes(cfg: ParallelConfig) -> float:
     """Bytes outside the activations and model states that every rank holds for the whole
     run: CUDA context, cuBLAS workspace and NCCL buffers per communicator
     (transients.fixed_overheads_bytes; the sm90+ workspace, the larger, is assumed)."""
-    return transients.fixed_overheads_bytes(communicators(cfg)).total
+    return _fixed_bytes(communicators(cfg))
+
+
+@lru_cache(maxsize=64)
+def _fixed_bytes(communicators: int) -> float:
+    return transients.fixed_overheads_bytes(communicators).total
 
 
 def allocatable_bytes(capacity_bytes: float, reserved_bytes: float) -> float:
@@ -134,8 +140,14 @@ def state_bytes_per_param(t: TrainingSpec, engine: str, zero: int, shard: int) -
     activations are freed, so it is not the peak of a training step."""
     if engines.get_engine(engine).sharding_mode(zero) is None:
         return model_state_bytes_per_param(t, zero, shard)
-    e = engines.state_bytes_per_param(engine, zero, shard, t.dtype, t.grad_dtype, t.master_weights_dtype,
-                                      t.optimizer)
+    return _engine_state(engine, zero, shard, t.dtype, t.grad_dtype, t.master_weights_dtype, t.optimizer)
+
+
+@lru_cache(maxsize=4096)
+def _engine_state(engine: str, zero: int, shard: int, dtype: str, grad_dtype: str, master: str,
+                  optimizer: str) -> StateBytesPerParam:
+    """engines.state_bytes_per_param, cached: the search asks it for every candidate."""
+    e = engines.state_bytes_per_param(engine, zero, shard, dtype, grad_dtype, master, optimizer)
     return StateBytesPerParam(e.weights, e.grads, e.optimizer)
 
 
