@@ -137,11 +137,20 @@ def _best_uniform(p: StageProblem, counts: list[int], tick) -> tuple[float, list
     stage recomputes min(n, its blocks): rank_costs.StageProblem.uniform_recompute)."""
     best = None
     evaluations = 0
+    # a rank's cost depends only on its own stages' counts: past its largest stage, a
+    # larger n changes nothing there, so each rank is costed max(its stages) + 1 times
+    # (no more than best_partition's per-rank search: count_evaluations still bounds it)
+    seen: dict[tuple, object] = {}
     for n in range(max(counts) + 1):
         rcs = uniform_recompute_counts(counts, n)
         slices = slices_from_counts(counts, rcs)
-        ranks = [p.rank_cost(slices, r) for r in range(p.pp)]
-        evaluations += p.pp
+        ranks = []
+        for r in range(p.pp):
+            key = (r, tuple(rcs[k] for k in p.stages_of(r)))
+            if key not in seen:
+                seen[key] = p.rank_cost(slices, r)
+                evaluations += 1
+            ranks.append(seen[key])
         if any(rc.peak_bytes > p.capacity_bytes for rc in ranks):
             continue
         t = step_time_s(ranks, p.num_micro_batches, p.vpp)
