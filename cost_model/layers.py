@@ -18,7 +18,7 @@ Times are per micro-batch. Communication inside a layer follows Megatron-LM:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from . import comm, compute, flops, memory
@@ -639,10 +639,15 @@ def layer_table(
         blocks.append(cache[moe])
     # collectives: measured alpha-beta fits (profiler.comm) or the catalog's link numbers
     sources["comm"] = "profile" if profile is not None and profile.comm else "analytic"
+    output = _output_cost(model, cluster, training, cfg, profile, sources)
+    # the loss's share of the reserved peak beside the blocks' cached temporaries
+    cache = max(b.act.none for b in blocks)
+    output = replace(output, transient_bytes=memory.loss_reserved_bytes(
+        model, training, cfg, output.transient_bytes, cache))
     return LayerTable(
         blocks=tuple(blocks),
         embedding=_embedding_cost(model, cluster, training, cfg, profile, sources),
-        output=_output_cost(model, cluster, training, cfg, profile, sources),
+        output=output,
         p2p_s=_p2p_s(model.hidden_size, cluster, training, cfg, profile),
         sources=sources,
     )

@@ -257,9 +257,24 @@ def block_working_set_bytes(
         ffn = m.ffn_hidden_size
     grads = transients.block_activation_grad_bytes(tokens, m.hidden_size, ffn, cfg.tp, cfg.sequence_parallel,
                                                    m.mlp == "swiglu", dt)
+    return grads + _gathered_bytes(t, cfg, block_params, prefetch_blocks=1)
+
+
+def _gathered_bytes(t: TrainingSpec, cfg: ParallelConfig, params: float, prefetch_blocks: int) -> float:
+    """With parameters sharded at rest (zero 3): the gathered 16-bit parameters of a layer
+    of `params` (and of `prefetch_blocks` more like it), its unsharded gradient and the
+    reduce-dtype copy (transients.backward_working_set_bytes). DeepSpeed gathers per
+    sub-module up to its live-parameter limit and reduces in buckets
+    (transients.DEEPSPEED_*), never more than a layer at a time."""
+    if cfg.zero < 3:
+        return 0.0
+    dt = activation_dtype_bytes(t)
+    if cfg.engine == ENGINE_DEEPSPEED:
+        live = min((1 + prefetch_blocks) * params, transients.DEEPSPEED_MAX_LIVE_PARAMETERS)
+        return (live + min(params, transients.DEEPSPEED_REDUCE_BUCKET_ELEMENTS)) * dt
     ws = transients.backward_working_set_bytes(
-        grads, block_params=block_params, gathered=cfg.zero >= 3, param_bytes=dt, grad_bytes=dt,
-        reduce_bytes=_reduce_bytes(t, cfg.engine))
+        0.0, block_params=params, gathered=True, param_bytes=dt, grad_bytes=dt,
+        reduce_bytes=_reduce_bytes(t, cfg.engine), prefetch_blocks=prefetch_blocks)
     return ws.total
 
 
@@ -271,6 +286,32 @@ def _reduce_bytes(t: TrainingSpec, engine: str) -> int:
     if engine == ENGINE_DEEPSPEED:
         return activation_dtype_bytes(t)
     return grad_dtype_bytes(t)
+
+
+def block_largest_tensor_bytes(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig) -> float:
+    """The largest single tensor a dense block's forward allocates on one rank: the eager
+    attention scores (b x a/tp x s/cp x s) or an MLP intermediate (tokens x ffn/tp)."""
+    dt = activation_dtype_bytes(t)
+    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
+    mlp = dt * tokens * m.ffn_hidden_size / cfg.tp
+    scores = dt * tokens * m.num_attention_heads / cfg.tp * t.seq_length if t.attention == "eager" else 0.0
+    return max(mlp, scores)
+
+
+def loss_reserved_bytes(
+    m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, loss_bytes: float, block_cache_bytes: float
+) -> float:
+    """What the loss adds to the reserved peak over the block in flight's transient
+    (stages.rank_transient_bytes sums them). The blocks' forward temporaries, freed, stay in
+    the caching allocator's segments; the loss reuses them only if its tensors (the fp32
+    logits, 4 x tokens x V/tp) fit in those segments, else it reserves new ones beside them
+    (PyTorch "CUDA semantics: memory management": a cached block is split, never merged
+    with another segment). `block_cache_bytes`: what a block's forward leaves cached."""
+    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
+    logits = 4.0 * tokens * m.vocab_size / cfg.tp
+    if logits > block_largest_tensor_bytes(m, t, cfg):
+        return loss_bytes
+    return max(0.0, loss_bytes - block_cache_bytes)
 
 
 def loss_transient_bytes(
@@ -287,10 +328,7 @@ def loss_transient_bytes(
     vocab_shard = m.vocab_size / cfg.tp  # every engine here runs a vocab-parallel loss under tp
     lt = transients.loss_transient_bytes(tokens, vocab_shard, impl, activation_dtype_bytes(t))
     extra = max(0.0, lt.peak - 4.0 * tokens * vocab_shard)
-    if cfg.zero >= 3:
-        dt = activation_dtype_bytes(t)
-        extra += output_params * (2 * dt + _reduce_bytes(t, cfg.engine))
-    return extra
+    return extra + _gathered_bytes(t, cfg, output_params, prefetch_blocks=0)
 
 
 def korthikanti_table2_bytes(

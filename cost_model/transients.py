@@ -183,6 +183,14 @@ def backward_working_set_bytes(
     )
 
 
+# DeepSpeed ZeRO-3 defaults (microsoft/DeepSpeed deepspeed/runtime/zero/config.py @edaa722):
+# stage3_max_live_parameters 1e9 (gathered parameters kept live at once, prefetch
+# included) and reduce_bucket_size 5e8 (gradient elements bucketed before the reduce):
+# DeepSpeed gathers per sub-module, so a block larger than these never lives whole.
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
+
+
 # --------------------------------------------------------------------------- torchtitan op-SAC
 
 
