@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import flops
+from . import flops, memory
 from .compute import peak_flops
 from .layers import LayerTable, layer_table
 from .results import GIB, Estimate, MemoryBreakdown, Prediction, StageEstimate, TimeBreakdown
@@ -38,7 +38,7 @@ def resolve_slices(model: ModelSpec, cfg: ParallelConfig) -> list[StageSlice]:
 def rank_costs(
     table: LayerTable, slices: list[StageSlice], cfg: ParallelConfig, m: int, cluster: ClusterSpec
 ) -> list[RankCost]:
-    reserved = cluster.gpu.reserved_gib * GIB
+    reserved = memory.reserved_bytes(cfg)  # CUDA context, cuBLAS workspace, NCCL buffers
     return [
         rank_cost(table, slices, r, cfg.pp, cfg.recompute, cfg.schedule, m, cfg.vpp, reserved, cluster.gpu.overlap_interference)
         for r in range(cfg.pp)

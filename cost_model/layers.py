@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from . import calibration, comm, compute, flops, memory
@@ -59,7 +59,9 @@ class LayerCost:
     dp_sync_s: float  # per-step gradient sync of this layer's parameters (zero 0-2)
     optimizer_s: float  # per-step optimizer update of this layer's shard
     flops_model: float  # model FLOPs (fwd+bwd) of the whole layer for one micro-batch, all TP ranks
-    transient_bytes: float = 0.0  # live only while the layer runs (ZeRO-3 gathered params)
+    # live only while the layer runs: a block's backward working set, the output layer's loss
+    # transient (memory.block_working_set_bytes, memory.loss_transient_bytes)
+    transient_bytes: float = 0.0
 
     @property
     def time_s(self) -> float:
@@ -117,8 +119,17 @@ class LayerTable:
 
     @cached_property
     def zero3_buffer_bytes(self) -> float:
-        """ZeRO-3 gathered parameters in flight (current + prefetched layer)."""
-        return max((b.transient_bytes for b in (*self.blocks, self.embedding, self.output)), default=0.0)
+        """The backward working set of the block in flight (memory.block_working_set_bytes:
+        activation gradients, and with zero 3 the gathered parameters of the current and the
+        prefetched block and its unsharded gradient), the largest block's; the name is the
+        ZeRO-3 buffer it once was alone."""
+        return max((b.transient_bytes for b in self.blocks), default=0.0)
+
+    @cached_property
+    def selective_buffer_bytes(self) -> float:
+        """Under selective recompute, what a block re-materialises during its backward: the
+        tensors its policy drops (act.none - act.selective), the largest block's."""
+        return max((b.act.none - b.act.selective for b in self.blocks), default=0.0)
 
 
 _ZERO_ACT = memory.ActivationBytes(0.0, 0.0, 0.0)
@@ -140,7 +151,7 @@ def _expert_dp_size(cfg: ParallelConfig) -> int:
 def _state(
     t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int
 ) -> tuple[float, float, float]:
-    per = memory.model_state_bytes_per_param(t, cfg.zero, shard)
+    per = memory.state_bytes_per_param(t, cfg.engine, cfg.zero, shard)
     return params * per.weights, params * per.grads, params * per.optimizer
 
 
@@ -402,7 +413,6 @@ class _BlockStates:
     dp_sync_s: float
     zero3_comm_s: float
     optimizer_s: float
-    transient_bytes: float
 
 
 def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, expert: float,
@@ -410,8 +420,8 @@ def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, e
     """Model states, gradient sync, ZeRO-3 traffic and optimizer step of a block's dense
     parameters (data-parallel over dp*cp, TP ranks apart) and expert parameters (over
     dp*cp/ep, tp*ep ranks apart). The expert gathers are not hidden under compute (their
-    layer's compute is counted once, with the dense part). ZeRO-3 keeps the gathered
-    16-bit parameters of the current and the prefetched layer (2 x)."""
+    layer's compute is counted once, with the dense part). The gathered ZeRO-3 parameters
+    are the block's working set (memory.block_working_set_bytes)."""
     tp, ep = cfg.tp, cfg.ep
     dp_size, edp_size = _dense_dp_size(cfg), _expert_dp_size(cfg)
     w1, g1, o1 = _state(t, cfg, dense, dp_size)
@@ -421,8 +431,7 @@ def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, e
     zero3 = _zero3_s(cluster, t, cfg, dense, dp_size, tp, c.fwd_s, c.bwd_s, fits)
     zero3 += _zero3_s(cluster, t, cfg, expert, edp_size, tp * ep, 0.0, 0.0, fits) if expert else 0.0
     opt = _optimizer_s(cluster, t, cfg, dense, dp_size) + _optimizer_s(cluster, t, cfg, expert, edp_size)
-    transient = (dense + expert) * DTYPE_BYTES[t.dtype] * 2 if cfg.zero >= 3 else 0.0
-    return _BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt, transient)
+    return _BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt)
 
 
 def _block_cost(
@@ -447,7 +456,8 @@ def _block_cost(
     dense, expert = _block_params(m, cfg, geo.moe_layer)
     st = _block_states(cluster, t, cfg, dense, expert, c, fits)
     b = cfg.micro_batch_size
-    act = memory.block_activation_bytes(m, t, b, cfg.tp, cfg.cp, cfg.sequence_parallel, geo.moe_layer)
+    act = memory.block_activation_bytes(m, t, b, cfg.tp, cfg.cp, cfg.sequence_parallel, geo.moe_layer, cfg.engine)
+    working_set = memory.block_working_set_bytes(m, t, cfg, geo.moe_layer, dense + expert)
     model_f = 3.0 * flops.block_flops(m, b * t.seq_length, t.seq_length, geo.moe_layer).total / (cfg.tp * cfg.cp)
     return LayerCost(
         name=f"block{index}",
@@ -466,7 +476,7 @@ def _block_cost(
         dp_sync_s=st.dp_sync_s,
         optimizer_s=st.optimizer_s,
         flops_model=model_f,
-        transient_bytes=st.transient_bytes,
+        transient_bytes=working_set,
     )
 
 
@@ -484,6 +494,7 @@ def _profiled(profile, kind: str, cfg: ParallelConfig, t: TrainingSpec, fwd: flo
 def _replicated_layer(
     name: str, cluster, t, cfg, params: float, fwd: float, bwd: float, tp_comm: float,
     act: memory.ActivationBytes, flops_model: float, fits, recompute_full_s: float = 0.0,
+    transient_bytes: float = 0.0,
 ) -> LayerCost:
     """A layer whose `params` (per TP rank) are replicated over the dense data-parallel group:
     its model states, ZeRO-3 gathers, gradient sync and optimizer step."""
@@ -506,6 +517,7 @@ def _replicated_layer(
         dp_sync_s=_dp_sync_s(cluster, t, cfg, params, dp, tp, fits),
         optimizer_s=_optimizer_s(cluster, t, cfg, params, dp),
         flops_model=flops_model,
+        transient_bytes=transient_bytes,
     )
 
 
@@ -548,10 +560,12 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     link = comm.group_link(cluster, tp, 1)
     tp_comm = 3 * comm.all_reduce_s(4 * tokens, tp, link, fits)
     tp_comm += 2 * _tp_sync_s(act_dt * tokens * m.hidden_size, tp, link, fits, cfg.sequence_parallel)  # f/g
-    act = memory.logits_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
+    act = memory.logits_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel, cfg.engine)
+    params = flops.output_params(m) / tp
     return _replicated_layer(
-        "output", cluster, t, cfg, flops.output_params(m) / tp, fwd, bwd, tp_comm,
+        "output", cluster, t, cfg, params, fwd, bwd, tp_comm,
         memory.ActivationBytes(act, act, act), 3.0 * flops.logits_flops(m, b * t.seq_length) / (tp * cfg.cp), fits,
+        transient_bytes=memory.loss_transient_bytes(m, t, cfg, params),
     )
 
 
@@ -700,10 +714,15 @@ def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
         blocks.append(cache[moe])
     # collectives: measured alpha-beta fits (profiler.comm) or the catalog's link numbers
     sources["comm"] = "profile" if profile is not None and profile.comm else "analytic"
+    output = _output_cost(model, cluster, training, cfg, profile, sources)
+    # the loss's share of the reserved peak beside the blocks' cached temporaries
+    cache = max(b.act.none for b in blocks)
+    output = replace(output, transient_bytes=memory.loss_reserved_bytes(
+        model, training, cfg, output.transient_bytes, cache))
     return LayerTable(
         blocks=tuple(blocks),
         embedding=_embedding_cost(model, cluster, training, cfg, profile, sources),
-        output=_output_cost(model, cluster, training, cfg, profile, sources),
+        output=output,
         p2p_s=_p2p_s(model.hidden_size, cluster, training, cfg, profile),
         sources=sources,
     )

@@ -16,14 +16,25 @@ distrib_optimizer.md: fp16/bf16 param + fp32 grad = 6 bytes + 12/d optimizer byt
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-from .specs import TrainingSpec, TransformerSpec
-from .vocab import DTYPE_BF16, DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32
+from . import engines, transients
+from .specs import ParallelConfig, TrainingSpec, TransformerSpec
+from .vocab import (
+    DTYPE_BF16,
+    DTYPE_BYTES,
+    DTYPE_FP8,
+    DTYPE_FP32,
+    ENGINE_DEEPSPEED,
+    ENGINE_TORCHTITAN,
+)
 
-# Stated margin: the PyTorch caching allocator fragments; 5% of allocated bytes is the
-# typical gap between memory_reserved and memory_allocated at the peak of a training step
-# (PyTorch CUDA memory-management notes; expandable segments shrink it). An assumption.
-ALLOCATOR_FRAGMENTATION = 0.05
+# The caching allocator's fragmentation: max_reserved / max_allocated - 1 at the peak of a
+# training step. The allocator rounds large blocks to 2 MiB / 20 MiB segments and cannot
+# reuse a split segment for a larger request (PyTorch "CUDA semantics: memory management");
+# one value for every engine and device, fitted to the published max_reserved peaks of
+# ../shared/validation/published_runs_modern.csv (transients.FRAGMENTATION_FRACTION).
+ALLOCATOR_FRAGMENTATION = transients.FRAGMENTATION_FRACTION
 
 
 def peak_bytes(allocated_bytes: float, transient_bytes: float, reserved_bytes: float) -> float:
@@ -33,6 +44,29 @@ def peak_bytes(allocated_bytes: float, transient_bytes: float, reserved_bytes: f
     the planner's bounds and its ILP (which uses the inverse, `allocatable_bytes`)."""
     frag = ALLOCATOR_FRAGMENTATION * (allocated_bytes + transient_bytes)
     return allocated_bytes + (transient_bytes + frag + reserved_bytes)
+
+
+def communicators(cfg: ParallelConfig) -> int:
+    """NCCL communicators one rank opens: the default (world) group, one per parallel group
+    of more than one rank (tensor, context, data, data x context, expert, expert-data) and
+    two for pipeline send/recv (previous and next stage: torch opens one communicator per
+    peer pair). Megatron-Core parallel_state.initialize_model_parallel builds these groups."""
+    dense_dp = cfg.dp * cfg.cp
+    edp = max(1, dense_dp // max(1, cfg.ep))
+    groups = (cfg.tp, cfg.cp, cfg.dp, dense_dp if cfg.cp > 1 else 1, cfg.ep, edp if cfg.ep > 1 else 1)
+    return 1 + sum(g > 1 for g in groups) + (2 if cfg.pp > 1 else 0)
+
+
+def reserved_bytes(cfg: ParallelConfig) -> float:
+    """Bytes outside the activations and model states that every rank holds for the whole
+    run: CUDA context, cuBLAS workspace and NCCL buffers per communicator
+    (transients.fixed_overheads_bytes; the sm90+ workspace, the larger, is assumed)."""
+    return _fixed_bytes(communicators(cfg))
+
+
+@lru_cache(maxsize=64)
+def _fixed_bytes(communicators: int) -> float:
+    return transients.fixed_overheads_bytes(communicators).total
 
 
 def allocatable_bytes(capacity_bytes: float, reserved_bytes: float) -> float:
@@ -97,6 +131,26 @@ def model_state_bytes_per_param(t: TrainingSpec, zero: int, shard: int) -> State
     return StateBytesPerParam(w / d, g / d, k / d)
 
 
+def state_bytes_per_param(t: TrainingSpec, engine: str, zero: int, shard: int) -> StateBytesPerParam:
+    """Model-state bytes per parameter as `engine` allocates them (engines.state_bytes_per_param:
+    Megatron's distributed-optimizer table, torchtitan FSDP2's fp32 sharded master, DeepSpeed's
+    BF16_Optimizer / stage_1_and_2, this project's fp32 runtime). A sharding mode the engine
+    does not have (never searched; an estimate may still ask) is priced as ZeRO states it.
+    The optimizer step's transient (a fp32 gradient partition) is not added: at the step the
+    activations are freed, so it is not the peak of a training step."""
+    if engines.get_engine(engine).sharding_mode(zero) is None:
+        return model_state_bytes_per_param(t, zero, shard)
+    return _engine_state(engine, zero, shard, t.dtype, t.grad_dtype, t.master_weights_dtype, t.optimizer)
+
+
+@lru_cache(maxsize=4096)
+def _engine_state(engine: str, zero: int, shard: int, dtype: str, grad_dtype: str, master: str,
+                  optimizer: str) -> StateBytesPerParam:
+    """engines.state_bytes_per_param, cached: the search asks it for every candidate."""
+    e = engines.state_bytes_per_param(engine, zero, shard, dtype, grad_dtype, master, optimizer)
+    return StateBytesPerParam(e.weights, e.grads, e.optimizer)
+
+
 # --------------------------------------------------------------------------- activations
 
 
@@ -118,6 +172,7 @@ def block_activation_bytes(
     cp: int,
     sequence_parallel: bool,
     moe_layer: bool,
+    engine: str | None = None,
 ) -> ActivationBytes:
     """Korthikanti et al. 2022 §4.1 term by term, generalised (see module docstring).
 
@@ -175,8 +230,105 @@ def block_activation_bytes(
     sharded = (attn_sharded + mlp_sharded) / tp
     none = replicated + sharded + core / tp
     selective = replicated + sharded
+    if engine == ENGINE_TORCHTITAN and not moe_layer:
+        # torchtitan's selective is its per-op SAC policy, not Korthikanti's (transients.py)
+        op_sac = transients.torchtitan_op_sac_block_bytes(
+            s * b, h, g * d, m.ffn_hidden_size, a, tp, sequence_parallel, dt)
+        selective = min(selective, op_sac + core / tp)
     full = dt * sbh / rep
     return ActivationBytes(none=none, selective=selective, full=full)
+
+
+def block_working_set_bytes(
+    m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, moe_layer: bool, block_params: float
+) -> float:
+    """The backward working set of the block in flight, without a recompute buffer
+    (transients.backward_working_set_bytes, summed): the activation gradients of its MLP and,
+    when parameters are sharded at rest (zero 3), its gathered 16-bit parameters and those of
+    the prefetched block, its unsharded gradient and the reduce-dtype copy for the
+    reduce-scatter (torchtitan reduces in fp32, MixedPrecisionPolicy reduce_dtype; DeepSpeed
+    in the 16-bit dtype; Megatron-FSDP into its fp32 main grads). `block_params` is the
+    block's parameters on this rank before data-parallel sharding."""
+    dt = activation_dtype_bytes(t)
+    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
+    if moe_layer and m.moe is not None:
+        ffn = m.moe.ffn_hidden_size * (m.moe.top_k + m.moe.num_shared_experts)
+    else:
+        ffn = m.ffn_hidden_size
+    grads = transients.block_activation_grad_bytes(tokens, m.hidden_size, ffn, cfg.tp, cfg.sequence_parallel,
+                                                   m.mlp == "swiglu", dt)
+    return grads + _gathered_bytes(t, cfg, block_params, prefetch_blocks=1)
+
+
+def _gathered_bytes(t: TrainingSpec, cfg: ParallelConfig, params: float, prefetch_blocks: int) -> float:
+    """With parameters sharded at rest (zero 3): the gathered 16-bit parameters of a layer
+    of `params` (and of `prefetch_blocks` more like it), its unsharded gradient and the
+    reduce-dtype copy (transients.backward_working_set_bytes). DeepSpeed gathers per
+    sub-module up to its live-parameter limit and reduces in buckets
+    (transients.DEEPSPEED_*), never more than a layer at a time."""
+    if cfg.zero < 3:
+        return 0.0
+    dt = activation_dtype_bytes(t)
+    if cfg.engine == ENGINE_DEEPSPEED:
+        live = min((1 + prefetch_blocks) * params, transients.DEEPSPEED_MAX_LIVE_PARAMETERS)
+        return (live + min(params, transients.DEEPSPEED_REDUCE_BUCKET_ELEMENTS)) * dt
+    ws = transients.backward_working_set_bytes(
+        0.0, block_params=params, gathered=True, param_bytes=dt, grad_bytes=dt,
+        reduce_bytes=_reduce_bytes(t, cfg.engine), prefetch_blocks=prefetch_blocks)
+    return ws.total
+
+
+def _reduce_bytes(t: TrainingSpec, engine: str) -> int:
+    """The dtype data-parallel gradients are reduced in: torchtitan fp32
+    (mixed_precision_reduce default float32), DeepSpeed the 16-bit dtype, Megatron grad_dtype."""
+    if engine == ENGINE_TORCHTITAN:
+        return 4
+    if engine == ENGINE_DEEPSPEED:
+        return activation_dtype_bytes(t)
+    return grad_dtype_bytes(t)
+
+
+def block_largest_tensor_bytes(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig) -> float:
+    """The largest single tensor a dense block's forward allocates on one rank: the eager
+    attention scores (b x a/tp x s/cp x s) or an MLP intermediate (tokens x ffn/tp)."""
+    dt = activation_dtype_bytes(t)
+    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
+    mlp = dt * tokens * m.ffn_hidden_size / cfg.tp
+    scores = dt * tokens * m.num_attention_heads / cfg.tp * t.seq_length if t.attention == "eager" else 0.0
+    return max(mlp, scores)
+
+
+def loss_reserved_bytes(
+    m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, loss_bytes: float, block_cache_bytes: float
+) -> float:
+    """What the loss adds to the reserved peak over the block in flight's transient
+    (stages.rank_transient_bytes sums them). The blocks' forward temporaries, freed, stay in
+    the caching allocator's segments; the loss reuses them only if its tensors (the fp32
+    logits, 4 x tokens x V/tp) fit in those segments, else it reserves new ones beside them
+    (PyTorch "CUDA semantics: memory management": a cached block is split, never merged
+    with another segment). `block_cache_bytes`: what a block's forward leaves cached."""
+    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
+    logits = 4.0 * tokens * m.vocab_size / cfg.tp
+    if logits > block_largest_tensor_bytes(m, t, cfg):
+        return loss_bytes
+    return max(0.0, loss_bytes - block_cache_bytes)
+
+
+def loss_transient_bytes(
+    m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, output_params: float
+) -> float:
+    """What the last stage holds at the loss beyond the saved activations that
+    `logits_activation_bytes` prices: the engine's cross-entropy working memory over the
+    saved fp32 softmax (transients.loss_transient_bytes by transients.engine_loss_impl:
+    torch's CE 10 B forward / 12 B backward per logit against 4 saved) and, with parameters
+    sharded at rest, the gathered output-layer weight (16-bit) with its unsharded gradient
+    and reduce copy. Live while the loss runs, not with the blocks' backward."""
+    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
+    impl = transients.engine_loss_impl(cfg.engine, tp=cfg.tp)
+    vocab_shard = m.vocab_size / cfg.tp  # every engine here runs a vocab-parallel loss under tp
+    lt = transients.loss_transient_bytes(tokens, vocab_shard, impl, activation_dtype_bytes(t))
+    extra = max(0.0, lt.peak - 4.0 * tokens * vocab_shard)
+    return extra + _gathered_bytes(t, cfg, output_params, prefetch_blocks=0)
 
 
 def korthikanti_table2_bytes(
@@ -204,14 +356,20 @@ def embedding_activation_bytes(
 
 
 def logits_activation_bytes(
-    m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int, sp: bool
+    m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int, sp: bool, engine: str | None = None
 ) -> float:
     """Last stage (Korthikanti §4.3): final-norm input and output-layer input (2 x d*sbh,
-    /t with SP) plus the fp32 logits the vocab-parallel cross-entropy keeps, 4*s*b*V/t."""
+    /t with SP) plus the fp32 logits the vocab-parallel cross-entropy keeps, 4*s*b*V/t.
+    torchtitan's output layer is a DTensor ColwiseParallel(input_layouts=Shard(1)): its
+    input is all-gathered over the sequence and the linear saves the gathered tensor
+    (torchtitan models/llama3/parallelize.py), where Megatron's sequence-parallel linear
+    saves the shard and gathers again in backward (tensor_parallel/layers.py)."""
     dt = activation_dtype_bytes(t)
     s = t.seq_length / cp
     sbh = s * micro_batch * m.hidden_size
-    return 2 * dt * sbh / (tp if sp else 1) + 4.0 * s * micro_batch * m.vocab_size / tp
+    rep = tp if sp else 1
+    out_input = dt * sbh / (1 if engine == ENGINE_TORCHTITAN else rep)
+    return dt * sbh / rep + out_input + 4.0 * s * micro_batch * m.vocab_size / tp
 
 
 # --------------------------------------------------------------------------- in flight

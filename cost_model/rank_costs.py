@@ -9,6 +9,7 @@ first / last virtual stage) with R_r of them fully recomputed:
   tail_r    = overlapped(dp_sync, bwd) + optimizer                        (once per step)
             = max(dp_sync - window, hidden) + optimizer                   (layers.overlapped_s)
   allocated = sum_B (state + inflight_r * act) - sum_{R_r} inflight_r * act_saved + extras
+  transient = block_transient (+ recompute_buffer if R_r > 0) + extras.transient
   peak      = memory.peak_bytes(allocated, transient, reserved)
 """
 
@@ -21,7 +22,7 @@ from typing import NamedTuple
 from . import memory
 from .layers import LayerCost, LayerTable, overlap_hidden_s, overlap_window_s
 from .results import GIB
-from .stages import RankCost, StageSlice, rank_cost, stage_sends
+from .stages import RankCost, StageSlice, rank_cost, stage_sends, transient_bytes
 from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 
 
@@ -43,6 +44,10 @@ class StageProblem:
     capacity_bytes: float  # usable memory per GPU (headroom applied)
     reserved_bytes: float
     interference: float
+    # the engine takes one full-recompute count n for every (virtual) stage, stage k then
+    # recomputing min(n, its blocks) (Megatron --recompute-num-layers with method block;
+    # engines.EngineSupport.recompute_per_stage_counts == "uniform")
+    uniform_recompute: bool = False
 
     @property
     def num_stages(self) -> int:
@@ -65,6 +70,17 @@ class StageProblem:
     def stages_of(self, rank: int) -> range:
         """The virtual stages of pipeline rank `rank`."""
         return range(rank, self.num_stages, self.pp)
+
+    @property
+    def block_transient_bytes(self) -> float:
+        """The block in flight's transient when the rank recomputes no whole block
+        (stages.transient_bytes)."""
+        return transient_bytes(self.table, self.recompute, False)
+
+    @property
+    def recompute_transient_bytes(self) -> float:
+        """The same when the rank fully recomputes some block."""
+        return transient_bytes(self.table, self.recompute, True)
 
     def inflight(self, rank: int) -> float:
         return memory.in_flight_micro_batches(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp)
@@ -89,6 +105,11 @@ class StageProblem:
         """The float model's time and memory of `rank` under a partition."""
         return rank_cost(self.table, slices, rank, self.pp, self.recompute, self.schedule,
                          self.num_micro_batches, self.vpp, self.reserved_bytes, self.interference)
+
+
+def uniform_recompute_counts(counts, n: int) -> list[int]:
+    """Per-stage recompute counts of one engine-wide count n: min(n, stage size)."""
+    return [min(n, c) for c in counts]
 
 
 def block_time_s(b: LayerCost, recompute: str) -> float:
@@ -142,6 +163,7 @@ class RankExtras(NamedTuple):
     dp_hidden_s: float
     optimizer_s: float
     allocated_bytes: float  # their model states and activations at the rank's peak
+    transient_bytes: float = 0.0  # the loss transient of the last stage (stages.rank_cost)
 
 
 def rank_extras(p: StageProblem, rank: int) -> RankExtras:
@@ -158,6 +180,7 @@ def rank_extras(p: StageProblem, rank: int) -> RankExtras:
         return RankExtras((), 0.0 + sends * p.table.p2p_s, 0.0, 0.0, 0.0, 0.0, 0.0)
     g, inflight = p.interference, p.inflight(rank)
     time = dp = window = hidden = opt = allocated = 0.0
+    transient = p.table.output.transient_bytes if S - 1 in p.stages_of(rank) else 0.0
     for x in layers:
         time += x.time_s
         dp += x.dp_sync_s
@@ -165,4 +188,4 @@ def rank_extras(p: StageProblem, rank: int) -> RankExtras:
         hidden += overlap_hidden_s(x.dp_sync_s, g)
         opt += x.optimizer_s
         allocated += x.state_bytes + inflight * x.act.none
-    return RankExtras(tuple(layers), time + sends * p.table.p2p_s, dp, window, hidden, opt, allocated)
+    return RankExtras(tuple(layers), time + sends * p.table.p2p_s, dp, window, hidden, opt, allocated, transient)

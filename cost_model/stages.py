@@ -81,10 +81,24 @@ def stage_sends(k: int, num_stages: int) -> int:
     return (k < num_stages - 1) + (k > 0)
 
 
-def transient_bytes(table: LayerTable, recomputes: bool) -> float:
-    """Transient buffers of a rank: ZeRO-3 gathered parameters, and the live activations
-    of a block being recomputed when the rank recomputes any (LayerTable's properties)."""
-    return max(table.zero3_buffer_bytes, table.block_act_peak_bytes if recomputes else 0.0)
+def transient_bytes(table: LayerTable, recompute_mode: str, recomputes: bool) -> float:
+    """Transient buffers of the block in flight, summed (all live during its backward): its
+    working set (activation gradients; ZeRO-3 gathered parameters and gradients), the
+    tensors selective recompute re-materialises, and the whole block's activations when
+    the rank fully recomputes any block (LayerTable's properties)."""
+    extra = table.selective_buffer_bytes if recompute_mode == "selective" else 0.0
+    return table.zero3_buffer_bytes + extra + (table.block_act_peak_bytes if recomputes else 0.0)
+
+
+def rank_transient_bytes(blocks_transient: float, extra_layers_transient: float) -> float:
+    """A rank's transient peak, as the caching allocator reserves it: the block in flight's
+    working set plus, on the last stage, the loss transient. Summed although they are not
+    allocated at once: the blocks' forward temporaries, freed, stay in the allocator's
+    cache (no empty_cache in a training step) in segments too small to hold the loss's
+    logits-sized tensors, so the loss reserves new segments beside them; the peak that
+    decides out-of-memory is the reserved one (PyTorch "CUDA semantics: memory
+    management": cached blocks are not merged across segments)."""
+    return blocks_transient + extra_layers_transient
 
 
 def balanced_stage_layers(num_layers: int, num_stages: int) -> list[int]:
@@ -124,6 +138,7 @@ def rank_cost(
     time = comp = rc = tp = cp = ep = z3 = ppc = bwd = dp = opt = 0.0
     w = g = o = act = extra_flops = 0.0
     recomputes = False
+    extra_transient = 0.0
     for sl in slices:
         if sl.index % pp != rank:
             continue
@@ -132,6 +147,7 @@ def rank_cost(
             layers.insert(0, (table.embedding, -1))
         if sl.index == n_stages - 1:
             layers.append((table.output, -1))
+            extra_transient = max(extra_transient, table.output.transient_bytes)
         for lc, pos in layers:
             full = recompute_mode == "full" and 0 <= pos < sl.recompute_layers
             if full:
@@ -157,7 +173,7 @@ def rank_cost(
             act += a
         ppc += stage_sends(sl.index, n_stages) * table.p2p_s
     time = comp + rc + tp + cp + ep + z3 + ppc
-    transient = transient_bytes(table, recomputes)
+    transient = rank_transient_bytes(transient_bytes(table, recompute_mode, recomputes), extra_transient)
     inflight = memory.in_flight_micro_batches(schedule, pp, rank, num_micro_batches, vpp)
     return RankCost(
         rank=rank,

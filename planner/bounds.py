@@ -82,8 +82,8 @@ def base_time_bound_s(sums: TableSums, table: LayerTable, c, m: int) -> float:
 def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: float) -> float:
     """memory_bound_bytes with the base table's model states rescaled to c's ZeRO stage over the
     dense data-parallel group (dp*cp ranks; expert weights shard over fewer, so this is lower)."""
-    base = memory.model_state_bytes_per_param(training, 0, 1).total
-    per = memory.model_state_bytes_per_param(training, c.zero, c.dp * c.cp).total
+    base = memory.state_bytes_per_param(training, c.engine, 0, 1).total  # the base table's engine, zero 0
+    per = memory.state_bytes_per_param(training, c.engine, c.zero, c.dp * c.cp).total
     return memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved, states_scale=per / base)
 
 
@@ -101,7 +101,9 @@ def _rank_time_fn(p: StageProblem, r: int):
     save = max(inflight * b.act_saved_bytes for b in kinds)
     c = min(b.time_s for b in kinds)
     c_rc = min(b.recompute_full_s for b in kinds)
-    z3, peak = p.table.zero3_buffer_bytes, p.table.block_act_peak_bytes
+    # the rank's transient without / with a fully recomputed block (stages.rank_cost)
+    z3 = p.block_transient_bytes + ex.transient_bytes
+    peak = p.recompute_transient_bytes + ex.transient_bytes
 
     def t(n: int) -> float:
         need = per_block * n + const_mem + z3

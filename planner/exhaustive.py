@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 
 from cost_model.errors import SpecError
-from cost_model.rank_costs import StageProblem
+from cost_model.rank_costs import StageProblem, uniform_recompute_counts
 from cost_model.stages import slices_from_counts, step_time_s
 
 # About 1.5 minutes: one evaluation (stages.rank_cost plus its share of building the layer
@@ -94,6 +94,11 @@ def best_partition(p: StageProblem, tick: Callable[[int], None] | None = None) -
     L, S, pp = p.num_layers, p.num_stages, p.pp
     best = None
     for counts in compositions(L, S):
+        if p.full and p.uniform_recompute:
+            found = _best_uniform(p, counts, tick)
+            if found is not None and (best is None or found[0] < best[0] - 1e-15):
+                best = found
+            continue
         chosen_rc = [0] * S
         ranks = []
         evaluations = 0
@@ -124,4 +129,33 @@ def best_partition(p: StageProblem, tick: Callable[[int], None] | None = None) -
         t = step_time_s(ranks, p.num_micro_batches, p.vpp)
         if best is None or t < best[0] - 1e-15:
             best = (t, list(counts), list(chosen_rc))
+    return best
+
+
+def _best_uniform(p: StageProblem, counts: list[int], tick) -> tuple[float, list[int], list[int]] | None:
+    """The fastest feasible engine-wide recompute count n for one stage partition (every
+    stage recomputes min(n, its blocks): rank_costs.StageProblem.uniform_recompute)."""
+    best = None
+    evaluations = 0
+    # a rank's cost depends only on its own stages' counts: past its largest stage, a
+    # larger n changes nothing there, so each rank is costed max(its stages) + 1 times
+    # (no more than best_partition's per-rank search: count_evaluations still bounds it)
+    seen: dict[tuple, object] = {}
+    for n in range(max(counts) + 1):
+        rcs = uniform_recompute_counts(counts, n)
+        slices = slices_from_counts(counts, rcs)
+        ranks = []
+        for r in range(p.pp):
+            key = (r, tuple(rcs[k] for k in p.stages_of(r)))
+            if key not in seen:
+                seen[key] = p.rank_cost(slices, r)
+                evaluations += 1
+            ranks.append(seen[key])
+        if any(rc.peak_bytes > p.capacity_bytes for rc in ranks):
+            continue
+        t = step_time_s(ranks, p.num_micro_batches, p.vpp)
+        if best is None or t < best[0] - 1e-15:
+            best = (t, list(counts), rcs)
+    if tick is not None:
+        tick(evaluations)
     return best

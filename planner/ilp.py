@@ -187,6 +187,11 @@ class _BoundaryLayout(_Layout):
                 rc = model.new_constant(0)
                 self.idx.append(self.start[k])
             self.rc.append(rc)
+        if p.full and p.uniform_recompute:
+            # one engine-wide count n: rc[k] = min(n, stage size) (rank_costs.StageProblem)
+            n = model.new_int_var(0, L, "recompute_count")
+            for k in range(S):
+                model.add_min_equality(self.rc[k], [n, self.start[k + 1] - self.start[k]])
         self._prefixes: dict[str, tuple[list[int], int | None]] = {}
         self._reads: dict[tuple[str, str], cp_model.IntVar] = {}
 
@@ -248,7 +253,7 @@ class _BoundaryLayout(_Layout):
 
 
 def _layout(model: cp_model.CpModel, p: StageProblem, coefs: list[BlockCoefficients]) -> _Layout:
-    if len(p.table.block_kinds) == 1:
+    if len(p.table.block_kinds) == 1 and not (p.full and p.uniform_recompute):
         return _UniformLayout(model, p, coefs[0])
     return _BoundaryLayout(model, p, coefs)
 
@@ -289,12 +294,14 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
         if full:
             mem -= lay.total(r, f"save{r}", lambda c, f=inflight: f * c.act_saved_bytes, sc.mem_down, recomputed=True)
         mem += sc.mem_up(ex.allocated_bytes)
+        # transient = block in flight (+ recompute buffer) + the loss: stages.rank_cost
         transient = model.new_int_var(0, VAR_MAX_UNITS, f"transient{r}")
-        model.add(transient >= sc.mem_up(p.table.zero3_buffer_bytes))
+        model.add(transient >= sc.mem_up(p.block_transient_bytes))
         if full:
             u = model.new_bool_var(f"recomputes{r}")
             lay.flag_recomputing(r, u)
-            model.add(transient >= sc.mem_up(p.table.block_act_peak_bytes) * u)
+            model.add(transient >= sc.mem_up(p.recompute_transient_bytes) * u)
+        mem += sc.mem_up(ex.transient_bytes)
         model.add(mem + transient <= cap_units)
 
     v, m = p.vpp, p.num_micro_batches

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from cost_model.engines import engine_supports, get_engine
 from cost_model.results import Estimate
 from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig
-from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from cost_model.vocab import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
+    SCHEDULE_INTERLEAVED,
+    Recompute,
+    Schedule,
+    values,
+)
 
 from .space import Candidate
 
@@ -37,8 +45,13 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
             f"recompute=full on {n} of {model.num_layers} blocks, as memory requires: activations "
             f"{p.memory.activations_gib:.1f} GiB on the fullest rank; {b.recompute_s:.3g} s per step on the slowest rank"
         )
+        if get_engine(cfg.engine).recompute_per_stage_counts == "uniform" and cfg.pp * cfg.vpp > 1:
+            out.append(f"{cfg.engine} takes one recompute count for every stage: each stage recomputes "
+                       f"min({max(cfg.recompute_layers or (0,))}, its blocks) ({get_engine(cfg.engine).recompute_source})")
     elif cfg.recompute == RECOMPUTE_SELECTIVE:
         out.append(f"recompute=selective: activations {p.memory.activations_gib:.1f} GiB at the cost of {b.recompute_s:.3g} s per step")
+    out.extend(f"engine rule: {rule}" for rule in engine_restrictions(cfg.engine, pp=cfg.pp)
+               if "ZeRO" in rule or "zero" in rule)
     out.append(
         f"peak memory {p.memory.peak_gib:.1f} of {p.memory.capacity_gib:.1f} GiB; step {p.step_time_s:.4g} s, "
         f"MFU {_pct(p.mfu)}; largest term: {max(vars(b).items(), key=lambda kv: kv[1])[0]}"
@@ -54,7 +67,31 @@ def alternative_reason(alt: Estimate, best: Estimate, alt_c: Candidate, best_c: 
     return f"{_pct(slower)} slower: {', '.join(diffs) or 'same degrees, other split'}; most of the difference is {worst} (+{ab[worst] - bb[worst]:.3g} s)"
 
 
-def infeasible_details(stats, capacity_gib: float, headroom: float) -> tuple[str, dict]:
+def engine_restrictions(engine: str, space=None, pp: int | None = None) -> list[str]:
+    """The engine's rules (engines.engine_supports, quoting its source) that remove values the
+    search allows: ZeRO levels (at this pipeline degree, or with and without pipelining when
+    `pp` is None), recompute modes and schedules."""
+    allowed = (lambda k, v: space.ok(k, v)) if space is not None else (lambda k, v: True)
+    rules: list[str] = []
+    pps = (pp,) if pp is not None else (1, 2)
+    for z in (0, 1, 2, 3):
+        for p in pps:
+            rule = engine_supports(engine, zero=z, pp=p)
+            if allowed("zero", z) and rule is not None and rule not in rules:
+                rules.append(rule)
+                break
+    for r in values(Recompute):
+        rule = engine_supports(engine, recompute=r)
+        if allowed("recompute", r) and rule is not None:
+            rules.append(rule)
+    for sched in values(Schedule):
+        rule = engine_supports(engine, schedule=sched, pp=2, vpp=2 if sched == SCHEDULE_INTERLEAVED else 1)
+        if allowed("schedule", sched) and rule is not None:
+            rules.append(rule)
+    return rules
+
+
+def infeasible_details(stats, capacity_gib: float, headroom: float, space=None) -> tuple[str, dict]:
     c = stats.min_memory_config
     details = {
         "capacity_gib": round(capacity_gib, 2),
@@ -63,8 +100,15 @@ def infeasible_details(stats, capacity_gib: float, headroom: float) -> tuple[str
         "pruned_by_memory": stats.pruned_memory,
         "least_memory_gib": round(stats.min_memory_gib, 2) if stats.min_memory_gib != float("inf") else None,
     }
+    engine = (space.allowed.get("engine") or (None,))[0] if space is not None else None
+    rules = engine_restrictions(engine, space) if engine else []
+    if rules:
+        details["engine"] = engine
+        details["engine_rules"] = rules
     if stats.candidates == 0:
         msg = "no configuration satisfies the divisibility rules and the search restrictions"
+        if rules:
+            msg += f"; the engine {engine} restricts the search: " + "; ".join(rules)
         details["binding"] = "search space"
         details["suggestions"] = ["relax the pinned knobs in `search`", "check that global_batch_size is divisible by some dp x micro-batch"]
         return msg, details

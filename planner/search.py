@@ -12,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
+from cost_model import memory
+from cost_model.engines import get_engine
 from cost_model.estimate import compose
 from cost_model.layers import LayerTable, layer_table
-from cost_model.rank_costs import StageProblem, capacity_bytes
+from cost_model.rank_costs import StageProblem, capacity_bytes, uniform_recompute_counts
 from cost_model.results import GIB, Estimate
 from cost_model.specs import (
     CalibrationProfile,
@@ -146,8 +148,9 @@ class _Tables:
         return self._sums(c.table_key, self.get(c))
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
-        key = ("base", c.tp, c.cp, c.ep, c.sequence_parallel, c.micro_batch_size)
-        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel, micro_batch_size=c.micro_batch_size)
+        key = ("base", c.tp, c.cp, c.ep, c.sequence_parallel, c.micro_batch_size, c.engine)
+        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel,
+                             micro_batch_size=c.micro_batch_size, engine=c.engine)
         table = self._build(key, cfg)
         return table, self._sums(key, table)
 
@@ -162,13 +165,18 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         recompute=c.recompute,
         num_micro_batches=prob.training.global_batch_size // (c.dp * c.micro_batch_size),
         capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
-        reserved_bytes=gpu.reserved_gib * GIB,
+        reserved_bytes=memory.reserved_bytes(_to_config(c)),
         interference=gpu.overlap_interference,
+        uniform_recompute=get_engine(c.engine).recompute_per_stage_counts == "uniform",
     )
 
 
 def _record(found: list[Found], prob: Problem, c: Candidate, table: LayerTable, counts, rcs, status: str, k: int) -> None:
     """Cost the partition with the float model and keep the k best distinct plans."""
+    if c.recompute == RECOMPUTE_FULL and get_engine(c.engine).recompute_per_stage_counts == "uniform":
+        # a fallback partition (greedy) may have per-stage counts the engine cannot take:
+        # price the one count it would run, the largest (launch/megatron.py recompute)
+        rcs = uniform_recompute_counts(counts, max(rcs, default=0))
     c = _normalise(c, table, rcs)
     if any(f.candidate == c for f in found):
         return  # the same plan reached through an equivalent recompute setting
@@ -219,9 +227,9 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
 
 
 def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> None:
-    reserved = prob.cluster.gpu.reserved_gib * GIB
     for c in cands:
         m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
+        reserved = memory.reserved_bytes(_to_config(c))
         mem = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, m, reserved) / GIB
         stats.note_memory(mem, c)
 
@@ -265,7 +273,6 @@ def search(
     stats = SearchStats()
     tables = _Tables(prob)
     gpu = prob.cluster.gpu
-    reserved = gpu.reserved_gib * GIB
     cap = capacity_bytes(gpu.memory_gib, prob.space.memory_headroom)
     k = prob.space.top_k
     B = prob.training.global_batch_size
@@ -276,6 +283,7 @@ def search(
         stats.candidates += 1
         m = B // (c.dp * c.micro_batch_size)
         base_table, base_sums = tables.base(c)
+        reserved = memory.reserved_bytes(_to_config(c))
         mem_lb = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
         stats.note_memory(mem_lb / GIB, c)
         if mem_lb > cap:
@@ -302,7 +310,7 @@ def search(
         c = e.candidate
         sums = tables.get_sums(c)
         m = p.num_micro_batches
-        if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) > cap:
+        if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, p.reserved_bytes) > cap:
             return None
         refined = cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
         if refined < best_t:

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cost_model import request as rq
+from cost_model.engines import engine_supports
 from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
 from cost_model.validate import divisors
-from cost_model.vocab import ENGINE_MEGATRON, Target, values
+from cost_model.vocab import DTYPE_FP8, ENGINE_MEGATRON, ENGINE_RUNTIME, Target, values
 
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
 MAX_VPP = 8
@@ -135,13 +136,19 @@ def _fitted_collectives(profile) -> bool:
 
 
 def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: list[str], zeros: list[int],
-                     sps: list[bool], fitted_collectives: bool = False):
+                     sps: list[bool], fitted_collectives: bool = False, engine: str = ENGINE_MEGATRON):
     """Drop options another allowed option dominates in the cost model (never slower,
-    never more memory), so the search is smaller but its optimum unchanged:
+    never more memory), so the search is smaller but its optimum unchanged. `zeros` are
+    the levels the engine has (engine_zeros), so a dropped level always has a runnable
+    replacement:
     - ZeRO-1 vs 0: reduce-scatter + all-gather moves (g + w)(n-1)/n bytes against the
       all-reduce's 2g(n-1)/n, with less optimizer memory and work (only while the three
-      collectives share the ring formula: not with `fitted_collectives`); ZeRO-2 vs 1: the
-      same time, less gradient memory. With one data-parallel rank all stages are the same.
+      collectives share the ring formula: not with `fitted_collectives`); every engine's
+      ZeRO-1 keeps no more than its ZeRO-0 (engines.state_bytes_per_param).
+    - ZeRO-2 vs 1 only for the runtime, whose zero 2 is its zero 1 (engines.py RUNTIME):
+      the engines' ZeRO-2 (Megatron-FSDP optim_grads, DeepSpeed stage 2, FSDP2 without
+      resharding) reduces gradients every micro-batch, so it may cost more time.
+      With one data-parallel rank all stages are the same.
     - sequence parallelism: the same TP volume (all-gather + reduce-scatter against
       all-reduce; again not with `fitted_collectives`), less elementwise work and
       activation memory.
@@ -152,9 +159,9 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
     if dp * cp == 1:
         z = z[:1]
     else:
-        if (1 in z or 2 in z) and not fitted_collectives:
+        if 1 in z and not fitted_collectives:
             z = [x for x in z if x != 0]
-        if 2 in z:
+        if 2 in z and 1 in z and engine == ENGINE_RUNTIME:
             z = [x for x in z if x != 1]
     s = [True] if (True in sps and tp > 1 and not fitted_collectives) else sps
     r = list(recomputes)
@@ -165,14 +172,32 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
     return r, z, s
 
 
+def engine_zeros(engine: str, zeros: list[int], pp: int) -> list[int]:
+    """The ZeRO levels of `zeros` that `engine` can run at this pipeline degree
+    (engines.engine_supports: e.g. DeepSpeed and Megatron-FSDP have no ZeRO-2/3 with pp > 1,
+    torchtitan no ZeRO-1)."""
+    return [z for z in zeros if engine_supports(engine, zero=z, pp=pp) is None]
+
+
+def engine_rule(engine: str, c: Candidate, fp8: bool) -> str | None:
+    """engines.engine_supports for every knob of a candidate (None = runnable)."""
+    return engine_supports(engine, zero=c.zero, recompute=c.recompute, schedule=c.schedule, pp=c.pp, vpp=c.vpp,
+                           tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel, fp8=fp8)
+
+
 def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=None, fitted_collectives=False,
            dominance=True):
     engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
+    fp8 = getattr(training, "dtype", None) == DTYPE_FP8
     sps = [False, True] if tp > 1 else [False]
     sps = [v for v in sps if space.ok("sequence_parallel", v)]
+    # the engine first, so that dominance never drops a level for one the engine lacks
+    zeros = engine_zeros(engine, zeros, pp)
+    recomputes = [r for r in recomputes if engine_supports(engine, recompute=r) is None]
+    sps = [v for v in sps if engine_supports(engine, tp=tp, sequence_parallel=v) is None]
     if dominance:
         recomputes, zeros, sps = dominant_options(model, training, tp, dp, cp, recomputes, zeros, sps,
-                                                  fitted_collectives)
+                                                  fitted_collectives, engine)
     schedules: list[tuple[str, int]] = []
     if pp == 1:
         for sched in ("1f1b", "gpipe"):
@@ -199,4 +224,6 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
             for sp in sps:
                 for zero in zeros:
                     for rc in recomputes:
-                        yield Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine)
+                        c = Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine)
+                        if engine_rule(engine, c, fp8) is None:
+                            yield c

@@ -114,12 +114,15 @@ def row_config_candidates(row: dict, model: TransformerSpec, year: int):
         vpps = [vpp_known] if vpp_known else [v for v in range(1, per_stage + 1) if per_stage % v == 0]
     else:
         vpps = [1]
+    # the engine that ran the row: Megatron-LM, except the ZeRO-3 baselines, which
+    # Narayanan et al. 2021 §5.2 ran with DeepSpeed ZeRO-3 (no model parallelism)
+    engine = "deepspeed" if zero == 3 else "megatron"
     for mb in mbs:
         for v in vpps:
             schedule = "interleaved" if v > 1 else "1f1b"
             yield ParallelConfig(
                 dp=dp, tp=tp, pp=pp, cp=cp, vpp=v, sequence_parallel=sp and tp > 1, zero=zero,
-                micro_batch_size=mb, recompute=recompute, schedule=schedule,
+                micro_batch_size=mb, recompute=recompute, schedule=schedule, engine=engine,
             )
 
 

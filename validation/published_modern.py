@@ -101,8 +101,26 @@ def model_block(row: dict) -> dict:
     return {"transformer": t}
 
 
+# The H100 SXM catalog entry's usable capacity per GB of HBM (79.1 GiB of its 80 GB):
+# the same share of a 96 GB HBM2e part. The torchtitan rows ran on that part at 500 W
+# (the csv's gpu_published column), which is not a catalog entry.
+_H100_USABLE_PER_GB = 79.1 / 80.0
+H100_96GB_HBM2E = {"base": "h100-sxm", "name": "h100-sxm-96gb-hbm2e",
+                   "memory_gib": 96.0 * _H100_USABLE_PER_GB, "hbm_gb_s": 2400.0}
+
+
+def gpu_of(row: dict) -> str | dict:
+    """`cluster.gpu` for the part the row ran on: the catalog name of the `gpu` column, or a
+    GPU object where `gpu_published` names a variant the catalog lacks (capacity and HBM
+    bandwidth from its datasheet; the rest from the catalog base)."""
+    published = row.get("gpu_published", "").lower()
+    if row["gpu"].strip() == "h100-sxm" and "96gb" in published.replace(" ", ""):
+        return dict(H100_96GB_HBM2E)
+    return row["gpu"].strip()
+
+
 def cluster_block(row: dict) -> dict:
-    c: dict = {"gpu": row["gpu"].strip(), "num_gpus": _int(row["num_gpus"])}
+    c: dict = {"gpu": gpu_of(row), "num_gpus": _int(row["num_gpus"])}
     if _int(row.get("gpus_per_node")):
         c["gpus_per_node"] = _int(row["gpus_per_node"])
     for k in ("intra_node_gb_s", "inter_node_gb_s"):
@@ -129,6 +147,7 @@ def parallelism_block(row: dict) -> dict:
     p["sequence_parallel"] = bool(_bool(row["sequence_parallel"]))
     p["recompute"] = row["recompute"].strip() or "none"
     p["schedule"] = row["schedule"].strip() or ("interleaved" if p["vpp"] > 1 else "1f1b")
+    p["engine"] = engine_of(row)
     return p
 
 
@@ -144,6 +163,7 @@ def search_block(row: dict) -> dict:
     if row.get("schedule", "").strip():
         s["schedule"] = [row["schedule"].strip()]
     s["targets"] = []  # the launch artifacts are not needed here
+    s["engine"] = engine_of(row)
     return s
 
 

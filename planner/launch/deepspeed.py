@@ -121,6 +121,11 @@ def config(plan: dict) -> dict:
         cfg["zero_optimization"].update({"overlap_comm": True, "contiguous_gradients": True})
     if zero == 2:
         cfg["zero_optimization"]["reduce_scatter"] = True
+    if zero == 1 and dtype in ("bf16", "fp8") and t.get("grad_dtype", "fp32") == "fp32":
+        # the priced mode (cost_model/engines.py DEEPSPEED zero 1: BF16_Optimizer, fp32
+        # gradient accumulation, 6 + 12/d): engine.py selects it for bf16 + ZeRO-1 with
+        # data_types.grad_accum_dtype fp32 (runtime/constants.py DATA_TYPES / GRAD_ACCUM_DTYPE)
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
     if p["recompute"] == "full":
         cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False}
     return cfg

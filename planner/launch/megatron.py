@@ -205,16 +205,19 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     zero = int(p["zero"])
     if zero >= 1:
         a += ["--use-distributed-optimizer"]
+    if zero >= 2:
+        # the sharding the plan was priced with (cost_model/engines.py MEGATRON: Megatron-FSDP
+        # optim_grads / optim_grads_params, which needs the distributed optimizer too)
+        strategy = "optim_grads" if zero == 2 else "optim_grads_params"
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy]
     if p["dp"] * p["cp"] > 1:
         # Gradients are reduced over dp x cp; the prediction hides that behind the backward.
         a += ["--overlap-grad-reduce"]
         if zero >= 1:
             a += ["--overlap-param-gather"]
-    if zero >= 2:
-        notes.append(
-            f"ZeRO-{zero}: Megatron's distributed optimizer shards optimizer state (ZeRO-1) and reduce-scatters "
-            "gradients; parameter sharding needs --use-megatron-fsdp (not emitted)"
-        )
+    if zero >= 2 and p["pp"] > 1:
+        notes.append(f"ZeRO-{zero} (Megatron-FSDP) with pp={p['pp']}: Megatron-FSDP does not combine with "
+                     "pipeline parallelism; the planner does not propose it")
     a += model_args(plan)
     # Runnable as-is on synthetic data; swap for --data-path/--tokenizer-model for a real run.
     a += [

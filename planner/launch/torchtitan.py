@@ -66,10 +66,10 @@ def dp_degrees(p: dict) -> tuple[int, int, list[str]]:
     if zero == 0:
         return p["dp"], 1, []
     notes = []
-    if zero in (1, 2):
+    if zero == 1:
         notes.append(
-            f"ZeRO-{zero} has no exact torchtitan equivalent: FSDP2 with reshard_after_forward=never "
-            "keeps full params after forward (ZeRO-2-like) but still shards parameters at rest"
+            "ZeRO-1 has no torchtitan equivalent (the planner does not propose it for torchtitan): emitted "
+            "FSDP2 with reshard_after_forward=never, its ZeRO-2-like mode, which the plan was not priced as"
         )
     return 1, p["dp"], notes
 

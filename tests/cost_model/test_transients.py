@@ -79,3 +79,16 @@ def test_torchtitan_op_sac_saves_every_other_matmul():
     assert torchtitan_op_sac_block_bytes(16384, 4096, 1024, 14336, 32) == 16384 * per_token
     tp8 = torchtitan_op_sac_block_bytes(16384, 4096, 1024, 14336, 32, tp=8, sequence_parallel=True)
     assert tp8 == pytest.approx(16384 * per_token / 8)
+
+
+def test_loss_parallel_transient_follows_torch_loss_parallel():
+    """torch/distributed/tensor/parallel/loss.py: forward keeps bf16 logits, the fp32 copy,
+    the shifted logits and their exp (2 + 4 + 4 + 4 bytes per element); the fused backward
+    returns (zeros_like(x) + exp(x)) * grad beside the saved fp32 output: 4 fp32 tensors."""
+    from cost_model.transients import engine_loss_impl
+
+    T, V = 16384, 128256 / 8
+    lt = loss_transient_bytes(T, V, "torch_loss_parallel")
+    assert lt.forward_peak == 14 * T * V and lt.backward_peak == 16 * T * V and lt.saved == 4 * T * V
+    assert engine_loss_impl("torchtitan", tp=8) == "torch_loss_parallel"
+    assert engine_loss_impl("torchtitan", tp=1) == "torch"

@@ -33,10 +33,11 @@ REQUESTS = {
                         "search": {"cp": 2}},
 }
 # Extra plans for engine rules: a pipeline for DeepSpeed (ZeRO-1, and ZeRO-2 which its
-# PipelineEngine refuses), and MoE with tp > 1 (torchtitan's expert groups differ).
+# PipelineEngine refuses: planned for the runtime, the one engine here whose ZeRO-2
+# combines with a pipeline), and MoE with tp > 1 (torchtitan's expert groups differ).
 RULE_REQUESTS = {
     "llama3-8b-pp2-zero1@8": {**REQUESTS["llama3-8b@8"], "search": {"pp": 2, "tp": 1, "cp": 1, "zero": 1, "vpp": 1, "schedule": "1f1b"}},
-    "llama3-8b-pp2-zero2@8": {**REQUESTS["llama3-8b@8"], "search": {"pp": 2, "tp": 1, "cp": 1, "zero": 2, "vpp": 1, "schedule": "1f1b"}},
+    "llama3-8b-pp2-zero2@8": {**REQUESTS["llama3-8b@8"], "search": {"pp": 2, "tp": 1, "cp": 1, "zero": 2, "vpp": 1, "schedule": "1f1b", "engine": "runtime"}},
     "mixtral-8x7b-tp2@64": {**REQUESTS["mixtral-8x7b@64"], "search": {"ep": [2, 4, 8], "tp": 2}},
 }
 CASES = sorted(REQUESTS)

@@ -288,7 +288,10 @@ def test_zero3_targets():
     tt = _tt(launch, "main")
     assert tt["--parallelism.data_parallel_shard_degree"] == "16"
     assert tt["--parallelism.context_parallel_degree"] == "2"
-    assert any("ZeRO-3" in n for n in launch["megatron"]["notes"])
+    # the priced ZeRO-3 is Megatron-FSDP's optim_grads_params (cost_model/engines.py MEGATRON)
+    mg = launch["megatron"]["args"]
+    i = mg.index("--data-parallel-sharding-strategy")
+    assert "--use-megatron-fsdp" in mg and mg[i + 1] == "optim_grads_params" and "--use-distributed-optimizer" in mg
     dp_only = _plan(LLAMA, dp=8, tp=1, pp=1, zero=3, nmb=4)
     ds = emit(dp_only, ["deepspeed"])["deepspeed"]
     assert ds["config"]["zero_optimization"]["stage"] == 3

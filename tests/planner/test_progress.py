@@ -47,6 +47,16 @@ def brute_count(L: int, S: int, pp: int, full: bool) -> int:
     return total
 
 
+def brute_uniform_count(L: int, S: int, pp: int) -> int:
+    """The same for an engine with one recompute count n for every stage (Megatron):
+    rank r is costed once per distinct min(n, size) over its stages, max(its sizes) + 1 times."""
+    total = 0
+    for cuts in itertools.combinations(range(1, L), S - 1):
+        counts = [b - a for a, b in zip((0, *cuts), (*cuts, L), strict=True)]
+        total += sum(max(counts[k] for k in range(r, S, pp)) + 1 for r in range(pp))
+    return total
+
+
 @pytest.mark.parametrize("L,S,pp,full", [
     (1, 1, 1, True), (5, 1, 1, True), (6, 3, 3, True), (8, 4, 2, True), (9, 6, 3, True),
     (12, 4, 4, False), (10, 4, 2, False), (3, 4, 4, True), (16, 8, 4, True),
@@ -65,7 +75,11 @@ def test_count_is_what_best_partition_evaluates():
         p = replace(p, capacity_bytes=1e30)
         seen = []
         exhaustive.best_partition(p, seen.append)
-        assert sum(seen) == exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full)
+        bound = exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full)
+        if p.full and p.uniform_recompute:
+            assert sum(seen) == brute_uniform_count(p.num_layers, p.num_stages, p.pp) <= bound
+        else:
+            assert sum(seen) == bound
         assert isinstance(p, StageProblem)
 
 
