@@ -116,6 +116,7 @@ def _to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
         zero=c.zero, micro_batch_size=c.micro_batch_size, recompute=c.recompute,
         recompute_layers=tuple(rcs) if rcs is not None and c.recompute == "full" else None,
         schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None, engine=c.engine,
+        etp=c.etp,
     )
 
 
@@ -146,8 +147,9 @@ class _Tables:
         return self._sums(c.table_key, self.get(c))
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
-        key = ("base", c.tp, c.cp, c.ep, c.sequence_parallel, c.micro_batch_size)
-        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel, micro_batch_size=c.micro_batch_size)
+        key = ("base", c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size)
+        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, etp=c.etp, sequence_parallel=c.sequence_parallel,
+                             micro_batch_size=c.micro_batch_size)
         table = self._build(key, cfg)
         return table, self._sums(key, table)
 
