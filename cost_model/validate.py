@@ -121,9 +121,8 @@ def validate_config(m: ModelSpec, c: ClusterSpec, t: TrainingSpec, p: ParallelCo
             raise SpecError("parallelism.tp", f"{m.num_kv_heads} KV heads are not divisible by tp={p.tp}", allowed=divisors(m.num_kv_heads))
         if m.ffn_hidden_size % p.tp:
             raise SpecError("parallelism.tp", f"ffn_hidden_size {m.ffn_hidden_size} is not divisible by tp={p.tp}", allowed=divisors(m.ffn_hidden_size)[:40])
-        if m.moe is None and (p.ep > 1 or p.etp > 1):
-            field = "parallelism.ep" if p.ep > 1 else "parallelism.etp"
-            raise SpecError(field, f"ep={p.ep}, etp={p.etp} need an MoE model", allowed=[1])
+        if m.moe is None and p.ep > 1:  # (etp on a dense model has nothing to split: Megatron ignores it)
+            raise SpecError("parallelism.ep", f"ep={p.ep} needs an MoE model", allowed=[1])
         if m.moe is not None:
             _validate_expert_layout(m, p)
     elif p.ep > 1 or p.cp > 1:

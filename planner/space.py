@@ -97,7 +97,6 @@ def enumerate_candidates(
     n, L = cluster.num_gpus, model.num_layers
     B, s = training.global_batch_size, training.seq_length
     is_tf = isinstance(model, TransformerSpec)
-    moe = is_tf and model.moe is not None
     recomputes = [r for r in ("none", "selective", "full") if space.ok("recompute", r)]
     if not is_tf:
         recomputes = [r for r in recomputes if r != "selective"]
