@@ -20,7 +20,7 @@ Times are per micro-batch. Communication inside a layer follows Megatron-LM:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from . import attention, comm, compute, flops, memory, moe
 from .specs import (
@@ -400,8 +400,20 @@ def _tp_split_params(m: TransformerSpec, params: float, tp: int) -> float:
     ones every TP rank holds whole (attention.tp_replicated_params: MLA down projections,
     latent norms, QK-norm) and, in MoE blocks, the router (Megatron TopKRouter keeps its
     E x h weight whole on every rank)."""
-    rep = attention.tp_replicated_params(m)
+    rep = _param_counts(m, False)[3]
     return (params - rep) / tp + rep
+
+
+@lru_cache(maxsize=256)
+def _param_counts(m: TransformerSpec, moe_layer: bool) -> tuple[float, float, float, float]:
+    """(block params, block params without routed experts, one routed expert's params, TP-
+    replicated attention params) of one block kind: pure functions of the model, cached
+    because the planner builds thousands of tables of one model."""
+    if not moe_layer:
+        return flops.block_params(m, False), 0.0, 0.0, attention.tp_replicated_params(m)
+    all_but_routed = flops.block_params(m, True, experts=0)
+    routed_each = flops.block_params(m, True, experts=1) - all_but_routed
+    return 0.0, all_but_routed, routed_each, attention.tp_replicated_params(m)
 
 
 def _block_params(m: TransformerSpec, cfg: ParallelConfig, moe_layer: bool) -> tuple[float, float]:
@@ -410,11 +422,10 @@ def _block_params(m: TransformerSpec, cfg: ParallelConfig, moe_layer: bool) -> t
     and each expert's matrices over etp (MoE parallel folding); shared experts are dense
     (TP-split)."""
     if not moe_layer:
-        return _tp_split_params(m, flops.block_params(m, False), cfg.tp), 0.0
+        return _tp_split_params(m, _param_counts(m, False)[0], cfg.tp), 0.0
     e = m.moe
     local_experts = max(1, e.num_experts // cfg.ep)
-    all_but_routed = flops.block_params(m, True, experts=0)
-    routed_each = flops.block_params(m, True, experts=1) - all_but_routed
+    _, all_but_routed, routed_each, _ = _param_counts(m, True)
     router = m.hidden_size * e.num_experts + (e.num_experts if e.router_bias else 0)
     dense = _tp_split_params(m, all_but_routed - router, cfg.tp) + router
     return dense, routed_each * local_experts / cfg.etp

@@ -148,6 +148,9 @@ class _Tables:
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
         key = ("base", c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size)
+        sums = self.sums.get(key)
+        if sums is not None:  # the common case: no config to build
+            return self.cache[key], sums
         cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, etp=c.etp, sequence_parallel=c.sequence_parallel,
                              micro_batch_size=c.micro_batch_size)
         table = self._build(key, cfg)
@@ -274,14 +277,25 @@ def search(
 
     # --- enumerate; order by the base-table bound
     queue: list[_Entry] = []
+    # The base memory bound never decreases with the micro-batch size when the other knobs
+    # are fixed (states do not depend on it; activations are mb x min(c1, c2 m)/k with
+    # m = B/(dp mb), memory.in_flight_micro_batches), so once a micro-batch size is ruled
+    # out every larger one is too, without building its table. Keyed by the candidate
+    # with its micro-batch size blanked.
+    too_big_mb: dict[tuple, int] = {}
     for i, c in enumerate(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)):
         stats.candidates += 1
+        mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute)
+        if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):
+            stats.pruned_memory += 1
+            continue
         m = B // (c.dp * c.micro_batch_size)
         base_table, base_sums = tables.base(c)
         mem_lb = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
         stats.note_memory(mem_lb / GIB, c)
         if mem_lb > cap:
             stats.pruned_memory += 1
+            too_big_mb[mb_key] = min(c.micro_batch_size, too_big_mb.get(mb_key, math.inf))
             continue
         queue.append(_Entry(base_time_bound_s(base_sums, base_table, c, m), i, "base_bound", c))
     heapq.heapify(queue)

@@ -124,13 +124,13 @@ def enumerate_candidates(
 def _expert_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, tp: int, cp: int, dp: int):
     """(ep, etp) pairs for the expert layers of a dense tp x cp x dp layout: every pair the
     engine's folding rule accepts (cost_model.validate.expert_fold_error: ep | experts,
-    ep*etp | tp*cp*dp). Unpinned, etp is searched over the divisors of tp (the expert MLP
-    split no wider than the dense one, which keeps its all-gather on the TP ranks' link);
-    a pinned etp is taken as given. Dense models: (1, 1)."""
+    ep*etp | tp*cp*dp). Unpinned, etp is searched over {1, tp}: experts whole on each EP
+    rank (the published DeepSeek-V3 / Qwen3 / GPT-OSS layouts) or split like the dense MLP
+    (Megatron's default, etp = tp); a pinned etp list is taken as given. Dense models: (1, 1)."""
     if not isinstance(model, TransformerSpec) or model.moe is None:
         return [(1, 1)] if space.ok("ep", 1) and space.ok("etp", 1) else []
     e = model.moe
-    etps = list(space.allowed["etp"]) if space.allowed.get("etp") else divisors(tp)
+    etps = list(space.allowed["etp"]) if space.allowed.get("etp") else sorted({1, tp})
     out = []
     for etp in etps:
         for ep in divisors(e.num_experts):
