@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from . import comm, compute
 from .specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
@@ -52,16 +53,18 @@ class ExpertLayout:
 def routing_imbalance(routed_per_rank: float, ep: int) -> float:
     """Load of the busiest EP rank over the mean, for balanced (aux-loss / bias balanced)
     routing: each of the N = routed_per_rank * ep copies of the group lands on a rank with
-    probability 1/ep, so a rank's load is Binomial(N, 1/ep) with mean n = routed_per_rank
-    and sd sqrt(n (1 - 1/ep)); the expected maximum of ep such loads is about
-    mean + sd * sqrt(2 ln ep) (the Gaussian extreme-value bound, e.g. Vershynin 2018,
-    High-Dimensional Probability, §2.5). The slowest rank sets the time: the all-to-all
-    synchronises the group. Deviation: systematic expert skew beyond sampling noise (early
-    training, Lepikhin et al. 2020 GShard §2.2) is not modelled."""
+    probability 1/ep, so a rank's load is Binomial(N, 1/ep), mean n = routed_per_rank and
+    sd sqrt(n (1 - 1/ep)); the expected maximum of the ep loads is the mean plus sd times
+    the expected largest of ep standard normals, Blom's (1958) approximation
+    Phi^-1((ep - 0.375) / (ep + 0.25)). The slowest rank sets the time: the all-to-all
+    synchronises the group. Deviation: the ep loads are treated as independent (they sum to
+    N, which makes the maximum slightly smaller), and systematic expert skew beyond sampling
+    noise (early training; Lepikhin et al. 2020 GShard §2.2) is not modelled."""
     if ep <= 1 or routed_per_rank <= 0:
         return 1.0
     sd = math.sqrt(routed_per_rank * (1 - 1 / ep))
-    return 1.0 + sd * math.sqrt(2 * math.log(ep)) / routed_per_rank
+    z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
+    return 1.0 + sd * z / routed_per_rank
 
 
 def layout(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig) -> ExpertLayout:

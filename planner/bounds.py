@@ -17,7 +17,6 @@ the last term by the same bisection over the per-rank tail lines (min_max_tail_s
 from __future__ import annotations
 
 import functools
-
 import heapq
 import math
 from dataclasses import dataclass

@@ -233,6 +233,11 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
 
 
 
+# Share of the time limit the enumeration (base bounds of every candidate) may take before
+# the best-first search starts on what is queued (very large spaces, e.g. a 671B MoE on
+# 2048 GPUs, have more candidates than the limit can bound).
+ENUMERATION_SHARE = 0.6
+
 # What a queued candidate's bound is: from the base table (cheap, every candidate), or
 # refined with its own table and the tight bound (it reached the front once already).
 Stage = Literal["base_bound", "refined"]
@@ -284,6 +289,12 @@ def search(
     # with its micro-batch size blanked.
     too_big_mb: dict[tuple, int] = {}
     for i, c in enumerate(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)):
+        if not i % 1024 and time.perf_counter() - t0 > ENUMERATION_SHARE * limit:
+            # out of time before every candidate was bounded: search what is queued; nothing
+            # is proven about the rest, so the gap is reported as unknown (lower bound 0)
+            stats.timed_out = True
+            stats.lower_bound_s = 0.0
+            break
         stats.candidates += 1
         mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute)
         if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):

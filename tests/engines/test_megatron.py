@@ -206,3 +206,26 @@ def test_megatron_lm_parse_and_validate_args(name, tmp_path):
     assert got["data_parallel_size"] == p["dp"]
     assert got["overlap_grad_reduce"] == (p["dp"] * p["cp"] > 1)
     assert (got["virtual_pipeline_model_parallel_size"] or 1) == p["vpp"]
+
+
+@pytest.mark.parametrize("tp,pp,ep,etp", [(2, 2, 4, 1), (2, 2, 8, 1), (1, 2, 8, 2), (4, 1, 8, 2), (2, 1, 16, 2), (2, 4, 4, 2)])
+def test_expert_fold_rule_is_megatron_cores(tp, pp, ep, etp):
+    """expert_fold_error accepts exactly what initialize_model_parallel accepts (16 ranks, dp = 16/(tp*pp))."""
+    from megatron.core import parallel_state as ps
+
+    from cost_model.validate import expert_fold_error
+
+    world = 16
+    dp = world // (tp * pp)
+    ours_ok = expert_fold_error(64, 1024, tp, 1, dp, ep, etp) is None
+    with fake_world(0, world):
+        try:
+            ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                         expert_model_parallel_size=ep, expert_tensor_parallel_size=etp,
+                                         order="tp-cp-ep-dp-pp", create_gloo_process_groups=False)
+            theirs_ok = True
+        except (RuntimeError, AssertionError):
+            theirs_ok = False
+        finally:
+            ps.destroy_model_parallel()
+    assert ours_ok == theirs_ok
