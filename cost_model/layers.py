@@ -587,6 +587,46 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     )
 
 
+def _with_mtp(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig, output: LayerCost,
+              last_block: LayerCost) -> LayerCost:
+    """Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py puts
+    the MTP modules after the decoder on the last pipeline stage): per module one block
+    shaped like the last one (its cost, states and activations), the h x 2h projection of
+    [norm(h); norm(emb)] (TP-split, its states over the dense DP group) and one more pass
+    through the shared output head (the output layer's time and activations; its weights are
+    the main head's). Model FLOPs: 3 x flops.mtp_flops / (tp*cp). Not recomputed."""
+    n = m.num_nextn_predict_layers
+    gpu, dt, h = cluster.gpu, t.dtype, m.hidden_size
+    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
+    proj_fwd = compute.gemm_time_s(gpu, dt, tokens, h / cfg.tp, 2 * h)
+    proj_params = 2 * h * h / cfg.tp
+    dp = _dense_dp_size(cfg)
+    w, g, o = _state(t, cfg, proj_params, dp)
+    fits = None
+    blk, out = last_block, output
+    act = blk.act.none + out.act.none
+    return LayerCost(
+        name=f"{output.name}+mtp{n}",
+        compute_s=out.compute_s + n * (blk.compute_s + out.compute_s + 3 * proj_fwd),
+        fwd_s=out.fwd_s + n * (blk.fwd_s + out.fwd_s + proj_fwd),
+        tp_comm_s=out.tp_comm_s + n * (blk.tp_comm_s + out.tp_comm_s),
+        cp_comm_s=out.cp_comm_s + n * blk.cp_comm_s,
+        ep_comm_s=out.ep_comm_s + n * blk.ep_comm_s,
+        zero3_comm_s=out.zero3_comm_s + n * blk.zero3_comm_s,
+        recompute_full_s=out.recompute_full_s,
+        recompute_selective_s=out.recompute_selective_s,
+        act=memory.ActivationBytes(out.act.none + n * act, out.act.selective + n * act, out.act.full + n * act),
+        weights_bytes=out.weights_bytes + n * (blk.weights_bytes + w),
+        grads_bytes=out.grads_bytes + n * (blk.grads_bytes + g),
+        optimizer_bytes=out.optimizer_bytes + n * (blk.optimizer_bytes + o),
+        dp_sync_s=out.dp_sync_s + n * (blk.dp_sync_s + _dp_sync_s(cluster, t, cfg, proj_params, dp, cfg.tp, fits)),
+        optimizer_s=out.optimizer_s + n * (blk.optimizer_s + _optimizer_s(cluster, t, cfg, proj_params, dp)),
+        flops_model=out.flops_model + 3.0 * flops.mtp_flops(m, cfg.micro_batch_size * t.seq_length, t.seq_length)
+        / (cfg.tp * cfg.cp),
+        transient_bytes=max(out.transient_bytes, blk.transient_bytes),
+    )
+
+
 def _p2p_s(m_hidden: float, cluster, t, cfg, profile) -> float:
     """Activation send between adjacent pipeline ranks (tp*cp*dp ranks apart). With SP (or
     Narayanan §4.1's scatter/gather optimisation) each TP rank sends 1/t of it."""
@@ -662,10 +702,13 @@ def layer_table(
         blocks.append(cache[moe])
     # collectives: measured alpha-beta fits (profiler.comm) or the catalog's link numbers
     sources["comm"] = "profile" if profile is not None and profile.comm else "analytic"
+    output = _output_cost(model, cluster, training, cfg, profile, sources)
+    if model.num_nextn_predict_layers > 0 and blocks:
+        output = _with_mtp(model, cluster, training, cfg, output, blocks[-1])
     return LayerTable(
         blocks=tuple(blocks),
         embedding=_embedding_cost(model, cluster, training, cfg, profile, sources),
-        output=_output_cost(model, cluster, training, cfg, profile, sources),
+        output=output,
         p2p_s=_p2p_s(model.hidden_size, cluster, training, cfg, profile),
         sources=sources,
     )

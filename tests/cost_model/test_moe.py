@@ -121,3 +121,26 @@ def test_ep_moves_expert_time_to_the_all_to_all():
     assert one.blocks[0].ep_comm_s == 0 and eight.blocks[0].ep_comm_s > 0
     assert eight.blocks[0].compute_s < one.blocks[0].compute_s
     assert eight.blocks[0].weights_bytes < one.blocks[0].weights_bytes
+
+
+def test_mtp_module_on_the_last_stage():
+    """DeepSeek-V3's MTP module: the output layer gains one last-block-shaped block, one more
+    head pass and the h x 2h projection (time, states, FLOPs)."""
+    c = _cluster("h800", 2048)
+    t = TrainingSpec(global_batch_size=15360, seq_length=4096)
+    cfg = ParallelConfig(dp=128, pp=16, ep=64, zero=1)
+    with_mtp = layer_table(DSV3, c, t, cfg)
+    without = layer_table(replace(DSV3, num_nextn_predict_layers=0), c, t, cfg)
+    o, o0, blk = with_mtp.output, without.output, without.blocks[-1]
+    assert with_mtp.blocks == without.blocks
+    h, tokens = DSV3.hidden_size, 4096
+    proj_s = o.compute_s - 2 * o0.compute_s - blk.compute_s
+    assert proj_s > 0
+    assert proj_s == pytest.approx(3 * compute_gemm(c, tokens, h, 2 * h), rel=1e-9)
+    assert o.weights_bytes - o0.weights_bytes == pytest.approx(blk.weights_bytes + 2 * h * h * 2)  # bf16 weights
+    assert o.ep_comm_s == pytest.approx(blk.ep_comm_s)
+
+
+def compute_gemm(c, m, n, k):
+    from cost_model import compute
+    return compute.gemm_time_s(c.gpu, "bf16", m, n, k)
