@@ -5,16 +5,23 @@ from __future__ import annotations
 
 from cost_model.catalog import CATALOG
 from cost_model.flops import total_params
-from cost_model.presets import PRESETS
+from cost_model.presets import PRESETS, PUBLISHED, param_counts
 
 
 def models_table() -> list[dict]:
     out = []
     for m in PRESETS.values():
+        counts, pub = param_counts(m), PUBLISHED.get(m.name)
         out.append(
             {
                 "name": m.name,
                 "params_b": round(total_params(m) / 1e9, 2),
+                # computed in the model cards' convention (embeddings counted, MTP apart), and
+                # the card's own numbers where the preset table has them
+                "total_params": counts["total_params"],
+                "active_params": counts["active_params"],
+                "published_total_params": None if pub is None else int(pub.total_params),
+                "published_active_params": None if pub is None else int(pub.active_params),
                 "num_layers": m.num_layers,
                 "hidden_size": m.hidden_size,
                 "num_attention_heads": m.num_attention_heads,

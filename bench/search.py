@@ -22,6 +22,10 @@ CASES = {
     "llama3-70b/64xH100": ({"name": "llama3-70b"}, "h100-sxm", 64, 128, 8192),
     "llama3-405b/16384xH100": ({"name": "llama3-405b"}, "h100-sxm", 16384, 2048, 8192),
     "mixtral-8x22b/256xH100": ({"name": "mixtral-8x22b"}, "h100-sxm", 256, 256, 4096),
+    # DeepSeek-V3 technical report §3.1/§4.2: 2048 H800, batch ramped to 15360 sequences of 4K
+    "deepseek-v3/2048xH800": ({"name": "deepseek-v3"}, "h800", 2048, 15360, 4096),
+    # Qwen3 publishes no batch: 1024 sequences of 4K (4M tokens) on 32 nodes
+    "qwen3-235b-a22b/256xH100": ({"name": "qwen3-235b-a22b"}, "h100-sxm", 256, 1024, 4096),
 }
 
 
@@ -68,13 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'case':26s} {'median_s':>8s} {'status':>8s} {'gap%':>6s} {'cands':>6s} {'pruned':>6s} {'ilp':>4s}  "
+    print(f"{'case':28s} {'median_s':>8s} {'status':>8s} {'gap%':>6s} {'cands':>6s} {'pruned':>6s} {'ilp':>4s}  "
           f"{'dp':>4s} {'tp':>2s} {'pp':>3s} {'cp':>2s} {'ep':>2s} {'v':>2s} {'sp':>2s} {'mb':>2s} {'z':>1s} {'recomp':>9s} {'step_s':>8s} {'MFU%':>5s}")
     for r in rows:
         if "error" in r:
-            print(f"{r['case']:26s} {r['median_s']:8.2f} infeasible: {r['error']}")
+            print(f"{r['case']:28s} {r['median_s']:8.2f} infeasible: {r['error']}")
             continue
-        print(f"{r['case']:26s} {r['median_s']:8.2f} {r['status']:>8s} {r['gap'] * 100:6.2f} {r['candidates']:6d} {r['pruned']:6d} "
+        print(f"{r['case']:28s} {r['median_s']:8.2f} {r['status']:>8s} {r['gap'] * 100:6.2f} {r['candidates']:6d} {r['pruned']:6d} "
               f"{r['ilp_solves']:4d}  {r['dp']:4d} {r['tp']:2d} {r['pp']:3d} {r['cp']:2d} {r['ep']:2d} {r['vpp']:2d} "
               f"{'y' if r['sp'] else 'n':>2s} {r['mb']:2d} {r['zero']:1d} {r['recompute']:>9s} {r['step_s']:8.3f} {r['mfu'] * 100:5.1f}")
     return 0

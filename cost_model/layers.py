@@ -10,7 +10,8 @@ Times are per micro-batch. Communication inside a layer follows Megatron-LM:
   the local K/V chunk forward, K/V + dK/dV backward, overlapped with the attention core:
   only the excess is exposed.
 - EP (DeepSeek-V3 §3.2; Megatron-Core MoE): all-to-all dispatch + combine of the routed
-  tokens forward and backward, not overlapped.
+  tokens forward and backward, not overlapped; expert layers folded over tp*cp*dp with
+  their own ep x etp (moe.py).
 - ZeRO-3 (Rajbhandari et al. 2020 §5): parameters all-gathered before forward and before
   backward and gradients reduce-scattered after backward, every micro-batch, prefetched
   so that only the excess over the layer's compute is exposed.
@@ -21,9 +22,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
-from . import calibration, comm, compute, flops, memory
+from . import attention, calibration, comm, compute, flops, memory, moe
 from .specs import (
     CalibrationProfile,
     ClusterSpec,
@@ -144,8 +145,15 @@ def _dense_dp_size(cfg: ParallelConfig) -> int:
 
 
 def _expert_dp_size(cfg: ParallelConfig) -> int:
-    """Expert weights are replicated over dp*cp/ep ranks (ep is carved out of dp x cp)."""
-    return max(1, cfg.dp * cfg.cp // cfg.ep)
+    """Expert weights are replicated over the expert-DP ranks of MoE parallel folding,
+    tp*cp*dp/(ep*etp) (Megatron-Core parallel_state.py initialize_model_parallel:
+    expert_data_parallel_size = world / (etp*ep*pp))."""
+    return max(1, cfg.tp * cfg.cp * cfg.dp // (cfg.ep * cfg.etp))
+
+
+def _expert_dp_stride(cfg: ParallelConfig) -> int:
+    """Expert-DP group members are etp*ep ranks apart (expert generator order tp-ep-dp-pp)."""
+    return cfg.etp * cfg.ep
 
 
 def _state(
@@ -268,9 +276,8 @@ def _geometry(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, index: i
 
 def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
     """Forward GEMMs of one block per TP shard (Megatron column/row-parallel splits,
-    Shoeybi et al. 2019 §3): QKV, output projection, and the dense MLP or the MoE experts
-    (balanced routing: each local expert gets tokens*top_k*ep/E tokens), shared experts and
-    router. Returns (seconds, FFN width the elementwise activation function touches)."""
+    Shoeybi et al. 2019 §3): QKV, output projection, and the dense MLP or the MoE expert
+    part (_moe_fwd_s). Returns (seconds, FFN width the elementwise activation function touches)."""
     dt, tp, tokens = t.dtype, cfg.tp, geo.tokens
     h, d = m.hidden_size, m.kv_channels
     a, g = m.num_attention_heads, m.num_kv_heads
@@ -282,18 +289,23 @@ def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, 
         gemm_s += compute.gemm_time_s(gpu, dt, tokens, n_up * f / tp, h)
         gemm_s += compute.gemm_time_s(gpu, dt, tokens, h, f / tp)
         return gemm_s, f
+    moe_s, f_elem = _moe_fwd_s(m, gpu, t, cfg, geo)
+    return gemm_s + moe_s, f_elem
+
+
+def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
+    """The expert part of an MoE block's forward (moe.py): grouped expert GEMMs on the
+    tokens each local expert receives, shared experts, router, token (un)permutation.
+    Returns (seconds, FFN width the activation function touches per token, as
+    _elementwise_fwd_s counts it: top_k routed copies at the busiest rank's load plus the
+    shared experts)."""
     e = m.moe
-    n_local = max(1, e.num_experts // cfg.ep)
-    tok_per_expert = tokens * e.top_k * cfg.ep / e.num_experts  # balanced routing
-    f = e.ffn_hidden_size
-    gemm_s += compute.gemm_time_s(gpu, dt, tok_per_expert, n_up * f / tp, h, batch=n_local)
-    gemm_s += compute.gemm_time_s(gpu, dt, tok_per_expert, h, f / tp, batch=n_local)
-    if e.num_shared_experts:
-        fs = f * e.num_shared_experts
-        gemm_s += compute.gemm_time_s(gpu, dt, tokens, n_up * fs / tp, h)
-        gemm_s += compute.gemm_time_s(gpu, dt, tokens, h, fs / tp)
-    gemm_s += compute.gemm_time_s(gpu, dt, tokens, e.num_experts, h)  # router
-    return gemm_s, f * (e.top_k * 1.0)
+    lay = moe.layout(m, t, cfg)
+    s = moe.expert_gemms_fwd_s(m, gpu, t, lay)
+    s += moe.shared_expert_gemms_fwd_s(m, gpu, t, cfg, geo.tokens)
+    s += moe.router_fwd_s(m, gpu, t, lay, geo.act_dt)
+    s += moe.permute_fwd_s(m, gpu, lay, geo.act_dt)
+    return s, e.ffn_hidden_size * e.top_k * lay.imbalance + e.shared_ffn * e.num_shared_experts
 
 
 def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
@@ -384,25 +396,50 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
     return overlapped_s(ring_fwd, c.core_fwd_s, gamma) + overlapped_s(2 * ring_fwd, c.core_bwd_s, gamma)
 
 
-def _block_ep_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
-    """EP all-to-all dispatch + combine of the routed tokens, forward and backward
-    (DeepSeek-V3 §3.2; Megatron-Core MoE token dispatcher), not overlapped."""
-    if not geo.moe_layer or cfg.ep <= 1:
+def _block_ep_s(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
+    """Expert communication of an MoE block, forward + backward: the dispatch and combine
+    all-to-alls over the EP group and the expert-TP gather / reduce-scatter (moe.ep_comm_fwd_s,
+    Megatron-Core MoEAlltoAllTokenDispatcher), the backward moving the same volumes; not
+    overlapped (Megatron's default)."""
+    if not geo.moe_layer or (cfg.ep <= 1 and cfg.etp <= 1):
         return 0.0
-    ep_link = comm.group_link(cluster, cfg.ep, cfg.tp * cfg.cp)
-    a2a_bytes = geo.act_dt * geo.tokens * m.moe.top_k * m.hidden_size / (cfg.tp if cfg.sequence_parallel else 1)
-    return 4 * comm.all_to_all_s(a2a_bytes, cfg.ep, ep_link, fits)
+    return 2 * moe.ep_comm_fwd_s(m, cluster, cfg, moe.layout(m, t, cfg), geo.act_dt, fits)
+
+
+def _tp_split_params(m: TransformerSpec, params: float, tp: int) -> float:
+    """One TP rank's share of a block's dense parameters: the TP-split ones / tp plus the
+    ones every TP rank holds whole (attention.tp_replicated_params: MLA down projections,
+    latent norms, QK-norm) and, in MoE blocks, the router (Megatron TopKRouter keeps its
+    E x h weight whole on every rank)."""
+    rep = _param_counts(m, False)[3]
+    return (params - rep) / tp + rep
+
+
+@lru_cache(maxsize=256)
+def _param_counts(m: TransformerSpec, moe_layer: bool) -> tuple[float, float, float, float]:
+    """(block params, block params without routed experts, one routed expert's params, TP-
+    replicated attention params) of one block kind: pure functions of the model, cached
+    because the planner builds thousands of tables of one model."""
+    if not moe_layer:
+        return flops.block_params(m, False), 0.0, 0.0, attention.tp_replicated_params(m)
+    all_but_routed = flops.block_params(m, True, experts=0)
+    routed_each = flops.block_params(m, True, experts=1) - all_but_routed
+    return 0.0, all_but_routed, routed_each, attention.tp_replicated_params(m)
 
 
 def _block_params(m: TransformerSpec, cfg: ParallelConfig, moe_layer: bool) -> tuple[float, float]:
-    """(dense, expert) parameters of one block on one GPU: TP splits both, EP the routed
-    experts (each GPU holds num_experts/ep of them)."""
+    """(dense, expert) parameters of one block on one GPU: TP splits the dense part (less
+    what every TP rank replicates), the routed experts are split num_experts/ep per EP rank
+    and each expert's matrices over etp (MoE parallel folding); shared experts are dense
+    (TP-split)."""
     if not moe_layer:
-        return flops.block_params(m, False) / cfg.tp, 0.0
-    local_experts = max(1, m.moe.num_experts // cfg.ep)
-    all_but_routed = flops.block_params(m, True, experts=0)
-    routed_each = flops.block_params(m, True, experts=1) - all_but_routed
-    return all_but_routed / cfg.tp, routed_each * local_experts / cfg.tp
+        return _tp_split_params(m, _param_counts(m, False)[0], cfg.tp), 0.0
+    e = m.moe
+    local_experts = max(1, e.num_experts // cfg.ep)
+    _, all_but_routed, routed_each, _ = _param_counts(m, True)
+    router = m.hidden_size * e.num_experts + (e.num_experts if e.router_bias else 0)
+    dense = _tp_split_params(m, all_but_routed - router, cfg.tp) + router
+    return dense, routed_each * local_experts / cfg.etp
 
 
 @dataclass(frozen=True)
@@ -419,17 +456,17 @@ def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, e
                   c: _BlockCompute, fits) -> _BlockStates:
     """Model states, gradient sync, ZeRO-3 traffic and optimizer step of a block's dense
     parameters (data-parallel over dp*cp, TP ranks apart) and expert parameters (over
-    dp*cp/ep, tp*ep ranks apart). The expert gathers are not hidden under compute (their
-    layer's compute is counted once, with the dense part). The gathered ZeRO-3 parameters
-    are the block's working set (memory.block_working_set_bytes)."""
-    tp, ep = cfg.tp, cfg.ep
+    tp*cp*dp/(ep*etp), etp*ep ranks apart: MoE parallel folding). The expert gathers are not
+    hidden under compute (their layer's compute is counted once, with the dense part). The
+    gathered ZeRO-3 parameters are the block's working set (memory.block_working_set_bytes)."""
+    tp, estride = cfg.tp, _expert_dp_stride(cfg)
     dp_size, edp_size = _dense_dp_size(cfg), _expert_dp_size(cfg)
     w1, g1, o1 = _state(t, cfg, dense, dp_size)
     w2, g2, o2 = _state(t, cfg, expert, edp_size)
     dp_sync = _dp_sync_s(cluster, t, cfg, dense, dp_size, tp, fits)
-    dp_sync += _dp_sync_s(cluster, t, cfg, expert, edp_size, tp * ep, fits)
+    dp_sync += _dp_sync_s(cluster, t, cfg, expert, edp_size, estride, fits)
     zero3 = _zero3_s(cluster, t, cfg, dense, dp_size, tp, c.fwd_s, c.bwd_s, fits)
-    zero3 += _zero3_s(cluster, t, cfg, expert, edp_size, tp * ep, 0.0, 0.0, fits) if expert else 0.0
+    zero3 += _zero3_s(cluster, t, cfg, expert, edp_size, estride, 0.0, 0.0, fits) if expert else 0.0
     opt = _optimizer_s(cluster, t, cfg, dense, dp_size) + _optimizer_s(cluster, t, cfg, expert, edp_size)
     return _BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt)
 
@@ -452,7 +489,7 @@ def _block_cost(
     c = _block_compute(m, cluster.gpu, t, cfg, geo, profile)
     sources["moe_block" if geo.moe_layer else "block"] = c.source
     tp_fwd = _block_tp_fwd_s(m, cluster, cfg, geo, fits)
-    ep_comm = _block_ep_s(m, cluster, cfg, geo, fits)
+    ep_comm = _block_ep_s(m, cluster, t, cfg, geo, fits)
     dense, expert = _block_params(m, cfg, geo.moe_layer)
     st = _block_states(cluster, t, cfg, dense, expert, c, fits)
     b = cfg.micro_batch_size
@@ -566,6 +603,46 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
         "output", cluster, t, cfg, params, fwd, bwd, tp_comm,
         memory.ActivationBytes(act, act, act), 3.0 * flops.logits_flops(m, b * t.seq_length) / (tp * cfg.cp), fits,
         transient_bytes=memory.loss_transient_bytes(m, t, cfg, params),
+    )
+
+
+def _with_mtp(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig, output: LayerCost,
+              last_block: LayerCost) -> LayerCost:
+    """Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py puts
+    the MTP modules after the decoder on the last pipeline stage): per module one block
+    shaped like the last one (its cost, states and activations), the h x 2h projection of
+    [norm(h); norm(emb)] (TP-split, its states over the dense DP group) and one more pass
+    through the shared output head (the output layer's time and activations; its weights are
+    the main head's). Model FLOPs: 3 x flops.mtp_flops / (tp*cp). Not recomputed."""
+    n = m.num_nextn_predict_layers
+    gpu, dt, h = cluster.gpu, t.dtype, m.hidden_size
+    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
+    proj_fwd = compute.gemm_time_s(gpu, dt, tokens, h / cfg.tp, 2 * h)
+    proj_params = 2 * h * h / cfg.tp
+    dp = _dense_dp_size(cfg)
+    w, g, o = _state(t, cfg, proj_params, dp)
+    fits = None
+    blk, out = last_block, output
+    act = blk.act.none + out.act.none
+    return LayerCost(
+        name=f"{output.name}+mtp{n}",
+        compute_s=out.compute_s + n * (blk.compute_s + out.compute_s + 3 * proj_fwd),
+        fwd_s=out.fwd_s + n * (blk.fwd_s + out.fwd_s + proj_fwd),
+        tp_comm_s=out.tp_comm_s + n * (blk.tp_comm_s + out.tp_comm_s),
+        cp_comm_s=out.cp_comm_s + n * blk.cp_comm_s,
+        ep_comm_s=out.ep_comm_s + n * blk.ep_comm_s,
+        zero3_comm_s=out.zero3_comm_s + n * blk.zero3_comm_s,
+        recompute_full_s=out.recompute_full_s,
+        recompute_selective_s=out.recompute_selective_s,
+        act=memory.ActivationBytes(out.act.none + n * act, out.act.selective + n * act, out.act.full + n * act),
+        weights_bytes=out.weights_bytes + n * (blk.weights_bytes + w),
+        grads_bytes=out.grads_bytes + n * (blk.grads_bytes + g),
+        optimizer_bytes=out.optimizer_bytes + n * (blk.optimizer_bytes + o),
+        dp_sync_s=out.dp_sync_s + n * (blk.dp_sync_s + _dp_sync_s(cluster, t, cfg, proj_params, dp, cfg.tp, fits)),
+        optimizer_s=out.optimizer_s + n * (blk.optimizer_s + _optimizer_s(cluster, t, cfg, proj_params, dp)),
+        flops_model=out.flops_model + 3.0 * flops.mtp_flops(m, cfg.micro_batch_size * t.seq_length, t.seq_length)
+        / (cfg.tp * cfg.cp),
+        transient_bytes=max(out.transient_bytes, blk.transient_bytes),
     )
 
 
@@ -715,6 +792,8 @@ def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
     # collectives: measured alpha-beta fits (profiler.comm) or the catalog's link numbers
     sources["comm"] = "profile" if profile is not None and profile.comm else "analytic"
     output = _output_cost(model, cluster, training, cfg, profile, sources)
+    if model.num_nextn_predict_layers > 0 and blocks:
+        output = _with_mtp(model, cluster, training, cfg, output, blocks[-1])
     # the loss's share of the reserved peak beside the blocks' cached temporaries
     cache = max(b.act.none for b in blocks)
     output = replace(output, transient_bytes=memory.loss_reserved_bytes(

@@ -19,7 +19,7 @@ from .specs import (
 )
 from .vocab import SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 
-__all__ = ["divisors", "validate_cluster", "validate_config", "validate_model", "validate_training"]
+__all__ = ["divisors", "expert_fold_error", "validate_cluster", "validate_config", "validate_model", "validate_training"]
 
 
 # Specs built in code (presets, HF imports, the Python API) meet the same field rules as a
@@ -121,12 +121,46 @@ def validate_config(m: ModelSpec, c: ClusterSpec, t: TrainingSpec, p: ParallelCo
             raise SpecError("parallelism.tp", f"{m.num_kv_heads} KV heads are not divisible by tp={p.tp}", allowed=divisors(m.num_kv_heads))
         if m.ffn_hidden_size % p.tp:
             raise SpecError("parallelism.tp", f"ffn_hidden_size {m.ffn_hidden_size} is not divisible by tp={p.tp}", allowed=divisors(m.ffn_hidden_size)[:40])
-        if m.moe is None and p.ep > 1:
+        if m.moe is None and p.ep > 1:  # (etp on a dense model has nothing to split: Megatron ignores it)
             raise SpecError("parallelism.ep", f"ep={p.ep} needs an MoE model", allowed=[1])
         if m.moe is not None:
-            if m.moe.num_experts % p.ep:
-                raise SpecError("parallelism.ep", f"{m.moe.num_experts} experts are not divisible by ep={p.ep}", allowed=divisors(m.moe.num_experts))
-            if (p.dp * p.cp) % p.ep:
-                raise SpecError("parallelism.ep", f"ep={p.ep} must divide dp*cp = {p.dp * p.cp} (experts are sharded across data-parallel ranks)", allowed=divisors(p.dp * p.cp))
+            _validate_expert_layout(m, p)
     elif p.ep > 1 or p.cp > 1:
         raise SpecError("parallelism.ep" if p.ep > 1 else "parallelism.cp", "layer-list models support dp, tp and pp only", allowed=[1])
+
+
+def expert_fold_error(num_experts: int, expert_ffn: int, tp: int, cp: int, dp: int, ep: int, etp: int) -> str | None:
+    """The engine's rule for expert layers folded over the dense layout, or None when it holds.
+
+    Megatron-Core MoE parallel folding (megatron/core/parallel_state.py
+    initialize_model_parallel at NVIDIA/Megatron-LM d98e8a64ddf3, megatron-core 0.16.1): the
+    expert rank generator is RankGenerator(tp=etp, ep=ep, dp=world/(etp*ep*pp), pp=pp) over
+    the same world as tp*cp*dp*pp and must give the same pipeline groups, so
+    `world % (etp*ep*pp) == 0`, i.e. ep*etp divides tp*cp*dp; expert-DP = tp*cp*dp/(ep*etp).
+    megatron/training/arguments.py validate_args: num_experts % ep == 0; the expert MLP
+    splits moe_ffn_hidden_size over etp (ColumnParallel/RowParallel on the expert-TP group).
+    torchtitan (parallel_dims.py at pytorch/torchtitan b5bcd76c) asks ep | dp_shard*cp*tp with
+    etp 1, the same product rule."""
+    if num_experts % ep:
+        return f"{num_experts} experts are not divisible by ep={ep} (Megatron validate_args: num_experts % ep == 0)"
+    if expert_ffn % etp:
+        return f"expert ffn_hidden_size {expert_ffn} is not divisible by etp={etp}"
+    dense = tp * cp * dp
+    if dense % (ep * etp):
+        return (f"ep*etp = {ep}*{etp} = {ep * etp} must divide tp*cp*dp = {tp}*{cp}*{dp} = {dense} "
+                f"(Megatron-Core parallel_state: world_size % (etp*ep*pp) == 0)")
+    return None
+
+
+def _validate_expert_layout(m: TransformerSpec, p: ParallelConfig) -> None:
+    e = m.moe
+    err = expert_fold_error(e.num_experts, e.ffn_hidden_size, p.tp, p.cp, p.dp, p.ep, p.etp)
+    if err is None:
+        return
+    if e.num_experts % p.ep:
+        raise SpecError("parallelism.ep", err, allowed=divisors(e.num_experts))
+    if e.ffn_hidden_size % p.etp:
+        raise SpecError("parallelism.etp", err, allowed=divisors(e.ffn_hidden_size)[:40])
+    dense = p.tp * p.cp * p.dp
+    raise SpecError("parallelism.ep", err,
+                    allowed=[x for x in divisors(dense) if x % p.etp == 0 and e.num_experts % (x // p.etp) == 0])

@@ -16,6 +16,7 @@ the last term by the same bisection over the per-rank tail lines (min_max_tail_s
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from dataclasses import dataclass
@@ -82,9 +83,16 @@ def base_time_bound_s(sums: TableSums, table: LayerTable, c, m: int) -> float:
 def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: float) -> float:
     """memory_bound_bytes with the base table's model states rescaled to c's ZeRO stage over the
     dense data-parallel group (dp*cp ranks; expert weights shard over fewer, so this is lower)."""
-    base = memory.state_bytes_per_param(training, c.engine, 0, 1).total  # the base table's engine, zero 0
-    per = memory.state_bytes_per_param(training, c.engine, c.zero, c.dp * c.cp).total
-    return memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved, states_scale=per / base)
+    return memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved,
+                              states_scale=_states_scale(training, c.engine, c.zero, c.dp * c.cp))
+
+
+@functools.lru_cache(maxsize=4096)
+def _states_scale(training, engine: str, zero: int, shard: int) -> float:
+    """Model-state bytes per parameter of `engine` under ZeRO `zero` over `shard` ranks,
+    relative to the base table's (the same engine, zero 0; called once per candidate: cached)."""
+    base = memory.state_bytes_per_param(training, engine, 0, 1).total
+    return memory.state_bytes_per_param(training, engine, zero, shard).total / base
 
 
 def _rank_time_fn(p: StageProblem, r: int):

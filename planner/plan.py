@@ -64,7 +64,7 @@ class Parallelism(Record):
 
     @property
     def world_size(self) -> int:
-        """Processes: tp x cp x dp x pp (ep is carved out of cp x dp, not multiplied in)."""
+        """Processes: tp x cp x dp x pp (expert layers fold ep x etp x expert-DP over the same tp x cp x dp ranks)."""
         return self.tp * self.cp * self.dp * self.pp
 
     @property
@@ -75,8 +75,9 @@ class Parallelism(Record):
 
     @property
     def expert_dp_size(self) -> int:
-        """Ranks that replicate one expert weight: dp*cp/ep (expert DP of Megatron's folding)."""
-        return max(1, self.dp * self.cp // self.ep)
+        """Ranks that replicate one expert weight: tp*cp*dp/(ep*etp), the expert-DP of
+        Megatron-Core's MoE parallel folding (parallel_state.py initialize_model_parallel)."""
+        return max(1, self.tp * self.cp * self.dp // (self.ep * self.etp))
 
     @property
     def seq_divisor(self) -> int:

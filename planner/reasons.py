@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cost_model.engines import engine_supports, get_engine
 from cost_model.results import Estimate
-from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig
+from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
 from cost_model.vocab import (
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
@@ -37,6 +37,8 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
         )
     if cfg.cp > 1:
         out.append(f"cp={cfg.cp} splits the {model.num_layers}-layer activations of long sequences; ring exchange exposes {b.cp_comm_s:.3g} s")
+    if isinstance(model, TransformerSpec) and model.moe is not None:
+        out.append(_expert_reason(model, cluster, cfg, b.ep_comm_s))
     if cfg.zero:
         out.append(f"ZeRO-{cfg.zero} shards {'optimizer states' if cfg.zero == 1 else 'optimizer states and gradients' if cfg.zero == 2 else 'parameters, gradients and optimizer states'} over dp={cfg.dp * cfg.cp}")
     if cfg.recompute == RECOMPUTE_FULL:
@@ -59,9 +61,26 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
     return out
 
 
+def _expert_reason(model: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig, ep_comm_s: float) -> str:
+    """Why this expert layout: experts per GPU (weights and grouped-GEMM size), where the
+    all-to-all runs (MoE parallel folding puts the EP group's ep ranks etp apart), what it
+    exposes, and the expert-DP group the expert gradients reduce over."""
+    e = model.moe
+    span = cfg.ep * cfg.etp
+    where = "inside one node (NVLink)" if span <= cluster.gpus_per_node else f"across {-(-span // cluster.gpus_per_node)} nodes"
+    edp = max(1, cfg.tp * cfg.cp * cfg.dp // span)
+    if cfg.ep == 1 and cfg.etp == 1:
+        return (f"ep=1: every GPU holds all {e.num_experts} experts of its stages (no all-to-all); "
+                f"expert gradients reduce over dp*cp={cfg.dp * cfg.cp}")
+    return (f"ep={cfg.ep} x etp={cfg.etp} (folded over tp*cp*dp={cfg.tp * cfg.cp * cfg.dp}): "
+            f"{e.num_experts // cfg.ep} of {e.num_experts} experts per GPU, so expert weights take 1/{span} of "
+            f"ep=1's memory and each local expert's GEMM gets {cfg.ep}x the tokens; the all-to-all runs {where}, "
+            f"{ep_comm_s:.3g} s per step exposed; expert gradients reduce over expert-DP={edp}")
+
+
 def alternative_reason(alt: Estimate, best: Estimate, alt_c: Candidate, best_c: Candidate) -> str:
     slower = alt.prediction.step_time_s / best.prediction.step_time_s - 1
-    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel") if getattr(alt_c, k) != getattr(best_c, k)]
+    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel") if getattr(alt_c, k) != getattr(best_c, k)]
     ab, bb = vars(alt.prediction.breakdown), vars(best.prediction.breakdown)
     worst = max(ab, key=lambda key: ab[key] - bb[key])
     return f"{_pct(slower)} slower: {', '.join(diffs) or 'same degrees, other split'}; most of the difference is {worst} (+{ab[worst] - bb[worst]:.3g} s)"
@@ -118,7 +137,7 @@ def infeasible_details(stats, capacity_gib: float, headroom: float, space=None) 
         f"(lower bound) vs {usable:.1f} GiB usable"
     )
     if c is not None:
-        details["least_memory_config"] = {k: getattr(c, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero", "recompute")}
+        details["least_memory_config"] = {k: getattr(c, k) for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero", "recompute")}
     details["binding"] = "memory per GPU"
     ratio = stats.min_memory_gib / max(usable, 1e-9)
     details["suggestions"] = [

@@ -118,6 +118,7 @@ def _to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
         zero=c.zero, micro_batch_size=c.micro_batch_size, recompute=c.recompute,
         recompute_layers=tuple(rcs) if rcs is not None and c.recompute == "full" else None,
         schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None, engine=c.engine,
+        etp=c.etp,
     )
 
 
@@ -148,8 +149,11 @@ class _Tables:
         return self._sums(c.table_key, self.get(c))
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
-        key = ("base", c.tp, c.cp, c.ep, c.sequence_parallel, c.micro_batch_size, c.engine)
-        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel,
+        key = ("base", c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine)
+        sums = self.sums.get(key)
+        if sums is not None:  # the common case: no config to build
+            return self.cache[key], sums
+        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, etp=c.etp, sequence_parallel=c.sequence_parallel,
                              micro_batch_size=c.micro_batch_size, engine=c.engine)
         table = self._build(key, cfg)
         return table, self._sums(key, table)
@@ -236,6 +240,11 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
 
 
 
+# Share of the time limit the enumeration (base bounds of every candidate) may take before
+# the best-first search starts on what is queued (very large spaces, e.g. a 671B MoE on
+# 2048 GPUs, have more candidates than the limit can bound).
+ENUMERATION_SHARE = 0.6
+
 # What a queued candidate's bound is: from the base table (cheap, every candidate), or
 # refined with its own table and the tight bound (it reached the front once already).
 Stage = Literal["base_bound", "refined"]
@@ -279,8 +288,24 @@ def search(
 
     # --- enumerate; order by the base-table bound
     queue: list[_Entry] = []
+    # The base memory bound never decreases with the micro-batch size when the other knobs
+    # are fixed (states do not depend on it; activations are mb x min(c1, c2 m)/k with
+    # m = B/(dp mb), memory.in_flight_micro_batches), so once a micro-batch size is ruled
+    # out every larger one is too, without building its table. Keyed by the candidate
+    # with its micro-batch size blanked.
+    too_big_mb: dict[tuple, int] = {}
     for i, c in enumerate(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)):
+        if not i % 1024 and time.perf_counter() - t0 > ENUMERATION_SHARE * limit:
+            # out of time before every candidate was bounded: search what is queued; nothing
+            # is proven about the rest, so the gap is reported as unknown (lower bound 0)
+            stats.timed_out = True
+            stats.lower_bound_s = 0.0
+            break
         stats.candidates += 1
+        mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute)
+        if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):
+            stats.pruned_memory += 1
+            continue
         m = B // (c.dp * c.micro_batch_size)
         base_table, base_sums = tables.base(c)
         reserved = memory.reserved_bytes(_to_config(c))
@@ -288,6 +313,7 @@ def search(
         stats.note_memory(mem_lb / GIB, c)
         if mem_lb > cap:
             stats.pruned_memory += 1
+            too_big_mb[mb_key] = min(c.micro_batch_size, too_big_mb.get(mb_key, math.inf))
             continue
         queue.append(_Entry(base_time_bound_s(base_sums, base_table, c, m), i, "base_bound", c))
     heapq.heapify(queue)

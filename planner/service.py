@@ -61,7 +61,7 @@ def problem_from_request(req: dict, profile=None) -> Problem:
 
 def _parallelism(cfg, num_micro_batches: int) -> Parallelism:
     return Parallelism(
-        dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, vpp=cfg.vpp,
+        dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, etp=cfg.etp, vpp=cfg.vpp,
         sequence_parallel=cfg.sequence_parallel, zero=cfg.zero, micro_batch_size=cfg.micro_batch_size,
         num_micro_batches=num_micro_batches, recompute=cfg.recompute, schedule=cfg.schedule,
         stage_layers=list(cfg.stage_layers) if cfg.stage_layers else None,

@@ -11,7 +11,7 @@ from cost_model import request as rq
 from cost_model.engines import engine_supports
 from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
-from cost_model.validate import divisors
+from cost_model.validate import divisors, expert_fold_error
 from cost_model.vocab import DTYPE_FP8, ENGINE_MEGATRON, ENGINE_RUNTIME, Target, values
 
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
@@ -55,11 +55,13 @@ class Candidate:
     micro_batch_size: int
     recompute: str
     engine: str = ENGINE_MEGATRON  # the engine the plan is priced for (search.engine)
+    etp: int = 1  # expert tensor-parallel degree (expert layers only, folded over tp*cp*dp)
 
     @property
     def table_key(self) -> tuple:
         """What the per-layer cost table depends on."""
-        return (self.dp, self.tp, self.cp, self.ep, self.sequence_parallel, self.zero, self.micro_batch_size, self.engine)
+        return (self.dp, self.tp, self.cp, self.ep, self.sequence_parallel, self.zero, self.micro_batch_size, self.engine,
+                self.etp)
 
 
 def search_space(d: rq.Search) -> SearchSpace:
@@ -96,7 +98,6 @@ def enumerate_candidates(
     n, L = cluster.num_gpus, model.num_layers
     B, s = training.global_batch_size, training.seq_length
     is_tf = isinstance(model, TransformerSpec)
-    moe = is_tf and model.moe is not None
     recomputes = [r for r in ("none", "selective", "full") if space.ok("recompute", r)]
     if not is_tf:
         recomputes = [r for r in recomputes if r != "selective"]
@@ -116,14 +117,43 @@ def enumerate_candidates(
                 for dp in dps:
                     if not space.ok("dp", dp) or B % dp:
                         continue
-                    eps = [1]
-                    if moe:
-                        eps = [e for e in divisors(model.moe.num_experts) if (dp * cp) % e == 0]
-                    for ep in eps:
-                        if not space.ok("ep", ep):
-                            continue
+                    for ep, etp in _expert_values(model, cluster, space, tp, cp, dp):
                         yield from _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training,
-                                          fitted, dominance)
+                                          fitted, dominance, etp)
+
+
+def _expert_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, tp: int, cp: int, dp: int):
+    """(ep, etp) pairs for the expert layers of a dense tp x cp x dp layout: every pair the
+    engine's folding rule accepts (cost_model.validate.expert_fold_error: ep | experts,
+    ep*etp | tp*cp*dp). Unpinned, etp is searched over {1, tp}: experts whole on each EP
+    rank (the published DeepSeek-V3 / Qwen3 / GPT-OSS layouts) or split like the dense MLP
+    (Megatron's default, etp = tp); a pinned etp list is taken as given. Dense models: (1, 1)."""
+    if not isinstance(model, TransformerSpec) or model.moe is None:
+        return [(1, 1)] if space.ok("ep", 1) and space.ok("etp", 1) else []
+    e = model.moe
+    etps = list(space.allowed["etp"]) if space.allowed.get("etp") else sorted({1, tp})
+    out = []
+    for etp in etps:
+        for ep in divisors(e.num_experts):
+            if not space.ok("ep", ep) or expert_fold_error(e.num_experts, e.ffn_hidden_size, tp, cp, dp, ep, etp):
+                continue
+            out.append((ep, etp))
+    return out
+
+
+def _vpp_values(space: SearchSpace, pp: int, L: int) -> list[int]:
+    """Virtual stages per pipeline rank for the interleaved schedule: up to the blocks per
+    rank (L // pp; published Megatron-Core runs use 14 and 24), each of them allowed by
+    the space. Unpinned, values above MAX_VPP are kept only when they split the blocks
+    evenly (L % (pp*v) == 0), which bounds the list without losing the published layouts."""
+    pinned = space.allowed.get("vpp")
+    out = []
+    for v in range(2, L // pp + 1):
+        if not space.ok("vpp", v):
+            continue
+        if pinned or v <= MAX_VPP or L % (pp * v) == 0:
+            out.append(v)
+    return out
 
 
 def _fitted_collectives(profile) -> bool:
@@ -186,7 +216,7 @@ def engine_rule(engine: str, c: Candidate, fp8: bool) -> str | None:
 
 
 def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=None, fitted_collectives=False,
-           dominance=True):
+           dominance=True, etp=1):
     engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
     fp8 = getattr(training, "dtype", None) == DTYPE_FP8
     sps = [False, True] if tp > 1 else [False]
@@ -211,9 +241,8 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
             elif space.ok("schedule", "gpipe"):
                 schedules.append(("gpipe", 1))
         if space.ok("schedule", "interleaved"):
-            for v in range(2, MAX_VPP + 1):
-                if pp * v <= L and space.ok("vpp", v):
-                    schedules.append(("interleaved", v))
+            for v in _vpp_values(space, pp, L):
+                schedules.append(("interleaved", v))
     for mb in divisors(B // dp):
         if not space.ok("micro_batch_size", mb):
             continue
@@ -224,6 +253,6 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
             for sp in sps:
                 for zero in zeros:
                     for rc in recomputes:
-                        c = Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine)
+                        c = Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine, etp)
                         if engine_rule(engine, c, fp8) is None:
                             yield c

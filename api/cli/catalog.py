@@ -14,11 +14,13 @@ def run_models(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
-    print(f"{'name':16s} {'params':>9s} {'layers':>6s} {'hidden':>6s} {'heads':>5s} {'kv':>4s} {'ffn':>6s} {'vocab':>7s}  moe")
+    print(f"{'name':16s} {'params':>9s} {'active':>8s} {'pub':>15s} {'layers':>6s} {'hidden':>6s} {'heads':>5s} {'kv':>4s} {'ffn':>6s} {'vocab':>7s}  moe")
     for r in rows:
         moe = f"{r['moe']['num_experts']}x top-{r['moe']['top_k']}" if r["moe"] else "-"
+        pub = (f"{r['published_total_params'] / 1e9:.1f}B/{r['published_active_params'] / 1e9:.1f}B"
+               if r["published_total_params"] else "-")
         print(
-            f"{r['name']:16s} {r['params_b']:8.1f}B {r['num_layers']:6d} {r['hidden_size']:6d} {r['num_attention_heads']:5d} "
+            f"{r['name']:16s} {r['params_b']:8.1f}B {r['active_params'] / 1e9:7.1f}B {pub:>15s} {r['num_layers']:6d} {r['hidden_size']:6d} {r['num_attention_heads']:5d} "
             f"{r['num_kv_heads']:4d} {r['ffn_hidden_size']:6d} {r['vocab_size']:7d}  {moe}"
         )
     return 0

@@ -181,7 +181,8 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         "--context-parallel-size", str(p["cp"]),
     ]
     if m.get("moe"):
-        a += ["--expert-model-parallel-size", str(p["ep"])]
+        # Megatron defaults expert TP to tp (arguments.py validate_args); the plan's etp is explicit
+        a += ["--expert-model-parallel-size", str(p["ep"]), "--expert-tensor-parallel-size", str(p["etp"])]
     if p["sequence_parallel"] and p["tp"] > 1:
         a += ["--sequence-parallel"]
     layout, n = pipeline_layout(plan)

@@ -3,8 +3,11 @@
 Megatron (megatron/core/parallel_state.py) builds two generators over the same world:
   * the dense one, order tp-cp-ep-dp-pp with ep=1: rank = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)),
     giving the tp, cp, dp and pp groups;
-  * the expert one, order tp-ep-dp-pp with sizes (etp=tp, ep, cp*dp/ep, pp): EP groups are
-    carved out of the (cp x dp) ranks that share a tp and pp coordinate.
+  * the expert one (MoE parallel folding), order tp-ep-dp-pp with sizes
+    (etp, ep, edp = tp*cp*dp/(ep*etp), pp) over the same world: expert-TP, EP and expert-DP
+    groups fold over the tp x cp x dp ranks of one pipeline stage
+    (parallel_state.py initialize_model_parallel, expert_decoder_rank_generator, at
+    NVIDIA/Megatron-LM d98e8a64ddf3).
 A group of kind X holds the ranks that differ only in X's coordinate; groups are listed with
 the remaining coordinates enumerated first-dimension-fastest, as
 generate_masked_orthogonal_rank_groups does.
@@ -55,8 +58,10 @@ def _specs(plan: dict) -> dict[str, tuple[list[int], list[bool]]]:
         "dp": (dense, [False, False, True, False]),
         "pp": (dense, [False, False, False, True]),
     }
-    if ep > 1 and (cp * dp) % ep == 0:
-        expert = [tp, ep, cp * dp // ep, pp]  # tp-ep-edp-pp
+    etp = p["etp"]
+    if (ep > 1 or etp > 1) and (tp * cp * dp) % (ep * etp) == 0:
+        expert = [etp, ep, tp * cp * dp // (ep * etp), pp]  # etp-ep-edp-pp
+        specs["etp"] = (expert, [True, False, False, False])
         specs["ep"] = (expert, [False, True, False, False])
         specs["edp"] = (expert, [False, False, True, False])
     else:
@@ -71,7 +76,7 @@ def emit(plan: dict) -> dict:
     out: dict = {
         "order": ORDER,
         "world_size": world,
-        "mesh": {"pp": p["pp"], "dp": p["dp"], "cp": p["cp"], "tp": p["tp"], "ep": p["ep"]},
+        "mesh": {"pp": p["pp"], "dp": p["dp"], "cp": p["cp"], "tp": p["tp"], "ep": p["ep"], "etp": p["etp"]},
         "groups": {},
     }
     for kind, (sizes, mask) in _specs(plan).items():
@@ -79,13 +84,15 @@ def emit(plan: dict) -> dict:
         if huge:
             out.setdefault("group_counts", {})[kind] = count
         out["groups"][kind] = groups
-    if p["ep"] > 1 and "edp" not in out["groups"]:
-        out["notes"] = [f"ep={p['ep']} does not divide cp*dp={p['cp'] * p['dp']}: no expert groups"]
+    etp = p["etp"]
+    if (p["ep"] > 1 or etp > 1) and "edp" not in out["groups"]:
+        out["notes"] = [f"ep*etp={p['ep'] * etp} does not divide tp*cp*dp={p['tp'] * p['cp'] * p['dp']}: "
+                        "no expert groups"]
     if huge:
         out["truncated"] = True
         out["rule"] = (
             "rank = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)); a group of kind X varies X's index "
-            "with the others fixed; ep/edp use rank = tp_i + tp*(ep_i + ep*(edp_i + edp*pp_i)) "
-            "with edp = cp*dp/ep. Only the first 4 groups of each kind are listed."
+            "with the others fixed; etp/ep/edp use rank = etp_i + etp*(ep_i + ep*(edp_i + edp*pp_i)) "
+            "with edp = tp*cp*dp/(ep*etp). Only the first 4 groups of each kind are listed."
         )
     return out

@@ -14,8 +14,9 @@ num_pp_microbatches).
 torchtitan's mesh (torchtitan/distributed/parallel_dims.py, build_mesh) is pp-dp-cp-tp with tp
 fastest, the same rank order as Megatron's tp-cp-dp-pp, so the dense groups equal the plan's
 `ranks`. Its expert mesh is (pp, dp_replicate, efsdp, ep) with ep fastest over
-dp_shard*cp*tp: EP borrows TP ranks, while the plan (Megatron) keeps experts TP-sharded with
-EP groups strided by tp. With tp > 1 and ep > 1 the groups differ, so the target is refused.
+dp_shard*cp*tp: EP borrows TP ranks and experts are not TP-sharded, which is MoE parallel
+folding with etp = 1 (the plan's EP groups are then consecutive ranks, the same groups). A
+plan with etp > 1 (experts TP-sharded, EP groups strided by etp) is refused.
 """
 
 from __future__ import annotations
@@ -85,11 +86,11 @@ def layout_problems(plan: dict) -> list[str]:
     p = par(plan)
     _, shard, _ = dp_degrees(p)
     out = []
-    if p["ep"] > 1 and p["tp"] > 1:
+    if p["ep"] > 1 and p["etp"] > 1:
         out.append(
-            f"tp={p['tp']} with ep={p['ep']}: torchtitan takes EP ranks from dp_shard*cp*tp "
-            "(parallel_dims.py: efsdp = dp_shard*cp*tp/ep, ep innermost), so its expert groups mix TP ranks, "
-            "while the plan's EP groups (ranks.ep) hold one TP rank each; the priced layout cannot be expressed"
+            f"etp={p['etp']} with ep={p['ep']}: torchtitan takes EP ranks from dp_shard*cp*tp "
+            "(parallel_dims.py: efsdp = dp_shard*cp*tp/ep, ep innermost) and does not TP-shard experts, "
+            "while the plan's EP groups (ranks.ep) are strided by etp; the priced layout cannot be expressed"
         )
     elif p["ep"] > 1 and (shard * p["cp"] * p["tp"]) % p["ep"]:
         out.append(

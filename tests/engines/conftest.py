@@ -38,8 +38,13 @@ REQUESTS = {
 RULE_REQUESTS = {
     "llama3-8b-pp2-zero1@8": {**REQUESTS["llama3-8b@8"], "search": {"pp": 2, "tp": 1, "cp": 1, "zero": 1, "vpp": 1, "schedule": "1f1b"}},
     "llama3-8b-pp2-zero2@8": {**REQUESTS["llama3-8b@8"], "search": {"pp": 2, "tp": 1, "cp": 1, "zero": 2, "vpp": 1, "schedule": "1f1b", "engine": "runtime"}},
-    "mixtral-8x7b-tp2@64": {**REQUESTS["mixtral-8x7b@64"], "search": {"ep": [2, 4, 8], "tp": 2}},
+    "mixtral-8x7b-tp2@64": {**REQUESTS["mixtral-8x7b@64"], "search": {"ep": [2, 4, 8], "tp": 2, "etp": 1}},
+    "mixtral-8x7b-tp2-etp2@64": {**REQUESTS["mixtral-8x7b@64"], "search": {"ep": [2, 4, 8], "tp": 2, "etp": 2}},
+    # MoE parallel folding: ep*etp = 16 > dp*cp = 4, valid only when experts fold over tp*cp*dp
+    "mixtral-8x7b-fold@64": {**REQUESTS["mixtral-8x7b@64"],
+                             "search": {"tp": 4, "pp": 4, "cp": 1, "ep": 8, "etp": 2}},
 }
+FOLD_CASES = ["mixtral-8x7b-fold@64"]
 CASES = sorted(REQUESTS)
 
 

@@ -17,7 +17,7 @@ import shlex
 
 import pytest
 
-from .conftest import CASES, fake_world, group_containing, planned
+from .conftest import CASES, FOLD_CASES, fake_world, group_containing, planned
 
 pytest.importorskip("megatron.core", reason="the `engines` extra (megatron-core) is not installed")
 
@@ -119,7 +119,7 @@ def test_launch_is_multiprocess_torchrun(name):
     assert (art["env"].get("CUDA_DEVICE_MAX_CONNECTIONS") == "1") == (p["tp"] > 1 or p["cp"] > 1)
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", CASES + FOLD_CASES)
 def test_parallel_state_groups_and_layout_equal_plan(name):
     from megatron.core import parallel_state as ps
     from megatron.core.transformer import TransformerConfig
@@ -141,6 +141,7 @@ def test_parallel_state_groups_and_layout_equal_plan(name):
                 virtual_pipeline_model_parallel_size=cfg.virtual_pipeline_model_parallel_size,
                 context_parallel_size=cfg.context_parallel_size,
                 expert_model_parallel_size=cfg.expert_model_parallel_size,
+                expert_tensor_parallel_size=cfg.expert_tensor_parallel_size,
                 order=plan["ranks"]["order"],
                 create_gloo_process_groups=False,  # the fake backend stands in for NCCL only
             )
@@ -152,6 +153,9 @@ def test_parallel_state_groups_and_layout_equal_plan(name):
                     "dp": ps.get_data_parallel_group(with_context_parallel=False),
                     "ep": ps.get_expert_model_parallel_group(),
                 }
+                if "edp" in groups:  # MoE parallel folding: expert-TP and expert-DP groups
+                    got["etp"] = ps.get_expert_tensor_parallel_group()
+                    got["edp"] = ps.get_expert_data_parallel_group()
                 for kind, group in got.items():
                     assert dist.get_process_group_ranks(group) == group_containing(groups[kind], rank), (kind, rank)
                 pp_rank = ps.get_pipeline_model_parallel_rank()
@@ -202,3 +206,26 @@ def test_megatron_lm_parse_and_validate_args(name, tmp_path):
     assert got["data_parallel_size"] == p["dp"]
     assert got["overlap_grad_reduce"] == (p["dp"] * p["cp"] > 1)
     assert (got["virtual_pipeline_model_parallel_size"] or 1) == p["vpp"]
+
+
+@pytest.mark.parametrize("tp,pp,ep,etp", [(2, 2, 4, 1), (2, 2, 8, 1), (1, 2, 8, 2), (4, 1, 8, 2), (2, 1, 16, 2), (2, 4, 4, 2)])
+def test_expert_fold_rule_is_megatron_cores(tp, pp, ep, etp):
+    """expert_fold_error accepts exactly what initialize_model_parallel accepts (16 ranks, dp = 16/(tp*pp))."""
+    from megatron.core import parallel_state as ps
+
+    from cost_model.validate import expert_fold_error
+
+    world = 16
+    dp = world // (tp * pp)
+    ours_ok = expert_fold_error(64, 1024, tp, 1, dp, ep, etp) is None
+    with fake_world(0, world):
+        try:
+            ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                         expert_model_parallel_size=ep, expert_tensor_parallel_size=etp,
+                                         order="tp-cp-ep-dp-pp", create_gloo_process_groups=False)
+            theirs_ok = True
+        except (RuntimeError, AssertionError):
+            theirs_ok = False
+        finally:
+            ps.destroy_model_parallel()
+    assert ours_ok == theirs_ok

@@ -101,7 +101,7 @@ def test_config_manager_parses_emitted_command(name, config_manager):
     _check_parsed(cfg, plan, INSTALLED)
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", [*CASES, "mixtral-8x7b-tp2@64"])  # + EP folded over TP (etp = 1)
 def test_parallel_dims_mesh_groups_equal_ranks(name, config_manager):
     """ParallelDims from the parsed config; every rank's tp/cp/pp/dp/ep mesh equals `ranks`."""
     from torchtitan.distributed.parallel_dims import ParallelDims
@@ -123,12 +123,12 @@ def test_parallel_dims_mesh_groups_equal_ranks(name, config_manager):
                 assert got == group_containing(plan["ranks"]["groups"][kind], rank), (axis, rank)
 
 
-def test_tp_with_ep_is_refused_with_reason():
-    plan = planned("mixtral-8x7b-tp2@64")
+def test_expert_tp_with_ep_is_refused_with_reason():
+    plan = planned("mixtral-8x7b-tp2-etp2@64")
     p = plan["parallelism"]
-    assert p["tp"] > 1 and p["ep"] > 1
+    assert p["etp"] > 1 and p["ep"] > 1
     reason = plan["launch"]["skipped"]["torchtitan"]
-    assert "ep" in reason and "tp" in reason
+    assert "ep" in reason and "etp" in reason
 
 
 def test_each_version_field_list_matches_its_parser(config_manager):
@@ -187,11 +187,12 @@ def _mesh_groups(degrees: dict, world: int, axis: str, ranks: list[int]) -> dict
     return out
 
 
-@pytest.mark.parametrize("name,same", [("mixtral-8x7b@64", True), ("mixtral-8x7b-tp2@64", False)])
+@pytest.mark.parametrize("name,same", [("mixtral-8x7b@64", True), ("mixtral-8x7b-tp2@64", True),
+                                       ("mixtral-8x7b-tp2-etp2@64", False)])
 def test_expert_groups_of_moe_plans(name, same):
     """torchtitan has no Mixtral config function, but its mesh code decides whether the plan's
-    EP groups are expressible at all: equal with tp = 1, different with tp > 1 (why the
-    emitter refuses that case)."""
+    EP groups are expressible at all: equal with etp = 1 (EP borrowing TP ranks, as
+    torchtitan does), different with etp > 1 (why the emitter refuses that case)."""
     plan = planned(name)
     p = plan["parallelism"]
     assert p["ep"] > 1
@@ -203,4 +204,4 @@ def test_expert_groups_of_moe_plans(name, same):
     got = _mesh_groups(degrees, world, "ep", list(range(0, world, 5)))
     want = {r: group_containing(plan["ranks"]["groups"]["ep"], r) for r in got}
     assert (got == want) is same
-    assert ("tp=" in plan["launch"]["skipped"]["torchtitan"]) is (not same)
+    assert ("etp=" in plan["launch"].get("skipped", {}).get("torchtitan", "")) is (not same)

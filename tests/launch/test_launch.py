@@ -187,13 +187,19 @@ def test_rank_groups_partition_world(name):
     assert r["groups"]["pp"][0] == [k * p["tp"] * p["cp"] * p["dp"] for k in range(p["pp"])]
 
 
-def test_ep_groups_carved_from_dp():
-    plan = PLANS["mixtral_moe"]
+def test_expert_groups_fold_over_one_stage():
+    """MoE parallel folding (Megatron-Core expert rank generator tp-ep-dp-pp with tp = etp):
+    etp = 1 puts an EP group on consecutive ranks; etp = 2 strides it by 2, with the etp
+    group the consecutive pair; every expert group stays inside one pipeline stage's ranks."""
+    plan = copy.deepcopy(PLANS["mixtral_moe"])  # dp 8, tp 2, pp 4, ep 8: 16 ranks per stage
     r = ranks.emit(plan)
-    dp_groups = [set(g) for g in r["groups"]["dp"]]
-    for g in r["groups"]["ep"]:
-        assert any(set(g) <= d for d in dp_groups)  # an EP group lies inside one DP group
-    assert r["groups"]["ep"][0] == [0, 2, 4, 6, 8, 10, 12, 14]  # tp=2: stride 2 across dp
+    assert r["groups"]["ep"][0] == list(range(8)) and r["groups"]["edp"][0] == [0, 8]
+    plan["parallelism"]["etp"] = 2
+    r = ranks.emit(plan)
+    assert r["groups"]["ep"][0] == [0, 2, 4, 6, 8, 10, 12, 14] and r["groups"]["etp"][0] == [0, 1]
+    assert r["groups"]["edp"][0] == [0]
+    stage = set(range(16))
+    assert all(set(g) <= stage or not (set(g) & stage) for kind in ("ep", "etp", "edp") for g in r["groups"][kind])
 
 
 def test_huge_world_is_summarised():

@@ -1,0 +1,176 @@
+"""Cost terms of one MoE block's expert part on one GPU, for one micro-batch, as Megatron-Core
+runs it (megatron/core/transformer/moe/ at NVIDIA/Megatron-LM d98e8a64ddf3):
+
+  router GEMM + top-k -> permute -> EP all-to-all (dispatch) -> expert-TP all-gather ->
+  sort by local expert -> grouped GEMMs (fc1, activation, fc2) -> unsort -> expert-TP
+  reduce-scatter -> EP all-to-all (combine) -> unpermute (weighted sum of the top_k outputs)
+
+(token_dispatcher.py MoEAlltoAllTokenDispatcher: dispatch_preprocess / token_dispatch /
+dispatch_postprocess and the combine_* mirror; experts.py TEGroupedMLP; router.py TopKRouter).
+Expert layers are laid out by MoE parallel folding (parallel_state.py
+initialize_model_parallel): an EP group holds `ep` ranks `etp` apart, an expert-TP group
+`etp` consecutive ranks, so the all-to-all stays inside an NVLink domain when ep*etp fits it.
+
+Tokens: with sequence parallelism each TP rank routes its s/(cp*tp) tokens of every sequence
+of the micro-batch (the attention block's output is sequence-sharded); without it each rank
+routes all b*s/cp (repeated work). Balanced routing sends tokens*top_k copies, each local
+expert receiving tokens*top_k*ep*etp/E on average.
+
+What this module does not model (stated so the numbers can be read): token dropping with a
+capacity factor (Megatron's default is dropless, `moe_expert_capacity_factor` None);
+DeepEP/HybridEP fused dispatch and its node-level de-duplication (the `flex` dispatcher);
+fp8 dispatch (fused_a2a.py at the same commit: "Currently, we do not support fp8 dispatch");
+the overlapped 1F1B all-to-all (`--overlap-moe-expert-parallel-comm`, off by default and not
+emitted): the all-to-alls are exposed; node-limited routing (DeepSeek-V3 §2.1.2, at most 4
+nodes per token) saves inter-node bytes only with a de-duplicating dispatcher, so with
+Megatron's alltoall dispatcher every routed copy crosses the link to its expert's rank.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from . import comm, compute
+from .specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
+
+PERMUTE_INDEX_BYTES = 8  # int64 row index per routed token read by the (un)permute gather/scatter
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """What one GPU sees of an MoE block under cfg's ep / etp (MoE parallel folding)."""
+
+    tokens_in: float  # tokens this rank routes (b*s/cp, / tp with sequence parallelism)
+    routed: float  # tokens_in * top_k: copies this rank sends to experts
+    local_experts: int  # num_experts / ep
+    tokens_per_expert: float  # tokens one local expert's GEMM runs on, busiest EP rank
+    imbalance: float  # busiest EP rank's load / the mean (routing_imbalance)
+    ffn_local: float  # expert ffn width on this rank: ffn / etp
+
+
+def routing_imbalance(routed_per_rank: float, ep: int) -> float:
+    """Load of the busiest EP rank over the mean, for balanced (aux-loss / bias balanced)
+    routing: each of the N = routed_per_rank * ep copies of the group lands on a rank with
+    probability 1/ep, so a rank's load is Binomial(N, 1/ep), mean n = routed_per_rank and
+    sd sqrt(n (1 - 1/ep)); the expected maximum of the ep loads is the mean plus sd times
+    the expected largest of ep standard normals, Blom's (1958) approximation
+    Phi^-1((ep - 0.375) / (ep + 0.25)). The slowest rank sets the time: the all-to-all
+    synchronises the group. Deviation: the ep loads are treated as independent (they sum to
+    N, which makes the maximum slightly smaller), and systematic expert skew beyond sampling
+    noise (early training; Lepikhin et al. 2020 GShard §2.2) is not modelled."""
+    if ep <= 1 or routed_per_rank <= 0:
+        return 1.0
+    sd = math.sqrt(routed_per_rank * (1 - 1 / ep))
+    z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
+    return 1.0 + sd * z / routed_per_rank
+
+
+def layout(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig) -> ExpertLayout:
+    e = m.moe
+    tokens_in = cfg.micro_batch_size * t.seq_length / cfg.cp / (cfg.tp if cfg.sequence_parallel else 1)
+    routed = tokens_in * e.top_k
+    # after the dispatch an EP rank holds the copies of its ep peers for its E/ep experts,
+    # and the expert-TP all-gather multiplies them by etp (dispatch_postprocess)
+    received = routed * cfg.etp
+    imb = routing_imbalance(received, cfg.ep)
+    local = max(1, e.num_experts // cfg.ep)
+    return ExpertLayout(tokens_in, routed, local, received * imb / local, imb, e.ffn_hidden_size / cfg.etp)
+
+
+def expert_gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, lay: ExpertLayout) -> float:
+    """Grouped GEMMs of the local experts (TE grouped GEMM, experts.py TEGroupedMLP): fc1
+    (h -> n_up*f/etp) and fc2 (f/etp -> h) for each local expert on its tokens; the GEMM
+    shape model takes M = tokens per local expert, so few tokens per expert run at low
+    efficiency (compute.gemm_efficiency)."""
+    n_up = 2 if m.mlp == "swiglu" else 1
+    h, dt = m.hidden_size, t.dtype
+    s = compute.gemm_time_s(gpu, dt, lay.tokens_per_expert, n_up * lay.ffn_local, h, batch=lay.local_experts)
+    s += compute.gemm_time_s(gpu, dt, lay.tokens_per_expert, h, lay.ffn_local, batch=lay.local_experts)
+    return s
+
+
+def shared_expert_gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, tokens: float) -> float:
+    """Shared experts (DeepSeekMoE, Dai et al. 2024 §3.2; Megatron shared_experts.py): one
+    dense MLP of width shared_ffn * num_shared_experts on every token, split over TP like
+    the dense MLP (Megatron builds it with the dense TP group)."""
+    e = m.moe
+    if not e.num_shared_experts:
+        return 0.0
+    n_up = 2 if m.mlp == "swiglu" else 1
+    fs = e.shared_ffn * e.num_shared_experts
+    h, dt = m.hidden_size, t.dtype
+    return (compute.gemm_time_s(gpu, dt, tokens, n_up * fs / cfg.tp, h)
+            + compute.gemm_time_s(gpu, dt, tokens, h, fs / cfg.tp))
+
+
+def router_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, lay: ExpertLayout, act_dt: int) -> float:
+    """Router (router.py TopKRouter): the h -> E gating GEMM on every routed token, then the
+    memory-bound score function, top-k and the aux-loss statistics over the tokens x E
+    scores (fp32, `moe_router_dtype` unset: kept in the activation dtype for the GEMM and
+    upcast for the softmax/sigmoid)."""
+    e = m.moe
+    gemm = compute.gemm_time_s(gpu, t.dtype, lay.tokens_in, e.num_experts, m.hidden_size)
+    scores = lay.tokens_in * e.num_experts * (act_dt + 3 * 4)  # read logits, fp32 scores, top-k, aux stats
+    return gemm + compute.memory_bound_time_s(gpu, scores, kernels=3)
+
+
+def permute_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, act_dt: int) -> float:
+    """Token (un)permutation (moe_utils.py permute / unpermute, fused or not; both
+    memory-bound gathers): before the dispatch each rank copies its tokens_in rows into
+    `routed` rows ordered by expert, after the combine it gathers them back and sums the
+    top_k copies weighted by their probabilities; with more than one local expert the
+    received rows are also sorted by local expert after the dispatch and unsorted before
+    the combine (sort_chunks_by_idxs). Each pass reads and writes every row once."""
+    h = m.hidden_size
+    row = act_dt * h + PERMUTE_INDEX_BYTES
+    moved = 2 * 2 * lay.routed * row  # permute + unpermute, read + write
+    kernels = 2
+    if lay.local_experts > 1:
+        received = lay.tokens_per_expert * lay.local_experts  # rows after the dispatch (and etp gather)
+        moved += 2 * 2 * received * row
+        kernels += 2
+    return compute.memory_bound_time_s(gpu, moved, kernels=kernels)
+
+
+def _a2a_levels_s(cluster: ClusterSpec, nbytes: float, ep: int, etp: int, fits) -> float:
+    """One all-to-all of `nbytes` sent per rank over an EP group of `ep` ranks `etp` apart.
+    Inside one NVLink domain it is the ring formula (comm.all_to_all_s). When the group spans
+    nodes, a rank's peers split into those on its node (NVLink) and the rest (network), and
+    NCCL's pairwise exchange drives both at once: the slower share sets the time,
+    (ep-1) alpha + max(B_intra / bw_nvlink, B_inter / bw_net) (DeepSeek-V3 §3.2.2 describes
+    the same two levels; NCCL alltoall is send/recv to every peer)."""
+    if ep <= 1 or nbytes <= 0:
+        return 0.0
+    link = comm.group_link(cluster, ep, etp)
+    if link.level == "intra" or fits:
+        return comm.all_to_all_s(nbytes, ep, link, fits)
+    per_node = max(1, min(ep, cluster.gpus_per_node // max(1, etp)))  # EP peers sharing a node
+    intra = comm.group_link(cluster, per_node, etp)
+    b_intra = nbytes * (per_node - 1) / ep
+    b_inter = nbytes * (ep - per_node) / ep
+    t_intra = b_intra / intra.bandwidth_bytes_s if per_node > 1 else 0.0
+    return (per_node - 1) * intra.latency_s + (ep - per_node) * link.latency_s + max(
+        t_intra, b_inter / link.bandwidth_bytes_s)
+
+
+def ep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig, lay: ExpertLayout, act_dt: int,
+                  fits) -> float:
+    """Forward expert communication of one MoE block: the dispatch and combine all-to-alls
+    of the routed copies (token_dispatch / token_combine, activation dtype: no fp8
+    dispatch at this commit), the routing probabilities with the dispatch (fp32), and with
+    etp > 1 the expert-TP all-gather of the received tokens and reduce-scatter of the
+    expert outputs (dispatch_postprocess / combine_preprocess). The busiest rank's load
+    (imbalance) sets the time. Backward sends the same volumes again (the gradients of both
+    all-to-alls and of the gather), so a block costs 2x this."""
+    h = m.hidden_size
+    tok_bytes = lay.routed * act_dt * h * lay.imbalance
+    prob_bytes = lay.routed * 4
+    a2a = 2 * _a2a_levels_s(cluster, tok_bytes, cfg.ep, cfg.etp, fits) + _a2a_levels_s(
+        cluster, prob_bytes, cfg.ep, cfg.etp, fits)
+    if cfg.etp > 1:
+        link = comm.group_link(cluster, cfg.etp, 1)
+        gathered = tok_bytes * cfg.etp
+        a2a += comm.all_gather_s(gathered, cfg.etp, link, fits) + comm.reduce_scatter_s(gathered, cfg.etp, link, fits)
+    return a2a

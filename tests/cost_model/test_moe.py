@@ -1,0 +1,146 @@
+"""MoE cost terms (cost_model/moe.py) and the folded expert layout, against hand counts,
+a sampling reference and the engine's rule."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from cost_model import attention, comm, moe
+from cost_model.catalog import get_gpu
+from cost_model.errors import SpecError
+from cost_model.layers import _block_params, _expert_dp_size, layer_table
+from cost_model.presets import get_preset
+from cost_model.specs import ClusterSpec, ParallelConfig, TrainingSpec
+from cost_model.validate import expert_fold_error, validate_config
+
+
+def _cluster(gpu="h100-sxm", n=1024, gpn=8) -> ClusterSpec:
+    g = get_gpu(gpu)
+    return ClusterSpec(g, n, gpn, g.nvlink_gb_s, g.network_gb_s, g.intra_node_latency_s, g.inter_node_latency_s)
+
+
+DSV3 = get_preset("deepseek-v3")
+T4K = TrainingSpec(global_batch_size=1024, seq_length=4096)
+
+
+def test_deepseek_v3_published_layout_is_valid_and_the_old_rule_is_gone():
+    """DeepSeek-V3 tp2 pp16 ep64 on 1024 H100: dp*cp = 32 < ep, valid under folding
+    (ep*etp = 64 divides tp*cp*dp = 64)."""
+    cfg = ParallelConfig(dp=32, tp=2, pp=16, ep=64, etp=1, sequence_parallel=True, micro_batch_size=1, zero=1)
+    validate_config(DSV3, _cluster(), T4K, cfg)
+    assert _expert_dp_size(cfg) == 1
+    with pytest.raises(SpecError, match=r"world_size % \(etp\*ep\*pp\)") as err:
+        validate_config(DSV3, _cluster(), T4K, replace(cfg, etp=2))
+    assert err.value.field == "parallelism.ep"
+
+
+def test_fold_rule_matches_megatron_rank_generator_condition():
+    """The rule is exactly world % (etp*ep*pp) == 0 plus experts % ep (parallel_state.py)."""
+    for tp, cp, dp, pp in [(1, 1, 8, 2), (2, 1, 4, 4), (4, 2, 2, 1), (8, 1, 16, 16)]:
+        world = tp * cp * dp * pp
+        for ep in (1, 2, 4, 8, 16, 32, 64, 128):
+            for etp in (1, 2, 4, 8):
+                ok = world % (etp * ep * pp) == 0 and 256 % ep == 0 and 2048 % etp == 0
+                assert (expert_fold_error(256, 2048, tp, cp, dp, ep, etp) is None) == ok
+
+
+def test_routing_imbalance_against_sampling():
+    """Busiest of ep ranks under uniform routing: the formula vs a seeded simulation."""
+    rng = random.Random(0)
+    ep, per_rank = 8, 2000
+    n = ep * per_rank
+    maxima = []
+    for _ in range(300):
+        loads = [0] * ep
+        for _ in range(n):
+            loads[rng.randrange(ep)] += 1
+        maxima.append(max(loads) / per_rank)
+    assert moe.routing_imbalance(per_rank, ep) == pytest.approx(statistics.mean(maxima), rel=0.01)
+    assert moe.routing_imbalance(per_rank, 1) == 1.0
+
+
+def test_layout_tokens_per_expert_hand_count():
+    """Qwen3-30B-A3B shape, 8 GPUs ep8: b=4, s=4096 -> 16384 tokens, top-8 -> 131072 copies
+    per rank; 16 local experts get 131072 * imbalance / 16 each."""
+    m = get_preset("qwen3-30b-a3b")
+    t = TrainingSpec(global_batch_size=512, seq_length=4096)
+    cfg = ParallelConfig(dp=8, ep=8, micro_batch_size=4)
+    lay = moe.layout(m, t, cfg)
+    assert lay.tokens_in == 16384 and lay.routed == 16384 * 8 and lay.local_experts == 16
+    assert lay.tokens_per_expert == pytest.approx(131072 * lay.imbalance / 16)
+    # expert TP: the gather multiplies the tokens, the split narrows the width
+    lay2 = moe.layout(m, t, replace(cfg, ep=4, etp=2))
+    assert lay2.ffn_local == m.moe.ffn_hidden_size / 2
+    assert lay2.tokens_per_expert == pytest.approx(131072 * 2 * lay2.imbalance / 32)
+
+
+def test_all_to_all_levels():
+    """Inside a node: the ring formula. Across nodes: the network share of the bytes at the
+    network rate, NVLink share in parallel (hand count)."""
+    c = _cluster()
+    nbytes = 1e9
+    intra = moe._a2a_levels_s(c, nbytes, 8, 1, None)
+    assert intra == pytest.approx(comm.all_to_all_s(nbytes, 8, comm.group_link(c, 8, 1)))
+    t = moe._a2a_levels_s(c, nbytes, 64, 1, None)
+    g = c.gpu
+    net = c.inter_node_gb_s * 1e9 * g.link_efficiency
+    nvl = c.intra_node_gb_s * 1e9 * g.link_efficiency
+    expect = 7 * c.intra_node_latency_s + 56 * c.inter_node_latency_s + max(nbytes * 7 / 64 / nvl, nbytes * 56 / 64 / net)
+    assert t == pytest.approx(expect)
+    # etp spreads the EP group: ep 8 with etp 2 spans two nodes
+    assert moe._a2a_levels_s(c, nbytes, 8, 2, None) > intra
+
+
+def test_expert_params_split_by_ep_and_etp():
+    """DeepSeek-V3 MoE block on one GPU: 256/64 = 4 routed experts of 3*7168*2048 each,
+    over etp; the router stays whole; the rest splits by tp except MLA's replicated parts."""
+    cfg = ParallelConfig(dp=32, tp=2, pp=16, ep=64, etp=1)
+    dense, expert = _block_params(DSV3, cfg, True)
+    each = 3 * 7168 * 2048
+    assert expert == pytest.approx(4 * each)
+    _, expert2 = _block_params(DSV3, replace(cfg, ep=32, etp=2), True)
+    assert expert2 == pytest.approx(8 * each / 2)
+    dense_tp1, _ = _block_params(DSV3, replace(cfg, tp=1), True)
+    router = 7168 * 256 + (256 if DSV3.moe.router_bias else 0)  # e_score_correction_bias
+    # halving the split part leaves MLA's replicated parts whole on each TP rank
+    rep = attention.tp_replicated_params(DSV3)
+    assert rep > 0 and 2 * (dense - router) - (dense_tp1 - router) == pytest.approx(rep)
+
+
+def test_ep_moves_expert_time_to_the_all_to_all():
+    """ep > 1: fewer local experts with more tokens each (faster grouped GEMMs per token),
+    plus exposed all-to-all; ep=1 has none."""
+    c, t = _cluster(n=64), T4K
+    m = get_preset("mixtral-8x7b")
+    one = layer_table(m, c, t, ParallelConfig(dp=64, ep=1, micro_batch_size=1))
+    eight = layer_table(m, c, t, ParallelConfig(dp=64, ep=8, micro_batch_size=1))
+    assert one.blocks[0].ep_comm_s == 0 and eight.blocks[0].ep_comm_s > 0
+    assert eight.blocks[0].compute_s < one.blocks[0].compute_s
+    assert eight.blocks[0].weights_bytes < one.blocks[0].weights_bytes
+
+
+def test_mtp_module_on_the_last_stage():
+    """DeepSeek-V3's MTP module: the output layer gains one last-block-shaped block, one more
+    head pass and the h x 2h projection (time, states, FLOPs)."""
+    c = _cluster("h800", 2048)
+    t = TrainingSpec(global_batch_size=15360, seq_length=4096)
+    cfg = ParallelConfig(dp=128, pp=16, ep=64, zero=1)
+    with_mtp = layer_table(DSV3, c, t, cfg)
+    without = layer_table(replace(DSV3, num_nextn_predict_layers=0), c, t, cfg)
+    o, o0, blk = with_mtp.output, without.output, without.blocks[-1]
+    assert with_mtp.blocks == without.blocks
+    h, tokens = DSV3.hidden_size, 4096
+    proj_s = o.compute_s - 2 * o0.compute_s - blk.compute_s
+    assert proj_s > 0
+    assert proj_s == pytest.approx(3 * compute_gemm(c, tokens, h, 2 * h), rel=1e-9)
+    assert o.weights_bytes - o0.weights_bytes == pytest.approx(blk.weights_bytes + 2 * h * h * 2)  # bf16 weights
+    assert o.ep_comm_s == pytest.approx(blk.ep_comm_s)
+
+
+def compute_gemm(c, m, n, k):
+    from cost_model import compute
+    return compute.gemm_time_s(c.gpu, "bf16", m, n, k)
