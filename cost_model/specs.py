@@ -196,7 +196,11 @@ class GPUSpec:
     gemm_max_efficiency: float = 0.70
     gemm_half_dim: float = 64.0  # GEMM dim at which efficiency is half its max
     memory_bound_efficiency: float = 0.8  # achieved fraction of HBM bandwidth
-    attention_efficiency: float = 0.55  # fused (flash) attention: achieved fraction of peak
+    attention_efficiency: float = 0.55  # fused (cuDNN / FlashAttention-3 class) attention: peak fraction at long seq
+    sdpa_attention_efficiency: float = 0.55  # PyTorch SDPA's flash backend (FlashAttention-2 kernels)
+    attention_half_seq: float = 512.0  # keys per kernel call at which attention runs at half its max
+    attention_half_head_dim: float = 32.0  # head dim at which attention runs at half its max
+    attention_bwd_ratio: float = 0.8  # backward kernel's efficiency relative to the forward's
     kernel_overhead_s: float = 4e-6  # launch/tail cost per kernel
     intra_node_latency_s: float = 5e-6
     inter_node_latency_s: float = 1e-5
@@ -248,6 +252,7 @@ class TrainingSpec:
     master_weights_dtype: Dtype = DTYPE_FP32
     grad_dtype: Dtype = DTYPE_FP32  # gradient accumulation/reduction dtype
     attention: Attention = ATTENTION_FLASH  # flash: O(s) attention memory; eager: s^2 scores stored
+    compile: bool = False  # torch.compile (engines that have it fuse memory-bound kernels)
 
     @property
     def tokens_per_step(self) -> int:
