@@ -172,20 +172,29 @@ def _dp_sync_s(
     gbytes = params * memory.grad_dtype_bytes(t)
     if cfg.zero == 0:
         return comm.all_reduce_s(gbytes, size, link, fits)
-    rs = comm.reduce_scatter_s(gbytes, size, link, fits)
-    if cfg.engine != ENGINE_MEGATRON:
-        return rs
-    return rs + comm.all_gather_s(params * DTYPE_BYTES[t.dtype], size, link, fits)
+    return comm.reduce_scatter_s(gbytes, size, link, fits)
 
 
-def _dp_exposed_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, size: int, stride: int, fits) -> float:
-    """The data-parallel collective of `params` that follows the optimizer step unhidden:
-    the all-gather of the updated parameters of a ZeRO-1/2 optimizer without Megatron's
-    --overlap-param-gather (DeepSpeed stage 1/2 all-gathers after step(); the runtime the
-    same). Priced in the step's tail with the optimizer."""
-    if size <= 1 or cfg.zero not in (1, 2) or cfg.engine == ENGINE_MEGATRON:
+def _dp_exposed_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, groups: list[tuple[float, int, int]],
+                  fwd_s: float, fits) -> float:
+    """The exposed all-gather of the updated 16-bit parameters of a ZeRO-1/2 optimizer,
+    priced in the step's tail with the optimizer. Without Megatron's --overlap-param-gather
+    (DeepSpeed stage 1/2 all-gathers after step(); the runtime the same) all of it. With it
+    (the Megatron emitter emits it with the distributed optimizer) the gathers are issued
+    after the step and each bucket is waited on by its layer's forward pre-hook
+    (megatron/core/distributed/param_and_grad_buffer.py, start_param_sync /
+    finish_param_sync @d98e8a6): the layer's gather runs under the forward before its first
+    use, one micro-batch's forward for 1F1B; in the interleaved schedule chunk k is first
+    used after chunk k-1's pp warm-up forwards, a window of 1 + (pp-1)(vpp-1)/vpp forwards
+    on average over the chunks."""
+    if cfg.zero not in (1, 2):
         return 0.0
-    return comm.all_gather_s(params * DTYPE_BYTES[t.dtype], size, comm.group_link(cluster, size, stride), fits)
+    ag = sum(comm.all_gather_s(params * DTYPE_BYTES[t.dtype], size, comm.group_link(cluster, size, stride), fits)
+             for params, size, stride in groups if size > 1 and params > 0)
+    if cfg.engine != ENGINE_MEGATRON:
+        return ag
+    window = fwd_s * (1 + (cfg.pp - 1) * (cfg.vpp - 1) / cfg.vpp)
+    return overlapped_s(ag, window, cluster.gpu.overlap_interference)
 
 
 def _dp_last_bucket_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params_rank: float, fits) -> float:
@@ -639,8 +648,7 @@ def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, e
     zero3 = _zero3_s(cluster, t, cfg, dense, dp_size, tp, c.fwd_s, c.bwd_s, fits)
     zero3 += _zero3_s(cluster, t, cfg, expert, edp_size, tp * ep, 0.0, 0.0, fits) if expert else 0.0
     opt = _optimizer_s(cluster, t, cfg, dense, dp_size) + _optimizer_s(cluster, t, cfg, expert, edp_size)
-    opt += _dp_exposed_s(cluster, t, cfg, dense, dp_size, tp, fits)
-    opt += _dp_exposed_s(cluster, t, cfg, expert, edp_size, tp * ep, fits)
+    opt += _dp_exposed_s(cluster, t, cfg, [(dense, dp_size, tp), (expert, edp_size, tp * ep)], c.fwd_s, fits)
     transient = (dense + expert) * DTYPE_BYTES[t.dtype] * 2 if cfg.zero >= 3 else 0.0
     return _BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt, transient)
 
@@ -721,7 +729,7 @@ def _replicated_layer(
         grads_bytes=g,
         optimizer_bytes=o,
         dp_sync_s=_dp_sync_s(cluster, t, cfg, params, dp, tp, fits),
-        optimizer_s=_optimizer_s(cluster, t, cfg, params, dp) + _dp_exposed_s(cluster, t, cfg, params, dp, tp, fits)
+        optimizer_s=_optimizer_s(cluster, t, cfg, params, dp) + _dp_exposed_s(cluster, t, cfg, [(params, dp, tp)], fwd, fits)
         + tail_s,
         flops_model=flops_model,
     )
@@ -785,7 +793,13 @@ def _p2p_s(m_hidden: float, cluster, t, cfg, profile) -> float:
     nbytes = act_dt * cfg.micro_batch_size * t.seq_length / cfg.cp * m_hidden / cfg.tp
     stride = cfg.tp * cfg.cp * cfg.dp
     link = comm.group_link(cluster, 2, stride)
-    return comm.send_recv_s(nbytes, link, profile.comm if profile else None)
+    send = comm.send_recv_s(nbytes, link, profile.comm if profile else None)
+    if cfg.engine == ENGINE_MEGATRON and cfg.vpp > 1:
+        # interleaved 1F1B with overlap_p2p_comm (on by default, megatron/core/pipeline_parallel/
+        # schedules.py forward_backward_pipelining_with_interleaving): the sends run while the
+        # next chunk computes; only the interference share stays (overlap_hidden_s)
+        return overlap_hidden_s(send, cluster.gpu.overlap_interference)
+    return send
 
 
 # --------------------------------------------------------------------------- generic layers

@@ -101,8 +101,36 @@ def model_block(row: dict) -> dict:
     return {"transformer": t}
 
 
+# H100 SXM 96 GB HBM2e at a 500 W power limit (Meta Grand Teton, the torchtitan rows). Memory:
+# six 16 GiB HBM2e stacks, of which the driver exposes ~94.5 GiB; HBM 2.4 TB/s (the row's
+# `gpu_published`). Clock: no datasheet gives the sustained tensor rate at 500 W; the H100
+# NVL (400 W) datasheet's 835 of the SXM's 989 dense bf16 TFLOP/s bounds it from below.
+# H100_500W_CLOCK is fitted on the dense torchtitan rows of this file (a clock factor, not
+# a per-row constant; it scales every dtype's peak alike).
+H100_500W_CLOCK = 0.8
+_H100_SXM_PEAK = {"tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}
+
+
+def device_for_row(row: dict) -> str | dict:
+    """`cluster.gpu` for the part the row ran on: the catalog name, or an object with the
+    real device's numbers where the part is a variant of a catalog entry."""
+    published = row.get("gpu_published", "").lower()
+    if "96gb" in published.replace(" ", "") and "500 w" in published:
+        return {"base": "h100-sxm", "name": "h100-sxm-96gb-500w", "memory_gib": 94.5, "hbm_gb_s": 2400.0,
+                "peak_tflops": {k: v * H100_500W_CLOCK for k, v in _H100_SXM_PEAK.items()}}
+    if "gb200" in published:
+        return "gb200"
+    return row["gpu"].strip()
+
+
 def cluster_block(row: dict) -> dict:
-    c: dict = {"gpu": row["gpu"].strip(), "num_gpus": _int(row["num_gpus"])}
+    gpu = device_for_row(row)
+    c: dict = {"gpu": gpu, "num_gpus": _int(row["num_gpus"])}
+    if gpu == "gb200":
+        # one NVL72 rack: 4 GPUs per tray, the NVLink fabric spans up to 72
+        c["gpus_per_node"] = min(4, _int(row["num_gpus"]))
+        c["nvlink_domain"] = min(72, _int(row["num_gpus"]))
+        return c
     if _int(row.get("gpus_per_node")):
         c["gpus_per_node"] = _int(row["gpus_per_node"])
     for k in ("intra_node_gb_s", "inter_node_gb_s"):
@@ -111,11 +139,19 @@ def cluster_block(row: dict) -> dict:
     return c
 
 
+def compiled(row: dict) -> bool:
+    """torch.compile: where the row's configuration names it (table row or precision), or
+    its notes say the row adds it."""
+    text = (row.get("table_ref", "") + " " + row.get("precision", "")).lower()
+    return "compile" in text or "plus torch.compile" in row.get("notes", "")
+
+
 def training_block(row: dict) -> dict:
     return {
         "global_batch_size": _int(row["global_batch_seqs"]),
         "seq_length": _int(row["seq_len"]),
         "dtype": row["dtype"].strip() or "bf16",
+        "compile": compiled(row),
     }
 
 
@@ -129,6 +165,7 @@ def parallelism_block(row: dict) -> dict:
     p["sequence_parallel"] = bool(_bool(row["sequence_parallel"]))
     p["recompute"] = row["recompute"].strip() or "none"
     p["schedule"] = row["schedule"].strip() or ("interleaved" if p["vpp"] > 1 else "1f1b")
+    p["engine"] = engine_of(row)
     return p
 
 
@@ -144,6 +181,7 @@ def search_block(row: dict) -> dict:
     if row.get("schedule", "").strip():
         s["schedule"] = [row["schedule"].strip()]
     s["targets"] = []  # the launch artifacts are not needed here
+    s["engine"] = engine_of(row)
     return s
 
 
