@@ -41,9 +41,9 @@ _HOPPER = "assumed: A100 shape model scaled to published H100 cuBLAS bf16 throug
 _AMPERE = dict(gemm_max_efficiency=0.70, gemm_half_dim=64.0, attention_efficiency=0.78,
                sdpa_attention_efficiency=0.78)
 _HOPPER_EFF = dict(gemm_max_efficiency=0.62, gemm_half_dim=128.0, attention_efficiency=0.83,
-                   sdpa_attention_efficiency=0.45)
+                   sdpa_attention_efficiency=0.40, fp8_gemm_ratio=0.9)
 _BLACKWELL_EFF = dict(gemm_max_efficiency=0.60, gemm_half_dim=192.0, attention_efficiency=0.90,
-                      sdpa_attention_efficiency=0.45)
+                      sdpa_attention_efficiency=0.40, fp8_gemm_ratio=0.9)
 _CDNA_EFF = dict(gemm_max_efficiency=0.48, gemm_half_dim=192.0, attention_efficiency=0.55,
                  sdpa_attention_efficiency=0.45)
 # New entries inherit the constants of their family's fitted/assumed member, and say so.

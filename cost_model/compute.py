@@ -5,6 +5,9 @@ GEMM: t = 2MNK / (peak * eta(M, N, K)) + overhead, with a saturating shape model
 — the smooth form of the tile/wave-quantisation and fixed-cost losses that make small GEMMs
 slow (NVIDIA "Matrix Multiplication Background" user guide; the roofline of Williams et al.
 2009 caps it: t >= bytes / HBM bandwidth). eta_max and d_half are per-GPU catalog entries.
+FP8 GEMMs reach a lower fraction of their (2x) peak than bf16 GEMMs of theirs
+(`fp8_gemm_ratio`; NVIDIA's published cuBLASLt H100 numbers: ~1300-1450 of 1979 dense fp8
+TFLOP/s against ~700-760 of 989 bf16 at large shapes, a ratio of ~0.9).
 Memory-bound kernels (norms, activations, dropout, residual adds, softmax, optimizer):
 t = bytes / (HBM bandwidth * achieved fraction) + overhead per kernel (roofline, Williams
 et al. 2009).
@@ -21,7 +24,7 @@ PyTorch SDPA's FlashAttention-2 backend (cost_model/kernels.py says which engine
 from __future__ import annotations
 
 from .specs import GPUSpec
-from .vocab import DTYPE_BYTES, DTYPE_FP32, DTYPE_TF32
+from .vocab import DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32, DTYPE_TF32
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
@@ -44,7 +47,8 @@ def gemm_time_s(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: f
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     flops = 2.0 * m * n * k * batch
-    compute = flops / (peak_flops(gpu, dtype) * gemm_efficiency(gpu, m, n, k))
+    eta = gemm_efficiency(gpu, m, n, k) * (gpu.fp8_gemm_ratio if dtype == DTYPE_FP8 else 1.0)
+    compute = flops / (peak_flops(gpu, dtype) * eta)
     nbytes = DTYPE_BYTES[dtype] * batch * (m * k + k * n + m * n)
     memory = nbytes / (gpu.hbm_gb_s * 1e9 * gpu.memory_bound_efficiency)
     return max(compute, memory) + gpu.kernel_overhead_s

@@ -106,6 +106,11 @@ class EngineKernels:
     tp_bwd_overlap: bool  # backward TP collectives under the wgrad/dgrad GEMMs
     sp_regather: bool  # SP re-gathers the layer input in backward (not saved)
     source: str
+    # bytes per output element per ring step that merge the partial attention outputs of a
+    # context-parallel ring (rescale by the log-sum-exp): TE's fused out-correction kernel
+    # reads and writes the fp32 output (8); torch's _SDPAMerger runs ~4 eager fp32 ops
+    # (sigmoid, sub, mul, sub over out, plus the lse update: r/w 4 B each, 32)
+    ring_merge_bytes: float = 8.0
 
     def elementwise_for(self, compiled: bool) -> Elementwise:
         return self.elementwise_compiled if compiled else self.elementwise
@@ -122,7 +127,9 @@ KERNELS: dict[str, EngineKernels] = {
     ENGINE_TORCHTITAN: EngineKernels(
         ENGINE_TORCHTITAN, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,
         tp_bwd_overlap=False, sp_regather=False,
-        source="torchtitan/models/llama/model.py @9dec370; torchao/float8/float8_linear.py",
+        source="torchtitan/models/llama/model.py @9dec370; torchao/float8/float8_linear.py; "
+        "torch/distributed/tensor/experimental/_attention.py _SDPAMerger",
+        ring_merge_bytes=32.0,
     ),
     ENGINE_DEEPSPEED: EngineKernels(
         ENGINE_DEEPSPEED, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,

@@ -193,8 +193,30 @@ def _dp_exposed_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, gr
              for params, size, stride in groups if size > 1 and params > 0)
     if cfg.engine != ENGINE_MEGATRON:
         return ag
-    window = fwd_s * (1 + (cfg.pp - 1) * (cfg.vpp - 1) / cfg.vpp)
+    window = fwd_s * _interleaved_window(cfg)
     return overlapped_s(ag, window, cluster.gpu.overlap_interference)
+
+
+def _interleaved_window(cfg: ParallelConfig) -> float:
+    """Forward (or backward) passes of one micro-batch through a layer that run between
+    the step's optimizer and the layer's first use (or between the layer's last backward
+    and the step's end) in Megatron's interleaved 1F1B: chunk k of vpp is first used after
+    chunk k-1's pp warm-up forwards and finishes its last backward (vpp-1-k) x pp cooldown
+    backwards before the end; 1 + (pp-1)(vpp-1)/vpp on average over the chunks (1 for 1F1B)."""
+    return 1 + (cfg.pp - 1) * (cfg.vpp - 1) / cfg.vpp
+
+
+def _chunked_grad_sync(cluster: ClusterSpec, cfg: ParallelConfig, sync_s: float, bwd_s: float) -> tuple[float, float]:
+    """(sync left for stages.py to overlap with the last backward, exposed tail). Megatron
+    with --overlap-grad-reduce under the interleaved schedule starts a chunk's bucket
+    reduction when the chunk's last backward ends (megatron/core/distributed/
+    distributed_data_parallel.py, register_grad_ready per bucket; the schedule's
+    finalize_model_grads), so each chunk's sync runs under the cooldown's later backwards:
+    the layer's sync is overlapped with _interleaved_window() of its backwards and only the
+    excess lands in the step's tail. Other schedules and engines: unchanged."""
+    if cfg.engine != ENGINE_MEGATRON or cfg.vpp <= 1 or sync_s <= 0:
+        return sync_s, 0.0
+    return 0.0, overlapped_s(sync_s, bwd_s * _interleaved_window(cfg), cluster.gpu.overlap_interference)
 
 
 def _dp_last_bucket_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params_rank: float, fits) -> float:
@@ -287,6 +309,7 @@ class _BlockGeometry:
     index: int = 0  # the block's position (its attention kind)
     kernels: kernels.EngineKernels = kernels.KERNELS[ENGINE_MEGATRON]
     compiled: bool = False
+    fp8: bool = False  # fp8 GEMMs (training.dtype fp8)
 
 
 def _geometry(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, index: int) -> _BlockGeometry:
@@ -300,6 +323,7 @@ def _geometry(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, index: i
         index=index,
         kernels=kernels.for_engine(cfg.engine),
         compiled=t.compile,
+        fp8=t.dtype == DTYPE_FP8,
     )
 
 
@@ -435,6 +459,9 @@ def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelCon
     kern = geo.kernels.attention
     fwd = compute.flash_attention_time_s(gpu, dt, core_flops, keys, hd, kern, calls=calls)
     bwd = compute.flash_attention_time_s(gpu, dt, FLASH_BWD_FACTOR * core_flops, keys, hd, kern, backward=True, calls=calls)
+    if calls > 1:  # a ring merges each step's partial output into the running one (forward only)
+        out_elems = geo.tokens * m.num_attention_heads * attention.v_head_dim(m) / cfg.tp
+        fwd += compute.memory_bound_time_s(gpu, calls * out_elems * geo.kernels.ring_merge_bytes, kernels=calls)
     return fwd, bwd
 
 
@@ -502,9 +529,18 @@ def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig
 def _block_tp_fwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
     """Forward TP communication of a block: 2 f/g operators on the b*s*h activation
     (Shoeybi et al. 2019 fig. 3: one after attention, one after the MLP), not overlapped
-    (--tp-comm-overlap is not emitted)."""
+    (--tp-comm-overlap is not emitted). FP8 with SP gathers the column-parallel input
+    already cast to fp8, 1 byte per element (Transformer Engine linear.py /
+    layernorm_linear.py forward: cast, then gather_along_first_dim; torchtitan's
+    Float8ColwiseParallel / PrepareFloat8ModuleInput, parallelize_llama.py @9dec370)."""
     ar_bytes = geo.act_dt * geo.tokens * m.hidden_size
-    return 2 * _tp_sync_s(ar_bytes, cfg.tp, comm.group_link(cluster, cfg.tp, 1), fits, cfg.sequence_parallel)
+    link = comm.group_link(cluster, cfg.tp, 1)
+    if cfg.sequence_parallel and cfg.tp > 1:
+        ag_bytes = ar_bytes * (DTYPE_BYTES[DTYPE_FP8] / geo.act_dt if geo.fp8 else 1.0)
+        return 2 * (comm.all_gather_s(ag_bytes, cfg.tp, link, fits) + comm.reduce_scatter_s(ar_bytes, cfg.tp, link, fits))
+    return 2 * _tp_sync_s(ar_bytes, cfg.tp, link, fits, cfg.sequence_parallel)
+
+
 
 
 def _block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: "_BlockCompute", fits) -> float:
@@ -650,7 +686,8 @@ def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, e
     opt = _optimizer_s(cluster, t, cfg, dense, dp_size) + _optimizer_s(cluster, t, cfg, expert, edp_size)
     opt += _dp_exposed_s(cluster, t, cfg, [(dense, dp_size, tp), (expert, edp_size, tp * ep)], c.fwd_s, fits)
     transient = (dense + expert) * DTYPE_BYTES[t.dtype] * 2 if cfg.zero >= 3 else 0.0
-    return _BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt, transient)
+    dp_sync, cooldown = _chunked_grad_sync(cluster, cfg, dp_sync, c.bwd_s)
+    return _BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt + cooldown, transient)
 
 
 def _block_cost(
@@ -714,6 +751,8 @@ def _replicated_layer(
     its model states, ZeRO-3 gathers, gradient sync and optimizer step."""
     dp, tp = _dense_dp_size(cfg), cfg.tp
     w, g, o = _state(t, cfg, params, dp)
+    sync, cooldown = _chunked_grad_sync(cluster, cfg, _dp_sync_s(cluster, t, cfg, params, dp, tp, fits), bwd)
+    tail_s += cooldown
     return LayerCost(
         name=name,
         compute_s=fwd + bwd,
@@ -728,7 +767,7 @@ def _replicated_layer(
         weights_bytes=w,
         grads_bytes=g,
         optimizer_bytes=o,
-        dp_sync_s=_dp_sync_s(cluster, t, cfg, params, dp, tp, fits),
+        dp_sync_s=sync,
         optimizer_s=_optimizer_s(cluster, t, cfg, params, dp) + _dp_exposed_s(cluster, t, cfg, [(params, dp, tp)], fwd, fits)
         + tail_s,
         flops_model=flops_model,

@@ -201,6 +201,7 @@ class GPUSpec:
     attention_half_seq: float = 512.0  # keys per kernel call at which attention runs at half its max
     attention_half_head_dim: float = 32.0  # head dim at which attention runs at half its max
     attention_bwd_ratio: float = 0.8  # backward kernel's efficiency relative to the forward's
+    fp8_gemm_ratio: float = 1.0  # fp8 GEMMs' achieved fraction of the fp8 peak relative to bf16's of the bf16 peak
     kernel_overhead_s: float = 4e-6  # launch/tail cost per kernel
     intra_node_latency_s: float = 5e-6
     inter_node_latency_s: float = 1e-5
