@@ -541,9 +541,7 @@ def _block_tp_fwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _Bloc
     return 2 * _tp_sync_s(ar_bytes, cfg.tp, link, fits, cfg.sequence_parallel)
 
 
-
-
-def _block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: "_BlockCompute", fits) -> float:
+def _block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: _BlockCompute, fits) -> float:
     """Exposed backward TP communication of a block. Per sublayer (attention, MLP) the
     backward of the f operator before the column-parallel input projection: an all-reduce
     of the input gradient, or with SP a reduce-scatter, plus under SP the backward of g (an
