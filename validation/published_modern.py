@@ -234,6 +234,7 @@ def run(csv_path: Path) -> dict:
         published_s = _float(row["published_step_s"])
         published_gib = _float(row.get("peak_mem_gib"))
         r: dict = {"id": row["id"], "engine": engine_of(row), "mode": row["mode"].strip(),
+                   "moe": bool(_int(row.get("moe_experts"))),
                    "published_s": published_s, "published_gib": published_gib}
         try:
             r.update(predict(row))
@@ -250,6 +251,10 @@ def run(csv_path: Path) -> dict:
             "memory": _summary([r for r in results if r["engine"] == e], "mem_err_pct")}
         for e in engines
     }
+    # dense vs MoE rows: the step-time constants are fitted on the dense rows only
+    for name, moe in (("dense", False), ("moe", True)):
+        part = [r for r in results if r["moe"] == moe]
+        summary[name] = {"time": _summary(part, "time_err_pct"), "memory": _summary(part, "mem_err_pct")}
     summary["all"] = {"time": _summary(results, "time_err_pct"), "memory": _summary(results, "mem_err_pct")}
     return {"rows": results, "summary": summary}
 
