@@ -5,13 +5,14 @@ direction inside a node (NVLink/Infinity Fabric/PCIe); `network_gb_s` is per GPU
 direction across nodes (the usual one NIC per GPU: 200 Gb/s HDR = 25 GB/s, 400 Gb/s NDR =
 50 GB/s). `memory_gib` is the capacity a framework can allocate (cudaMemGetInfo total).
 
-Efficiency-model constants (`gemm_max_efficiency`, `gemm_half_dim`, `memory_bound_efficiency`,
-`attention_efficiency` via `gemm_max_efficiency`, `link_efficiency`) are not datasheet
-numbers: they are fitted or assumed and `efficiency_source` says which. The A100 values are
-fitted to the calibration set (validation/published.py, Narayanan et al. SC'21 Tables 1-2);
-Hopper/Blackwell use the same shape model with a lower achievable fraction of peak, from
-public GEMM benchmarks (e.g. NVIDIA's cuBLAS H100 results: ~650-750 of 989 TFLOP/s dense bf16
-at large square shapes) and Meta's Llama 3 report (38-43% MFU at 16K H100s).
+Efficiency-model constants (`gemm_max_efficiency`, `gemm_half_dim`, `attention_efficiency`,
+`sdpa_attention_efficiency`, `fp8_gemm_ratio`, `memory_bound_efficiency`, `link_efficiency`)
+are not datasheet numbers: they are fitted or taken from published kernel benchmarks, one set
+per GPU family (_AMPERE, _HOPPER_EFF, _BLACKWELL_EFF, _CDNA_EFF below), and
+`efficiency_source` says which. The A100 values are fitted to the calibration set
+(validation/published.py, Narayanan et al. SC'21 Tables 1-2); Hopper/Blackwell use the same
+shape model with the attention kernels' published throughput (FlashAttention-2/3 papers) and
+are checked on the dense rows of validation/published_modern.py.
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ _HOPPER = "assumed: A100 shape model scaled to published H100 cuBLAS bf16 throug
 # - Ampere: FlashAttention-2 ~190 of 312 TFLOP/s causal fwd (Dao 2023 fig. 5): 0.61/0.78;
 #   SDPA's flash backend is the same kernel.
 # - Hopper: FlashAttention-3 / cuDNN ~640 of 989 (Shah et al. 2024 fig. 7, causal hdim 128):
-#   0.65/0.78; FlashAttention-2 on H100 ~35% of peak (ibid. §1: "only 35% utilization"):
-#   0.35/0.78.
+#   0.65/0.78 = 0.83; FlashAttention-2 on H100 ~35% of peak at best (ibid. §1: "only 35%
+#   utilization"), 0.45 by the same rule; 0.40 is used, calibrated on the long-sequence
+#   torchtitan rows (32K, 256K) of validation/published_modern.py (31% of peak at 16K keys).
 # - Blackwell: cuDNN / FlashAttention-4-class ~1600 of 2250 TFLOP/s on B200 (cuDNN 9 release
 #   notes, Dao-AILab flash-attention cute DSL benchmarks): 0.71/0.78; FlashAttention-2 (SDPA)
-#   on Blackwell assumed at the Hopper fraction.
-# GEMMs: eta_max, d_half of compute.gemm_efficiency; Hopper/Blackwell fitted on the dense rows
-# of validation/published_modern.py (B200/GB200 Megatron FP8, H100 torchtitan).
+#   on Blackwell assumed at the Hopper fraction. CDNA: assumed (no calibration rows).
+# GEMMs: eta_max, d_half of compute.gemm_efficiency (Ampere fitted; Hopper/Blackwell the assumed
+# values, checked, not refitted, on the dense rows of validation/published_modern.py);
+# fp8_gemm_ratio 0.9 from NVIDIA's cuBLASLt fp8 vs bf16 throughput (compute.py docstring).
 _AMPERE = dict(gemm_max_efficiency=0.70, gemm_half_dim=64.0, attention_efficiency=0.78,
                sdpa_attention_efficiency=0.78)
 _HOPPER_EFF = dict(gemm_max_efficiency=0.62, gemm_half_dim=128.0, attention_efficiency=0.83,

@@ -224,8 +224,8 @@ class ClusterSpec:
     inter_node_gb_s: float
     intra_node_latency_s: float
     inter_node_latency_s: float
-    # GPUs on one NVLink fabric (NVL72: 72); None = one node's GPUs. Carried for the
-    # engine-faithful communication model; no cost reads it yet.
+    # GPUs on one NVLink fabric (NVL72: 72); None = one node's GPUs. Groups inside it use
+    # the NVLink bandwidth (comm.group_link).
     nvlink_domain: int | None = None
 
     def __post_init__(self):
@@ -274,8 +274,9 @@ class ParallelConfig:
     Megatron's block method); None means every block.
     stage_layers: blocks per pipeline stage (pp * vpp entries, in model order); None is
     the balanced split.
-    etp, cp_comm: expert tensor-parallel degree and context-parallel communication kind,
-    carried for the engine-faithful models (no cost term reads them yet).
+    etp: expert tensor-parallel degree (carried for the MoE model). cp_comm: the
+    context-parallel communication kind (layers._block_cp_s prices each; None = the
+    engine's default ring).
     """
 
     dp: int = 1

@@ -200,3 +200,19 @@ def test_eager_elementwise_costs_more_than_fused_and_compile_fuses():
          for k, cfg, tr in (("mg", mg, t), ("tt", tt, t), ("ttc", tt, tc))}
     assert e["tt"] > 3 * e["mg"]
     assert e["ttc"] == pytest.approx(e["mg"])
+
+
+@pytest.mark.parametrize("model, n, dp, mb, recompute, bf16_tps, fp8_tps", [
+    ("llama3-70b", 256, 32, 16, "full", 597.3, 809.8),
+    ("llama3-8b", 64, 8, 12, "selective", 4378.0, 5078.0),
+])
+def test_fp8_speedup_with_tp_matches_torchtitan_async_tp_tables(model, n, dp, mb, recompute, bf16_tps, fp8_tps):
+    """torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, vanilla TP column:
+    FSDP x TP 8, torch.compile, float8 tensorwise vs bf16 on 500 W H100s."""
+    def step(dtype: str) -> float:
+        t = TrainingSpec(global_batch_size=dp * mb, seq_length=8192, dtype=dtype, compile=True)
+        cfg = ParallelConfig(dp=dp, tp=8, zero=3, micro_batch_size=mb, recompute=recompute, sequence_parallel=True,
+                             engine="torchtitan")
+        return estimate(get_preset(model), _cluster(H100_500W, n), t, cfg).prediction.step_time_s
+
+    assert step("bf16") / step("fp8") == pytest.approx(fp8_tps / bf16_tps, rel=0.08)
