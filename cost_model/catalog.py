@@ -323,6 +323,10 @@ CATALOG: dict[str, GPUSpec] = {
             link_efficiency=0.5,
             # gloo runs collectives on the same cores as compute: nothing hides behind it
             overlap_interference=1.0,
+            # SDPA on a CPU is a blocked GEMM loop, without the GPU kernels' tile ramp-up
+            attention_half_seq=0.0,
+            attention_half_head_dim=0.0,
+            attention_bwd_ratio=1.0,
             efficiency_source="assumed; `planner profile` on the machine replaces it",
             host=True,
         ),

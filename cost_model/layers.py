@@ -31,7 +31,7 @@ from .specs import (
     TrainingSpec,
     TransformerSpec,
 )
-from .vocab import DTYPE_BF16, DTYPE_BYTES, DTYPE_FP8, ENGINE_MEGATRON
+from .vocab import DTYPE_BF16, DTYPE_BYTES, DTYPE_FP8, ENGINE_DEEPSPEED, ENGINE_MEGATRON
 
 FLASH_BWD_FACTOR = 2.5  # FlashAttention-2 backward does 5 matmuls to forward's 2 (Dao 2023 §3.2)
 # Megatron-Core DDP bucket: max(40M, 1M x dp) parameters (megatron/core/distributed/
@@ -163,60 +163,34 @@ def _dp_sync_s(
     zero 0: all-reduce of gradients (grad dtype). zero 1/2 (distributed optimizer):
     reduce-scatter of gradients + all-gather of updated 16-bit parameters (Megatron
     distrib_optimizer.md; ZeRO §5.1-5.2: same 2*Psi volume as all-reduce). The all-gather
-    runs under compute only in Megatron with --overlap-param-gather (the launch emitter
-    emits it with the distributed optimizer; it runs in the next forward); elsewhere it
-    follows the optimizer step (`_dp_exposed_s`). zero 3: per micro-batch, `_zero3_s`."""
+    runs under compute where the engine overlaps it: Megatron with --overlap-param-gather
+    (the launch emitter emits it with the distributed optimizer) runs it under the next
+    forward, which this per-layer term approximates by the same overlap window as the
+    gradient reduce-scatter; DeepSpeed's follows the optimizer step (`_dp_exposed_s`).
+    zero 3: per micro-batch, `_zero3_s`."""
     if size <= 1 or cfg.zero >= 3:
         return 0.0
     link = comm.group_link(cluster, size, stride)
     gbytes = params * memory.grad_dtype_bytes(t)
     if cfg.zero == 0:
         return comm.all_reduce_s(gbytes, size, link, fits)
-    return comm.reduce_scatter_s(gbytes, size, link, fits)
+    rs = comm.reduce_scatter_s(gbytes, size, link, fits)
+    if cfg.engine == ENGINE_DEEPSPEED:
+        return rs
+    return rs + comm.all_gather_s(params * DTYPE_BYTES[t.dtype], size, link, fits)
 
 
 def _dp_exposed_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, groups: list[tuple[float, int, int]],
-                  fwd_s: float, fits) -> float:
-    """The exposed all-gather of the updated 16-bit parameters of a ZeRO-1/2 optimizer,
-    priced in the step's tail with the optimizer. Without Megatron's --overlap-param-gather
-    (DeepSpeed stage 1/2 all-gathers after step(); the runtime the same) all of it. With it
-    (the Megatron emitter emits it with the distributed optimizer) the gathers are issued
-    after the step and each bucket is waited on by its layer's forward pre-hook
-    (megatron/core/distributed/param_and_grad_buffer.py, start_param_sync /
-    finish_param_sync @d98e8a6): the layer's gather runs under the forward before its first
-    use, one micro-batch's forward for 1F1B; in the interleaved schedule chunk k is first
-    used after chunk k-1's pp warm-up forwards, a window of 1 + (pp-1)(vpp-1)/vpp forwards
-    on average over the chunks."""
-    if cfg.zero not in (1, 2):
+                  fits) -> float:
+    """The all-gather of the updated 16-bit parameters of a ZeRO-1/2 optimizer that runs
+    after the optimizer step, unhidden: DeepSpeed stage 1/2 (deepspeed/runtime/zero/
+    stage_1_and_2.py step(): all_gather_dp_groups after the update). Priced in the step's
+    tail with the optimizer. Megatron with --overlap-param-gather (emitted) and the other
+    engines: in `_dp_sync_s`."""
+    if cfg.zero not in (1, 2) or cfg.engine != ENGINE_DEEPSPEED:
         return 0.0
-    ag = sum(comm.all_gather_s(params * DTYPE_BYTES[t.dtype], size, comm.group_link(cluster, size, stride), fits)
-             for params, size, stride in groups if size > 1 and params > 0)
-    if cfg.engine != ENGINE_MEGATRON:
-        return ag
-    window = fwd_s * _interleaved_window(cfg)
-    return overlapped_s(ag, window, cluster.gpu.overlap_interference)
-
-
-def _interleaved_window(cfg: ParallelConfig) -> float:
-    """Forward (or backward) passes of one micro-batch through a layer that run between
-    the step's optimizer and the layer's first use (or between the layer's last backward
-    and the step's end) in Megatron's interleaved 1F1B: chunk k of vpp is first used after
-    chunk k-1's pp warm-up forwards and finishes its last backward (vpp-1-k) x pp cooldown
-    backwards before the end; 1 + (pp-1)(vpp-1)/vpp on average over the chunks (1 for 1F1B)."""
-    return 1 + (cfg.pp - 1) * (cfg.vpp - 1) / cfg.vpp
-
-
-def _chunked_grad_sync(cluster: ClusterSpec, cfg: ParallelConfig, sync_s: float, bwd_s: float) -> tuple[float, float]:
-    """(sync left for stages.py to overlap with the last backward, exposed tail). Megatron
-    with --overlap-grad-reduce under the interleaved schedule starts a chunk's bucket
-    reduction when the chunk's last backward ends (megatron/core/distributed/
-    distributed_data_parallel.py, register_grad_ready per bucket; the schedule's
-    finalize_model_grads), so each chunk's sync runs under the cooldown's later backwards:
-    the layer's sync is overlapped with _interleaved_window() of its backwards and only the
-    excess lands in the step's tail. Other schedules and engines: unchanged."""
-    if cfg.engine != ENGINE_MEGATRON or cfg.vpp <= 1 or sync_s <= 0:
-        return sync_s, 0.0
-    return 0.0, overlapped_s(sync_s, bwd_s * _interleaved_window(cfg), cluster.gpu.overlap_interference)
+    return sum(comm.all_gather_s(params * DTYPE_BYTES[t.dtype], size, comm.group_link(cluster, size, stride), fits)
+               for params, size, stride in groups if size > 1 and params > 0)
 
 
 def _dp_last_bucket_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params_rank: float, fits) -> float:
@@ -272,6 +246,18 @@ def overlapped_s(comm_s: float, compute_s: float, interference: float) -> float:
     max(comm - overlap_window_s(compute), overlap_hidden_s(comm)), the linear pieces that
     the planner's ILP and bounds use."""
     return max(0.0, comm_s - compute_s) + interference * min(comm_s, compute_s)
+
+
+def dp_window_factor(pp: int, vpp: int) -> float:
+    """How many backwards of one micro-batch through a rank's layers hide that rank's
+    data-parallel gradient sync. 1F1B: the last micro-batch's backward (bucketed reduction
+    as in PyTorch DDP, Li et al. VLDB'20; Megatron --overlap-grad-reduce). Interleaved 1F1B:
+    a chunk's buckets are reduced when its own last backward ends (megatron/core/distributed/
+    param_and_grad_buffer.py register_grad_ready; schedules.py
+    forward_backward_pipelining_with_interleaving), and chunk k of vpp then still has
+    (vpp-1-k) x pp cooldown backwards of later chunks to run under: 1 + (pp-1)(vpp-1)/vpp
+    on average over the chunks."""
+    return 1.0 + (pp - 1) * (vpp - 1) / vpp if vpp > 1 else 1.0
 
 
 def overlap_window_s(compute_s: float, interference: float) -> float:
@@ -682,10 +668,9 @@ def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, e
     zero3 = _zero3_s(cluster, t, cfg, dense, dp_size, tp, c.fwd_s, c.bwd_s, fits)
     zero3 += _zero3_s(cluster, t, cfg, expert, edp_size, tp * ep, 0.0, 0.0, fits) if expert else 0.0
     opt = _optimizer_s(cluster, t, cfg, dense, dp_size) + _optimizer_s(cluster, t, cfg, expert, edp_size)
-    opt += _dp_exposed_s(cluster, t, cfg, [(dense, dp_size, tp), (expert, edp_size, tp * ep)], c.fwd_s, fits)
+    opt += _dp_exposed_s(cluster, t, cfg, [(dense, dp_size, tp), (expert, edp_size, tp * ep)], fits)
     transient = (dense + expert) * DTYPE_BYTES[t.dtype] * 2 if cfg.zero >= 3 else 0.0
-    dp_sync, cooldown = _chunked_grad_sync(cluster, cfg, dp_sync, c.bwd_s)
-    return _BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt + cooldown, transient)
+    return _BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt, transient)
 
 
 def _block_cost(
@@ -749,8 +734,7 @@ def _replicated_layer(
     its model states, ZeRO-3 gathers, gradient sync and optimizer step."""
     dp, tp = _dense_dp_size(cfg), cfg.tp
     w, g, o = _state(t, cfg, params, dp)
-    sync, cooldown = _chunked_grad_sync(cluster, cfg, _dp_sync_s(cluster, t, cfg, params, dp, tp, fits), bwd)
-    tail_s += cooldown
+    sync = _dp_sync_s(cluster, t, cfg, params, dp, tp, fits)
     return LayerCost(
         name=name,
         compute_s=fwd + bwd,
@@ -766,7 +750,7 @@ def _replicated_layer(
         grads_bytes=g,
         optimizer_bytes=o,
         dp_sync_s=sync,
-        optimizer_s=_optimizer_s(cluster, t, cfg, params, dp) + _dp_exposed_s(cluster, t, cfg, [(params, dp, tp)], fwd, fits)
+        optimizer_s=_optimizer_s(cluster, t, cfg, params, dp) + _dp_exposed_s(cluster, t, cfg, [(params, dp, tp)], fits)
         + tail_s,
         flops_model=flops_model,
     )
@@ -786,7 +770,7 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     tp_comm = 2 * _tp_sync_s(act_dt * tokens * m.hidden_size, tp, comm.group_link(cluster, tp, 1), fits,
                              cfg.sequence_parallel)
     act = memory.embedding_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
-    params_rank = flops.total_params(m) / (tp * cfg.pp)
+    params_rank = flops.total_params(m) / tp  # at least one bucket's worth on the first stage
     return _replicated_layer(
         "embedding", cluster, t, cfg, flops.embedding_params(m) / tp, fwd, bwd, tp_comm,
         memory.ActivationBytes(act, act, act), 0.0, fits, tail_s=_dp_last_bucket_s(cluster, t, cfg, params_rank, fits),
@@ -830,13 +814,10 @@ def _p2p_s(m_hidden: float, cluster, t, cfg, profile) -> float:
     nbytes = act_dt * cfg.micro_batch_size * t.seq_length / cfg.cp * m_hidden / cfg.tp
     stride = cfg.tp * cfg.cp * cfg.dp
     link = comm.group_link(cluster, 2, stride)
-    send = comm.send_recv_s(nbytes, link, profile.comm if profile else None)
-    if cfg.engine == ENGINE_MEGATRON and cfg.vpp > 1:
-        # interleaved 1F1B with overlap_p2p_comm (on by default, megatron/core/pipeline_parallel/
-        # schedules.py forward_backward_pipelining_with_interleaving): the sends run while the
-        # next chunk computes; only the interference share stays (overlap_hidden_s)
-        return overlap_hidden_s(send, cluster.gpu.overlap_interference)
-    return send
+    # Megatron's interleaved schedule overlaps these sends with compute (overlap_p2p_comm);
+    # the layer table is shared by every (pp, vpp) of a search, so that overlap belongs to
+    # the pipeline composition (stages.py), which does not price it yet: charged in full.
+    return comm.send_recv_s(nbytes, link, profile.comm if profile else None)
 
 
 # --------------------------------------------------------------------------- generic layers
@@ -893,13 +874,14 @@ def layer_table(
             p2p_s=_p2p_s(hidden_bytes / (act_dt * training.seq_length), cluster, training, cfg, profile),
             sources=sources,
         )
-    cache: dict[bool, LayerCost] = {}
+    cache: dict[tuple, LayerCost] = {}
     blocks = []
     for i in range(model.num_layers):
-        moe = model.moe is not None and model.moe.is_moe_layer(i)
-        if moe not in cache:
-            cache[moe] = _block_cost(model, cluster, training, cfg, i, profile, sources)
-        blocks.append(cache[moe])
+        # blocks differ by MoE-ness and by their attention window (sliding / chunked layers)
+        key = (model.moe is not None and model.moe.is_moe_layer(i), attention.window(model, i))
+        if key not in cache:
+            cache[key] = _block_cost(model, cluster, training, cfg, i, profile, sources)
+        blocks.append(cache[key])
     # collectives: measured alpha-beta fits (profiler.comm) or the catalog's link numbers
     sources["comm"] = "profile" if profile is not None and profile.comm else "analytic"
     return LayerTable(

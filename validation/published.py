@@ -36,6 +36,7 @@ from cost_model.estimate import estimate
 from cost_model.flops import narayanan_eq3_flops
 from cost_model.specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
 
+
 def _default_csv() -> Path:
     """../shared/validation/published_runs.csv beside the repository; from a worktree one
     level deeper, the nearest ancestor that has it."""
