@@ -19,7 +19,7 @@ Times are per micro-batch. Communication inside a layer follows Megatron-LM:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from . import attention, comm, compute, flops, kernels, memory
 from .specs import (
@@ -756,6 +756,12 @@ def _replicated_layer(
     )
 
 
+@lru_cache(maxsize=64)
+def _total_params(m: TransformerSpec) -> float:
+    """flops.total_params, once per model (a search builds thousands of tables)."""
+    return flops.total_params(m)
+
+
 def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> LayerCost:
     """Vocab-parallel embedding lookup (Megatron): gather rows, all-reduce the partial
     outputs over TP (reduce-scatter with SP); backward scatter-adds into the gradient."""
@@ -770,7 +776,7 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     tp_comm = 2 * _tp_sync_s(act_dt * tokens * m.hidden_size, tp, comm.group_link(cluster, tp, 1), fits,
                              cfg.sequence_parallel)
     act = memory.embedding_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
-    params_rank = flops.total_params(m) / tp  # at least one bucket's worth on the first stage
+    params_rank = _total_params(m) / tp  # at least one bucket's worth on the first stage
     return _replicated_layer(
         "embedding", cluster, t, cfg, flops.embedding_params(m) / tp, fwd, bwd, tp_comm,
         memory.ActivationBytes(act, act, act), 0.0, fits, tail_s=_dp_last_bucket_s(cluster, t, cfg, params_rank, fits),
