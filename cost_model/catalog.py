@@ -5,13 +5,14 @@ direction inside a node (NVLink/Infinity Fabric/PCIe); `network_gb_s` is per GPU
 direction across nodes (the usual one NIC per GPU: 200 Gb/s HDR = 25 GB/s, 400 Gb/s NDR =
 50 GB/s). `memory_gib` is the capacity a framework can allocate (cudaMemGetInfo total).
 
-Efficiency-model constants (`gemm_max_efficiency`, `gemm_half_dim`, `memory_bound_efficiency`,
-`attention_efficiency` via `gemm_max_efficiency`, `link_efficiency`) are not datasheet
-numbers: they are fitted or assumed and `efficiency_source` says which. The A100 values are
-fitted to the calibration set (validation/published.py, Narayanan et al. SC'21 Tables 1-2);
-Hopper/Blackwell use the same shape model with a lower achievable fraction of peak, from
-public GEMM benchmarks (e.g. NVIDIA's cuBLAS H100 results: ~650-750 of 989 TFLOP/s dense bf16
-at large square shapes) and Meta's Llama 3 report (38-43% MFU at 16K H100s).
+Efficiency-model constants (`gemm_max_efficiency`, `gemm_half_dim`, `attention_efficiency`,
+`sdpa_attention_efficiency`, `fp8_gemm_ratio`, `memory_bound_efficiency`, `link_efficiency`)
+are not datasheet numbers: they are fitted or taken from published kernel benchmarks, one set
+per GPU family (_AMPERE, _HOPPER_EFF, _BLACKWELL_EFF, _CDNA_EFF below), and
+`efficiency_source` says which. The A100 values are fitted to the calibration set
+(validation/published.py, Narayanan et al. SC'21 Tables 1-2); Hopper/Blackwell use the same
+shape model with the attention kernels' published throughput (FlashAttention-2/3 papers) and
+are checked on the dense rows of validation/published_modern.py.
 """
 
 from __future__ import annotations
@@ -24,6 +25,30 @@ _A100_FIT = (
     "interference, link fraction): 0.70, 64, 0.8, 0.2, 0.8 (validation/published.py)"
 )
 _HOPPER = "assumed: A100 shape model scaled to published H100 cuBLAS bf16 throughput"
+# One set of efficiency constants per GPU family (the physics of the family's kernels; no
+# per-entry or per-row tuning). Attention: eta_max of compute.attention_efficiency, from the
+# long-sequence FlashAttention throughput divided by the s/(s+512) * d/(d+32) shape factor at
+# 16K keys and head dim 128 (0.78):
+# - Ampere: FlashAttention-2 ~190 of 312 TFLOP/s causal fwd (Dao 2023 fig. 5): 0.61/0.78;
+#   SDPA's flash backend is the same kernel.
+# - Hopper: FlashAttention-3 / cuDNN ~640 of 989 (Shah et al. 2024 fig. 7, causal hdim 128):
+#   0.65/0.78 = 0.83; FlashAttention-2 on H100 ~35% of peak at best (ibid. §1: "only 35%
+#   utilization"), 0.45 by the same rule; 0.40 is used, calibrated on the long-sequence
+#   torchtitan rows (32K, 256K) of validation/published_modern.py (31% of peak at 16K keys).
+# - Blackwell: cuDNN / FlashAttention-4-class ~1600 of 2250 TFLOP/s on B200 (cuDNN 9 release
+#   notes, Dao-AILab flash-attention cute DSL benchmarks): 0.71/0.78; FlashAttention-2 (SDPA)
+#   on Blackwell assumed at the Hopper fraction. CDNA: assumed (no calibration rows).
+# GEMMs: eta_max, d_half of compute.gemm_efficiency (Ampere fitted; Hopper/Blackwell the assumed
+# values, checked, not refitted, on the dense rows of validation/published_modern.py);
+# fp8_gemm_ratio 0.9 from NVIDIA's cuBLASLt fp8 vs bf16 throughput (compute.py docstring).
+_AMPERE = dict(gemm_max_efficiency=0.70, gemm_half_dim=64.0, attention_efficiency=0.78,
+               sdpa_attention_efficiency=0.78)
+_HOPPER_EFF = dict(gemm_max_efficiency=0.62, gemm_half_dim=128.0, attention_efficiency=0.83,
+                   sdpa_attention_efficiency=0.40, fp8_gemm_ratio=0.9)
+_BLACKWELL_EFF = dict(gemm_max_efficiency=0.60, gemm_half_dim=192.0, attention_efficiency=0.90,
+                      sdpa_attention_efficiency=0.40, fp8_gemm_ratio=0.9)
+_CDNA_EFF = dict(gemm_max_efficiency=0.48, gemm_half_dim=192.0, attention_efficiency=0.55,
+                 sdpa_attention_efficiency=0.45)
 # New entries inherit the constants of their family's fitted/assumed member, and say so.
 _INHERIT_HOPPER = "inherits the Hopper family constants of h100-sxm (0.62, 128): " + _HOPPER
 _INHERIT_BLACKWELL = "inherits the Blackwell family constants of b200 (0.60, 192): assumed: Hopper shape model, larger tiles"
@@ -45,6 +70,7 @@ CATALOG: dict[str, GPUSpec] = {
             network_gb_s=25.0,
             gpus_per_node=8,
             source="NVIDIA A100 Tensor Core GPU datasheet (2021); NVLink3 600 GB/s bidirectional; fp8 not supported, runs at bf16 rate",
+            **_AMPERE,
             efficiency_source=_A100_FIT,
         ),
         GPUSpec(
@@ -57,6 +83,7 @@ CATALOG: dict[str, GPUSpec] = {
             network_gb_s=25.0,
             gpus_per_node=8,
             source="NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB; NVLink3 600 GB/s bidirectional; DGX A100: 8x200 Gb/s HDR IB",
+            **_AMPERE,
             efficiency_source=_A100_FIT,
         ),
         GPUSpec(
@@ -69,8 +96,7 @@ CATALOG: dict[str, GPUSpec] = {
             network_gb_s=50.0,
             gpus_per_node=8,
             source="NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5; NVLink4 900 GB/s bidirectional; DGX H100: 8x400 Gb/s NDR",
-            gemm_max_efficiency=0.62,
-            gemm_half_dim=128.0,
+            **_HOPPER_EFF,
             efficiency_source=_HOPPER,
         ),
         GPUSpec(
@@ -83,8 +109,7 @@ CATALOG: dict[str, GPUSpec] = {
             network_gb_s=50.0,
             gpus_per_node=8,
             source="NVIDIA H200 Tensor Core GPU datasheet (2024); NVLink4 900 GB/s bidirectional; 400 Gb/s NDR per GPU",
-            gemm_max_efficiency=0.64,
-            gemm_half_dim=128.0,
+            **_HOPPER_EFF,
             efficiency_source=_HOPPER,
         ),
         GPUSpec(
@@ -97,8 +122,7 @@ CATALOG: dict[str, GPUSpec] = {
             network_gb_s=50.0,
             gpus_per_node=8,
             source="NVIDIA HGX B200 datasheet (2025): dense = half the sparse figures; NVLink5 1.8 TB/s bidirectional; ConnectX-7 400 Gb/s per GPU",
-            gemm_max_efficiency=0.60,
-            gemm_half_dim=192.0,
+            **_BLACKWELL_EFF,
             efficiency_source="assumed: Hopper shape model, larger tiles",
         ),
         GPUSpec(
@@ -111,8 +135,7 @@ CATALOG: dict[str, GPUSpec] = {
             network_gb_s=50.0,
             gpus_per_node=8,
             source="AMD Instinct MI300X datasheet (2023); Infinity Fabric 64 GB/s per link per direction to each peer (7 links); 400 Gb/s per GPU",
-            gemm_max_efficiency=0.48,
-            gemm_half_dim=192.0,
+            **_CDNA_EFF,
             efficiency_source="assumed: public MI300X bf16 GEMM benchmarks reach ~600-700 of 1307 TFLOP/s",
         ),
         GPUSpec(
@@ -131,8 +154,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "to the NVLink Switch, 72 GPUs per NVLink domain; 4 GPUs per compute tray (2 superchips); "
                 "ConnectX-7 400 Gb/s per GPU"
             ),
-            gemm_max_efficiency=0.60,
-            gemm_half_dim=192.0,
+            **_BLACKWELL_EFF,
             efficiency_source=_INHERIT_BLACKWELL,
             nvlink_domain=72,
         ),
@@ -150,8 +172,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "fp32; 270 GB HBM3e, 7.7 TB/s; NVLink5 1.8 TB/s bidirectional; ConnectX-8 800 Gb/s per GPU. "
                 "Capacity: 270 GB less the ~1% the driver reserves (as the b200 entry); not measured"
             ),
-            gemm_max_efficiency=0.60,
-            gemm_half_dim=192.0,
+            **_BLACKWELL_EFF,
             efficiency_source=_INHERIT_BLACKWELL,
         ),
         GPUSpec(
@@ -168,8 +189,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "PFLOP/s fp8 dense / 72); 279 GB HBM3e, 8 TB/s; NVLink5 1.8 TB/s bidirectional, 72 GPUs per NVLink "
                 "domain; ConnectX-8 800 Gb/s per GPU. Capacity: 279 GB less ~1% reserved; not measured"
             ),
-            gemm_max_efficiency=0.60,
-            gemm_half_dim=192.0,
+            **_BLACKWELL_EFF,
             efficiency_source=_INHERIT_BLACKWELL,
             nvlink_domain=72,
         ),
@@ -187,8 +207,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "3.35 TB/s, NVLink 400 GB/s bidirectional (8 of the H100's 18 links); 8x400 Gb/s IB per node as in "
                 "DeepSeek-V3 (arXiv 2412.19437 sec. 3.2.2, which measures ~160 GB/s achievable NVLink)"
             ),
-            gemm_max_efficiency=0.62,
-            gemm_half_dim=128.0,
+            **_HOPPER_EFF,
             efficiency_source=_INHERIT_HOPPER,
         ),
         GPUSpec(
@@ -204,8 +223,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "NVIDIA H20 product brief (2024): 296 TFLOP/s fp8 and 148 bf16 dense, 74 tf32, 44 fp32; 96 GB HBM3 "
                 "4.0 TB/s; NVLink 900 GB/s bidirectional; 400 Gb/s per GPU assumed (HGX H20)"
             ),
-            gemm_max_efficiency=0.62,
-            gemm_half_dim=128.0,
+            **_HOPPER_EFF,
             efficiency_source=_INHERIT_HOPPER + " (a compute-starved part: GEMMs saturate at smaller shapes; to be refitted)",
         ),
         GPUSpec(
@@ -223,8 +241,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "900 GB/s to Grace; 4 superchips per node with one 200 Gb/s Slingshot NIC each (HPE Cray EX254n, "
                 "as in CSCS Alps)"
             ),
-            gemm_max_efficiency=0.62,
-            gemm_half_dim=128.0,
+            **_HOPPER_EFF,
             efficiency_source=_INHERIT_HOPPER,
         ),
         GPUSpec(
@@ -240,8 +257,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "AMD Instinct MI325X datasheet (2024): MI300X compute (1307.4 bf16 / 2614.9 fp8 dense TFLOP/s), 256 GB "
                 "HBM3E 6 TB/s; Infinity Fabric 64 GB/s per link per direction to each of 7 peers; 400 Gb/s per GPU"
             ),
-            gemm_max_efficiency=0.48,
-            gemm_half_dim=192.0,
+            **_CDNA_EFF,
             efficiency_source=_INHERIT_CDNA,
         ),
         GPUSpec(
@@ -258,8 +274,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "tf32 matrix path: fp32 rate); 288 GB HBM3E 8 TB/s; Infinity Fabric 1075 GB/s aggregate over 7 links "
                 "= 76.8 GB/s per link per direction; 400 Gb/s per GPU (Pollara 400)"
             ),
-            gemm_max_efficiency=0.48,
-            gemm_half_dim=192.0,
+            **_CDNA_EFF,
             efficiency_source=_INHERIT_CDNA,
         ),
         GPUSpec(
@@ -308,6 +323,10 @@ CATALOG: dict[str, GPUSpec] = {
             link_efficiency=0.5,
             # gloo runs collectives on the same cores as compute: nothing hides behind it
             overlap_interference=1.0,
+            # SDPA on a CPU is a blocked GEMM loop, without the GPU kernels' tile ramp-up
+            attention_half_seq=0.0,
+            attention_half_head_dim=0.0,
+            attention_bwd_ratio=1.0,
             efficiency_source="assumed; `planner profile` on the machine replaces it",
             host=True,
         ),

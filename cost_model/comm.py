@@ -16,8 +16,11 @@ with tiny messages only.
 
 Placement: ranks are laid out in Megatron's order tp-cp-ep-dp-pp (tp fastest). A group of
 `size` ranks whose members are `stride` ranks apart lies in blocks of size*stride
-consecutive ranks; it stays inside a node when that block fits a node and divides it,
-otherwise the slowest group crosses the network.
+consecutive ranks; it stays on NVLink when that block fits the NVLink domain and divides
+it, otherwise the slowest group crosses the network. The NVLink domain is
+`cluster.nvlink_domain`: one node's GPUs on an HGX/DGX board, 72 in a GB200 NVL72 rack,
+whose NVLink Switch trays connect every GPU of the rack at the full NVLink rate (NVIDIA
+GB200 NVL72 datasheet: 130 TB/s over 72 GPUs = 1.8 TB/s each).
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ def group_link(cluster: ClusterSpec, size: int, stride: int) -> Link:
     """The link that bounds a group of `size` ranks spaced `stride` apart."""
     g = cluster.gpu
     span = size * stride  # consecutive ranks one group's members lie in
-    # inside a node only if every such block is: no larger than a node and dividing it
+    domain = cluster.nvlink_domain or cluster.gpus_per_node
+    # on NVLink only if every such block is: no larger than the domain and dividing it
     # (tp=3 on 8-GPU nodes puts ranks 6-8 in two nodes)
-    if size <= 1 or (span <= cluster.gpus_per_node and cluster.gpus_per_node % span == 0):
+    if size <= 1 or (span <= domain and domain % span == 0):
         return Link(cluster.intra_node_gb_s * 1e9 * g.link_efficiency, cluster.intra_node_latency_s, "intra")
     return Link(cluster.inter_node_gb_s * 1e9 * g.link_efficiency, cluster.inter_node_latency_s, "inter")
 

@@ -5,16 +5,26 @@ GEMM: t = 2MNK / (peak * eta(M, N, K)) + overhead, with a saturating shape model
 — the smooth form of the tile/wave-quantisation and fixed-cost losses that make small GEMMs
 slow (NVIDIA "Matrix Multiplication Background" user guide; the roofline of Williams et al.
 2009 caps it: t >= bytes / HBM bandwidth). eta_max and d_half are per-GPU catalog entries.
+FP8 GEMMs reach a lower fraction of their (2x) peak than bf16 GEMMs of theirs
+(`fp8_gemm_ratio`; NVIDIA's published cuBLASLt H100 numbers: ~1300-1450 of 1979 dense fp8
+TFLOP/s against ~700-760 of 989 bf16 at large shapes, a ratio of ~0.9).
 Memory-bound kernels (norms, activations, dropout, residual adds, softmax, optimizer):
 t = bytes / (HBM bandwidth * achieved fraction) + overhead per kernel (roofline, Williams
-et al. 2009). FlashAttention's core runs at `attention_efficiency` of peak (Dao 2023 reports
-50-73% of A100 peak for FA2; Shah et al. 2024, 75% on H100 for FA3).
+et al. 2009).
+Fused attention (flash_attention_time_s): eta = eta_max * s_kv/(s_kv + s_half) * d/(d + d_half),
+the saturating form of the measured FlashAttention throughput against sequence length and
+head dim (Dao 2023, FlashAttention-2 fig. 5-6: A100 causal hdim 128 forward ~90 TFLOP/s at
+512 keys rising to ~190 at 16K, hdim 64 ~20% below; Shah et al. 2024, FlashAttention-3
+fig. 7: H100 bf16 forward ~330 TFLOP/s at 512 to ~640-660 at 16K, backward ~0.8x the
+forward). eta_max is the kernel's long-sequence fraction of peak: `attention_efficiency`
+for the cuDNN / FA3-class kernel Transformer Engine runs, `sdpa_attention_efficiency` for
+PyTorch SDPA's FlashAttention-2 backend (cost_model/kernels.py says which engine runs which).
 """
 
 from __future__ import annotations
 
 from .specs import GPUSpec
-from .vocab import DTYPE_BYTES, DTYPE_FP32, DTYPE_TF32
+from .vocab import DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32, DTYPE_TF32
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
@@ -37,7 +47,8 @@ def gemm_time_s(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: f
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     flops = 2.0 * m * n * k * batch
-    compute = flops / (peak_flops(gpu, dtype) * gemm_efficiency(gpu, m, n, k))
+    eta = gemm_efficiency(gpu, m, n, k) * (gpu.fp8_gemm_ratio if dtype == DTYPE_FP8 else 1.0)
+    compute = flops / (peak_flops(gpu, dtype) * eta)
     nbytes = DTYPE_BYTES[dtype] * batch * (m * k + k * n + m * n)
     memory = nbytes / (gpu.hbm_gb_s * 1e9 * gpu.memory_bound_efficiency)
     return max(compute, memory) + gpu.kernel_overhead_s
@@ -50,8 +61,19 @@ def memory_bound_time_s(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
     return nbytes / (gpu.hbm_gb_s * 1e9 * gpu.memory_bound_efficiency) + kernels * gpu.kernel_overhead_s
 
 
-def flash_attention_time_s(gpu: GPUSpec, dtype: str, flops: float) -> float:
-    """Fused attention core at `attention_efficiency` of peak (module docstring)."""
+def attention_efficiency(gpu: GPUSpec, kernel: str, keys: float, head_dim: float, backward: bool = False) -> float:
+    """eta of the module docstring for one kernel call over `keys` keys per query block."""
+    from .kernels import ATTN_SDPA
+
+    eta = gpu.sdpa_attention_efficiency if kernel == ATTN_SDPA else gpu.attention_efficiency
+    eta *= keys / (keys + gpu.attention_half_seq) * head_dim / (head_dim + gpu.attention_half_head_dim)
+    return eta * (gpu.attention_bwd_ratio if backward else 1.0)
+
+
+def flash_attention_time_s(gpu: GPUSpec, dtype: str, flops: float, keys: float = 1e9, head_dim: float = 128.0,
+                           kernel: str = "fused", backward: bool = False, calls: int = 1) -> float:
+    """Fused attention of `flops` over `calls` kernel launches of `keys` keys each."""
     if flops <= 0:
         return 0.0
-    return flops / (peak_flops(gpu, dtype) * gpu.attention_efficiency) + gpu.kernel_overhead_s
+    eta = attention_efficiency(gpu, kernel, keys, head_dim, backward)
+    return flops / (peak_flops(gpu, dtype) * eta) + calls * gpu.kernel_overhead_s

@@ -46,9 +46,15 @@ def rank_costs(
 
 
 def model_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
+    """The MFU numerator. Convention: forward + backward = 3 x forward FLOPs of the GEMMs and
+    of the attention pairs the causal mask keeps (s^2/2 per sequence for full attention,
+    windows and chunks as attention.causal_score_entries; FlashAttention's benchmark
+    convention and PaLM App. B's 6N + attention term with causal masking), no recompute;
+    the output layer counted, embeddings lookups not, MTP modules not (they are not in the
+    priced layer table). HFU adds the recomputed forward FLOPs (the same causal count)."""
     if isinstance(model, LayerListSpec):
         return 3.0 * sum(layer.fwd_flops for layer in model.layers) * training.global_batch_size
-    return flops.model_flops_per_step(model, training.global_batch_size, training.seq_length)
+    return flops.model_flops_per_step(model, training.global_batch_size, training.seq_length, causal=True)
 
 
 def compose(

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
-from . import attention, calibration, comm, compute, flops, memory, moe
+from . import attention, calibration, comm, compute, flops, kernels, memory, moe
 from .specs import (
     CalibrationProfile,
     ClusterSpec,
@@ -34,10 +34,13 @@ from .specs import (
     TrainingSpec,
     TransformerSpec,
 )
-from .vocab import DTYPE_BYTES
+from .vocab import DTYPE_BF16, DTYPE_BYTES, DTYPE_FP8, ENGINE_DEEPSPEED, ENGINE_MEGATRON
 
 FLASH_BWD_FACTOR = 2.5  # FlashAttention-2 backward does 5 matmuls to forward's 2 (Dao 2023 §3.2)
-FLASH_CAUSAL_FRACTION = 0.5  # causal masking skips the upper-triangle tiles
+# Megatron-Core DDP bucket: max(40M, 1M x dp) parameters (megatron/core/distributed/
+# distributed_data_parallel_config.py bucket_size; DistributedDataParallel.__init__ @d98e8a6)
+MEGATRON_BUCKET_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_DP = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -176,19 +179,56 @@ def _tp_sync_s(nbytes: float, tp: int, link, fits, sequence_parallel: bool) -> f
 def _dp_sync_s(
     cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, size: int, stride: int, fits
 ) -> float:
-    """Once-per-step gradient sync of `params` local parameters over a DP group.
+    """Once-per-step gradient sync of `params` local parameters over a DP group, the part
+    that runs under compute (stages.py overlaps it with the last backward).
     zero 0: all-reduce of gradients (grad dtype). zero 1/2 (distributed optimizer):
     reduce-scatter of gradients + all-gather of updated 16-bit parameters (Megatron
-    distrib_optimizer.md; ZeRO §5.1-5.2: same 2*Psi volume as all-reduce).
-    zero 3: per micro-batch, costed in `_zero3_s`."""
+    distrib_optimizer.md; ZeRO §5.1-5.2: same 2*Psi volume as all-reduce). The all-gather
+    runs under compute where the engine overlaps it: Megatron with --overlap-param-gather
+    (the launch emitter emits it with the distributed optimizer) runs it under the next
+    forward, which this per-layer term approximates by the same overlap window as the
+    gradient reduce-scatter; DeepSpeed's follows the optimizer step (`_dp_exposed_s`).
+    zero 3: per micro-batch, `_zero3_s`."""
     if size <= 1 or cfg.zero >= 3:
         return 0.0
     link = comm.group_link(cluster, size, stride)
     gbytes = params * memory.grad_dtype_bytes(t)
     if cfg.zero == 0:
         return comm.all_reduce_s(gbytes, size, link, fits)
-    wbytes = params * DTYPE_BYTES[t.dtype]
-    return comm.reduce_scatter_s(gbytes, size, link, fits) + comm.all_gather_s(wbytes, size, link, fits)
+    rs = comm.reduce_scatter_s(gbytes, size, link, fits)
+    if cfg.engine == ENGINE_DEEPSPEED:
+        return rs
+    return rs + comm.all_gather_s(params * DTYPE_BYTES[t.dtype], size, link, fits)
+
+
+def _dp_exposed_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, groups: list[tuple[float, int, int]],
+                  fits) -> float:
+    """The all-gather of the updated 16-bit parameters of a ZeRO-1/2 optimizer that runs
+    after the optimizer step, unhidden: DeepSpeed stage 1/2 (deepspeed/runtime/zero/
+    stage_1_and_2.py step(): all_gather_dp_groups after the update). Priced in the step's
+    tail with the optimizer. Megatron with --overlap-param-gather (emitted) and the other
+    engines: in `_dp_sync_s`."""
+    if cfg.zero not in (1, 2) or cfg.engine != ENGINE_DEEPSPEED:
+        return 0.0
+    return sum(comm.all_gather_s(params * DTYPE_BYTES[t.dtype], size, comm.group_link(cluster, size, stride), fits)
+               for params, size, stride in groups if size > 1 and params > 0)
+
+
+def _dp_last_bucket_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params_rank: float, fits) -> float:
+    """Megatron's bucketed overlap leaves the last gradient bucket exposed after the last
+    backward (it is reduced when its last gradient arrives), and with
+    --overlap-param-gather the first bucket's all-gather before the first forward. Bucket:
+    max(40M, 1M x dp) parameters (MEGATRON_BUCKET_PARAMS), at most the rank's parameters.
+    Charged once per rank with the embedding (the first layers' bucket is the last one)."""
+    size = _dense_dp_size(cfg)
+    if cfg.engine != ENGINE_MEGATRON or size <= 1 or cfg.zero >= 3:
+        return 0.0
+    bucket = min(params_rank, max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP * size))
+    link = comm.group_link(cluster, size, cfg.tp)
+    gbytes = bucket * memory.grad_dtype_bytes(t)
+    if cfg.zero == 0:
+        return comm.all_reduce_s(gbytes, size, link, fits)
+    return comm.reduce_scatter_s(gbytes, size, link, fits) + comm.all_gather_s(bucket * DTYPE_BYTES[t.dtype], size, link, fits)
 
 
 def _zero3_s(
@@ -229,6 +269,18 @@ def overlapped_s(comm_s: float, compute_s: float, interference: float) -> float:
     return max(0.0, comm_s - compute_s) + interference * min(comm_s, compute_s)
 
 
+def dp_window_factor(pp: int, vpp: int) -> float:
+    """How many backwards of one micro-batch through a rank's layers hide that rank's
+    data-parallel gradient sync. 1F1B: the last micro-batch's backward (bucketed reduction
+    as in PyTorch DDP, Li et al. VLDB'20; Megatron --overlap-grad-reduce). Interleaved 1F1B:
+    a chunk's buckets are reduced when its own last backward ends (megatron/core/distributed/
+    param_and_grad_buffer.py register_grad_ready; schedules.py
+    forward_backward_pipelining_with_interleaving), and chunk k of vpp then still has
+    (vpp-1-k) x pp cooldown backwards of later chunks to run under: 1 + (pp-1)(vpp-1)/vpp
+    on average over the chunks."""
+    return 1.0 + (pp - 1) * (vpp - 1) / vpp if vpp > 1 else 1.0
+
+
 def overlap_window_s(compute_s: float, interference: float) -> float:
     """The communication that `compute_s` of compute hides for free (overlapped_s)."""
     return (1 - interference) * compute_s
@@ -259,8 +311,12 @@ class _BlockGeometry:
     moe_layer: bool
     tokens: float  # b * s/cp: tokens this GPU processes (all TP ranks see all tokens)
     s_local: float  # s/cp: the local sequence chunk
-    rep: int  # tp without SP (every TP rank repeats the elementwise work), else 1
+    rep: int  # tp with SP (the SP region's elementwise work is split), else 1
     act_dt: int  # bytes of one activation element (memory.activation_dtype_bytes)
+    index: int = 0  # the block's position (its attention kind)
+    kernels: kernels.EngineKernels = kernels.KERNELS[ENGINE_MEGATRON]
+    compiled: bool = False
+    fp8: bool = False  # fp8 GEMMs (training.dtype fp8)
 
 
 def _geometry(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, index: int) -> _BlockGeometry:
@@ -271,26 +327,78 @@ def _geometry(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, index: i
         s_local=s_local,
         rep=cfg.tp if cfg.sequence_parallel else 1,
         act_dt=memory.activation_dtype_bytes(t),
+        index=index,
+        kernels=kernels.for_engine(cfg.engine),
+        compiled=t.compile,
+        fp8=t.dtype == DTYPE_FP8,
     )
 
 
-def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
+def _attention_dtype(t: TrainingSpec) -> str:
+    """FP8 recipes (Transformer Engine, torchao Float8Linear) quantise the linear layers
+    only; the attention core stays in bf16 (TE fp8_dpa is off by default; torchao converts
+    nn.Linear modules only)."""
+    return DTYPE_BF16 if t.dtype == DTYPE_FP8 else t.dtype
+
+
+def _num_micro_batches(t: TrainingSpec, cfg: ParallelConfig) -> int:
+    return max(1, t.global_batch_size // max(1, cfg.dp * cfg.micro_batch_size))
+
+
+@dataclass(frozen=True)
+class _Gemms:
+    """Forward GEMMs of one block on one TP rank."""
+
+    total_s: float
+    ffn_elems: float  # FFN width the activation function touches per token
+    qkv_s: float  # the column-parallel input projections (their backward hides TP comm)
+    up_s: float  # the MLP's column-parallel up (+ gate) projection
+    act_in_elems: float  # activation-input elements of all GEMMs per token (fp8 casts)
+    grad_out_elems: float  # output-gradient elements of all GEMMs per token
+    weight_elems: float  # weight elements of all GEMMs (fp8 weight casts)
+
+
+def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> _Gemms:
     """Forward GEMMs of one block per TP shard (Megatron column/row-parallel splits,
-    Shoeybi et al. 2019 §3): QKV, output projection, and the dense MLP or the MoE expert
-    part (_moe_fwd_s). Returns (seconds, FFN width the elementwise activation function touches)."""
+    Shoeybi et al. 2019 §3): the attention projections of attention.sharded_projections
+    (MHA/GQA Q, K, V, O; MLA's down/up projections), and the dense MLP or the MoE experts
+    (balanced routing: each local expert gets tokens*top_k*ep/E tokens), shared experts and
+    router. FP8 runs them at the fp8 rate (the casts are priced in _fp8_casts_s)."""
     dt, tp, tokens = t.dtype, cfg.tp, geo.tokens
-    h, d = m.hidden_size, m.kv_channels
-    a, g = m.num_attention_heads, m.num_kv_heads
+    h = m.hidden_size
     n_up = 2 if m.mlp == "swiglu" else 1
-    gemm_s = compute.gemm_time_s(gpu, dt, tokens, (a * d + 2 * g * d) / tp, h)  # QKV
-    gemm_s += compute.gemm_time_s(gpu, dt, tokens, h, a * d / tp)  # output projection
+    qkv_s = out_s = 0.0
+    act_in = grad_out = weights = 0.0
+    for name, n, k in attention.sharded_projections(m, tp):
+        g = compute.gemm_time_s(gpu, dt, tokens, n, k)
+        if name == "out":
+            out_s += g
+        else:
+            qkv_s += g
+        act_in, grad_out, weights = act_in + k, grad_out + n, weights + n * k
     if not geo.moe_layer:
         f = m.ffn_hidden_size
-        gemm_s += compute.gemm_time_s(gpu, dt, tokens, n_up * f / tp, h)
-        gemm_s += compute.gemm_time_s(gpu, dt, tokens, h, f / tp)
-        return gemm_s, f
+        up_s = compute.gemm_time_s(gpu, dt, tokens, n_up * f / tp, h)
+        down_s = compute.gemm_time_s(gpu, dt, tokens, h, f / tp)
+        act_in += h + f / tp
+        grad_out += n_up * f / tp + h
+        weights += (n_up + 1) * f * h / tp
+        return _Gemms(qkv_s + out_s + up_s + down_s, f, qkv_s, up_s, act_in, grad_out, weights)
+    e = m.moe
     moe_s, f_elem = _moe_fwd_s(m, gpu, t, cfg, geo)
-    return gemm_s + moe_s, f_elem
+    f = e.ffn_hidden_size
+    n_local = max(1, e.num_experts // cfg.ep)
+    # elements the fp8 casts touch (_fp8_casts_s): each token's top_k expert inputs/outputs
+    act_in += e.top_k * (h + f / tp)
+    grad_out += e.top_k * (n_up * f / tp + h)
+    weights += n_local * (n_up + 1) * f * h / tp
+    if e.num_shared_experts:
+        fs = e.shared_ffn * e.num_shared_experts
+        act_in += h + fs / tp
+        grad_out += n_up * fs / tp + h
+        weights += (n_up + 1) * fs * h / tp
+    # the expert GEMMs hide no TP collective (their tokens arrive by all-to-all): up_s 0
+    return _Gemms(qkv_s + out_s + moe_s, f_elem, qkv_s, 0.0, act_in, grad_out, weights)
 
 
 def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
@@ -308,12 +416,52 @@ def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, ge
     return s, e.ffn_hidden_size * e.top_k * lay.imbalance + e.shared_ffn * e.num_shared_experts
 
 
+def _fp8_casts_s(gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry, g: _Gemms) -> tuple[float, float]:
+    """(forward, backward) seconds of the fp8 quantisation kernels around one block's GEMMs
+    (kernels.Fp8Casts: memory-bound passes per GEMM input, the output gradient and the
+    transposes for the weight gradient), and the cast of the fp8 weight copy: every
+    micro-batch for torchao's dynamic scaling, once per step for Transformer Engine
+    (amortised over the step's micro-batches). Zero unless training.dtype is fp8."""
+    if t.dtype != DTYPE_FP8:
+        return 0.0, 0.0
+    c = geo.kernels.fp8_for(geo.compiled)
+    w_share = 1.0 if c.weight_per_micro_batch else 1.0 / _num_micro_batches(t, cfg)
+    fwd = geo.tokens * g.act_in_elems * c.act_fwd + g.weight_elems * c.weight * w_share
+    bwd = geo.tokens * (g.grad_out_elems * c.grad_bwd + g.act_in_elems * c.act_bwd)
+    n = 7  # one pass per GEMM input (q/k/v fused, o, up, down ...)
+    return compute.memory_bound_time_s(gpu, fwd, kernels=n), compute.memory_bound_time_s(gpu, bwd, kernels=2 * n)
+
+
+def _attention_keys_per_call(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, int]:
+    """(keys per fused-attention kernel call, calls per forward) as the CP variant runs it:
+    the whole sequence without CP, after an all-gather of K/V (Llama 3 §3.3.2; Megatron
+    cp_comm_type all_gather) or after Ulysses' all-to-all (a2a: full sequence, heads/cp);
+    one local K/V chunk of s/cp per ring step (p2p, torch context_parallel ring), in the
+    2*cp - 1 half-chunk calls Megatron's load-balanced causal ring makes
+    (megatron/core/transformer/dot_product_attention / TE context_parallel.py
+    AttnFuncWithCPAndKVP2P). A window bounds the keys."""
+    w = attention.window(m, geo.index)
+    s = float(t.seq_length)
+    kind = _cp_kind(cfg)
+    if cfg.cp <= 1 or kind in ("all_gather", "a2a"):
+        keys, calls = s, 1
+    elif kind == "a2a+p2p":
+        inner = _cp_inner(cfg)
+        keys, calls = s * inner / cfg.cp, max(1, cfg.cp // inner)
+    else:
+        keys, calls = s / cfg.cp, cfg.cp
+    return (min(keys, float(w)) if w else keys), calls
+
+
 def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
     """Attention core (QK^T, softmax, PV), forward and backward seconds. Eager: materialised
     scores as batched GEMMs over b * heads plus the memory-bound scale-mask-softmax and
-    dropout (Korthikanti §4.1), backward 2x. Flash: FlashAttention-2 (Dao 2023), causal
-    tiles only, backward FLASH_BWD_FACTOR x forward."""
-    dt, b, d = t.dtype, cfg.micro_batch_size, m.kv_channels
+    dropout (Korthikanti §4.1), backward 2x. Flash: the causal pairs only
+    (flops.attention_core_flops_causal; windows and chunks), on the engine's fused kernel
+    (kernels.py) at the efficiency compute.attention_efficiency gives for the keys per
+    call and the head dim; backward FLASH_BWD_FACTOR x the forward FLOPs at the backward
+    kernel's efficiency. FP8 recipes keep attention in bf16 (_attention_dtype)."""
+    dt, b, d = _attention_dtype(t), cfg.micro_batch_size, m.kv_channels
     heads_local = m.num_attention_heads / cfg.tp
     if t.attention == "eager":
         core_s = compute.gemm_time_s(gpu, dt, geo.s_local, t.seq_length, d, batch=b * heads_local)
@@ -324,28 +472,42 @@ def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelCon
         # scale-mask-softmax (read+write) and dropout (read, write, mask)
         core_s += compute.memory_bound_time_s(gpu, scores * (2 * act_dt + (2 * act_dt + mask) * mask), kernels=2)
         return core_s, 2.0 * core_s
-    core_flops = flops.attention_core_flops(m, geo.tokens, t.seq_length) / cfg.tp * FLASH_CAUSAL_FRACTION
-    core_s = compute.flash_attention_time_s(gpu, dt, core_flops)
-    return core_s, FLASH_BWD_FACTOR * core_s
+    core_flops = flops.attention_core_flops_causal(m, geo.tokens, t.seq_length, geo.index) / cfg.tp
+    keys, calls = _attention_keys_per_call(m, t, cfg, geo)
+    hd = attention.qk_head_dim(m)
+    kern = geo.kernels.attention
+    fwd = compute.flash_attention_time_s(gpu, dt, core_flops, keys, hd, kern, calls=calls)
+    bwd = compute.flash_attention_time_s(gpu, dt, FLASH_BWD_FACTOR * core_flops, keys, hd, kern, backward=True, calls=calls)
+    if calls > 1:  # a ring merges each step's partial output into the running one (forward only)
+        out_elems = geo.tokens * m.num_attention_heads * attention.v_head_dim(m) / cfg.tp
+        fwd += compute.memory_bound_time_s(gpu, calls * out_elems * geo.kernels.ring_merge_bytes, kernels=calls)
+    return fwd, bwd
 
 
 def _elementwise_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, geo: _BlockGeometry, f_elem: float) -> float:
     """Memory-bound elementwise work of one block's forward, bytes through HBM: two norms,
     two residual adds (+ dropout masks), RoPE on q and k, the MLP activation function
-    (Korthikanti §4.1 lists the same tensors; each is read and written once)."""
+    (Korthikanti §4.1 lists the same tensors), each op's bytes per element as the engine
+    launches it (kernels.Elementwise: one fused kernel, or one kernel per torch op in eager
+    code; torch.compile fuses). With sequence parallelism the norms, residuals and dropout
+    run on s/tp of the tokens (Korthikanti §4.2.2); RoPE and the activation function are in
+    the tensor-parallel region, split by tp either way."""
     act_dt, tokens, rep, tp = geo.act_dt, geo.tokens, geo.rep, cfg.tp
+    k = geo.kernels.elementwise_for(geo.compiled)
     h, d = m.hidden_size, m.kv_channels
     a, g = m.num_attention_heads, m.num_kv_heads
     sbh_bytes = act_dt * tokens * h / rep
-    elem = 2 * 2 * sbh_bytes  # two norms, read + write
-    elem += 2 * 3 * sbh_bytes  # two residual adds (+ dropout), read 2 write 1
+    elem = 2 * k.norm * sbh_bytes  # two norms
+    elem += 2 * k.residual * sbh_bytes  # two residual adds (+ dropout)
     if m.dropout:
         elem += 2 * tokens * h / rep  # masks
     if m.position == "rope":
-        elem += 2 * act_dt * tokens * (a + g) * d / tp  # rotate q and k
-    act_reads = 3 if m.mlp == "swiglu" else 2  # swiglu reads gate+up, writes one
-    elem += act_reads * act_dt * tokens * f_elem / tp
-    return compute.memory_bound_time_s(gpu, elem, kernels=8)
+        elem += k.rope * act_dt * tokens * (a + g) * d / tp  # rotate q and k
+    if g < a:
+        elem += k.gqa_repeat * act_dt * tokens * 2 * a * d / tp  # repeat_kv copies (eager)
+    act_bytes = k.swiglu if m.mlp == "swiglu" else k.gelu
+    elem += act_bytes * act_dt * tokens * f_elem / tp
+    return compute.memory_bound_time_s(gpu, elem, kernels=k.kernels)
 
 
 @dataclass(frozen=True)
@@ -355,6 +517,8 @@ class _BlockCompute:
     core_fwd_s: float  # the attention core's share of the forward (CP hides its ring under it)
     core_bwd_s: float
     source: str  # analytic | profile
+    qkv_s: float = 0.0  # forward time of the column-parallel input projections (= their wgrad/dgrad GEMMs)
+    up_s: float = 0.0  # forward time of the MLP up projection
 
 
 def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry,
@@ -364,36 +528,125 @@ def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig
     SC'21 §5.1) plus the core's own backward. A profiled (kind, tp, micro-batch, seq/cp)
     entry replaces the forward and backward totals, or the profile's block rows scale them
     (_profiled), and the core keeps its analytic share of the forward."""
-    gemm_s, f_elem = _gemms_fwd_s(m, gpu, t, cfg, geo)
+    g = _gemms_fwd_s(m, gpu, t, cfg, geo)
+    gemm_s = g.total_s
     core_s, core_bwd_s = _attention_core_s(m, gpu, t, cfg, geo)
-    elem_s = _elementwise_fwd_s(m, gpu, cfg, geo, f_elem)
-    fwd, bwd = gemm_s + core_s + elem_s, 2.0 * (gemm_s + elem_s) + core_bwd_s
+    elem_s = _elementwise_fwd_s(m, gpu, cfg, geo, g.ffn_elems)
+    cast_fwd, cast_bwd = _fp8_casts_s(gpu, t, cfg, geo, g)
+    fwd = gemm_s + core_s + elem_s + cast_fwd
+    bwd = 2.0 * (gemm_s + elem_s) + core_bwd_s + cast_bwd
     kind = "moe_block" if geo.moe_layer else "block"
     fwd_p, bwd_p, source = _profiled(profile, kind, cfg, t, fwd, bwd)
-    if source != "analytic":  # the core keeps its analytic share of the profiled forward
-        core_s = core_s * fwd_p / max(1e-12, fwd)
-    return _BlockCompute(fwd_p, bwd_p, core_s, core_bwd_s, source)
+    scale = fwd_p / max(1e-12, fwd) if source != "analytic" else 1.0
+    return _BlockCompute(fwd_p, bwd_p, core_s * scale, core_bwd_s, source, g.qkv_s * scale, g.up_s * scale)
 
 
 def _block_tp_fwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
     """Forward TP communication of a block: 2 f/g operators on the b*s*h activation
-    (Shoeybi et al. 2019 fig. 3: one after attention, one after the MLP); the backward
-    has the same 2, so a block costs 2x this."""
+    (Shoeybi et al. 2019 fig. 3: one after attention, one after the MLP), not overlapped
+    (--tp-comm-overlap is not emitted). FP8 with SP gathers the column-parallel input
+    already cast to fp8, 1 byte per element (Transformer Engine linear.py /
+    layernorm_linear.py forward: cast, then gather_along_first_dim; torchtitan's
+    Float8ColwiseParallel / PrepareFloat8ModuleInput, parallelize_llama.py @9dec370)."""
     ar_bytes = geo.act_dt * geo.tokens * m.hidden_size
-    return 2 * _tp_sync_s(ar_bytes, cfg.tp, comm.group_link(cluster, cfg.tp, 1), fits, cfg.sequence_parallel)
+    link = comm.group_link(cluster, cfg.tp, 1)
+    if cfg.sequence_parallel and cfg.tp > 1:
+        ag_bytes = ar_bytes * (DTYPE_BYTES[DTYPE_FP8] / geo.act_dt if geo.fp8 else 1.0)
+        return 2 * (comm.all_gather_s(ag_bytes, cfg.tp, link, fits) + comm.reduce_scatter_s(ar_bytes, cfg.tp, link, fits))
+    return 2 * _tp_sync_s(ar_bytes, cfg.tp, link, fits, cfg.sequence_parallel)
+
+
+def _block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: _BlockCompute, fits) -> float:
+    """Exposed backward TP communication of a block. Per sublayer (attention, MLP) the
+    backward of the f operator before the column-parallel input projection: an all-reduce
+    of the input gradient, or with SP a reduce-scatter, plus under SP the backward of g (an
+    all-gather of the output gradient) and, where the engine does not keep the gathered
+    input, its re-gather for the weight gradient (Korthikanti §4.2.2). Megatron runs the
+    all-reduce / reduce-scatter under the projection's weight-gradient GEMM and the
+    re-gather under its input-gradient GEMM (kernels.py: LinearWithGradAccumulationAnd-
+    AsyncCommunication.backward); each GEMM lasts as long as the forward one. Engines
+    without that overlap expose all of it."""
+    tp = cfg.tp
+    if tp <= 1:
+        return 0.0
+    link = comm.group_link(cluster, tp, 1)
+    nbytes = geo.act_dt * geo.tokens * m.hidden_size
+    k = geo.kernels
+    gamma = cluster.gpu.overlap_interference
+    if cfg.sequence_parallel:
+        f_bwd = comm.reduce_scatter_s(nbytes, tp, link, fits)
+        g_bwd = comm.all_gather_s(nbytes, tp, link, fits)
+        regather = comm.all_gather_s(nbytes, tp, link, fits) if k.sp_regather else 0.0
+    else:
+        f_bwd, g_bwd, regather = comm.all_reduce_s(nbytes, tp, link, fits), 0.0, 0.0
+    total = 0.0
+    for gemm_s in (c.qkv_s, c.up_s):
+        if k.tp_bwd_overlap:
+            total += g_bwd + overlapped_s(f_bwd, gemm_s, gamma) + overlapped_s(regather, gemm_s, gamma)
+        else:
+            total += g_bwd + f_bwd + regather
+    return total
+
+
+def _cp_kind(cfg: ParallelConfig) -> str:
+    """The CP communication the engine runs: the configured cp_comm, else the engine's
+    default (Megatron --cp-comm-type p2p; torchtitan's ring, priced as p2p)."""
+    return cfg.cp_comm or "p2p"
+
+
+def _cp_inner(cfg: ParallelConfig) -> int:
+    """a2a+p2p (Megatron hierarchical CP): the all-to-all part inside the NVLink-sized
+    sub-group; taken as the largest divisor of cp up to 8 // tp (at least 1)."""
+    inner = 1
+    for d in range(1, cfg.cp + 1):
+        if cfg.cp % d == 0 and d * cfg.tp <= 8:
+            inner = d
+    return inner
 
 
 def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: _BlockCompute, fits) -> float:
-    """Ring attention (Liu et al. 2023; Megatron-Core context parallel): cp-1 exchanges of
-    the local K/V chunk forward, K/V + dK/dV backward, overlapped with the attention core."""
+    """Exposed context-parallel communication of a block, forward + backward, per variant
+    (Megatron-Core --cp-comm-type, megatron/core/extensions/transformer_engine.py ->
+    TE attention/context_parallel.py):
+    - p2p (ring attention, Liu et al. 2023; torch context_parallel's ring): cp-1 sends of the
+      local K/V chunk forward, K/V + dK/dV backward, each step under that step's attention;
+    - all_gather (Llama 3 §3.3.2): all-gather of K/V forward, again in backward plus a
+      reduce-scatter of dK/dV; TE pipelines it in two halves, so half the core hides it;
+    - a2a (DeepSpeed-Ulysses, Jacobs et al. 2023): all-to-all of q, k, v in and of the
+      output back, the same four in backward, not overlapped;
+    - a2a+p2p: the all-to-all inside the inner group, the ring across the rest.
+    K/V bytes: attention.kv_elems_per_token (MLA passes the up-projected K and V)."""
     cp, tp = cfg.cp, cfg.tp
     if cp <= 1:
         return 0.0
-    cp_link = comm.group_link(cluster, cp, tp)
-    kv_bytes = 2 * geo.act_dt * geo.tokens * m.num_kv_heads * m.kv_channels / tp
-    ring_fwd = (cp - 1) * comm.send_recv_s(kv_bytes, cp_link, fits)
     gamma = cluster.gpu.overlap_interference
-    return overlapped_s(ring_fwd, c.core_fwd_s, gamma) + overlapped_s(2 * ring_fwd, c.core_bwd_s, gamma)
+    kv_bytes = geo.act_dt * geo.tokens * attention.kv_elems_per_token(m) / tp
+    q_o_bytes = geo.act_dt * geo.tokens * m.num_attention_heads * (attention.qk_head_dim(m) + attention.v_head_dim(m)) / tp
+    kind = _cp_kind(cfg)
+
+    def ring(size: int, stride: int, chunk_bytes: float) -> float:
+        link = comm.group_link(cluster, size, stride)
+        step = comm.send_recv_s(chunk_bytes, link, fits)
+        fwd = (size - 1) * step
+        return overlapped_s(fwd, c.core_fwd_s, gamma) + overlapped_s(2 * fwd, c.core_bwd_s, gamma)
+
+    def a2a(size: int, stride: int) -> float:
+        link = comm.group_link(cluster, size, stride)
+        return 2 * comm.all_to_all_s(kv_bytes + q_o_bytes, size, link, fits)
+
+    if kind == "all_gather":
+        link = comm.group_link(cluster, cp, tp)
+        ag = comm.all_gather_s(kv_bytes * cp, cp, link, fits)
+        rs = comm.reduce_scatter_s(kv_bytes * cp, cp, link, fits)
+        return overlapped_s(ag, c.core_fwd_s / 2, gamma) + overlapped_s(ag + rs, c.core_bwd_s / 2, gamma)
+    if kind == "a2a":
+        return a2a(cp, tp)
+    if kind == "a2a+p2p":
+        inner = _cp_inner(cfg)
+        outer = cp // inner
+        cost = a2a(inner, tp) if inner > 1 else 0.0
+        return cost + (ring(outer, tp * inner, kv_bytes * inner) if outer > 1 else 0.0)
+    return ring(cp, tp, kv_bytes)
 
 
 def _block_ep_s(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
@@ -468,6 +721,7 @@ def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, e
     zero3 = _zero3_s(cluster, t, cfg, dense, dp_size, tp, c.fwd_s, c.bwd_s, fits)
     zero3 += _zero3_s(cluster, t, cfg, expert, edp_size, estride, 0.0, 0.0, fits) if expert else 0.0
     opt = _optimizer_s(cluster, t, cfg, dense, dp_size) + _optimizer_s(cluster, t, cfg, expert, edp_size)
+    opt += _dp_exposed_s(cluster, t, cfg, [(dense, dp_size, tp), (expert, edp_size, estride)], fits)
     return _BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt)
 
 
@@ -489,18 +743,20 @@ def _block_cost(
     c = _block_compute(m, cluster.gpu, t, cfg, geo, profile)
     sources["moe_block" if geo.moe_layer else "block"] = c.source
     tp_fwd = _block_tp_fwd_s(m, cluster, cfg, geo, fits)
+    tp_bwd = _block_tp_bwd_s(m, cluster, cfg, geo, c, fits)
     ep_comm = _block_ep_s(m, cluster, t, cfg, geo, fits)
     dense, expert = _block_params(m, cfg, geo.moe_layer)
     st = _block_states(cluster, t, cfg, dense, expert, c, fits)
     b = cfg.micro_batch_size
     act = memory.block_activation_bytes(m, t, b, cfg.tp, cfg.cp, cfg.sequence_parallel, geo.moe_layer, cfg.engine)
     working_set = memory.block_working_set_bytes(m, t, cfg, geo.moe_layer, dense + expert)
-    model_f = 3.0 * flops.block_flops(m, b * t.seq_length, t.seq_length, geo.moe_layer).total / (cfg.tp * cfg.cp)
+    model_f = 3.0 * flops.block_flops(m, b * t.seq_length, t.seq_length, geo.moe_layer, index=index,
+                                      causal=True).total / (cfg.tp * cfg.cp)
     return LayerCost(
         name=f"block{index}",
         compute_s=c.fwd_s + c.bwd_s,
         fwd_s=c.fwd_s,
-        tp_comm_s=2 * tp_fwd,
+        tp_comm_s=tp_fwd + tp_bwd,
         cp_comm_s=_block_cp_s(m, cluster, cfg, geo, c, fits),
         ep_comm_s=ep_comm,
         zero3_comm_s=st.zero3_comm_s,
@@ -530,13 +786,14 @@ def _profiled(profile, kind: str, cfg: ParallelConfig, t: TrainingSpec, fwd: flo
 
 def _replicated_layer(
     name: str, cluster, t, cfg, params: float, fwd: float, bwd: float, tp_comm: float,
-    act: memory.ActivationBytes, flops_model: float, fits, recompute_full_s: float = 0.0,
+    act: memory.ActivationBytes, flops_model: float, fits, recompute_full_s: float = 0.0, tail_s: float = 0.0,
     transient_bytes: float = 0.0,
 ) -> LayerCost:
     """A layer whose `params` (per TP rank) are replicated over the dense data-parallel group:
     its model states, ZeRO-3 gathers, gradient sync and optimizer step."""
     dp, tp = _dense_dp_size(cfg), cfg.tp
     w, g, o = _state(t, cfg, params, dp)
+    sync = _dp_sync_s(cluster, t, cfg, params, dp, tp, fits)
     return LayerCost(
         name=name,
         compute_s=fwd + bwd,
@@ -551,11 +808,18 @@ def _replicated_layer(
         weights_bytes=w,
         grads_bytes=g,
         optimizer_bytes=o,
-        dp_sync_s=_dp_sync_s(cluster, t, cfg, params, dp, tp, fits),
-        optimizer_s=_optimizer_s(cluster, t, cfg, params, dp),
+        dp_sync_s=sync,
+        optimizer_s=_optimizer_s(cluster, t, cfg, params, dp) + _dp_exposed_s(cluster, t, cfg, [(params, dp, tp)], fits)
+        + tail_s,
         flops_model=flops_model,
         transient_bytes=transient_bytes,
     )
+
+
+@lru_cache(maxsize=64)
+def _total_params(m: TransformerSpec) -> float:
+    """flops.total_params, once per model (a search builds thousands of tables)."""
+    return flops.total_params(m)
 
 
 def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> LayerCost:
@@ -572,17 +836,20 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     tp_comm = 2 * _tp_sync_s(act_dt * tokens * m.hidden_size, tp, comm.group_link(cluster, tp, 1), fits,
                              cfg.sequence_parallel)
     act = memory.embedding_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
+    params_rank = _total_params(m) / tp  # at least one bucket's worth on the first stage
     return _replicated_layer(
         "embedding", cluster, t, cfg, flops.embedding_params(m) / tp, fwd, bwd, tp_comm,
-        memory.ActivationBytes(act, act, act), 0.0, fits,
+        memory.ActivationBytes(act, act, act), 0.0, fits, tail_s=_dp_last_bucket_s(cluster, t, cfg, params_rank, fits),
     )
 
 
 def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> LayerCost:
     """Final norm, vocab-parallel logits GEMM and fp32 cross-entropy (Megatron
-    vocab_parallel_cross_entropy: 3 small all-reduces of per-token scalars)."""
+    vocab_parallel_cross_entropy: 3 small all-reduces of per-token scalars). FP8 recipes
+    leave the output layer in bf16 (Megatron-Core builds it outside the TE fp8 region;
+    torchtitan's Float8 converter filters `output` out)."""
     gpu, tp, b = cluster.gpu, cfg.tp, cfg.micro_batch_size
-    dt = t.dtype
+    dt = _attention_dtype(t)
     act_dt = memory.activation_dtype_bytes(t)
     tokens = b * t.seq_length / cfg.cp
     v_local = m.vocab_size / tp
@@ -655,6 +922,9 @@ def _p2p_s(m_hidden: float, cluster, t, cfg, profile) -> float:
     nbytes = act_dt * cfg.micro_batch_size * t.seq_length / cfg.cp * m_hidden / cfg.tp
     stride = cfg.tp * cfg.cp * cfg.dp
     link = comm.group_link(cluster, 2, stride)
+    # Megatron's interleaved schedule overlaps these sends with compute (overlap_p2p_comm);
+    # the layer table is shared by every (pp, vpp) of a search, so that overlap belongs to
+    # the pipeline composition (stages.py), which does not price it yet: charged in full.
     return comm.send_recv_s(nbytes, link, profile.comm if profile else None)
 
 
@@ -782,13 +1052,14 @@ def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
             p2p_s=_p2p_s(hidden_bytes / (act_dt * training.seq_length), cluster, training, cfg, profile),
             sources=sources,
         )
-    cache: dict[bool, LayerCost] = {}
+    cache: dict[tuple, LayerCost] = {}
     blocks = []
     for i in range(model.num_layers):
-        moe = model.moe is not None and model.moe.is_moe_layer(i)
-        if moe not in cache:
-            cache[moe] = _block_cost(model, cluster, training, cfg, i, profile, sources)
-        blocks.append(cache[moe])
+        # blocks differ by MoE-ness and by their attention window (sliding / chunked layers)
+        key = (model.moe is not None and model.moe.is_moe_layer(i), attention.window(model, i))
+        if key not in cache:
+            cache[key] = _block_cost(model, cluster, training, cfg, i, profile, sources)
+        blocks.append(cache[key])
     # collectives: measured alpha-beta fits (profiler.comm) or the catalog's link numbers
     sources["comm"] = "profile" if profile is not None and profile.comm else "analytic"
     output = _output_cost(model, cluster, training, cfg, profile, sources)

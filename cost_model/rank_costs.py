@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from . import memory
-from .layers import LayerCost, LayerTable, overlap_hidden_s, overlap_window_s
+from .layers import LayerCost, LayerTable, dp_window_factor, overlap_hidden_s, overlap_window_s
 from .results import GIB
 from .stages import RankCost, StageSlice, rank_cost, stage_sends, transient_bytes
 from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
@@ -143,7 +143,7 @@ def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
         time_s=block_time_s(b, p.recompute),
         recompute_full_s=b.recompute_full_s,
         dp_sync_s=b.dp_sync_s,
-        dp_window_s=overlap_window_s(b.compute_s - b.fwd_s, p.interference),
+        dp_window_s=overlap_window_s((b.compute_s - b.fwd_s) * dp_window_factor(p.pp, p.vpp), p.interference),
         dp_hidden_s=overlap_hidden_s(b.dp_sync_s, p.interference),
         optimizer_s=b.optimizer_s,
         state_bytes=b.state_bytes,
@@ -184,7 +184,7 @@ def rank_extras(p: StageProblem, rank: int) -> RankExtras:
     for x in layers:
         time += x.time_s
         dp += x.dp_sync_s
-        window += overlap_window_s(x.compute_s - x.fwd_s, g)
+        window += overlap_window_s((x.compute_s - x.fwd_s) * dp_window_factor(p.pp, p.vpp), g)
         hidden += overlap_hidden_s(x.dp_sync_s, g)
         opt += x.optimizer_s
         allocated += x.state_bytes + inflight * x.act.none

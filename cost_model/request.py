@@ -270,6 +270,7 @@ class Training(_Strict):
     master_weights_dtype: Dtype = Field(DTYPE_FP32, description="optimizer's master copy of the weights", examples=[DTYPE_FP32])
     grad_dtype: Dtype = Field(DTYPE_FP32, description="gradient accumulation / reduction dtype", examples=[DTYPE_FP32])
     attention: Attention = Field(ATTENTION_FLASH, description="flash: O(s) attention memory; eager: s^2 scores stored", examples=[ATTENTION_FLASH])
+    compile: bool = Field(False, description="torch.compile the model (torchtitan compile.enable): fused memory-bound kernels", examples=[False])
 
 
 # ------------------------------------------------------------------ search

@@ -196,7 +196,12 @@ class GPUSpec:
     gemm_max_efficiency: float = 0.70
     gemm_half_dim: float = 64.0  # GEMM dim at which efficiency is half its max
     memory_bound_efficiency: float = 0.8  # achieved fraction of HBM bandwidth
-    attention_efficiency: float = 0.55  # fused (flash) attention: achieved fraction of peak
+    attention_efficiency: float = 0.55  # fused (cuDNN / FlashAttention-3 class) attention: peak fraction at long seq
+    sdpa_attention_efficiency: float = 0.55  # PyTorch SDPA's flash backend (FlashAttention-2 kernels)
+    attention_half_seq: float = 512.0  # keys per kernel call at which attention runs at half its max
+    attention_half_head_dim: float = 32.0  # head dim at which attention runs at half its max
+    attention_bwd_ratio: float = 0.8  # backward kernel's efficiency relative to the forward's
+    fp8_gemm_ratio: float = 1.0  # fp8 GEMMs' achieved fraction of the fp8 peak relative to bf16's of the bf16 peak
     kernel_overhead_s: float = 4e-6  # launch/tail cost per kernel
     intra_node_latency_s: float = 5e-6
     inter_node_latency_s: float = 1e-5
@@ -219,8 +224,8 @@ class ClusterSpec:
     inter_node_gb_s: float
     intra_node_latency_s: float
     inter_node_latency_s: float
-    # GPUs on one NVLink fabric (NVL72: 72); None = one node's GPUs. Carried for the
-    # engine-faithful communication model; no cost reads it yet.
+    # GPUs on one NVLink fabric (NVL72: 72); None = one node's GPUs. Groups inside it use
+    # the NVLink bandwidth (comm.group_link).
     nvlink_domain: int | None = None
 
     def __post_init__(self):
@@ -248,6 +253,7 @@ class TrainingSpec:
     master_weights_dtype: Dtype = DTYPE_FP32
     grad_dtype: Dtype = DTYPE_FP32  # gradient accumulation/reduction dtype
     attention: Attention = ATTENTION_FLASH  # flash: O(s) attention memory; eager: s^2 scores stored
+    compile: bool = False  # torch.compile (engines that have it fuse memory-bound kernels)
 
     @property
     def tokens_per_step(self) -> int:
@@ -268,8 +274,9 @@ class ParallelConfig:
     Megatron's block method); None means every block.
     stage_layers: blocks per pipeline stage (pp * vpp entries, in model order); None is
     the balanced split.
-    etp, cp_comm: expert tensor-parallel degree and context-parallel communication kind,
-    carried for the engine-faithful models (no cost term reads them yet).
+    etp: expert tensor-parallel degree (carried for the MoE model). cp_comm: the
+    context-parallel communication kind (layers._block_cp_s prices each; None = the
+    engine's default ring).
     """
 
     dp: int = 1

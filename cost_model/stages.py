@@ -7,7 +7,7 @@ where t_r is pipeline rank r's forward+backward time for one micro-batch over al
 (virtual) stages, m the micro-batches per step and v the virtual stages per rank. Uniform
 stages give m*t + (p-1)*t/v: the bubble fraction (p-1)/m of GPipe and 1F1B, and (1/v)(p-1)/m
 of the interleaved schedule. With uneven stages the slowest rank sets the steady state.
-  step = T_pipe + max_r (max(0, dp_sync_r - bwd_r) + optimizer_r)
+  step = T_pipe + max_r (max(0, dp_sync_r - w * bwd_r) + optimizer_r)   (w: layers.dp_window_factor)
 Gradient sync of the data-parallel group overlaps the backward of the last micro-batch
 (bucketed all-reduce / reduce-scatter as in PyTorch DDP, Li et al. VLDB'20, and Megatron's
 overlap-grad-reduce); whatever outlasts that backward is exposed. The optimizer step follows.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import memory
-from .layers import LayerTable, overlapped_s
+from .layers import LayerTable, dp_window_factor, overlapped_s
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class RankCost:
     ep_comm_s: float
     zero3_comm_s: float
     pp_comm_s: float
-    bwd_s: float  # backward compute of one micro-batch: the DP-overlap window
+    bwd_s: float  # the DP-overlap window: backward compute of one micro-batch x layers.dp_window_factor
     dp_sync_s: float
     optimizer_s: float
     weights_bytes: float
@@ -185,7 +185,7 @@ def rank_cost(
         ep_comm_s=ep,
         zero3_comm_s=z3,
         pp_comm_s=ppc,
-        bwd_s=bwd,
+        bwd_s=bwd * dp_window_factor(pp, vpp),  # the DP-overlap window (layers.dp_window_factor)
         dp_sync_s=dp,
         optimizer_s=opt,
         weights_bytes=w,

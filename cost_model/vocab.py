@@ -32,7 +32,7 @@ ZeroStage = Literal[0, 1, 2, 3]
 
 # --------------------------------------------------------------------------- launch
 Engine = Literal["megatron", "torchtitan", "deepspeed", "runtime"]
-# context-parallel communication (Megatron-Core `--cp-comm-type`); carried, not priced yet
+# context-parallel communication (Megatron-Core `--cp-comm-type`), priced by layers._block_cp_s
 CpComm = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
 Target = Literal["megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "trainjob", "ranks", "runtime"]
 

@@ -7,12 +7,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cost_model import kernels
 from cost_model import request as rq
 from cost_model.engines import engine_supports
 from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
 from cost_model.validate import divisors, expert_fold_error
-from cost_model.vocab import DTYPE_FP8, ENGINE_MEGATRON, ENGINE_RUNTIME, Target, values
+from cost_model.vocab import (
+    DTYPE_FP8,
+    ENGINE_DEEPSPEED,
+    ENGINE_MEGATRON,
+    ENGINE_RUNTIME,
+    Target,
+    values,
+)
 
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
 MAX_VPP = 8
@@ -181,7 +189,10 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
       With one data-parallel rank all stages are the same.
     - sequence parallelism: the same TP volume (all-gather + reduce-scatter against
       all-reduce; again not with `fitted_collectives`), less elementwise work and
-      activation memory.
+      activation memory — only where the engine exposes the backward TP collectives alike
+      (cost_model.kernels: Megatron hides the non-SP all-reduce under the weight-gradient
+      GEMM but not SP's gradient all-gather, so SP is not dominant there).
+    - DeepSpeed ZeRO-1/2 all-gathers after the optimizer step, unhidden: not dominant over 0.
     - full recompute with a per-stage count includes the count 0 = no recompute; selective
       recompute under flash attention saves and costs nothing (memory.py).
     """
@@ -189,11 +200,12 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
     if dp * cp == 1:
         z = z[:1]
     else:
-        if 1 in z and not fitted_collectives:
+        if (1 in z or 2 in z) and not fitted_collectives and engine != ENGINE_DEEPSPEED:
             z = [x for x in z if x != 0]
         if 2 in z and 1 in z and engine == ENGINE_RUNTIME:
             z = [x for x in z if x != 1]
-    s = [True] if (True in sps and tp > 1 and not fitted_collectives) else sps
+    sp_dominates = not kernels.for_engine(engine).tp_bwd_overlap
+    s = [True] if (True in sps and tp > 1 and not fitted_collectives and sp_dominates) else sps
     r = list(recomputes)
     if "full" in r:
         r = [x for x in r if x != "none"]

@@ -36,7 +36,17 @@ from cost_model.estimate import estimate
 from cost_model.flops import narayanan_eq3_flops
 from cost_model.specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
 
-DEFAULT_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "published_runs.csv"
+
+def _default_csv() -> Path:
+    """../shared/validation/published_runs.csv beside the repository; from a worktree one
+    level deeper, the nearest ancestor that has it."""
+    name = Path("shared") / "validation" / "published_runs.csv"
+    repo = Path(__file__).resolve().parents[1]
+    return next((b / name for b in repo.parents if (b / name).is_file()), repo.parent / name)
+
+
+DEFAULT_CSV = _default_csv()
+ENGINE = "megatron"  # every row ran Megatron-LM (NAR21; its ZeRO-3 rows ran DeepSpeed with Megatron's fused kernels)
 SOURCE_YEAR = {"NAR21": 2021}
 
 
@@ -184,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['published_s']:11.2f} {r['predicted_s']:11.2f} {r['error_pct']:7.1f} {str(r['fits']):>5s} {r['peak_gib']:7.1f}"
             )
         print(f"\nrows: {len(ok)}  MAPE: {mape:.1f}%  worst: {worst:.1f}%  all fit: {all(r['fits'] for r in ok)}")
+        print(f"per engine: {ENGINE} n={len(ok)} MAPE {mape:.1f}% worst {worst:.1f}%")
     return 0
 
 

@@ -101,26 +101,36 @@ def model_block(row: dict) -> dict:
     return {"transformer": t}
 
 
-# The H100 SXM catalog entry's usable capacity per GB of HBM (79.1 GiB of its 80 GB):
-# the same share of a 96 GB HBM2e part. The torchtitan rows ran on that part at 500 W
-# (the csv's gpu_published column), which is not a catalog entry.
-_H100_USABLE_PER_GB = 79.1 / 80.0
-H100_96GB_HBM2E = {"base": "h100-sxm", "name": "h100-sxm-96gb-hbm2e",
-                   "memory_gib": 96.0 * _H100_USABLE_PER_GB, "hbm_gb_s": 2400.0}
+# H100 SXM 96 GB HBM2e at a 500 W power limit (Meta Grand Teton, the torchtitan rows). Memory:
+# six 16 GiB HBM2e stacks, of which the driver exposes ~94.5 GiB; HBM 2.4 TB/s (the row's
+# `gpu_published`). Clock: no datasheet gives the sustained tensor rate at 500 W; the H100
+# NVL (400 W) datasheet's 835 of the SXM's 989 dense bf16 TFLOP/s bounds it from below.
+# H100_500W_CLOCK is fitted on the dense torchtitan rows of this file (a clock factor, not
+# a per-row constant; it scales every dtype's peak alike).
+H100_500W_CLOCK = 0.82
+_H100_SXM_PEAK = {"tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}
 
 
-def gpu_of(row: dict) -> str | dict:
-    """`cluster.gpu` for the part the row ran on: the catalog name of the `gpu` column, or a
-    GPU object where `gpu_published` names a variant the catalog lacks (capacity and HBM
-    bandwidth from its datasheet; the rest from the catalog base)."""
+def device_for_row(row: dict) -> str | dict:
+    """`cluster.gpu` for the part the row ran on: the catalog name, or an object with the
+    real device's numbers where the part is a variant of a catalog entry."""
     published = row.get("gpu_published", "").lower()
-    if row["gpu"].strip() == "h100-sxm" and "96gb" in published.replace(" ", ""):
-        return dict(H100_96GB_HBM2E)
+    if "96gb" in published.replace(" ", "") and "500 w" in published:
+        return {"base": "h100-sxm", "name": "h100-sxm-96gb-500w", "memory_gib": 94.5, "hbm_gb_s": 2400.0,
+                "peak_tflops": {k: v * H100_500W_CLOCK for k, v in _H100_SXM_PEAK.items()}}
+    if "gb200" in published:
+        return "gb200"
     return row["gpu"].strip()
 
 
 def cluster_block(row: dict) -> dict:
-    c: dict = {"gpu": gpu_of(row), "num_gpus": _int(row["num_gpus"])}
+    gpu = device_for_row(row)
+    c: dict = {"gpu": gpu, "num_gpus": _int(row["num_gpus"])}
+    if gpu == "gb200":
+        # one NVL72 rack: 4 GPUs per tray, the NVLink fabric spans up to 72
+        c["gpus_per_node"] = min(4, _int(row["num_gpus"]))
+        c["nvlink_domain"] = min(72, _int(row["num_gpus"]))
+        return c
     if _int(row.get("gpus_per_node")):
         c["gpus_per_node"] = _int(row["gpus_per_node"])
     for k in ("intra_node_gb_s", "inter_node_gb_s"):
@@ -129,11 +139,19 @@ def cluster_block(row: dict) -> dict:
     return c
 
 
+def compiled(row: dict) -> bool:
+    """torch.compile: where the row's configuration names it (table row or precision), or
+    its notes say the row adds it."""
+    text = (row.get("table_ref", "") + " " + row.get("precision", "")).lower()
+    return "compile" in text or "plus torch.compile" in row.get("notes", "")
+
+
 def training_block(row: dict) -> dict:
     return {
         "global_batch_size": _int(row["global_batch_seqs"]),
         "seq_length": _int(row["seq_len"]),
         "dtype": row["dtype"].strip() or "bf16",
+        "compile": compiled(row),
     }
 
 
@@ -216,6 +234,7 @@ def run(csv_path: Path) -> dict:
         published_s = _float(row["published_step_s"])
         published_gib = _float(row.get("peak_mem_gib"))
         r: dict = {"id": row["id"], "engine": engine_of(row), "mode": row["mode"].strip(),
+                   "moe": bool(_int(row.get("moe_experts"))),
                    "published_s": published_s, "published_gib": published_gib}
         try:
             r.update(predict(row))
@@ -232,6 +251,10 @@ def run(csv_path: Path) -> dict:
             "memory": _summary([r for r in results if r["engine"] == e], "mem_err_pct")}
         for e in engines
     }
+    # dense vs MoE rows: the step-time constants are fitted on the dense rows only
+    for name, moe in (("dense", False), ("moe", True)):
+        part = [r for r in results if r["moe"] == moe]
+        summary[name] = {"time": _summary(part, "time_err_pct"), "memory": _summary(part, "mem_err_pct")}
     summary["all"] = {"time": _summary(results, "time_err_pct"), "memory": _summary(results, "mem_err_pct")}
     return {"rows": results, "summary": summary}
 

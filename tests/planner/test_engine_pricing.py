@@ -104,4 +104,6 @@ def test_megatron_full_recompute_is_one_count_for_every_stage():
     n = max(rc["megatron"])
     assert n > 0 and rc["megatron"] == [min(n, k) for k in sizes]
     assert len(set(rc["runtime"])) > 1  # the memory really asks for different counts per stage
-    assert plans["megatron"]["prediction"]["step_time_s"] >= plans["runtime"]["prediction"]["step_time_s"] - 1e-12
+    # one count for every stage recomputes at least as many blocks as per-stage counts (the
+    # engines' step times differ for other reasons too: their kernels are priced apart)
+    assert sum(rc["megatron"]) >= sum(rc["runtime"])

@@ -8,6 +8,7 @@ import pytest
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from planner.service import estimate
 from planner.space import parse_search
+from validation import published_modern
 from validation.published_modern import DEFAULT_CSV, engine_of, request
 
 pytestmark = pytest.mark.skipif(not DEFAULT_CSV.is_file(), reason="../shared/validation not present")
@@ -60,8 +61,10 @@ def test_published_peaks_are_bounded_from_above():
 
 def test_the_96gb_h100_is_a_gpu_object():
     """The torchtitan rows ran on an H100 with 96 GB HBM2e at 2.4 TB/s: the request carries
-    it as a GPU object over the h100-sxm entry, with the same usable share of its HBM."""
+    it as a GPU object over the h100-sxm entry: the ~94.5 GiB the driver exposes of six 16 GiB
+    stacks, and the 500 W clock factor on every dtype's peak."""
     row = next(r for r in _rows() if "96GB" in r["gpu_published"].replace(" ", ""))
     gpu = parse_cluster(request(row)["cluster"]).gpu
     assert gpu.hbm_gb_s == 2400.0
-    assert gpu.memory_gib == pytest.approx(96 * 79.1 / 80)
+    assert gpu.memory_gib == pytest.approx(94.5)
+    assert gpu.peak_tflops["bf16"] == pytest.approx(989.4 * published_modern.H100_500W_CLOCK)

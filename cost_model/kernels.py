@@ -1,0 +1,146 @@
+"""How each engine launches the kernels the time model prices: which fused-attention
+kernel runs, whether memory-bound ops are fused, how FP8 GEMM inputs are cast, and which
+tensor-parallel collectives of the backward run alongside a GEMM. One table per engine,
+read from the engine's code (file and commit in `source`); the time functions of
+layers.py read only this table, never the engine name.
+
+- Megatron-Core runs Transformer Engine layers (TENorm, TELayerNormColumnParallelLinear,
+  TEDotProductAttention: megatron/core/models/gpt/gpt_layer_specs.py @d98e8a6): norms fused
+  into the next GEMM's input, bias-gelu / swiglu and RoPE as fused kernels
+  (megatron/core/fusions/), cuDNN fused attention (FA3-class on Hopper/Blackwell). FP8 via
+  TE: the cast to fp8 is fused into the norm or the previous kernel where one exists
+  (LayerNormLinear emits fp8 directly), and the fp8 weight copy is cast once per step
+  (is_first_microbatch caches it across micro-batches, megatron/core/extensions/
+  transformer_engine.py). Backward TP: LinearWithGradAccumulationAndAsyncCommunication
+  (megatron/core/tensor_parallel/layers.py @d98e8a6, backward): the all-reduce (no SP) or
+  reduce-scatter (SP) of the column-parallel layer's input gradient is launched async and
+  runs under its weight-gradient GEMM; with SP the re-gather of the layer input for the
+  weight gradient runs under the input-gradient GEMM (handle.wait() before the wgrad GEMM).
+  TE's linear modules do the same (transformer_engine/pytorch/module/linear.py backward).
+- torchtitan (eager unless compile.enable): one kernel per torch op — the python RMSNorm
+  `(x.float() * rsqrt(x.pow(2).mean(-1) + eps)).type_as(x) * weight`, RoPE through
+  view_as_complex products, `F.silu(w1(x)) * w3(x)`, repeat_kv copies for GQA
+  (torchtitan/models/llama/model.py @9dec370); attention through
+  F.scaled_dot_product_attention, whose flash backend is FlashAttention-2
+  (pytorch aten/src/ATen/native/transformers/cuda/flash_attn). torch.compile fuses the
+  memory-bound chains into Triton kernels (one read and one write per fused region).
+  FP8 by torchao Float8Linear, dynamic tensorwise scaling: every forward computes an amax of
+  the input and the weight (a reduction pass) and casts both; the backward casts the
+  output gradient and transposes for the weight gradient (torchao/float8/float8_linear.py;
+  with compile the casts fuse into their producers, leaving the amax pass). The DTensor
+  all-gather output of SP is saved for backward (no re-gather), and no TP collective is
+  overlapped unless async TP is on (compile.enable_async_tensor_parallel, not priced).
+- DeepSpeed and this repository's runtime: eager torch modules, SDPA attention, fp8 as
+  torchao does it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .vocab import ENGINE_DEEPSPEED, ENGINE_MEGATRON, ENGINE_RUNTIME, ENGINE_TORCHTITAN
+
+ATTN_FUSED = "fused"  # cuDNN / FlashAttention-3 class (GPUSpec.attention_efficiency)
+ATTN_SDPA = "sdpa"  # PyTorch SDPA flash backend = FlashAttention-2 (GPUSpec.sdpa_attention_efficiency)
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """Bytes moved through HBM per element (in units of the activation dtype's bytes `a`,
+    except where a number is in fp32 passes) of one block's memory-bound ops, forward.
+    Backward moves twice the forward bytes (each op's autograd reads its saved input and
+    the incoming gradient, writes one gradient)."""
+
+    norm: float  # per element of the normalised tensor
+    residual: float  # per element of the residual add
+    swiglu: float  # per element of the ffn-wide activation output
+    gelu: float
+    rope: float  # per element of q and k
+    gqa_repeat: float  # per element of the repeated k and v (eager repeat_kv copies), 0 if none
+    kernels: int  # kernel launches per block forward
+
+
+# Fused: one read of each input and one write of each output (TE kernels / compile).
+FUSED = Elementwise(norm=2, residual=3, swiglu=3, gelu=2, rope=2, gqa_repeat=0, kernels=8)
+# Eager torch ops, a = activation bytes, fp32 = 2a: RMSNorm float() (r a, w 2a), pow (r 2a, w 2a),
+# mean (r 2a), x*rsqrt (r 2a, w 2a), type_as (r 2a, w a), *weight (r a, w a) = 18a;
+# silu (r a, w a) + mul (r 2a, w a) = 5a; RoPE float (r a w 2a), complex mul (r 2a w 2a),
+# type_as (r 2a w a) = 10a; repeat_kv: expand + reshape copies (r a w a) = 2a.
+EAGER = Elementwise(norm=18, residual=3, swiglu=5, gelu=4, rope=10, gqa_repeat=2, kernels=40)
+
+
+@dataclass(frozen=True)
+class Fp8Casts:
+    """Bytes per element moved by the fp8 quantisation passes around one GEMM
+    (a = 2 bytes of bf16 in, 1 byte of fp8 out)."""
+
+    act_fwd: float  # per element of the GEMM's activation input, forward
+    grad_bwd: float  # per element of the output gradient, backward (cast + transpose)
+    act_bwd: float  # per element of the input, backward (transpose for the weight gradient)
+    weight_per_micro_batch: bool  # weight cast every forward (torchao) or once per step (TE)
+    weight: float  # per weight element each time it is cast (amax + cast + transpose)
+
+
+# TE per-tensor current scaling (Float8CurrentScaling, Megatron --fp8-recipe tensorwise, the
+# Megatron-Bridge performance recipes' FP8-CS): an amax pass (r 2) then a fused cast_transpose
+# (r 2, w 1 + 1) of each GEMM input forward — the transposed copy serves the weight gradient, so
+# the backward casts only the output gradient (amax r 2 + cast_transpose r 2, w 2). The fp8
+# weight copy: amax + cast + transpose (6) once per step. Delayed scaling (the amax from
+# history) saves the amax pass; priced as current scaling, the recipe the published runs use.
+TE_CASTS = Fp8Casts(act_fwd=6.0, grad_bwd=6.0, act_bwd=0.0, weight_per_micro_batch=False, weight=6.0)
+# torchao tensorwise dynamic, eager: amax pass (r 2) + cast (r 2, w 1); backward: grad amax + cast
+# + transposed copies (r 2 + 2, w 1 + 1) and the saved input re-cast transposed (r 2, w 1).
+TORCHAO_CASTS = Fp8Casts(act_fwd=5.0, grad_bwd=6.0, act_bwd=3.0, weight_per_micro_batch=True, weight=6.0)
+# torchao under torch.compile: the casts fuse into the producer; the amax reductions stay.
+TORCHAO_COMPILED_CASTS = Fp8Casts(act_fwd=2.0, grad_bwd=3.0, act_bwd=1.0, weight_per_micro_batch=True, weight=4.0)
+
+
+@dataclass(frozen=True)
+class EngineKernels:
+    engine: str
+    attention: str  # ATTN_FUSED | ATTN_SDPA
+    elementwise: Elementwise
+    elementwise_compiled: Elementwise  # with torch.compile (engines without it: the same)
+    fp8: Fp8Casts
+    fp8_compiled: Fp8Casts
+    tp_bwd_overlap: bool  # backward TP collectives under the wgrad/dgrad GEMMs
+    sp_regather: bool  # SP re-gathers the layer input in backward (not saved)
+    source: str
+    # bytes per output element per ring step that merge the partial attention outputs of a
+    # context-parallel ring (rescale by the log-sum-exp): TE's fused out-correction kernel
+    # reads and writes the fp32 output (8); torch's _SDPAMerger runs ~4 eager fp32 ops
+    # (sigmoid, sub, mul, sub over out, plus the lse update: r/w 4 B each, 32)
+    ring_merge_bytes: float = 8.0
+
+    def elementwise_for(self, compiled: bool) -> Elementwise:
+        return self.elementwise_compiled if compiled else self.elementwise
+
+    def fp8_for(self, compiled: bool) -> Fp8Casts:
+        return self.fp8_compiled if compiled else self.fp8
+
+
+KERNELS: dict[str, EngineKernels] = {
+    ENGINE_MEGATRON: EngineKernels(
+        ENGINE_MEGATRON, ATTN_FUSED, FUSED, FUSED, TE_CASTS, TE_CASTS, tp_bwd_overlap=True, sp_regather=True,
+        source="megatron/core/models/gpt/gpt_layer_specs.py, megatron/core/tensor_parallel/layers.py @d98e8a6",
+    ),
+    ENGINE_TORCHTITAN: EngineKernels(
+        ENGINE_TORCHTITAN, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,
+        tp_bwd_overlap=False, sp_regather=False,
+        source="torchtitan/models/llama/model.py @9dec370; torchao/float8/float8_linear.py; "
+        "torch/distributed/tensor/experimental/_attention.py _SDPAMerger",
+        ring_merge_bytes=32.0,
+    ),
+    ENGINE_DEEPSPEED: EngineKernels(
+        ENGINE_DEEPSPEED, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,
+        tp_bwd_overlap=False, sp_regather=False, source="eager torch modules (model code), SDPA attention",
+    ),
+    ENGINE_RUNTIME: EngineKernels(
+        ENGINE_RUNTIME, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,
+        tp_bwd_overlap=False, sp_regather=False, source="planner/runtime (this repository): eager torch, SDPA",
+    ),
+}
+
+
+def for_engine(engine: str) -> EngineKernels:
+    return KERNELS[engine]
