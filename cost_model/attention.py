@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .specs import TransformerSpec
-from .vocab import ATTN_CHUNKED, ATTN_FULL, ATTN_SLIDING, AttentionLayer, values
+from .vocab import ATTN_CHUNKED, ATTN_FULL, ATTN_SLIDING, NORM_LAYERNORM, AttentionLayer, values
 
 FULL, SLIDING, CHUNKED = ATTN_FULL, ATTN_SLIDING, ATTN_CHUNKED
 LAYER_TYPES = values(AttentionLayer)  # HF `layer_types` words this model prices
@@ -108,7 +108,7 @@ class Projection:
 
 
 def _biases(m: TransformerSpec) -> tuple[bool, bool]:
-    legacy = m.norm == "layernorm"  # GPT-style models carry linear biases
+    legacy = m.norm == NORM_LAYERNORM  # GPT-style models carry linear biases
     qkv = legacy if m.qkv_bias is None else m.qkv_bias
     out = (legacy if m.qkv_bias is None else m.qkv_bias) if m.out_proj_bias is None else m.out_proj_bias
     return qkv, out

@@ -29,6 +29,8 @@ from .vocab import (
     ENGINE_MEGATRON,
     ENGINE_RUNTIME,
     ENGINE_TORCHTITAN,
+    OPTIMIZER_ADAM,
+    OPTIMIZER_ADAMW,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
@@ -544,7 +546,7 @@ class EngineStateBytes:
 
 def _moments_bytes(optimizer: str) -> float:
     """Adam/AdamW: fp32 exp_avg + exp_avg_sq (8); SGD with momentum: 4."""
-    return 8.0 if optimizer in ("adam", "adamw") else 4.0
+    return 8.0 if optimizer in (OPTIMIZER_ADAM, OPTIMIZER_ADAMW) else 4.0
 
 
 def state_bytes_per_param(
@@ -554,7 +556,7 @@ def state_bytes_per_param(
     dtype: str = "bf16",
     grad_dtype: str = "fp32",
     master_dtype: str = "fp32",
-    optimizer: str = "adam",
+    optimizer: str = OPTIMIZER_ADAM,
 ) -> EngineStateBytes:
     """What `engine` keeps per parameter at `zero` with `shard` ranks sharing the state.
 

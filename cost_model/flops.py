@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from . import attention
 from .specs import TransformerSpec
-from .vocab import MLP_SWIGLU, NORM_LAYERNORM
+from .vocab import MLP_SWIGLU, NORM_LAYERNORM, POSITION_LEARNED
 
 
 @dataclass(frozen=True)
@@ -106,14 +106,14 @@ def logits_flops(m: TransformerSpec, tokens: float) -> float:
 
 
 def _mlp_biased(m: TransformerSpec) -> bool:
-    return m.norm == "layernorm" if m.mlp_bias is None else m.mlp_bias
+    return m.norm == NORM_LAYERNORM if m.mlp_bias is None else m.mlp_bias
 
 
 def ffn_params(m: TransformerSpec, ffn: int, bias: bool | None = None) -> float:
     """One dense MLP or one expert of width `ffn`: 2 (GELU) or 3 (SwiGLU) h x f matrices,
     plus biases (f per up matrix, h for the down one) when the model has them."""
     h = m.hidden_size
-    n_mats = 3 if m.mlp == "swiglu" else 2
+    n_mats = 3 if m.mlp == MLP_SWIGLU else 2
     p = n_mats * h * ffn
     if _mlp_biased(m) if bias is None else bias:
         p += (n_mats - 1) * ffn + h
@@ -127,7 +127,7 @@ def block_params(m: TransformerSpec, moe_layer: bool, experts: int | None = None
     experts are counted (an EP rank holds num_experts/ep); shared experts and the router
     always count."""
     h = m.hidden_size
-    norms = (2 if m.norm == "layernorm" else 1) * h * m.block_norms
+    norms = (2 if m.norm == NORM_LAYERNORM else 1) * h * m.block_norms
     if moe_layer and m.moe is not None:
         e = m.moe
         routed = e.num_experts if experts is None else experts
@@ -143,7 +143,7 @@ def block_params(m: TransformerSpec, moe_layer: bool, experts: int | None = None
 def embedding_params(m: TransformerSpec) -> float:
     """Token embedding V*h, plus learned positions s*h for GPT (Narayanan eq. 2's (V+s)h)."""
     p = m.vocab_size * m.hidden_size
-    if m.position == "learned":
+    if m.position == POSITION_LEARNED:
         p += m.max_position_embeddings * m.hidden_size
     return p
 
@@ -198,7 +198,7 @@ def mtp_params(m: TransformerSpec, active: bool = False, with_shared: bool = Fal
     h = m.hidden_size
     moe = _is_moe(m, m.num_layers - 1)  # the module's block is shaped like the last one (DeepSeek-V3: MoE)
     block = block_params(m, moe, experts=m.moe.top_k if (active and moe and m.moe) else None)
-    norm = (2 if m.norm == "layernorm" else 1) * h
+    norm = (2 if m.norm == NORM_LAYERNORM else 1) * h
     own = 2 * h * h + 3 * norm + block
     shared = m.vocab_size * h * 2 if with_shared else 0.0
     return m.num_nextn_predict_layers * (own + shared)

@@ -34,7 +34,16 @@ from .specs import (
     TrainingSpec,
     TransformerSpec,
 )
-from .vocab import DTYPE_BF16, DTYPE_BYTES, DTYPE_FP8, ENGINE_DEEPSPEED, ENGINE_MEGATRON
+from .vocab import (
+    ATTENTION_EAGER,
+    DTYPE_BF16,
+    DTYPE_BYTES,
+    DTYPE_FP8,
+    ENGINE_DEEPSPEED,
+    ENGINE_MEGATRON,
+    MLP_SWIGLU,
+    POSITION_ROPE,
+)
 
 FLASH_BWD_FACTOR = 2.5  # FlashAttention-2 backward does 5 matmuls to forward's 2 (Dao 2023 §3.2)
 # Megatron-Core DDP bucket: max(40M, 1M x dp) parameters (megatron/core/distributed/
@@ -366,7 +375,7 @@ def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, 
     router. FP8 runs them at the fp8 rate (the casts are priced in _fp8_casts_s)."""
     dt, tp, tokens = t.dtype, cfg.tp, geo.tokens
     h = m.hidden_size
-    n_up = 2 if m.mlp == "swiglu" else 1
+    n_up = 2 if m.mlp == MLP_SWIGLU else 1
     qkv_s = out_s = 0.0
     act_in = grad_out = weights = 0.0
     for name, n, k in attention.sharded_projections(m, tp):
@@ -463,7 +472,7 @@ def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelCon
     kernel's efficiency. FP8 recipes keep attention in bf16 (_attention_dtype)."""
     dt, b, d = _attention_dtype(t), cfg.micro_batch_size, m.kv_channels
     heads_local = m.num_attention_heads / cfg.tp
-    if t.attention == "eager":
+    if t.attention == ATTENTION_EAGER:
         core_s = compute.gemm_time_s(gpu, dt, geo.s_local, t.seq_length, d, batch=b * heads_local)
         core_s += compute.gemm_time_s(gpu, dt, geo.s_local, d, t.seq_length, batch=b * heads_local)
         scores = b * heads_local * geo.s_local * t.seq_length
@@ -501,11 +510,11 @@ def _elementwise_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, geo: _Block
     elem += 2 * k.residual * sbh_bytes  # two residual adds (+ dropout)
     if m.dropout:
         elem += 2 * tokens * h / rep  # masks
-    if m.position == "rope":
+    if m.position == POSITION_ROPE:
         elem += k.rope * act_dt * tokens * (a + g) * d / tp  # rotate q and k
     if g < a:
         elem += k.gqa_repeat * act_dt * tokens * 2 * a * d / tp  # repeat_kv copies (eager)
-    act_bytes = k.swiglu if m.mlp == "swiglu" else k.gelu
+    act_bytes = k.swiglu if m.mlp == MLP_SWIGLU else k.gelu
     elem += act_bytes * act_dt * tokens * f_elem / tp
     return compute.memory_bound_time_s(gpu, elem, kernels=k.kernels)
 
@@ -761,7 +770,7 @@ def _block_cost(
         ep_comm_s=ep_comm,
         zero3_comm_s=st.zero3_comm_s,
         recompute_full_s=c.fwd_s + tp_fwd + (ep_comm / 2),
-        recompute_selective_s=c.core_fwd_s if t.attention == "eager" else 0.0,
+        recompute_selective_s=c.core_fwd_s if t.attention == ATTENTION_EAGER else 0.0,
         act=act,
         weights_bytes=st.weights_bytes,
         grads_bytes=st.grads_bytes,

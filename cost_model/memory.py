@@ -21,12 +21,20 @@ from functools import lru_cache
 from . import engines, transients
 from .specs import ParallelConfig, TrainingSpec, TransformerSpec
 from .vocab import (
+    ATTENTION_EAGER,
     DTYPE_BF16,
     DTYPE_BYTES,
     DTYPE_FP8,
     DTYPE_FP32,
     ENGINE_DEEPSPEED,
     ENGINE_TORCHTITAN,
+    MLP_SWIGLU,
+    OPTIMIZER_ADAM,
+    OPTIMIZER_ADAMW,
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    SCHEDULE_GPIPE,
+    SCHEDULE_INTERLEAVED,
 )
 
 # The caching allocator's fragmentation: max_reserved / max_allocated - 1 at the peak of a
@@ -108,7 +116,7 @@ def optimizer_bytes_per_param(t: TrainingSpec) -> float:
     """K of ZeRO §3: Adam keeps an fp32 master copy, momentum and variance (4+4+4 = 12);
     SGD with momentum 4+4. fp32 training needs no separate master copy."""
     master = 0 if t.dtype == "fp32" else DTYPE_BYTES[t.master_weights_dtype]
-    moments = 8 if t.optimizer in ("adam", "adamw") else 4
+    moments = 8 if t.optimizer in (OPTIMIZER_ADAM, OPTIMIZER_ADAMW) else 4
     return master + moments
 
 
@@ -206,7 +214,7 @@ def block_activation_bytes(
     k = dt * s * b * g * d
     v = dt * s * b * g * d
     proj_input = dt * s * b * a * d
-    if t.attention == "eager":
+    if t.attention == ATTENTION_EAGER:
         scores = s * b * a * t.seq_length  # (s/cp) x s per head
         core = dt * scores + mask * scores + (dt * scores if m.dropout else 0.0)
         core_small = 0.0
@@ -220,12 +228,12 @@ def block_activation_bytes(
         e = m.moe
         f = e.ffn_hidden_size
         routed_tokens = e.top_k
-        per_expert_token = (3 if m.mlp == "swiglu" else 2) * dt * f + dt * h  # acts + permuted input
+        per_expert_token = (3 if m.mlp == MLP_SWIGLU else 2) * dt * f + dt * h  # acts + permuted input
         mlp_sharded = s * b * per_expert_token * (routed_tokens + e.num_shared_experts)
         mlp_sharded += 4.0 * s * b * e.num_experts / max(1, tp)  # fp32 router logits
     else:
         f = m.ffn_hidden_size
-        mlp_sharded = (3 if m.mlp == "swiglu" else 2) * dt * s * b * f
+        mlp_sharded = (3 if m.mlp == MLP_SWIGLU else 2) * dt * s * b * f
 
     sharded = (attn_sharded + mlp_sharded) / tp
     none = replicated + sharded + core / tp
@@ -256,7 +264,7 @@ def block_working_set_bytes(
     else:
         ffn = m.ffn_hidden_size
     grads = transients.block_activation_grad_bytes(tokens, m.hidden_size, ffn, cfg.tp, cfg.sequence_parallel,
-                                                   m.mlp == "swiglu", dt)
+                                                   m.mlp == MLP_SWIGLU, dt)
     return grads + _gathered_bytes(t, cfg, block_params, prefetch_blocks=1)
 
 
@@ -294,7 +302,7 @@ def block_largest_tensor_bytes(m: TransformerSpec, t: TrainingSpec, cfg: Paralle
     dt = activation_dtype_bytes(t)
     tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
     mlp = dt * tokens * m.ffn_hidden_size / cfg.tp
-    scores = dt * tokens * m.num_attention_heads / cfg.tp * t.seq_length if t.attention == "eager" else 0.0
+    scores = dt * tokens * m.num_attention_heads / cfg.tp * t.seq_length if t.attention == ATTENTION_EAGER else 0.0
     return max(mlp, scores)
 
 
@@ -337,12 +345,12 @@ def korthikanti_table2_bytes(
     """Korthikanti et al. 2022 Table 2, verbatim (GPT, 16-bit, dropout): the test reference."""
     sbh = s * b * h
     table = {
-        "none": sbh * (34 + 5 * a * s / h),
+        RECOMPUTE_NONE: sbh * (34 + 5 * a * s / h),
         "tp": sbh * (10 + 24 / tp + 5 * a * s / (h * tp)),
         "tp_sp": sbh * (34 / tp + 5 * a * s / (h * tp)),
         "tp_selective": sbh * (10 + 24 / tp),
         "tp_sp_selective": sbh * 34 / tp,
-        "full": sbh * 2,
+        RECOMPUTE_FULL: sbh * 2,
     }
     return table[mode]
 
@@ -382,9 +390,9 @@ def in_flight_micro_batches(schedule: str, pp: int, rank: int, m: int, vpp: int)
     Korthikanti §4.2.3: the first stage holds p). Interleaved: Megatron's warm-up of
     2(p - rank - 1) + (v - 1)p chunks plus the one in progress, each 1/v of the rank's layers
     — for rank 0 this is p(1 + (p - 1)/(p v)), Korthikanti §4.2.3's factor."""
-    if schedule == "gpipe":
+    if schedule == SCHEDULE_GPIPE:
         return float(m)
-    if schedule == "interleaved" and vpp > 1:
+    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
         chunks = min(m * vpp, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1)
         return chunks / vpp
     return float(min(m, pp - rank))

@@ -34,6 +34,7 @@ from statistics import NormalDist
 
 from . import comm, compute
 from .specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
+from .vocab import MLP_SWIGLU
 
 PERMUTE_INDEX_BYTES = 8  # int64 row index per routed token read by the (un)permute gather/scatter
 
@@ -84,7 +85,7 @@ def expert_gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, lay: ExpertLayo
     (h -> n_up*f/etp) and fc2 (f/etp -> h) for each local expert on its tokens; the GEMM
     shape model takes M = tokens per local expert, so few tokens per expert run at low
     efficiency (compute.gemm_efficiency)."""
-    n_up = 2 if m.mlp == "swiglu" else 1
+    n_up = 2 if m.mlp == MLP_SWIGLU else 1
     h, dt = m.hidden_size, t.dtype
     s = compute.gemm_time_s(gpu, dt, lay.tokens_per_expert, n_up * lay.ffn_local, h, batch=lay.local_experts)
     s += compute.gemm_time_s(gpu, dt, lay.tokens_per_expert, h, lay.ffn_local, batch=lay.local_experts)
@@ -98,7 +99,7 @@ def shared_expert_gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: Par
     e = m.moe
     if not e.num_shared_experts:
         return 0.0
-    n_up = 2 if m.mlp == "swiglu" else 1
+    n_up = 2 if m.mlp == MLP_SWIGLU else 1
     fs = e.shared_ffn * e.num_shared_experts
     h, dt = m.hidden_size, t.dtype
     return (compute.gemm_time_s(gpu, dt, tokens, n_up * fs / cfg.tp, h)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from . import memory
 from .layers import LayerTable, dp_window_factor, overlapped_s
+from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def transient_bytes(table: LayerTable, recompute_mode: str, recomputes: bool) ->
     working set (activation gradients; ZeRO-3 gathered parameters and gradients), the
     tensors selective recompute re-materialises, and the whole block's activations when
     the rank fully recomputes any block (LayerTable's properties)."""
-    extra = table.selective_buffer_bytes if recompute_mode == "selective" else 0.0
+    extra = table.selective_buffer_bytes if recompute_mode == RECOMPUTE_SELECTIVE else 0.0
     return table.zero3_buffer_bytes + extra + (table.block_act_peak_bytes if recomputes else 0.0)
 
 
@@ -149,12 +150,12 @@ def rank_cost(
             layers.append((table.output, -1))
             extra_transient = max(extra_transient, table.output.transient_bytes)
         for lc, pos in layers:
-            full = recompute_mode == "full" and 0 <= pos < sl.recompute_layers
+            full = recompute_mode == RECOMPUTE_FULL and 0 <= pos < sl.recompute_layers
             if full:
                 extra, a = lc.recompute_full_s, lc.act.full
                 recomputes = True
                 extra_flops += lc.flops_model / 3.0
-            elif recompute_mode == "selective" and pos >= 0:
+            elif recompute_mode == RECOMPUTE_SELECTIVE and pos >= 0:
                 extra, a = lc.recompute_selective_s, lc.act.selective
             else:
                 extra, a = 0.0, lc.act.none

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from cost_model import memory
 from cost_model.layers import LayerTable
 from cost_model.rank_costs import StageProblem, block_time_s
-from cost_model.vocab import Recompute, values
+from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, Recompute, values
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,9 @@ def table_sums(table: LayerTable, gamma: float) -> TableSums:
         tail_s=sum(n * (gamma * x.dp_sync_s + x.optimizer_s) for x, n in groups),
         states_bytes=sum(n * x.state_bytes for x, n in groups),
         act_bytes={
-            "none": sum(n * b.act.none for b, n in blocks),
-            "selective": sum(n * b.act.selective for b, n in blocks),
-            "full": sum(n * b.act.full for b, n in blocks),
+            RECOMPUTE_NONE: sum(n * b.act.none for b, n in blocks),
+            RECOMPUTE_SELECTIVE: sum(n * b.act.selective for b, n in blocks),
+            RECOMPUTE_FULL: sum(n * b.act.full for b, n in blocks),
         },
     )
 

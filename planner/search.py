@@ -26,7 +26,13 @@ from cost_model.specs import (
     TrainingSpec,
 )
 from cost_model.stages import slices_from_counts
-from cost_model.vocab import RECOMPUTE_FULL, STATUS_FEASIBLE, STATUS_OPTIMAL
+from cost_model.vocab import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    STATUS_FEASIBLE,
+    STATUS_OPTIMAL,
+)
 
 from . import exhaustive as brute
 from .bounds import (
@@ -116,7 +122,7 @@ def _to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
     return ParallelConfig(
         dp=c.dp, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, vpp=c.vpp, sequence_parallel=c.sequence_parallel,
         zero=c.zero, micro_batch_size=c.micro_batch_size, recompute=c.recompute,
-        recompute_layers=tuple(rcs) if rcs is not None and c.recompute == "full" else None,
+        recompute_layers=tuple(rcs) if rcs is not None and c.recompute == RECOMPUTE_FULL else None,
         schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None, engine=c.engine,
         etp=c.etp,
     )
@@ -417,13 +423,13 @@ def search(
 def _normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
     """Full recompute of zero blocks, or selective recompute that saves and costs nothing
     (flash attention), is the plan without recompute."""
-    if c.recompute == "full" and not any(rcs):
-        return replace(c, recompute="none")
-    if c.recompute == "selective" and all(b.recompute_selective_s == 0 and b.act.selective == b.act.none for b in table.blocks):
-        return replace(c, recompute="none")
+    if c.recompute == RECOMPUTE_FULL and not any(rcs):
+        return replace(c, recompute=RECOMPUTE_NONE)
+    if c.recompute == RECOMPUTE_SELECTIVE and all(b.recompute_selective_s == 0 and b.act.selective == b.act.none for b in table.blocks):
+        return replace(c, recompute=RECOMPUTE_NONE)
     return c
 
 
 def _tiebreak(c: Candidate) -> tuple:
     """Among equal times prefer simpler plans: less model parallelism, less sharding."""
-    return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.recompute != "none", c.micro_batch_size)
+    return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.recompute != RECOMPUTE_NONE, c.micro_batch_size)

@@ -14,10 +14,17 @@ from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
 from cost_model.validate import divisors, expert_fold_error
 from cost_model.vocab import (
+    ATTENTION_FLASH,
     DTYPE_FP8,
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
     ENGINE_RUNTIME,
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    SCHEDULE_1F1B,
+    SCHEDULE_GPIPE,
+    SCHEDULE_INTERLEAVED,
     Target,
     values,
 )
@@ -106,9 +113,9 @@ def enumerate_candidates(
     n, L = cluster.num_gpus, model.num_layers
     B, s = training.global_batch_size, training.seq_length
     is_tf = isinstance(model, TransformerSpec)
-    recomputes = [r for r in ("none", "selective", "full") if space.ok("recompute", r)]
+    recomputes = [r for r in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL) if space.ok("recompute", r)]
     if not is_tf:
-        recomputes = [r for r in recomputes if r != "selective"]
+        recomputes = [r for r in recomputes if r != RECOMPUTE_SELECTIVE]
     zeros = [z for z in (0, 1, 2, 3) if space.ok("zero", z)]
     fitted = _fitted_collectives(profile)
     for tp in _tp_values(model, cluster, space):
@@ -207,10 +214,10 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
     sp_dominates = not kernels.for_engine(engine).tp_bwd_overlap
     s = [True] if (True in sps and tp > 1 and not fitted_collectives and sp_dominates) else sps
     r = list(recomputes)
-    if "full" in r:
-        r = [x for x in r if x != "none"]
-    if "selective" in r and (getattr(training, "attention", "flash") == "flash") and len(r) > 1:
-        r = [x for x in r if x != "selective"]
+    if RECOMPUTE_FULL in r:
+        r = [x for x in r if x != RECOMPUTE_NONE]
+    if RECOMPUTE_SELECTIVE in r and (getattr(training, "attention", ATTENTION_FLASH) == ATTENTION_FLASH) and len(r) > 1:
+        r = [x for x in r if x != RECOMPUTE_SELECTIVE]
     return r, z, s
 
 
@@ -242,25 +249,25 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                                                   fitted_collectives, engine)
     schedules: list[tuple[str, int]] = []
     if pp == 1:
-        for sched in ("1f1b", "gpipe"):
+        for sched in (SCHEDULE_1F1B, SCHEDULE_GPIPE):
             if space.ok("schedule", sched) and space.ok("vpp", 1):
                 schedules.append((sched, 1))
                 break
     else:
         if space.ok("vpp", 1):
-            if space.ok("schedule", "1f1b"):
-                schedules.append(("1f1b", 1))
-            elif space.ok("schedule", "gpipe"):
-                schedules.append(("gpipe", 1))
-        if space.ok("schedule", "interleaved"):
+            if space.ok("schedule", SCHEDULE_1F1B):
+                schedules.append((SCHEDULE_1F1B, 1))
+            elif space.ok("schedule", SCHEDULE_GPIPE):
+                schedules.append((SCHEDULE_GPIPE, 1))
+        if space.ok("schedule", SCHEDULE_INTERLEAVED):
             for v in _vpp_values(space, pp, L):
-                schedules.append(("interleaved", v))
+                schedules.append((SCHEDULE_INTERLEAVED, v))
     for mb in divisors(B // dp):
         if not space.ok("micro_batch_size", mb):
             continue
         m = B // (dp * mb)
         for sched, v in schedules:
-            if sched == "interleaved" and m % pp:
+            if sched == SCHEDULE_INTERLEAVED and m % pp:
                 continue
             for sp in sps:
                 for zero in zeros:

@@ -22,6 +22,7 @@ with pipeline parallelism", so pp > 1 plans are offered only with ZeRO 0 or 1.
 
 from __future__ import annotations
 
+from cost_model.vocab import RECOMPUTE_FULL
 from planner.launch._common import NotApplicable, join, par
 from planner.launch.torchrun import is_cpu, launcher
 
@@ -126,7 +127,7 @@ def config(plan: dict) -> dict:
         # gradient accumulation, 6 + 12/d): engine.py selects it for bf16 + ZeRO-1 with
         # data_types.grad_accum_dtype fp32 (runtime/constants.py DATA_TYPES / GRAD_ACCUM_DTYPE)
         cfg["data_types"] = {"grad_accum_dtype": "fp32"}
-    if p["recompute"] == "full":
+    if p["recompute"] == RECOMPUTE_FULL:
         cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False}
     return cfg
 

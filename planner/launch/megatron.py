@@ -19,6 +19,7 @@ megatron/training/arguments.py accepts only with --use-distributed-optimizer and
 
 from __future__ import annotations
 
+from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from planner.launch import data
 from planner.launch._common import join, par, require_transformer, stage_sizes
 from planner.launch.torchrun import env, launcher
@@ -84,9 +85,9 @@ def recompute(plan: dict) -> tuple[list[str], list[str]]:
     """
     p = par(plan)
     mode = p["recompute"]
-    if mode == "selective":
+    if mode == RECOMPUTE_SELECTIVE:
         return ["--recompute-granularity", "selective"], []
-    if mode != "full":
+    if mode != RECOMPUTE_FULL:
         return [], []
     per_stage = [int(s.get("recompute_layers") or 0) for s in plan.get("stages") or []]
     sizes = stage_sizes(plan)

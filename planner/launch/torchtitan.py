@@ -21,6 +21,7 @@ plan with etp > 1 (experts TP-sharded, EP groups strided by etp) is refused.
 
 from __future__ import annotations
 
+from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_SELECTIVE
 from planner.launch import data
 from planner.launch._common import (
     NotApplicable,
@@ -34,8 +35,9 @@ from planner.launch.torchrun import launcher
 VERSIONS = ("0.3.0", "main")
 FIELDS_FILES = {"0.3.0": "torchtitan_fields_0.3.0.txt", "main": "torchtitan_fields_main.txt"}
 _SCHEDULE = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
-_AC = {"none": "activation-checkpoint:none", "selective": "activation-checkpoint:selective",
-       "full": "activation-checkpoint:full"}
+# our recompute word -> torchtitan's activation-checkpoint subcommand (its own words)
+_AC = {RECOMPUTE_NONE: "activation-checkpoint:none", RECOMPUTE_SELECTIVE: "activation-checkpoint:selective",
+       RECOMPUTE_FULL: "activation-checkpoint:full"}
 # Plan model name -> (module, config function) in torchtitan/models/*/config_registry.py;
 # only models whose torchtitan definition has the planner preset's dims are listed.
 PRESETS = {
@@ -177,8 +179,8 @@ def argv(plan: dict, version: str) -> tuple[list[str], list[str]]:
         else:
             out += [f"--{key}", str(x)]
     # Subcommand last: tyro reads the flags above as the root config's, then the AC choice.
-    out.append(_AC.get(p["recompute"], _AC["none"]))
-    if p["recompute"] == "full" and any(int(s.get("recompute_layers") or 0) for s in plan.get("stages") or []):
+    out.append(_AC.get(p["recompute"], _AC[RECOMPUTE_NONE]))
+    if p["recompute"] == RECOMPUTE_FULL and any(int(s.get("recompute_layers") or 0) for s in plan.get("stages") or []):
         notes.append("torchtitan's full AC checkpoints every block; the plan's per-stage recompute_layers are not expressible")
     return out, notes
 
