@@ -152,15 +152,11 @@ _ZERO_ACT = memory.ActivationBytes(0.0, 0.0, 0.0)
 
 
 def _dense_dp_size(cfg: ParallelConfig) -> int:
-    """Megatron reduces dense gradients over the data x context-parallel ranks."""
-    return cfg.dp * cfg.cp
+    return cfg.dense_dp_size
 
 
 def _expert_dp_size(cfg: ParallelConfig) -> int:
-    """Expert weights are replicated over the expert-DP ranks of MoE parallel folding,
-    tp*cp*dp/(ep*etp) (Megatron-Core parallel_state.py initialize_model_parallel:
-    expert_data_parallel_size = world / (etp*ep*pp))."""
-    return max(1, cfg.tp * cfg.cp * cfg.dp // (cfg.ep * cfg.etp))
+    return cfg.expert_dp_size
 
 
 def _expert_dp_stride(cfg: ParallelConfig) -> int:

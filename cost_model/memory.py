@@ -56,12 +56,12 @@ def peak_bytes(allocated_bytes: float, transient_bytes: float, reserved_bytes: f
 
 def communicators(cfg: ParallelConfig) -> int:
     """NCCL communicators one rank opens: the default (world) group, one per parallel group
-    of more than one rank (tensor, context, data, data x context, expert, expert-data) and
+    of more than one rank (tensor, context, data, data x context, expert, expert-data of MoE
+    parallel folding) and
     two for pipeline send/recv (previous and next stage: torch opens one communicator per
     peer pair). Megatron-Core parallel_state.initialize_model_parallel builds these groups."""
-    dense_dp = cfg.dp * cfg.cp
-    edp = max(1, dense_dp // max(1, cfg.ep))
-    groups = (cfg.tp, cfg.cp, cfg.dp, dense_dp if cfg.cp > 1 else 1, cfg.ep, edp if cfg.ep > 1 else 1)
+    dense_dp = cfg.dense_dp_size
+    groups = (cfg.tp, cfg.cp, cfg.dp, dense_dp if cfg.cp > 1 else 1, cfg.ep, cfg.expert_dp_size if cfg.ep > 1 else 1)
     return 1 + sum(g > 1 for g in groups) + (2 if cfg.pp > 1 else 0)
 
 

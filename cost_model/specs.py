@@ -300,6 +300,19 @@ class ParallelConfig:
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
+    @property
+    def dense_dp_size(self) -> int:
+        """Ranks that replicate a dense weight and reduce its gradients (Megatron: data x
+        context parallel)."""
+        return self.dp * self.cp
+
+    @property
+    def expert_dp_size(self) -> int:
+        """Ranks that replicate one expert weight under MoE parallel folding, tp*cp*dp/(ep*etp)
+        (Megatron-Core parallel_state.py initialize_model_parallel: expert_data_parallel_size
+        = world / (etp*ep*pp))."""
+        return max(1, self.tp * self.cp * self.dp // (self.ep * self.etp))
+
     def num_micro_batches(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch_size)
 

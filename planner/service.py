@@ -79,10 +79,9 @@ def _model_summary(model) -> ModelSummary:
     return ModelSummary(**model_to_dict(model), total_params=round(total), active_params=round(active))
 
 
-def _engine(req: dict) -> str:
-    search_block = req.get("search")
-    engine = search_block.get("engine") if isinstance(search_block, dict) else None
-    return engine or ENGINE_MEGATRON
+def _engine(prob: Problem) -> str:
+    """The engine the (parsed) search is for."""
+    return (prob.space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
 
 
 def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, progress) -> Plan:
@@ -107,7 +106,7 @@ def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, pr
         id=plan_id or f"p_{rh[:16]}",
         status=res.status,
         request_hash=rh,
-        engine=_engine(req),
+        engine=_engine(prob),
         model=_model_summary(prob.model),
         training=TrainingEcho(**asdict(prob.training)),
         cluster=ClusterEcho(
@@ -203,7 +202,7 @@ def check(
     # the configuration runs on the engine the search is for, unless it names its own
     par = req["parallelism"]
     if isinstance(par, dict) and "engine" not in par:
-        par = {**par, "engine": _engine(req)}
+        par = {**par, "engine": _engine(prob)}
     cfg = parse_parallelism(par)
     est = estimate_config(prob.model, prob.cluster, prob.training, cfg, profile)
     reasons: list[str] = []
