@@ -483,10 +483,31 @@ def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelCon
     kern = geo.kernels.attention
     fwd = compute.flash_attention_time_s(gpu, dt, core_flops, keys, hd, kern, calls=calls)
     bwd = compute.flash_attention_time_s(gpu, dt, FLASH_BWD_FACTOR * core_flops, keys, hd, kern, backward=True, calls=calls)
+    act_dt = DTYPE_BYTES[dt]
+    q_elems = geo.tokens * m.num_attention_heads * hd / cfg.tp
+    # each backward call's dot(dO, O) preprocess and fp32 dQ accumulate/convert passes
+    bwd += compute.memory_bound_time_s(gpu, calls * attention.flash_bwd_call_bytes(q_elems, act_dt), kernels=2 * calls)
     if calls > 1:  # a ring merges each step's partial output into the running one (forward only)
         out_elems = geo.tokens * m.num_attention_heads * attention.v_head_dim(m) / cfg.tp
         fwd += compute.memory_bound_time_s(gpu, calls * out_elems * geo.kernels.ring_merge_bytes, kernels=calls)
+        if kern == kernels.ATTN_SDPA:
+            # torch's context_parallel ring (the SDPA engines' CP): per-step K/V copies and
+            # fp32 gradient accumulation (attention.torch_ring_step_bytes), plus the
+            # key/value .contiguous() copies at the start of the forward and the backward
+            # ring; the slowest rank (the last) runs every step on its whole query chunk
+            kv_elems = geo.tokens * attention.kv_elems_per_token(m, _repeats_kv(geo)) / cfg.tp
+            step_f, step_b = attention.torch_ring_step_bytes(q_elems, kv_elems, act_dt)
+            once = 2 * act_dt * kv_elems
+            fwd += compute.memory_bound_time_s(gpu, (calls - 1) * step_f + once, kernels=calls)
+            bwd += compute.memory_bound_time_s(gpu, calls * step_b + once, kernels=5 * calls)
     return fwd, bwd
+
+
+def _repeats_kv(geo: _BlockGeometry) -> bool:
+    """Whether the engine's model code copies K/V to every query head before the attention
+    kernel (eager repeat_kv, kernels.Elementwise.gqa_repeat of the eager table: torchtitan's
+    SDPA call; under torch.compile the copy is fused but the kernel still reads a*d-wide K/V)."""
+    return geo.kernels.elementwise.gqa_repeat > 0
 
 
 def _elementwise_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, geo: _BlockGeometry, f_elem: float) -> float:
@@ -625,15 +646,20 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
     if cp <= 1:
         return 0.0
     gamma = cluster.gpu.overlap_interference
-    kv_bytes = geo.act_dt * geo.tokens * attention.kv_elems_per_token(m) / tp
+    kv_elems = geo.tokens * attention.kv_elems_per_token(m, _repeats_kv(geo)) / tp
+    kv_bytes = geo.act_dt * kv_elems
     q_o_bytes = geo.act_dt * geo.tokens * m.num_attention_heads * (attention.qk_head_dim(m) + attention.v_head_dim(m)) / tp
     kind = _cp_kind(cfg)
+    # the backward ring returns dK/dV: torch's ring in fp32 (convert_to_f32, the dkv rotater of
+    # _templated_ring_attention_backward), Transformer Engine's in the activation dtype
+    torch_ring = geo.kernels.attention == kernels.ATTN_SDPA
+    dkv_ratio = attention.FP32_BYTES / geo.act_dt if torch_ring else 1.0
 
     def ring(size: int, stride: int, chunk_bytes: float) -> float:
         link = comm.group_link(cluster, size, stride)
-        step = comm.send_recv_s(chunk_bytes, link, fits)
-        fwd = (size - 1) * step
-        return overlapped_s(fwd, c.core_fwd_s, gamma) + overlapped_s(2 * fwd, c.core_bwd_s, gamma)
+        fwd = (size - 1) * comm.send_recv_s(chunk_bytes, link, fits)
+        bwd = fwd + (size - 1) * comm.send_recv_s(chunk_bytes * dkv_ratio, link, fits)
+        return overlapped_s(fwd, c.core_fwd_s, gamma) + overlapped_s(bwd, c.core_bwd_s, gamma)
 
     def a2a(size: int, stride: int) -> float:
         link = comm.group_link(cluster, size, stride)
