@@ -418,6 +418,7 @@ def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, ge
     s += moe.shared_expert_gemms_fwd_s(m, gpu, t, cfg, geo.tokens)
     s += moe.router_fwd_s(m, gpu, t, lay, geo.act_dt)
     s += moe.permute_fwd_s(m, gpu, lay, geo.act_dt)
+    s += moe.launch_overhead_fwd_s(m, gpu, cfg, lay, geo.fp8)
     return s, e.ffn_hidden_size * e.top_k * lay.imbalance + e.shared_ffn * e.num_shared_experts
 
 
