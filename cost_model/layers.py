@@ -6,9 +6,11 @@ Times are per micro-batch. Communication inside a layer follows Megatron-LM:
 - TP (Shoeybi et al. 2019 §3): 2 all-reduces of the b*s*h activations in forward and 2 in
   backward per block; with sequence parallelism (Korthikanti §4.2.2) each all-reduce
   becomes an all-gather + reduce-scatter of the same total volume. Not overlapped.
-- CP (ring attention, Liu et al. 2023; Megatron-Core context parallel): cp-1 exchanges of
-  the local K/V chunk forward, K/V + dK/dV backward, overlapped with the attention core:
-  only the excess is exposed.
+- CP (ring attention, Liu et al. 2023; Megatron-Core context parallel; torch's
+  context_parallel ring for the SDPA engines): cp-1 exchanges of the local K/V chunk
+  forward, K/V + dK/dV backward (torch's ring: repeated K/V, fp32 dK/dV), overlapped with
+  the attention core: only the excess is exposed; the ring's per-step copies and fp32
+  gradient accumulation are memory passes of the core (_attention_core_s).
 - EP (DeepSeek-V3 §3.2; Megatron-Core MoE): all-to-all dispatch + combine of the routed
   tokens forward and backward, not overlapped; expert layers folded over tp*cp*dp with
   their own ep x etp (moe.py).
@@ -636,7 +638,10 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
     (Megatron-Core --cp-comm-type, megatron/core/extensions/transformer_engine.py ->
     TE attention/context_parallel.py):
     - p2p (ring attention, Liu et al. 2023; torch context_parallel's ring): cp-1 sends of the
-      local K/V chunk forward, K/V + dK/dV backward, each step under that step's attention;
+      local K/V chunk forward, K/V + dK/dV backward, each step under that step's attention.
+      torch's ring (torch/distributed/tensor/experimental/_attention.py; torchtitan @9dec370
+      rotates by all-gather, the same bytes) sends the K/V the model passes to SDPA
+      (torchtitan: repeated to every query head) and rotates dK/dV in fp32 (convert_to_f32);
     - all_gather (Llama 3 §3.3.2): all-gather of K/V forward, again in backward plus a
       reduce-scatter of dK/dV; TE pipelines it in two halves, so half the core hides it;
     - a2a (DeepSpeed-Ulysses, Jacobs et al. 2023): all-to-all of q, k, v in and of the

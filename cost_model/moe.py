@@ -16,9 +16,20 @@ of the micro-batch (the attention block's output is sequence-sharded); without i
 routes all b*s/cp (repeated work). Balanced routing sends tokens*top_k copies, each local
 expert receiving tokens*top_k*ep*etp/E on average.
 
+Kernel launches: the router, the dispatcher's metadata, the unfused (un)permutation and the
+per-local-expert GEMM and fp8 quantize kernels are counted from the engine code and charged
+GPUSpec.kernel_overhead_s each (block_launches); a cost fixed per micro-batch, so it weighs
+most for fine-grained experts at small micro-batches.
+
 What this module does not model (stated so the numbers can be read): token dropping with a
 capacity factor (Megatron's default is dropless, `moe_expert_capacity_factor` None);
-DeepEP/HybridEP fused dispatch and its node-level de-duplication (the `flex` dispatcher);
+DeepEP/HybridEP fused dispatch and its rank-level de-duplication (the `flex` dispatcher, which
+Megatron-Bridge's GB200 recipes select; the emitted launch runs alltoall), the fused permute
+and router (--moe-permute-fusion, --moe-router-fusion) and partial CUDA graphs (not emitted);
+host-boundedness: the CPU issuing the expert path's many small kernels slower than the GPU
+runs them after each per-layer device-to-host sync of the token counts (token_dispatcher.py
+_maybe_dtoh_and_synchronize), the first bottleneck NVIDIA names for MoE on GB200
+(Megatron-LM docs/discussions/deepseek-v3-gb200-optimization @eb0783b6d3 section 2);
 fp8 dispatch (fused_a2a.py at the same commit: "Currently, we do not support fp8 dispatch");
 the overlapped 1F1B all-to-all (`--overlap-moe-expert-parallel-comm`, off by default and not
 emitted): the all-to-alls are exposed; node-limited routing (DeepSeek-V3 §2.1.2, at most 4
