@@ -652,13 +652,15 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
     if cp <= 1:
         return 0.0
     gamma = cluster.gpu.overlap_interference
-    kv_elems = geo.tokens * attention.kv_elems_per_token(m, _repeats_kv(geo)) / tp
-    kv_bytes = geo.act_dt * kv_elems
+    kv_bytes = geo.act_dt * geo.tokens * attention.kv_elems_per_token(m) / tp
     q_o_bytes = geo.act_dt * geo.tokens * m.num_attention_heads * (attention.qk_head_dim(m) + attention.v_head_dim(m)) / tp
     kind = _cp_kind(cfg)
-    # the backward ring returns dK/dV: torch's ring in fp32 (convert_to_f32, the dkv rotater of
-    # _templated_ring_attention_backward), Transformer Engine's in the activation dtype
+    # torch's ring wraps the SDPA call, so it moves the K/V the model passes to it (repeated
+    # to every query head in torchtitan) and returns dK/dV in fp32 (convert_to_f32, the dkv
+    # rotater of _templated_ring_attention_backward); Transformer Engine's ring moves the
+    # GQA-width K/V and dK/dV in the activation dtype
     torch_ring = geo.kernels.attention == kernels.ATTN_SDPA
+    ring_kv_bytes = geo.act_dt * geo.tokens * attention.kv_elems_per_token(m, torch_ring and _repeats_kv(geo)) / tp
     dkv_ratio = attention.FP32_BYTES / geo.act_dt if torch_ring else 1.0
 
     def ring(size: int, stride: int, chunk_bytes: float) -> float:
@@ -682,8 +684,8 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
         inner = _cp_inner(cfg)
         outer = cp // inner
         cost = a2a(inner, tp) if inner > 1 else 0.0
-        return cost + (ring(outer, tp * inner, kv_bytes * inner) if outer > 1 else 0.0)
-    return ring(cp, tp, kv_bytes)
+        return cost + (ring(outer, tp * inner, ring_kv_bytes * inner) if outer > 1 else 0.0)
+    return ring(cp, tp, ring_kv_bytes)
 
 
 def _block_ep_s(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
