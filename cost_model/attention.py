@@ -282,3 +282,16 @@ def torch_ring_step_bytes(q_elems: float, kv_elems: float, act_dt: int) -> tuple
     fwd = kv_copy
     bwd = kv_copy + kv_elems * (accum + 2 * FP32_BYTES) + q_elems * accum
     return fwd, bwd
+
+
+def torch_ring_once_bytes(q_elems: float, kv_elems: float, act_dt: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes torch's ring moves once per attention call, beside the
+    per-step passes (same file and functions as torch_ring_step_bytes): key/value
+    .contiguous() at the start of either ring (read + write act each); forward, the merged
+    fp32 output cast back (sdpa_merger.results: read 4, write act per output element);
+    backward, the fp32 dQ/dK/dV buffers zeroed (write 4) and cast back at the end (read 4,
+    write act)."""
+    contiguous = 2 * act_dt * kv_elems
+    fwd = contiguous + q_elems * (FP32_BYTES + act_dt)
+    bwd = contiguous + (q_elems + kv_elems) * (FP32_BYTES + FP32_BYTES + act_dt)
+    return fwd, bwd

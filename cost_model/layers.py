@@ -495,14 +495,14 @@ def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelCon
         fwd += compute.memory_bound_time_s(gpu, calls * out_elems * geo.kernels.ring_merge_bytes, kernels=calls)
         if kern == kernels.ATTN_SDPA:
             # torch's context_parallel ring (the SDPA engines' CP): per-step K/V copies and
-            # fp32 gradient accumulation (attention.torch_ring_step_bytes), plus the
-            # key/value .contiguous() copies at the start of the forward and the backward
-            # ring; the slowest rank (the last) runs every step on its whole query chunk
+            # fp32 gradient accumulation (attention.torch_ring_step_bytes), plus its
+            # once-per-call copies, zeroed fp32 buffers and casts (torch_ring_once_bytes);
+            # the slowest rank (the last) runs every step on its whole query chunk
             kv_elems = geo.tokens * attention.kv_elems_per_token(m, _repeats_kv(geo)) / cfg.tp
             step_f, step_b = attention.torch_ring_step_bytes(q_elems, kv_elems, act_dt)
-            once = 2 * act_dt * kv_elems
-            fwd += compute.memory_bound_time_s(gpu, (calls - 1) * step_f + once, kernels=calls)
-            bwd += compute.memory_bound_time_s(gpu, calls * step_b + once, kernels=5 * calls)
+            once_f, once_b = attention.torch_ring_once_bytes(q_elems, kv_elems, act_dt)
+            fwd += compute.memory_bound_time_s(gpu, (calls - 1) * step_f + once_f, kernels=calls)
+            bwd += compute.memory_bound_time_s(gpu, calls * step_b + once_b, kernels=5 * calls)
     return fwd, bwd
 
 

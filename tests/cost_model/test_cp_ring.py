@@ -42,6 +42,14 @@ def test_torch_ring_step_bytes_hand_count():
     assert bwd == pytest.approx(4.0 + 22.0 + 14.0)
 
 
+def test_torch_ring_once_bytes_hand_count():
+    """Once per call: K/V .contiguous() r+w (4 per K/V element); forward the merged fp32
+    output cast back (r 4 w 2); backward the fp32 dQ/dK/dV zeroed (w 4) and cast back (r 4 w 2)."""
+    fwd, bwd = attention.torch_ring_once_bytes(q_elems=1.0, kv_elems=1.0, act_dt=2)
+    assert fwd == pytest.approx(4.0 + 6.0)
+    assert bwd == pytest.approx(4.0 + 2 * 10.0)
+
+
 def test_torchtitan_passes_repeated_kv_to_the_kernel():
     """Llama 3 8B: 8 KV heads of 128; torchtitan's repeat_kv widens K and V to the 32 query
     heads before SDPA, Megatron (TE, GQA-aware kernels) passes the 8."""
@@ -81,9 +89,11 @@ def test_torch_ring_core_adds_per_step_passes():
     base_b = compute.flash_attention_time_s(g, "bf16", 2.5 * flops, 32768, 128, kernels.ATTN_SDPA, backward=True,
                                             calls=8)
     merge = compute.memory_bound_time_s(g, 8 * q * kernels.KERNELS["torchtitan"].ring_merge_bytes, kernels=8)
-    step_f = compute.memory_bound_time_s(g, 7 * 4 * kv + 4 * kv, kernels=8)
+    # once per call: K/V .contiguous() (4 per K/V element); forward the fp32 output cast back
+    # (6 per output element), backward the zeroed fp32 dQ/dK/dV (4) and their cast back (6)
+    step_f = compute.memory_bound_time_s(g, 7 * 4 * kv + 4 * kv + 6 * q, kernels=8)
     per_call_b = compute.memory_bound_time_s(g, 8 * 14 * q, kernels=16)
-    step_b = compute.memory_bound_time_s(g, 8 * (4 * kv + 22 * kv + 14 * q) + 4 * kv, kernels=40)
+    step_b = compute.memory_bound_time_s(g, 8 * (4 * kv + 22 * kv + 14 * q) + 4 * kv + 10 * (q + kv), kernels=40)
     assert fwd == pytest.approx(base_f + merge + step_f)
     assert bwd == pytest.approx(base_b + per_call_b + step_b)
 
