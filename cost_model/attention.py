@@ -164,14 +164,18 @@ def tp_replicated_params(m: TransformerSpec) -> int:
     return p
 
 
-def kv_elems_per_token(m: TransformerSpec) -> int:
+def kv_elems_per_token(m: TransformerSpec, repeated: bool = False) -> int:
     """K and V elements per token the attention kernel reads (what a context-parallel ring
     or all-gather moves, before the TP split): 2*g*d for MHA/GQA; MLA in training passes the
     up-projected per-head K (qk_nope + qk_rope) and V (v_head_dim) to the kernel, a*(192+128)
-    for DeepSeek-V3, not the 576-wide latent (which only inference caches)."""
+    for DeepSeek-V3, not the 576-wide latent (which only inference caches). `repeated`: the
+    model code copies K and V to every query head before the kernel call (torchtitan's
+    repeat_kv ahead of F.scaled_dot_product_attention, torchtitan/models/llama/model.py
+    @9dec370 lines 201-209), so the kernel, and a ring around it, sees 2*a*d."""
     if m.mla is not None:
         return m.num_attention_heads * (m.mla.qk_head_dim + m.mla.v_head_dim)
-    return 2 * m.num_kv_heads * m.kv_channels
+    heads = m.num_attention_heads if repeated else m.num_kv_heads
+    return 2 * heads * m.kv_channels
 
 
 def qk_head_dim(m: TransformerSpec) -> int:
@@ -241,3 +245,53 @@ def saved_activation_elems_per_token(m: TransformerSpec) -> tuple[float, float]:
         return replicated, sharded
     d, g = m.kv_channels, m.num_kv_heads
     return 0.0, float(a * d + 2 * g * d + a * d)
+
+
+# --------------------------------------------------------------------------- kernel-side passes
+
+FP32_BYTES = 4
+
+
+def flash_bwd_call_bytes(q_elems: float, act_dt: int) -> float:
+    """HBM bytes one FlashAttention backward call moves outside its main kernel, for
+    `q_elems` query (= output) elements: the preprocess reads dO and O for rowsum(dO * O)
+    and zeroes the fp32 dQ accumulator, the main kernel accumulates dQ into it, and a last
+    kernel reads it back and writes dQ in the activation dtype (PyTorch aten/src/ATen/native/
+    transformers/cuda/flash_attn/flash_bwd_launch_template.h run_flash_bwd_seqk_parallel:
+    flash_bwd_dot_do_o_kernel, flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel,
+    flash_bwd_convert_dq_kernel; FlashAttention-3 and cuDNN keep the same pre/post-process
+    pair). Paid once per call: a context-parallel ring pays it once per ring step."""
+    return q_elems * (2 * act_dt + FP32_BYTES + FP32_BYTES + act_dt)
+
+
+def torch_ring_step_bytes(q_elems: float, kv_elems: float, act_dt: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per ring step that torch's context_parallel ring moves
+    around each SDPA call (torch/distributed/tensor/experimental/_attention.py,
+    _templated_ring_attention and _templated_ring_attention_backward; the output merge is
+    kernels.EngineKernels.ring_merge_bytes). `q_elems` / `kv_elems`: the rank's query and
+    K+V elements. Forward: torch.cat([key.flatten(), value.flatten()]) copies the chunk
+    before it is sent (read + write). Backward (convert_to_f32: fp32 gradient buffers): the
+    same K/V copy; grad_key/grad_value accumulate the step's bf16 gradient into fp32
+    (read 4 + act, write 4), and on the steps that update half of them (`_partial_update`,
+    about half the steps under load balancing) a torch.cat rewrites the whole fp32 buffer
+    (read 4, write 4, counted as half of 8); torch.cat of the fp32 dK/dV for the send
+    (read 4, write 4); grad_query likewise accumulates (read 4 + act, write 4, and the
+    partial-update cat on half the steps)."""
+    kv_copy = 2 * act_dt * kv_elems
+    accum = (FP32_BYTES + act_dt + FP32_BYTES) + 2 * FP32_BYTES / 2
+    fwd = kv_copy
+    bwd = kv_copy + kv_elems * (accum + 2 * FP32_BYTES) + q_elems * accum
+    return fwd, bwd
+
+
+def torch_ring_once_bytes(q_elems: float, kv_elems: float, act_dt: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes torch's ring moves once per attention call, beside the
+    per-step passes (same file and functions as torch_ring_step_bytes): key/value
+    .contiguous() at the start of either ring (read + write act each); forward, the merged
+    fp32 output cast back (sdpa_merger.results: read 4, write act per output element);
+    backward, the fp32 dQ/dK/dV buffers zeroed (write 4) and cast back at the end (read 4,
+    write act)."""
+    contiguous = 2 * act_dt * kv_elems
+    fwd = contiguous + q_elems * (FP32_BYTES + act_dt)
+    bwd = contiguous + (q_elems + kv_elems) * (FP32_BYTES + FP32_BYTES + act_dt)
+    return fwd, bwd

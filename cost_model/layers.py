@@ -6,9 +6,11 @@ Times are per micro-batch. Communication inside a layer follows Megatron-LM:
 - TP (Shoeybi et al. 2019 §3): 2 all-reduces of the b*s*h activations in forward and 2 in
   backward per block; with sequence parallelism (Korthikanti §4.2.2) each all-reduce
   becomes an all-gather + reduce-scatter of the same total volume. Not overlapped.
-- CP (ring attention, Liu et al. 2023; Megatron-Core context parallel): cp-1 exchanges of
-  the local K/V chunk forward, K/V + dK/dV backward, overlapped with the attention core:
-  only the excess is exposed.
+- CP (ring attention, Liu et al. 2023; Megatron-Core context parallel; torch's
+  context_parallel ring for the SDPA engines): cp-1 exchanges of the local K/V chunk
+  forward, K/V + dK/dV backward (torch's ring: repeated K/V, fp32 dK/dV), overlapped with
+  the attention core: only the excess is exposed; the ring's per-step copies and fp32
+  gradient accumulation are memory passes of the core (_attention_core_s).
 - EP (DeepSeek-V3 §3.2; Megatron-Core MoE): all-to-all dispatch + combine of the routed
   tokens forward and backward, not overlapped; expert layers folded over tp*cp*dp with
   their own ep x etp (moe.py).
@@ -418,6 +420,7 @@ def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, ge
     s += moe.shared_expert_gemms_fwd_s(m, gpu, t, cfg, geo.tokens)
     s += moe.router_fwd_s(m, gpu, t, lay, geo.act_dt)
     s += moe.permute_fwd_s(m, gpu, lay, geo.act_dt)
+    s += moe.launch_overhead_fwd_s(m, gpu, cfg, lay, geo.fp8)
     return s, e.ffn_hidden_size * e.top_k * lay.imbalance + e.shared_ffn * e.num_shared_experts
 
 
@@ -483,10 +486,31 @@ def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelCon
     kern = geo.kernels.attention
     fwd = compute.flash_attention_time_s(gpu, dt, core_flops, keys, hd, kern, calls=calls)
     bwd = compute.flash_attention_time_s(gpu, dt, FLASH_BWD_FACTOR * core_flops, keys, hd, kern, backward=True, calls=calls)
+    act_dt = DTYPE_BYTES[dt]
+    q_elems = geo.tokens * m.num_attention_heads * hd / cfg.tp
+    # each backward call's dot(dO, O) preprocess and fp32 dQ accumulate/convert passes
+    bwd += compute.memory_bound_time_s(gpu, calls * attention.flash_bwd_call_bytes(q_elems, act_dt), kernels=2 * calls)
     if calls > 1:  # a ring merges each step's partial output into the running one (forward only)
         out_elems = geo.tokens * m.num_attention_heads * attention.v_head_dim(m) / cfg.tp
         fwd += compute.memory_bound_time_s(gpu, calls * out_elems * geo.kernels.ring_merge_bytes, kernels=calls)
+        if kern == kernels.ATTN_SDPA:
+            # torch's context_parallel ring (the SDPA engines' CP): per-step K/V copies and
+            # fp32 gradient accumulation (attention.torch_ring_step_bytes), plus its
+            # once-per-call copies, zeroed fp32 buffers and casts (torch_ring_once_bytes);
+            # the slowest rank (the last) runs every step on its whole query chunk
+            kv_elems = geo.tokens * attention.kv_elems_per_token(m, _repeats_kv(geo)) / cfg.tp
+            step_f, step_b = attention.torch_ring_step_bytes(q_elems, kv_elems, act_dt)
+            once_f, once_b = attention.torch_ring_once_bytes(q_elems, kv_elems, act_dt)
+            fwd += compute.memory_bound_time_s(gpu, (calls - 1) * step_f + once_f, kernels=calls)
+            bwd += compute.memory_bound_time_s(gpu, calls * step_b + once_b, kernels=5 * calls)
     return fwd, bwd
+
+
+def _repeats_kv(geo: _BlockGeometry) -> bool:
+    """Whether the engine's model code copies K/V to every query head before the attention
+    kernel (eager repeat_kv, kernels.Elementwise.gqa_repeat of the eager table: torchtitan's
+    SDPA call; under torch.compile the copy is fused but the kernel still reads a*d-wide K/V)."""
+    return geo.kernels.elementwise.gqa_repeat > 0
 
 
 def _elementwise_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, geo: _BlockGeometry, f_elem: float) -> float:
@@ -614,7 +638,10 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
     (Megatron-Core --cp-comm-type, megatron/core/extensions/transformer_engine.py ->
     TE attention/context_parallel.py):
     - p2p (ring attention, Liu et al. 2023; torch context_parallel's ring): cp-1 sends of the
-      local K/V chunk forward, K/V + dK/dV backward, each step under that step's attention;
+      local K/V chunk forward, K/V + dK/dV backward, each step under that step's attention.
+      torch's ring (torch/distributed/tensor/experimental/_attention.py; torchtitan @9dec370
+      rotates by all-gather, the same bytes) sends the K/V the model passes to SDPA
+      (torchtitan: repeated to every query head) and rotates dK/dV in fp32 (convert_to_f32);
     - all_gather (Llama 3 §3.3.2): all-gather of K/V forward, again in backward plus a
       reduce-scatter of dK/dV; TE pipelines it in two halves, so half the core hides it;
     - a2a (DeepSpeed-Ulysses, Jacobs et al. 2023): all-to-all of q, k, v in and of the
@@ -628,12 +655,19 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
     kv_bytes = geo.act_dt * geo.tokens * attention.kv_elems_per_token(m) / tp
     q_o_bytes = geo.act_dt * geo.tokens * m.num_attention_heads * (attention.qk_head_dim(m) + attention.v_head_dim(m)) / tp
     kind = _cp_kind(cfg)
+    # torch's ring wraps the SDPA call, so it moves the K/V the model passes to it (repeated
+    # to every query head in torchtitan) and returns dK/dV in fp32 (convert_to_f32, the dkv
+    # rotater of _templated_ring_attention_backward); Transformer Engine's ring moves the
+    # GQA-width K/V and dK/dV in the activation dtype
+    torch_ring = geo.kernels.attention == kernels.ATTN_SDPA
+    ring_kv_bytes = geo.act_dt * geo.tokens * attention.kv_elems_per_token(m, torch_ring and _repeats_kv(geo)) / tp
+    dkv_ratio = attention.FP32_BYTES / geo.act_dt if torch_ring else 1.0
 
     def ring(size: int, stride: int, chunk_bytes: float) -> float:
         link = comm.group_link(cluster, size, stride)
-        step = comm.send_recv_s(chunk_bytes, link, fits)
-        fwd = (size - 1) * step
-        return overlapped_s(fwd, c.core_fwd_s, gamma) + overlapped_s(2 * fwd, c.core_bwd_s, gamma)
+        fwd = (size - 1) * comm.send_recv_s(chunk_bytes, link, fits)
+        bwd = fwd + (size - 1) * comm.send_recv_s(chunk_bytes * dkv_ratio, link, fits)
+        return overlapped_s(fwd, c.core_fwd_s, gamma) + overlapped_s(bwd, c.core_bwd_s, gamma)
 
     def a2a(size: int, stride: int) -> float:
         link = comm.group_link(cluster, size, stride)
@@ -650,8 +684,8 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
         inner = _cp_inner(cfg)
         outer = cp // inner
         cost = a2a(inner, tp) if inner > 1 else 0.0
-        return cost + (ring(outer, tp * inner, kv_bytes * inner) if outer > 1 else 0.0)
-    return ring(cp, tp, kv_bytes)
+        return cost + (ring(outer, tp * inner, ring_kv_bytes * inner) if outer > 1 else 0.0)
+    return ring(cp, tp, ring_kv_bytes)
 
 
 def _block_ep_s(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:

@@ -16,9 +16,20 @@ of the micro-batch (the attention block's output is sequence-sharded); without i
 routes all b*s/cp (repeated work). Balanced routing sends tokens*top_k copies, each local
 expert receiving tokens*top_k*ep*etp/E on average.
 
+Kernel launches: the router, the dispatcher's metadata, the unfused (un)permutation and the
+per-local-expert GEMM and fp8 quantize kernels are counted from the engine code and charged
+GPUSpec.kernel_overhead_s each (block_launches); a cost fixed per micro-batch, so it weighs
+most for fine-grained experts at small micro-batches.
+
 What this module does not model (stated so the numbers can be read): token dropping with a
 capacity factor (Megatron's default is dropless, `moe_expert_capacity_factor` None);
-DeepEP/HybridEP fused dispatch and its node-level de-duplication (the `flex` dispatcher);
+DeepEP/HybridEP fused dispatch and its rank-level de-duplication (the `flex` dispatcher, which
+Megatron-Bridge's GB200 recipes select; the emitted launch runs alltoall), the fused permute
+and router (--moe-permute-fusion, --moe-router-fusion) and partial CUDA graphs (not emitted);
+host-boundedness: the CPU issuing the expert path's many small kernels slower than the GPU
+runs them after each per-layer device-to-host sync of the token counts (token_dispatcher.py
+_maybe_dtoh_and_synchronize), the first bottleneck NVIDIA names for MoE on GB200
+(Megatron-LM docs/discussions/deepseek-v3-gb200-optimization @eb0783b6d3 section 2);
 fp8 dispatch (fused_a2a.py at the same commit: "Currently, we do not support fp8 dispatch");
 the overlapped 1F1B all-to-all (`--overlap-moe-expert-parallel-comm`, off by default and not
 emitted): the all-to-alls are exposed; node-limited routing (DeepSeek-V3 §2.1.2, at most 4
@@ -133,6 +144,70 @@ def permute_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, act_dt: int) -> fl
         moved += 2 * 2 * received * row
         kernels += 2
     return compute.memory_bound_time_s(gpu, moved, kernels=kernels)
+
+
+# Kernel launches of one MoE block per micro-batch as Megatron-Core runs the emitted launch
+# (planner/launch/megatron.py: --moe-grouped-gemm --moe-token-dispatcher-type alltoall, without
+# --moe-permute-fusion / --moe-router-fusion, so the router and the (un)permutation run as one
+# kernel per torch op; megatron/core/transformer/moe/ @92c8482e6d, the Megatron-Core of
+# Megatron-Bridge 25.11). Counted from the code, forward / backward:
+# - router (router.py TopKRouter.routing; moe_utils.py topk_routing_with_score_function,
+#   compute_routing_scores_for_aux_loss, switch_load_balancing_loss_func): gating GEMM; score
+#   softmax, top-k, the zeros + scatter of the probabilities and of the bool routing map (8);
+#   the aux-loss scores again (softmax, top-k, map: 5); the loss (tokens per expert, probability
+#   sums, product, sum, scale: 5) and its tracker (2): 21. Backward: the gating GEMM's dgrad and
+#   wgrad, softmax, scatter and top-k gradients, the aux-loss scale and sum gradients: 11.
+# - dispatcher metadata (token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess, ep > 1):
+#   tokens per expert, their all-gather over the EP group, the split sums and the host copies: 8
+#   (2 without EP); none in backward.
+# - permutation (moe_utils.py permute / unpermute / sort_chunks_by_idxs, unfused): the transposed
+#   map, arange, two masked_select (indices, probabilities: nonzero + gather each), index_select;
+#   unpermute's zeros + scatter_add: 10; with several local experts the sort and unsort by local
+#   expert (split + cat, tokens and probabilities): +3. Backward: index_add into zeros, the
+#   unpermute gather, the probabilities' masked_scatter into zeros (5), +2 for the sorts.
+# - experts (experts.py TEGroupedMLP -> Transformer Engine GroupedLinear, transformer_engine/
+#   pytorch/module/grouped_linear.py @v2.9: general_grouped_gemm issues one cuBLAS GEMM per
+#   local expert, tex.split_quantize one fp8 quantize per local expert's input): per local
+#   expert fc1 and fc2 forward (2 GEMMs, +2 quantizes in fp8), dgrad and wgrad of both in
+#   backward (4 GEMMs, +2 output-gradient quantizes in fp8).
+ROUTER_KERNELS = (21, 11)
+DISPATCH_METADATA_KERNELS = ((8, 0), (2, 0))  # with EP, without
+PERMUTE_KERNELS = (10, 5)
+LOCAL_SORT_KERNELS = (3, 2)  # with more than one local expert
+EXPERT_GEMMS_PER_EXPERT = (2, 4)
+EXPERT_QUANTIZES_PER_EXPERT = (2, 2)  # fp8 only
+# kernels the forward terms of this module already charge one launch each: the two grouped
+# GEMM calls, the router GEMM and its 3 memory passes, permute_fwd_s's 2 (+2 with local sorts)
+_CHARGED_FWD = 2 + 4 + 2
+_CHARGED_FWD_LOCAL_SORT = 2
+
+
+def block_launches(m: TransformerSpec, cfg: ParallelConfig, lay: ExpertLayout, fp8: bool) -> tuple[int, int]:
+    """(forward, backward) kernel launches of one MoE block's router, dispatch and experts for
+    one micro-batch (the tables above); the shared experts are plain GEMMs (their own term)."""
+    sort = lay.local_experts > 1
+    per_expert = [g + (q if fp8 else 0) for g, q in zip(EXPERT_GEMMS_PER_EXPERT, EXPERT_QUANTIZES_PER_EXPERT, strict=True)]
+    meta = DISPATCH_METADATA_KERNELS[0 if cfg.ep > 1 else 1]
+    return tuple(
+        ROUTER_KERNELS[i] + meta[i] + PERMUTE_KERNELS[i] + (LOCAL_SORT_KERNELS[i] if sort else 0)
+        + lay.local_experts * per_expert[i]
+        for i in (0, 1)
+    )
+
+
+def launch_overhead_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout, fp8: bool) -> float:
+    """The launch/tail cost (GPUSpec.kernel_overhead_s per kernel) of the MoE block's kernels
+    that the GEMM and memory-pass terms do not charge, carried in the forward: a block's
+    backward is priced as twice its forward (layers._block_compute), so a third of the forward
+    + backward total sits here and the block's step total is exact. Fine-grained experts make
+    it large: per local expert 4 (fp8: 8) forward GEMM and quantize kernels of tens of
+    microseconds each, and the router and permutation are a few dozen kernels on a tokens x E
+    map of a few MB (the Megatron-Core report on DeepSeek-V3 on GB200 names this kernel
+    count the first bottleneck; docs/discussions/deepseek-v3-gb200-optimization/
+    deepseek-v3-gb200-optimization.md @eb0783b6d3 section 2)."""
+    fwd, bwd = block_launches(m, cfg, lay, fp8)
+    charged = 3 * (_CHARGED_FWD + (_CHARGED_FWD_LOCAL_SORT if lay.local_experts > 1 else 0))
+    return max(0, fwd + bwd - charged) * gpu.kernel_overhead_s / 3.0
 
 
 def _a2a_levels_s(cluster: ClusterSpec, nbytes: float, ep: int, etp: int, fits) -> float:
