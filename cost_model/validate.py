@@ -17,7 +17,7 @@ from .specs import (
     TrainingSpec,
     TransformerSpec,
 )
-from .vocab import SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+from .vocab import MODEL_LAYERS, SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 
 __all__ = ["divisors", "expert_fold_error", "validate_cluster", "validate_config", "validate_model", "validate_training"]
 
@@ -29,7 +29,7 @@ __all__ = ["divisors", "expert_fold_error", "validate_cluster", "validate_config
 def validate_model(m: ModelSpec, path: str = "model") -> None:
     if isinstance(m, LayerListSpec):
         layers = [{**asdict(layer)} for layer in m.layers]
-        rq.validate_as(rq.Model, {"name": m.name, "layers": layers}, "model")
+        rq.validate_as(rq.Model, {"name": m.name, MODEL_LAYERS: layers}, "model")
         return
     assert isinstance(m, TransformerSpec)
     rq.validate_as(rq.Transformer, asdict(m), path)

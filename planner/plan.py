@@ -21,6 +21,7 @@ from cost_model.results import Estimate, Prediction, Record, StageEstimate
 from cost_model.vocab import (
     DTYPE_BF16,
     ENGINE_MEGATRON,
+    MODEL_TRANSFORMER,
     OPTIMIZER_ADAM,
     RECOMPUTE_NONE,
     SCHEDULE_1F1B,
@@ -97,7 +98,7 @@ class ModelSummary(Record):
 
     model_config = ConfigDict(frozen=True, extra="allow")
     name: str
-    kind: ModelKind = "transformer"
+    kind: ModelKind = MODEL_TRANSFORMER
     num_layers: int
     total_params: int | None = Field(None, description="unique parameters, embeddings counted")
     active_params: int | None = Field(None, description="parameters one token touches (MoE: top_k routed experts), embeddings counted")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from cost_model.vocab import DTYPE_BF16, DTYPE_FP8
+
 from ..catalog import gpus_table, models_table
 from .common import print_json
 from .flags import add_flags
@@ -34,7 +36,7 @@ def run_gpus(args: argparse.Namespace) -> int:
     print(f"{'name':10s} {'mem GiB':>7s} {'bf16 TF':>8s} {'fp8 TF':>7s} {'HBM GB/s':>8s} {'NVLink':>6s} {'net':>5s}  source")
     for r in rows:
         print(
-            f"{r['name']:10s} {r['memory_gib']:7.1f} {r['peak_tflops']['bf16']:8.1f} {r['peak_tflops']['fp8']:7.1f} "
+            f"{r['name']:10s} {r['memory_gib']:7.1f} {r['peak_tflops'][DTYPE_BF16]:8.1f} {r['peak_tflops'][DTYPE_FP8]:7.1f} "
             f"{r['hbm_gb_s']:8.0f} {r['nvlink_gb_s']:6.0f} {r['network_gb_s']:5.0f}  {r['source']}"
         )
     return 0

@@ -102,12 +102,12 @@ def write_artifacts(plan, out_dir, targets: list[str] | None = None) -> list[Pat
     out.mkdir(parents=True, exist_ok=True)
     launch = plan.get("launch") or emit(plan, targets)
     if isinstance(plan, Plan):
-        full = plan.model_copy(update={"launch": launch, "ranks": plan.ranks or launch.get("ranks")})
+        full = plan.model_copy(update={"launch": launch, "ranks": plan.ranks or launch.get(V.TARGET_RANKS)})
     else:
         full = dict(plan)
         full["launch"] = launch
-        if "ranks" in launch:
-            full.setdefault("ranks", launch["ranks"])
+        if V.TARGET_RANKS in launch:
+            full.setdefault("ranks", launch[V.TARGET_RANKS])
     paths = [out / runtime.PLAN_FILE]
     paths[0].write_text(plan_json(full))
     for target, art in launch.items():

@@ -22,7 +22,14 @@ with pipeline parallelism", so pp > 1 plans are offered only with ZeRO 0 or 1.
 
 from __future__ import annotations
 
-from cost_model.vocab import DTYPE_BF16, DTYPE_FP8, DTYPE_FP32, OPTIMIZER_ADAMW, RECOMPUTE_FULL
+from cost_model.vocab import (
+    DTYPE_BF16,
+    DTYPE_FP8,
+    DTYPE_FP32,
+    ENGINE_DEEPSPEED,
+    OPTIMIZER_ADAMW,
+    RECOMPUTE_FULL,
+)
 from planner.launch import data
 from planner.launch._common import NotApplicable, join, par
 from planner.launch.torchrun import is_cpu, launcher
@@ -33,7 +40,7 @@ VERSION = "0.19.8"
 PIPELINE_MAX_ZERO = 1  # PipelineEngine: stage < ZeroStageEnum.gradients (2)
 CONFIG_FILE = "ds_config.json"
 ENTRY_FILE = "ds_train.py"
-_WORDS = data.words("deepspeed")  # DeepSpeed's config words (data/deepspeed_words.toml)
+_WORDS = data.words(ENGINE_DEEPSPEED)  # DeepSpeed's config words (data/deepspeed_words.toml)
 
 # The training entry for pp = 1: the plan's model built from the project's transformer blocks
 # (the ones the runtime and the profiler use), wrapped by deepspeed.initialize with ds_config.json,

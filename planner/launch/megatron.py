@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from cost_model.vocab import (
     DTYPE_BF16,
+    ENGINE_MEGATRON,
     MLP_SWIGLU,
     NORM_RMSNORM,
     OPTIMIZER_ADAM,
@@ -37,7 +38,7 @@ from planner.launch.torchrun import env, launcher
 
 FLAGS_FILE = "megatron_flags.txt"
 
-_WORDS = data.words("megatron")  # our word -> Megatron's (data/megatron_words.toml)
+_WORDS = data.words(ENGINE_MEGATRON)  # our word -> Megatron's (data/megatron_words.toml)
 _DTYPE = _WORDS["dtype"]
 
 

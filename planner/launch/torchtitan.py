@@ -21,7 +21,13 @@ plan with etp > 1 (experts TP-sharded, EP groups strided by etp) is refused.
 
 from __future__ import annotations
 
-from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE, SCHEDULE_1F1B, TARGET_TORCHTITAN
+from cost_model.vocab import (
+    ENGINE_TORCHTITAN,
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    SCHEDULE_1F1B,
+    TARGET_TORCHTITAN,
+)
 from planner.launch import data
 from planner.launch._common import (
     NotApplicable,
@@ -34,7 +40,7 @@ from planner.launch.torchrun import launcher
 
 VERSIONS = ("0.3.0", "main")
 FIELDS_FILES = {"0.3.0": "torchtitan_fields_0.3.0.txt", "main": "torchtitan_fields_main.txt"}
-_WORDS = data.words("torchtitan")  # our word -> torchtitan's (data/torchtitan_words.toml)
+_WORDS = data.words(ENGINE_TORCHTITAN)  # our word -> torchtitan's (data/torchtitan_words.toml)
 _SCHEDULE = _WORDS["schedule"]
 # our recompute word -> torchtitan's activation-checkpoint subcommand
 _AC = _WORDS["activation_checkpoint"]

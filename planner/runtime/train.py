@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE
+from cost_model.vocab import OPTIMIZER_SGD, RECOMPUTE_FULL, RECOMPUTE_NONE
 from planner.runtime.dist_optimizer import DistributedOptimizer
 from planner.runtime.mesh import init_distributed
 from planner.runtime.parallelize import allreduce_grads, apply_fsdp, apply_recompute
@@ -49,7 +49,7 @@ def make_batch(plan: RunPlan, step: int, seed: int) -> tuple[torch.Tensor, torch
 
 
 def make_optimizer(plan: RunPlan, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    if plan.optimizer == "sgd":
+    if plan.optimizer == OPTIMIZER_SGD:
         return torch.optim.SGD(params, lr=LR)
     # adam / adamw / anything else: Adam without weight decay, so the check compares
     # the gradient path and not a decay convention.
