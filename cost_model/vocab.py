@@ -4,7 +4,10 @@ model or the runtime uses, defined once as a `Literal` alias.
 `typing.get_args(Alias)` is the single list of allowed values (torchtitan's
 `job_config.py` does the same): pydantic validates against the alias, argparse takes
 `choices=values(Alias)`, and code compares against the constants below instead of
-re-typing the strings. Adding a word here adds it everywhere; nothing else lists them.
+re-typing the strings. Adding a word here adds it everywhere; nothing else lists them
+(bench/vocab_literals.py counts the string literals that re-type one). An engine's own flag
+or config word that happens to equal ours lives in that engine's table,
+planner/launch/data/<engine>_words.toml.
 """
 
 from __future__ import annotations
