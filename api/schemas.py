@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cost_model.vocab import KIND_BLOCK
+
 
 class ProfileIn(BaseModel):
     model_config = ConfigDict(
         extra="allow", allow_inf_nan=False,
         json_schema_extra={"examples": [{"schema_version": 1, "device": "a100-80gb", "source": "planner profile",
-                                         "layers": [{"kind": "block", "tp": 1, "micro_batch_size": 1, "seq_length": 2048,
+                                         "layers": [{"kind": KIND_BLOCK, "tp": 1, "micro_batch_size": 1, "seq_length": 2048,
                                                      "fwd_s": 0.004, "bwd_s": 0.008, "activation_bytes": 3.0e8}],
                                          "comm": [], "gemm": []}]},
     )

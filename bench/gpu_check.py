@@ -19,6 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cost_model.vocab import DTYPE_BF16  # noqa: E402
+
 TPS, MICRO_BATCHES = (1, 2, 4, 8), (1, 2, 4)
 
 
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     for tp in TPS:
         for b in MICRO_BATCHES:
             m = measure_block(dims, tp, b, args.seq_len, device, dtype, warmup=3, repeats=args.repeats, budget_s=20.0)
-            a = analytic_block(gpu, tp, b, args.seq_len, "bf16")
+            a = analytic_block(gpu, tp, b, args.seq_len, DTYPE_BF16)
             rows.append((tp, b, m, a))
             print(f"tp={tp} mb={b}: measured {(m.fwd_s + m.bwd_s) * 1e3:.2f} ms, analytic {a.compute_s * 1e3:.2f} ms, "
                   f"saved {m.activation_bytes / 2**30:.2f} GiB vs {a.act.none / 2**30:.2f} GiB "

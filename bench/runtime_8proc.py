@@ -21,26 +21,19 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-PLAN = {
-    "id": "bench-8proc",
-    "status": "optimal",
-    "model": {
-        "name": "tiny-llama", "num_layers": 8, "hidden_size": 128, "num_attention_heads": 8,
-        "num_kv_heads": 4, "ffn_hidden_size": 352, "vocab_size": 512, "mlp": "swiglu",
-        "norm": "rmsnorm", "position": "rope", "tie_embeddings": False, "moe": None,
-    },
-    "training": {"global_batch_size": 16, "seq_length": 64, "dtype": "fp32", "optimizer": "adam"},
-    "cluster": {"gpu": "cpu", "num_gpus": 8, "gpus_per_node": 8},
-    "parallelism": {
-        "dp": 2, "tp": 2, "pp": 2, "cp": 1, "ep": 1, "vpp": 1, "sequence_parallel": True,
-        "zero": 0, "micro_batch_size": 2, "num_micro_batches": 4, "recompute": "none",
-        "schedule": "1f1b",
-    },
-    "stages": [
-        {"index": 0, "layers": [0, 3], "recompute_layers": 0},
-        {"index": 1, "layers": [4, 7], "recompute_layers": 0},
-    ],
-}
+sys.path.insert(0, ROOT)
+
+from tests.runtime.plans import make_plan  # noqa: E402  (the runtime tests' tiny plan)
+
+# PP=2 x DP=2 x TP=2 with sequence parallel on 8 processes, a wider model than the tests'
+PLAN = make_plan(
+    model={"name": "tiny-llama", "hidden_size": 128, "num_attention_heads": 8, "num_kv_heads": 4,
+           "ffn_hidden_size": 352, "vocab_size": 512},
+    training={"global_batch_size": 16, "seq_length": 64},
+    dp=2, tp=2, pp=2, sequence_parallel=True, micro_batch_size=2,
+)
+PLAN["id"] = "bench-8proc"
+PLAN["cluster"].update(num_gpus=8, gpus_per_node=8)
 
 
 def main() -> int:

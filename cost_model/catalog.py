@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .errors import SpecError
 from .specs import GPUSpec
+from .vocab import Dtype, values
 
 _A100_FIT = (
     "fitted to NAR21 Tables 1-2 by a grid over (eta_max, d_half, HBM fraction, overlap "
@@ -57,279 +58,116 @@ _INHERIT_CDNA = (
     "reach ~600-700 of 1307 TFLOP/s"
 )
 
+
+
+def _gpu(name: str, description: str, memory_gib: float, peak_tflops: tuple[float, ...], hbm_gb_s: float,
+         nvlink_gb_s: float, network_gb_s: float, gpus_per_node: int, source: str, **efficiency) -> GPUSpec:
+    """One catalog entry: the datasheet numbers in GPUSpec's field order, the dense peaks in
+    `vocab.Dtype` order (fp32, tf32, bf16, fp16, fp8), then the efficiency-model constants."""
+    peaks = dict(zip(values(Dtype), peak_tflops, strict=True))
+    return GPUSpec(name, description, memory_gib, peaks, hbm_gb_s, nvlink_gb_s, network_gb_s, gpus_per_node,
+                   source, **efficiency)
+
+
+# _gpu(name, description, memory_gib, peak TFLOP/s (fp32, tf32, bf16, fp16, fp8),
+#      hbm_gb_s, nvlink_gb_s, network_gb_s, gpus_per_node, source, efficiency constants...)
 CATALOG: dict[str, GPUSpec] = {
     g.name: g
     for g in (
-        GPUSpec(
-            name="a100-40gb",
-            description="NVIDIA A100 SXM4 40GB",
-            memory_gib=39.4,
-            peak_tflops={"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0, "fp8": 312.0},
-            hbm_gb_s=1555.0,
-            nvlink_gb_s=300.0,
-            network_gb_s=25.0,
-            gpus_per_node=8,
-            source="NVIDIA A100 Tensor Core GPU datasheet (2021); NVLink3 600 GB/s bidirectional; fp8 not supported, runs at bf16 rate",
-            **_AMPERE,
-            efficiency_source=_A100_FIT,
-        ),
-        GPUSpec(
-            name="a100-80gb",
-            description="NVIDIA A100 SXM4 80GB",
-            memory_gib=79.2,
-            peak_tflops={"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0, "fp8": 312.0},
-            hbm_gb_s=2039.0,
-            nvlink_gb_s=300.0,
-            network_gb_s=25.0,
-            gpus_per_node=8,
-            source="NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB; NVLink3 600 GB/s bidirectional; DGX A100: 8x200 Gb/s HDR IB",
-            **_AMPERE,
-            efficiency_source=_A100_FIT,
-        ),
-        GPUSpec(
-            name="h100-sxm",
-            description="NVIDIA H100 SXM5 80GB",
-            memory_gib=79.1,
-            peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-            hbm_gb_s=3350.0,
-            nvlink_gb_s=450.0,
-            network_gb_s=50.0,
-            gpus_per_node=8,
-            source="NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5; NVLink4 900 GB/s bidirectional; DGX H100: 8x400 Gb/s NDR",
-            **_HOPPER_EFF,
-            efficiency_source=_HOPPER,
-        ),
-        GPUSpec(
-            name="h200",
-            description="NVIDIA H200 SXM 141GB",
-            memory_gib=140.0,
-            peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-            hbm_gb_s=4800.0,
-            nvlink_gb_s=450.0,
-            network_gb_s=50.0,
-            gpus_per_node=8,
-            source="NVIDIA H200 Tensor Core GPU datasheet (2024); NVLink4 900 GB/s bidirectional; 400 Gb/s NDR per GPU",
-            **_HOPPER_EFF,
-            efficiency_source=_HOPPER,
-        ),
-        GPUSpec(
-            name="b200",
-            description="NVIDIA B200 180GB (HGX B200)",
-            memory_gib=178.0,
-            peak_tflops={"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
-            hbm_gb_s=7700.0,
-            nvlink_gb_s=900.0,
-            network_gb_s=50.0,
-            gpus_per_node=8,
-            source="NVIDIA HGX B200 datasheet (2025): dense = half the sparse figures; NVLink5 1.8 TB/s bidirectional; ConnectX-7 400 Gb/s per GPU",
-            **_BLACKWELL_EFF,
-            efficiency_source="assumed: Hopper shape model, larger tiles",
-        ),
-        GPUSpec(
-            name="mi300x",
-            description="AMD Instinct MI300X 192GB",
-            memory_gib=191.5,
-            peak_tflops={"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
-            hbm_gb_s=5300.0,
-            nvlink_gb_s=64.0,
-            network_gb_s=50.0,
-            gpus_per_node=8,
-            source="AMD Instinct MI300X datasheet (2023); Infinity Fabric 64 GB/s per link per direction to each peer (7 links); 400 Gb/s per GPU",
-            **_CDNA_EFF,
-            efficiency_source="assumed: public MI300X bf16 GEMM benchmarks reach ~600-700 of 1307 TFLOP/s",
-        ),
-        GPUSpec(
-            name="gb200",
-            description="NVIDIA GB200 (one Blackwell GPU of a GB200 NVL72 rack, 1200 W)",
-            memory_gib=185.0,
-            peak_tflops={"fp32": 90.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0},
-            hbm_gb_s=8000.0,
-            nvlink_gb_s=900.0,
-            network_gb_s=50.0,
-            gpus_per_node=4,
-            source=(
-                "NVIDIA GB200 NVL72 datasheet and Blackwell architecture technical brief (2024): per GPU 5/10 PFLOP/s "
-                "dense fp8/fp4 (half the sparse figures), 2.5 PFLOP/s bf16, 8 TB/s HBM3e (576 TB/s per 72); capacity "
-                "189471 MiB as reported by the driver (MLPerf Training systems json); NVLink5 1.8 TB/s bidirectional "
-                "to the NVLink Switch, 72 GPUs per NVLink domain; 4 GPUs per compute tray (2 superchips); "
-                "ConnectX-7 400 Gb/s per GPU"
-            ),
-            **_BLACKWELL_EFF,
-            efficiency_source=_INHERIT_BLACKWELL,
-            nvlink_domain=72,
-        ),
-        GPUSpec(
-            name="b300",
-            description="NVIDIA B300 (HGX B300, Blackwell Ultra)",
-            memory_gib=268.0,
-            peak_tflops={"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
-            hbm_gb_s=7700.0,
-            nvlink_gb_s=900.0,
-            network_gb_s=100.0,
-            gpus_per_node=8,
-            source=(
-                "NVIDIA HGX B300 datasheet (2025): per GPU 4.5 PFLOP/s dense fp8, 2.25 bf16, 1.1 tf32, 75 TFLOP/s "
-                "fp32; 270 GB HBM3e, 7.7 TB/s; NVLink5 1.8 TB/s bidirectional; ConnectX-8 800 Gb/s per GPU. "
-                "Capacity: 270 GB less the ~1% the driver reserves (as the b200 entry); not measured"
-            ),
-            **_BLACKWELL_EFF,
-            efficiency_source=_INHERIT_BLACKWELL,
-        ),
-        GPUSpec(
-            name="gb300",
-            description="NVIDIA GB300 (one Blackwell Ultra GPU of a GB300 NVL72 rack, 1400 W)",
-            memory_gib=277.0,
-            peak_tflops={"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0},
-            hbm_gb_s=8000.0,
-            nvlink_gb_s=900.0,
-            network_gb_s=100.0,
-            gpus_per_node=4,
-            source=(
-                "NVIDIA GB300 NVL72 datasheet (2025): per GPU 5 PFLOP/s dense fp8, 2.5 bf16, 1.25 tf32 (rack: 360 "
-                "PFLOP/s fp8 dense / 72); 279 GB HBM3e, 8 TB/s; NVLink5 1.8 TB/s bidirectional, 72 GPUs per NVLink "
-                "domain; ConnectX-8 800 Gb/s per GPU. Capacity: 279 GB less ~1% reserved; not measured"
-            ),
-            **_BLACKWELL_EFF,
-            efficiency_source=_INHERIT_BLACKWELL,
-            nvlink_domain=72,
-        ),
-        GPUSpec(
-            name="h800",
-            description="NVIDIA H800 SXM5 80GB (export variant of H100 SXM)",
-            memory_gib=79.1,
-            peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-            hbm_gb_s=3350.0,
-            nvlink_gb_s=200.0,
-            network_gb_s=50.0,
-            gpus_per_node=8,
-            source=(
-                "NVIDIA H800 SXM5 datasheet (2023): H100 SXM5 compute (FP64 reduced to 1 TFLOP/s), 80 GB HBM3 "
-                "3.35 TB/s, NVLink 400 GB/s bidirectional (8 of the H100's 18 links); 8x400 Gb/s IB per node as in "
-                "DeepSeek-V3 (arXiv 2412.19437 sec. 3.2.2, which measures ~160 GB/s achievable NVLink)"
-            ),
-            **_HOPPER_EFF,
-            efficiency_source=_INHERIT_HOPPER,
-        ),
-        GPUSpec(
-            name="h20",
-            description="NVIDIA H20 96GB (export Hopper, 400 W)",
-            memory_gib=95.0,
-            peak_tflops={"fp32": 44.0, "tf32": 74.0, "bf16": 148.0, "fp16": 148.0, "fp8": 296.0},
-            hbm_gb_s=4000.0,
-            nvlink_gb_s=450.0,
-            network_gb_s=50.0,
-            gpus_per_node=8,
-            source=(
-                "NVIDIA H20 product brief (2024): 296 TFLOP/s fp8 and 148 bf16 dense, 74 tf32, 44 fp32; 96 GB HBM3 "
-                "4.0 TB/s; NVLink 900 GB/s bidirectional; 400 Gb/s per GPU assumed (HGX H20)"
-            ),
-            **_HOPPER_EFF,
-            efficiency_source=_INHERIT_HOPPER + " (a compute-starved part: GEMMs saturate at smaller shapes; to be refitted)",
-        ),
-        GPUSpec(
-            name="gh200",
-            description="NVIDIA GH200 Grace Hopper superchip, 96 GB HBM3 (quad-GH200 nodes)",
-            memory_gib=95.0,
-            peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-            hbm_gb_s=4000.0,
-            nvlink_gb_s=450.0,
-            network_gb_s=25.0,
-            gpus_per_node=4,
-            source=(
-                "NVIDIA GH200 Grace Hopper Superchip datasheet (2023): H100 compute, 96 GB HBM3 4 TB/s (a 144 GB "
-                "HBM3e 4.9 TB/s variant exists: pass it as an object), NVLink4 900 GB/s bidirectional, NVLink-C2C "
-                "900 GB/s to Grace; 4 superchips per node with one 200 Gb/s Slingshot NIC each (HPE Cray EX254n, "
-                "as in CSCS Alps)"
-            ),
-            **_HOPPER_EFF,
-            efficiency_source=_INHERIT_HOPPER,
-        ),
-        GPUSpec(
-            name="mi325x",
-            description="AMD Instinct MI325X 256GB",
-            memory_gib=255.5,
-            peak_tflops={"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
-            hbm_gb_s=6000.0,
-            nvlink_gb_s=64.0,
-            network_gb_s=50.0,
-            gpus_per_node=8,
-            source=(
-                "AMD Instinct MI325X datasheet (2024): MI300X compute (1307.4 bf16 / 2614.9 fp8 dense TFLOP/s), 256 GB "
-                "HBM3E 6 TB/s; Infinity Fabric 64 GB/s per link per direction to each of 7 peers; 400 Gb/s per GPU"
-            ),
-            **_CDNA_EFF,
-            efficiency_source=_INHERIT_CDNA,
-        ),
-        GPUSpec(
-            name="mi355x",
-            description="AMD Instinct MI355X 288GB (CDNA 4)",
-            memory_gib=287.5,
-            peak_tflops={"fp32": 157.3, "tf32": 157.3, "bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2},
-            hbm_gb_s=8000.0,
-            nvlink_gb_s=76.8,
-            network_gb_s=50.0,
-            gpus_per_node=8,
-            source=(
-                "AMD Instinct MI355X datasheet (2025): 2.5 PFLOP/s bf16, 5.0 fp8 dense, 157.3 TFLOP/s fp32 matrix (no "
-                "tf32 matrix path: fp32 rate); 288 GB HBM3E 8 TB/s; Infinity Fabric 1075 GB/s aggregate over 7 links "
-                "= 76.8 GB/s per link per direction; 400 Gb/s per GPU (Pollara 400)"
-            ),
-            **_CDNA_EFF,
-            efficiency_source=_INHERIT_CDNA,
-        ),
-        GPUSpec(
-            name="l40s",
-            description="NVIDIA L40S 48GB (PCIe)",
-            memory_gib=44.4,
-            peak_tflops={"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
-            hbm_gb_s=864.0,
-            nvlink_gb_s=32.0,
-            network_gb_s=25.0,
-            gpus_per_node=8,
-            source="NVIDIA L40S datasheet (2023): no NVLink, PCIe Gen4 x16 64 GB/s bidirectional",
-            gemm_max_efficiency=0.65,
-            efficiency_source="assumed: A100 shape model",
-        ),
-        GPUSpec(
-            name="v100-32gb",
-            description="NVIDIA V100 SXM2 32GB",
-            memory_gib=31.7,
-            peak_tflops={"fp32": 15.7, "tf32": 15.7, "bf16": 15.7, "fp16": 125.0, "fp8": 125.0},
-            hbm_gb_s=900.0,
-            nvlink_gb_s=150.0,
-            network_gb_s=12.5,
-            gpus_per_node=8,
-            source="NVIDIA V100 datasheet (2018), SXM2; NVLink2 300 GB/s bidirectional; no bf16 tensor cores (bf16 at fp32 rate); DGX-1/2: 100 Gb/s per GPU",
-            gemm_max_efficiency=0.70,
-            efficiency_source="assumed: A100 shape model",
-        ),
-        GPUSpec(
-            name="cpu",
-            description="a CPU process as the device (gloo); refine with a CPU profile",
-            memory_gib=16.0,
-            peak_tflops={"fp32": 0.1, "tf32": 0.1, "bf16": 0.05, "fp16": 0.02, "fp8": 0.02},
-            hbm_gb_s=10.0,
-            nvlink_gb_s=2.0,
-            network_gb_s=1.0,
-            gpus_per_node=2,
-            source="assumed: one modern x86 core with AVX2/AVX-512 FMA (~100 GFLOP/s fp32), a share of DDR bandwidth; loopback gloo",
-            gemm_max_efficiency=0.5,
-            gemm_half_dim=32.0,
-            memory_bound_efficiency=0.5,
-            reserved_gib=0.2,
-            kernel_overhead_s=2e-5,
-            intra_node_latency_s=5e-5,
-            inter_node_latency_s=1e-4,
-            link_efficiency=0.5,
-            # gloo runs collectives on the same cores as compute: nothing hides behind it
-            overlap_interference=1.0,
-            # SDPA on a CPU is a blocked GEMM loop, without the GPU kernels' tile ramp-up
-            attention_half_seq=0.0,
-            attention_half_head_dim=0.0,
-            attention_bwd_ratio=1.0,
-            efficiency_source="assumed; `planner profile` on the machine replaces it",
-            host=True,
-        ),
+        _gpu("a100-40gb", "NVIDIA A100 SXM4 40GB", 39.4, (19.5, 156.0, 312.0, 312.0, 312.0),
+             1555.0, 300.0, 25.0, 8,
+             "NVIDIA A100 Tensor Core GPU datasheet (2021); NVLink3 600 GB/s bidirectional; fp8 not supported, runs at bf16 rate",
+             **_AMPERE, efficiency_source=_A100_FIT),
+        _gpu("a100-80gb", "NVIDIA A100 SXM4 80GB", 79.2, (19.5, 156.0, 312.0, 312.0, 312.0),
+             2039.0, 300.0, 25.0, 8,
+             "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB; NVLink3 600 GB/s bidirectional; DGX A100: 8x200 Gb/s HDR IB",
+             **_AMPERE, efficiency_source=_A100_FIT),
+        _gpu("h100-sxm", "NVIDIA H100 SXM5 80GB", 79.1, (67.0, 494.7, 989.4, 989.4, 1978.9),
+             3350.0, 450.0, 50.0, 8,
+             "NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5; NVLink4 900 GB/s bidirectional; DGX H100: 8x400 Gb/s NDR",
+             **_HOPPER_EFF, efficiency_source=_HOPPER),
+        _gpu("h200", "NVIDIA H200 SXM 141GB", 140.0, (67.0, 494.7, 989.4, 989.4, 1978.9),
+             4800.0, 450.0, 50.0, 8,
+             "NVIDIA H200 Tensor Core GPU datasheet (2024); NVLink4 900 GB/s bidirectional; 400 Gb/s NDR per GPU",
+             **_HOPPER_EFF, efficiency_source=_HOPPER),
+        _gpu("b200", "NVIDIA B200 180GB (HGX B200)", 178.0, (75.0, 1100.0, 2250.0, 2250.0, 4500.0),
+             7700.0, 900.0, 50.0, 8,
+             "NVIDIA HGX B200 datasheet (2025): dense = half the sparse figures; NVLink5 1.8 TB/s bidirectional; ConnectX-7 400 Gb/s per GPU",
+             **_BLACKWELL_EFF, efficiency_source="assumed: Hopper shape model, larger tiles"),
+        _gpu("mi300x", "AMD Instinct MI300X 192GB", 191.5, (163.4, 653.7, 1307.4, 1307.4, 2614.9),
+             5300.0, 64.0, 50.0, 8,
+             "AMD Instinct MI300X datasheet (2023); Infinity Fabric 64 GB/s per link per direction to each peer (7 links); 400 Gb/s per GPU",
+             **_CDNA_EFF,
+             efficiency_source="assumed: public MI300X bf16 GEMM benchmarks reach ~600-700 of 1307 TFLOP/s"),
+        _gpu("gb200", "NVIDIA GB200 (one Blackwell GPU of a GB200 NVL72 rack, 1200 W)", 185.0, (90.0, 1250.0, 2500.0, 2500.0, 5000.0),
+             8000.0, 900.0, 50.0, 4,
+             "NVIDIA GB200 NVL72 datasheet and Blackwell architecture technical brief (2024): per GPU 5/10 PFLOP/s "
+             "dense fp8/fp4 (half the sparse figures), 2.5 PFLOP/s bf16, 8 TB/s HBM3e (576 TB/s per 72); capacity "
+             "189471 MiB as reported by the driver (MLPerf Training systems json); NVLink5 1.8 TB/s bidirectional "
+             "to the NVLink Switch, 72 GPUs per NVLink domain; 4 GPUs per compute tray (2 superchips); "
+             "ConnectX-7 400 Gb/s per GPU",
+             **_BLACKWELL_EFF, efficiency_source=_INHERIT_BLACKWELL, nvlink_domain=72),
+        _gpu("b300", "NVIDIA B300 (HGX B300, Blackwell Ultra)", 268.0, (75.0, 1100.0, 2250.0, 2250.0, 4500.0),
+             7700.0, 900.0, 100.0, 8,
+             "NVIDIA HGX B300 datasheet (2025): per GPU 4.5 PFLOP/s dense fp8, 2.25 bf16, 1.1 tf32, 75 TFLOP/s "
+             "fp32; 270 GB HBM3e, 7.7 TB/s; NVLink5 1.8 TB/s bidirectional; ConnectX-8 800 Gb/s per GPU. "
+             "Capacity: 270 GB less the ~1% the driver reserves (as the b200 entry); not measured",
+             **_BLACKWELL_EFF, efficiency_source=_INHERIT_BLACKWELL),
+        _gpu("gb300", "NVIDIA GB300 (one Blackwell Ultra GPU of a GB300 NVL72 rack, 1400 W)", 277.0, (80.0, 1250.0, 2500.0, 2500.0, 5000.0),
+             8000.0, 900.0, 100.0, 4,
+             "NVIDIA GB300 NVL72 datasheet (2025): per GPU 5 PFLOP/s dense fp8, 2.5 bf16, 1.25 tf32 (rack: 360 "
+             "PFLOP/s fp8 dense / 72); 279 GB HBM3e, 8 TB/s; NVLink5 1.8 TB/s bidirectional, 72 GPUs per NVLink "
+             "domain; ConnectX-8 800 Gb/s per GPU. Capacity: 279 GB less ~1% reserved; not measured",
+             **_BLACKWELL_EFF, efficiency_source=_INHERIT_BLACKWELL, nvlink_domain=72),
+        _gpu("h800", "NVIDIA H800 SXM5 80GB (export variant of H100 SXM)", 79.1, (67.0, 494.7, 989.4, 989.4, 1978.9),
+             3350.0, 200.0, 50.0, 8,
+             "NVIDIA H800 SXM5 datasheet (2023): H100 SXM5 compute (FP64 reduced to 1 TFLOP/s), 80 GB HBM3 "
+             "3.35 TB/s, NVLink 400 GB/s bidirectional (8 of the H100's 18 links); 8x400 Gb/s IB per node as in "
+             "DeepSeek-V3 (arXiv 2412.19437 sec. 3.2.2, which measures ~160 GB/s achievable NVLink)",
+             **_HOPPER_EFF, efficiency_source=_INHERIT_HOPPER),
+        _gpu("h20", "NVIDIA H20 96GB (export Hopper, 400 W)", 95.0, (44.0, 74.0, 148.0, 148.0, 296.0),
+             4000.0, 450.0, 50.0, 8,
+             "NVIDIA H20 product brief (2024): 296 TFLOP/s fp8 and 148 bf16 dense, 74 tf32, 44 fp32; 96 GB HBM3 "
+             "4.0 TB/s; NVLink 900 GB/s bidirectional; 400 Gb/s per GPU assumed (HGX H20)",
+             **_HOPPER_EFF,
+             efficiency_source=_INHERIT_HOPPER + " (a compute-starved part: GEMMs saturate at smaller shapes; to be refitted)"),
+        _gpu("gh200", "NVIDIA GH200 Grace Hopper superchip, 96 GB HBM3 (quad-GH200 nodes)", 95.0, (67.0, 494.7, 989.4, 989.4, 1978.9),
+             4000.0, 450.0, 25.0, 4,
+             "NVIDIA GH200 Grace Hopper Superchip datasheet (2023): H100 compute, 96 GB HBM3 4 TB/s (a 144 GB "
+             "HBM3e 4.9 TB/s variant exists: pass it as an object), NVLink4 900 GB/s bidirectional, NVLink-C2C "
+             "900 GB/s to Grace; 4 superchips per node with one 200 Gb/s Slingshot NIC each (HPE Cray EX254n, "
+             "as in CSCS Alps)",
+             **_HOPPER_EFF, efficiency_source=_INHERIT_HOPPER),
+        _gpu("mi325x", "AMD Instinct MI325X 256GB", 255.5, (163.4, 653.7, 1307.4, 1307.4, 2614.9),
+             6000.0, 64.0, 50.0, 8,
+             "AMD Instinct MI325X datasheet (2024): MI300X compute (1307.4 bf16 / 2614.9 fp8 dense TFLOP/s), 256 GB "
+             "HBM3E 6 TB/s; Infinity Fabric 64 GB/s per link per direction to each of 7 peers; 400 Gb/s per GPU",
+             **_CDNA_EFF, efficiency_source=_INHERIT_CDNA),
+        _gpu("mi355x", "AMD Instinct MI355X 288GB (CDNA 4)", 287.5, (157.3, 157.3, 2516.6, 2516.6, 5033.2),
+             8000.0, 76.8, 50.0, 8,
+             "AMD Instinct MI355X datasheet (2025): 2.5 PFLOP/s bf16, 5.0 fp8 dense, 157.3 TFLOP/s fp32 matrix (no "
+             "tf32 matrix path: fp32 rate); 288 GB HBM3E 8 TB/s; Infinity Fabric 1075 GB/s aggregate over 7 links "
+             "= 76.8 GB/s per link per direction; 400 Gb/s per GPU (Pollara 400)",
+             **_CDNA_EFF, efficiency_source=_INHERIT_CDNA),
+        _gpu("l40s", "NVIDIA L40S 48GB (PCIe)", 44.4, (91.6, 183.0, 362.05, 362.05, 733.0),
+             864.0, 32.0, 25.0, 8,
+             "NVIDIA L40S datasheet (2023): no NVLink, PCIe Gen4 x16 64 GB/s bidirectional",
+             gemm_max_efficiency=0.65, efficiency_source="assumed: A100 shape model"),
+        _gpu("v100-32gb", "NVIDIA V100 SXM2 32GB", 31.7, (15.7, 15.7, 15.7, 125.0, 125.0),
+             900.0, 150.0, 12.5, 8,
+             "NVIDIA V100 datasheet (2018), SXM2; NVLink2 300 GB/s bidirectional; no bf16 tensor cores (bf16 at fp32 rate); DGX-1/2: 100 Gb/s per GPU",
+             gemm_max_efficiency=0.70, efficiency_source="assumed: A100 shape model"),
+        _gpu("cpu", "a CPU process as the device (gloo); refine with a CPU profile", 16.0, (0.1, 0.1, 0.05, 0.02, 0.02),
+             10.0, 2.0, 1.0, 2,
+             "assumed: one modern x86 core with AVX2/AVX-512 FMA (~100 GFLOP/s fp32), a share of DDR bandwidth; loopback gloo",
+             gemm_max_efficiency=0.5, gemm_half_dim=32.0, memory_bound_efficiency=0.5,
+             reserved_gib=0.2, kernel_overhead_s=2e-5, intra_node_latency_s=5e-5,
+             inter_node_latency_s=1e-4, link_efficiency=0.5,
+             # gloo runs collectives on the same cores as compute: nothing hides behind it
+             overlap_interference=1.0,
+             # SDPA on a CPU is a blocked GEMM loop, without the GPU kernels' tile ramp-up
+             attention_half_seq=0.0, attention_half_head_dim=0.0, attention_bwd_ratio=1.0,
+             efficiency_source="assumed; `planner profile` on the machine replaces it", host=True),
     )
 }
 
@@ -355,8 +193,6 @@ def resolve_gpu(gpu: str | dict) -> GPUSpec:
     (`dataclasses.replace`, peak_tflops merged per dtype); without one, the datasheet
     numbers are all required and the efficiency model keeps the GPUSpec defaults."""
     from dataclasses import replace
-
-    from .vocab import Dtype, values
 
     if isinstance(gpu, str):
         return get_gpu(gpu)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import vocab as V
 from .specs import ClusterSpec
 
 
@@ -45,8 +46,8 @@ def group_link(cluster: ClusterSpec, size: int, stride: int) -> Link:
     # on NVLink only if every such block is: no larger than the domain and dividing it
     # (tp=3 on 8-GPU nodes puts ranks 6-8 in two nodes)
     if size <= 1 or (span <= domain and domain % span == 0):
-        return Link(cluster.intra_node_gb_s * 1e9 * g.link_efficiency, cluster.intra_node_latency_s, "intra")
-    return Link(cluster.inter_node_gb_s * 1e9 * g.link_efficiency, cluster.inter_node_latency_s, "inter")
+        return Link(cluster.intra_node_gb_s * 1e9 * g.link_efficiency, cluster.intra_node_latency_s, V.LEVEL_INTRA)
+    return Link(cluster.inter_node_gb_s * 1e9 * g.link_efficiency, cluster.inter_node_latency_s, V.LEVEL_INTER)
 
 
 def _ring(name: str, nbytes: float, size: int, link: Link, fits: dict | None, steps: int, volume: float) -> float:
@@ -62,25 +63,25 @@ def _ring(name: str, nbytes: float, size: int, link: Link, fits: dict | None, st
 
 def all_reduce_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
     """Ring all-reduce: 2(n-1) alpha + 2(n-1)/n B/bw."""
-    return _ring("all_reduce", nbytes, size, link, fits, 2 * (size - 1), 2 * (size - 1) / max(size, 1))
+    return _ring(V.ALL_REDUCE, nbytes, size, link, fits, 2 * (size - 1), 2 * (size - 1) / max(size, 1))
 
 
 def reduce_scatter_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
     """Ring reduce-scatter of a B-byte buffer: (n-1) alpha + (n-1)/n B/bw."""
-    return _ring("reduce_scatter", nbytes, size, link, fits, size - 1, (size - 1) / max(size, 1))
+    return _ring(V.REDUCE_SCATTER, nbytes, size, link, fits, size - 1, (size - 1) / max(size, 1))
 
 
 def all_gather_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
     """Ring all-gather into a B-byte buffer: (n-1) alpha + (n-1)/n B/bw."""
-    return _ring("all_gather", nbytes, size, link, fits, size - 1, (size - 1) / max(size, 1))
+    return _ring(V.ALL_GATHER, nbytes, size, link, fits, size - 1, (size - 1) / max(size, 1))
 
 
 def all_to_all_s(nbytes: float, size: int, link: Link, fits: dict | None = None) -> float:
     """Pairwise all-to-all, B bytes sent per rank: (n-1) alpha + (n-1)/n B/bw
     (DeepSeek-V3 §3.2.2 dispatch/combine)."""
-    return _ring("all_to_all", nbytes, size, link, fits, size - 1, (size - 1) / max(size, 1))
+    return _ring(V.ALL_TO_ALL, nbytes, size, link, fits, size - 1, (size - 1) / max(size, 1))
 
 
 def send_recv_s(nbytes: float, link: Link, fits: dict | None = None) -> float:
     """Point-to-point: alpha + B/bw."""
-    return _ring("send_recv", nbytes, 2, link, fits, 1, 1.0)
+    return _ring(V.SEND_RECV, nbytes, 2, link, fits, 1, 1.0)

@@ -24,7 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .vocab import (
+    COUNTS_ANY,
+    COUNTS_NONE,
+    COUNTS_UNIFORM,
+    CP_A2A,
+    CP_A2A_P2P,
+    CP_ALL_GATHER,
+    CP_P2P,
+    DTYPE_BF16,
     DTYPE_BYTES,
+    DTYPE_FP8,
+    DTYPE_FP32,
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
     ENGINE_RUNTIME,
@@ -37,6 +47,7 @@ from .vocab import (
     SCHEDULE_1F1B,
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
+    StageCounts,
 )
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
@@ -116,7 +127,7 @@ class EngineSupport:
     engine: str
     sharding: tuple[ShardingMode, ...]
     recompute: tuple[str, ...]  # engine-neutral modes it can express
-    recompute_per_stage_counts: str  # "any" | "uniform" | "none": per-stage full-recompute counts
+    recompute_per_stage_counts: StageCounts  # per-stage full-recompute counts it can run
     recompute_detail: str
     recompute_source: Source
     schedules: dict[str, str]  # neutral name -> the engine's name
@@ -182,7 +193,7 @@ MEGATRON = EngineSupport(
         ),
     ),
     recompute=(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL),
-    recompute_per_stage_counts="uniform",
+    recompute_per_stage_counts=COUNTS_UNIFORM,
     recompute_detail=(
         "--recompute-granularity full|selective; full needs --recompute-method uniform|block and "
         "--recompute-num-layers N: block recomputes the first N layers of every pipeline (virtual) stage, "
@@ -203,7 +214,7 @@ MEGATRON = EngineSupport(
         "(any split, e.g. 'E|(t|)*3,m|m||L')"
     ),
     uneven_source=_mg(_MG_ARGS, "_add_distributed_args"),
-    cp_variants=("p2p", "all_gather", "a2a", "a2a+p2p"),
+    cp_variants=(CP_P2P, CP_ALL_GATHER, CP_A2A, CP_A2A_P2P),
     cp_source=_mg(_MG_ARGS, "--cp-comm-type (per layer allowed), default p2p"),
     expert_parallel=True,
     expert_tensor_parallel=True,
@@ -274,7 +285,7 @@ TORCHTITAN = EngineSupport(
         ),
     ),
     recompute=(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL),
-    recompute_per_stage_counts="none",
+    recompute_per_stage_counts=COUNTS_NONE,
     recompute_detail=(
         "FullAC wraps every transformer block; SelectiveAC is per-op (saves matmul/attention/collective "
         "outputs, recomputes every second mm); MemoryBudgetAC needs torch.compile. The policy is applied to "
@@ -361,7 +372,7 @@ DEEPSPEED = EngineSupport(
         ),
     ),
     recompute=(RECOMPUTE_NONE, RECOMPUTE_FULL),
-    recompute_per_stage_counts="uniform",
+    recompute_per_stage_counts=COUNTS_UNIFORM,
     recompute_detail=(
         "deepspeed.checkpointing (partition_activations, number_checkpoints, contiguous_memory_optimization); "
         "PipelineModule activation_checkpoint_interval = checkpoint every N layers, the same N on every stage. "
@@ -413,7 +424,7 @@ RUNTIME = EngineSupport(
                      True, _rt("planner/runtime/parallelize.py", "apply_fsdp")),
     ),
     recompute=(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL),
-    recompute_per_stage_counts="any",
+    recompute_per_stage_counts=COUNTS_ANY,
     recompute_detail="full: the first recompute_layers[i] blocks of stage i; selective: the attention core",
     recompute_source=_rt("planner/runtime/parallelize.py", "apply_recompute"),
     schedules={SCHEDULE_GPIPE: "ScheduleGPipe", SCHEDULE_1F1B: "Schedule1F1B", SCHEDULE_INTERLEAVED: "ScheduleInterleaved1F1B"},
@@ -488,10 +499,10 @@ def engine_supports(
         counts = set(recompute_layers)
         per_stage = stage_layers or ()
         all_layers = bool(per_stage) and tuple(recompute_layers) == tuple(per_stage)
-        if e.recompute_per_stage_counts == "none" and not all_layers:
+        if e.recompute_per_stage_counts == COUNTS_NONE and not all_layers:
             return (f"{engine} recomputes every block or none: per-stage counts {list(recompute_layers)} "
                     f"cannot be expressed ({e.recompute_source})")
-        if e.recompute_per_stage_counts == "uniform" and len(counts) > 1 and not all_layers:
+        if e.recompute_per_stage_counts == COUNTS_UNIFORM and len(counts) > 1 and not all_layers:
             return (f"{engine} takes one recompute count for every (virtual) stage, the plan has "
                     f"{list(recompute_layers)}: {e.recompute_detail} ({e.recompute_source})")
 
@@ -553,9 +564,9 @@ def state_bytes_per_param(
     engine: str,
     zero: int,
     shard: int,
-    dtype: str = "bf16",
-    grad_dtype: str = "fp32",
-    master_dtype: str = "fp32",
+    dtype: str = DTYPE_BF16,
+    grad_dtype: str = DTYPE_FP32,
+    master_dtype: str = DTYPE_FP32,
     optimizer: str = OPTIMIZER_ADAM,
 ) -> EngineStateBytes:
     """What `engine` keeps per parameter at `zero` with `shard` ranks sharing the state.
@@ -568,15 +579,15 @@ def state_bytes_per_param(
     if e.sharding_mode(zero) is None:
         raise ValueError(engine_supports(engine, zero=zero))
     d = float(max(1, shard))
-    p_dtype = "bf16" if dtype == "fp8" else dtype
+    p_dtype = DTYPE_BF16 if dtype == DTYPE_FP8 else dtype
     w = float(DTYPE_BYTES[p_dtype])
     m = _moments_bytes(optimizer)
-    master = 0.0 if p_dtype == "fp32" else float(DTYPE_BYTES[master_dtype])
+    master = 0.0 if p_dtype == DTYPE_FP32 else float(DTYPE_BYTES[master_dtype])
 
     if engine == ENGINE_MEGATRON:
         # dist_optimizer.md table: 16-bit grads get an fp32 main-grad copy inside the optimizer
         # (fp16/fp16: 20 = 2 + 2 + 16); fp32 grads are the main grads themselves (bf16/fp32: 18).
-        g = float(DTYPE_BYTES[grad_dtype]) if p_dtype != "fp32" else 4.0
+        g = float(DTYPE_BYTES[grad_dtype]) if p_dtype != DTYPE_FP32 else 4.0
         k = m + master + (4.0 if g < 4 else 0.0)
         src = str(_mg(_MG_DOC_DO, "bytes-per-parameter table"))
         if zero == 0:
@@ -596,13 +607,13 @@ def state_bytes_per_param(
         src = str(e.sharding_mode(zero).source)
         if zero == 0:
             return EngineStateBytes(4.0, 4.0, m, source=src)
-        held_compute_copy = w if (zero == 2 and p_dtype != "fp32") else 0.0
+        held_compute_copy = w if (zero == 2 and p_dtype != DTYPE_FP32) else 0.0
         return EngineStateBytes(4.0 / d + held_compute_copy, 4.0 / d, m / d, source=src + f"; total {full:g}/d")
 
     if engine == ENGINE_DEEPSPEED:
         src = str(e.sharding_mode(zero).source)
         g16 = float(DTYPE_BYTES[p_dtype])
-        if p_dtype == "fp32":
+        if p_dtype == DTYPE_FP32:
             k = m
             if zero == 0:
                 return EngineStateBytes(4.0, 4.0, k, source=src)
@@ -614,7 +625,7 @@ def state_bytes_per_param(
         if zero == 0:
             # bf16 without ZeRO needs bf16 gradient accumulation (engine.py); fp32 master + moments full
             return EngineStateBytes(w, g16, master + m, source=src)
-        if zero == 1 and p_dtype == "bf16" and grad_dtype == "fp32":
+        if zero == 1 and p_dtype == DTYPE_BF16 and grad_dtype == DTYPE_FP32:
             # BF16_Optimizer: full fp32 gradient buffer, fp32 master and moments sharded
             return EngineStateBytes(w, 4.0, (master + m) / d, source=str(e.sharding_mode(1).source))
         # stage_1_and_2 / stage3: 16-bit grads; fp32 grad partition only around the step

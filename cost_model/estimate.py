@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from . import flops, memory
+from . import flops, memory, specs
 from .compute import peak_flops
 from .layers import LayerTable, layer_table
 from .results import GIB, Estimate, MemoryBreakdown, Prediction, StageEstimate, TimeBreakdown
-from .specs import (
-    CalibrationProfile,
-    ClusterSpec,
-    LayerListSpec,
-    ModelSpec,
-    ParallelConfig,
-    TrainingSpec,
-)
 from .stages import (
     RankCost,
     StageSlice,
@@ -28,7 +20,7 @@ from .validate import validate_config
 from .vocab import RECOMPUTE_FULL
 
 
-def resolve_slices(model: ModelSpec, cfg: ParallelConfig) -> list[StageSlice]:
+def resolve_slices(model: specs.ModelSpec, cfg: specs.ParallelConfig) -> list[StageSlice]:
     n_stages = cfg.pp * cfg.vpp
     counts = list(cfg.stage_layers) if cfg.stage_layers else balanced_stage_layers(model.num_layers, n_stages)
     recompute = cfg.recompute_layers if cfg.recompute == RECOMPUTE_FULL else [0] * n_stages
@@ -36,7 +28,7 @@ def resolve_slices(model: ModelSpec, cfg: ParallelConfig) -> list[StageSlice]:
 
 
 def rank_costs(
-    table: LayerTable, slices: list[StageSlice], cfg: ParallelConfig, m: int, cluster: ClusterSpec
+    table: LayerTable, slices: list[StageSlice], cfg: specs.ParallelConfig, m: int, cluster: specs.ClusterSpec
 ) -> list[RankCost]:
     reserved = memory.reserved_bytes(cfg)  # CUDA context, cuBLAS workspace, NCCL buffers
     return [
@@ -45,23 +37,23 @@ def rank_costs(
     ]
 
 
-def model_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
+def model_flops_per_step(model: specs.ModelSpec, training: specs.TrainingSpec) -> float:
     """The MFU numerator. Convention: forward + backward = 3 x forward FLOPs of the GEMMs and
     of the attention pairs the causal mask keeps (s^2/2 per sequence for full attention,
     windows and chunks as attention.causal_score_entries; FlashAttention's benchmark
     convention and PaLM App. B's 6N + attention term with causal masking), no recompute;
     the output layer counted, embeddings lookups not, MTP modules not (they are not in the
     priced layer table). HFU adds the recomputed forward FLOPs (the same causal count)."""
-    if isinstance(model, LayerListSpec):
+    if isinstance(model, specs.LayerListSpec):
         return 3.0 * sum(layer.fwd_flops for layer in model.layers) * training.global_batch_size
     return flops.model_flops_per_step(model, training.global_batch_size, training.seq_length, causal=True)
 
 
 def compose(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    training: TrainingSpec,
-    cfg: ParallelConfig,
+    model: specs.ModelSpec,
+    cluster: specs.ClusterSpec,
+    training: specs.TrainingSpec,
+    cfg: specs.ParallelConfig,
     table: LayerTable,
     slices: list[StageSlice],
 ) -> Estimate:
@@ -140,11 +132,11 @@ def _stage_p2p(table: LayerTable, sl: StageSlice, n: int) -> float:
 
 
 def estimate(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    training: TrainingSpec,
-    cfg: ParallelConfig,
-    profile: CalibrationProfile | None = None,
+    model: specs.ModelSpec,
+    cluster: specs.ClusterSpec,
+    training: specs.TrainingSpec,
+    cfg: specs.ParallelConfig,
+    profile: specs.CalibrationProfile | None = None,
 ) -> Estimate:
     """Predicted step time, throughput, MFU/HFU and per-rank memory of `cfg`.
     Raises SpecError (naming the field) for an inconsistent configuration."""

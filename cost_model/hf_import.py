@@ -44,17 +44,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import vocab as V
 from .attention import CHUNKED, FULL, LAYER_TYPES, SLIDING
 from .errors import SpecError
 from .specs import MLASpec, MoESpec, TransformerSpec
-from .vocab import (
-    MLP_GELU,
-    MLP_SWIGLU,
-    NORM_LAYERNORM,
-    NORM_RMSNORM,
-    POSITION_LEARNED,
-    POSITION_ROPE,
-)
 
 # transformers' PretrainedConfig ties embeddings by default; these classes default to untied
 _UNTIED_BY_DEFAULT = {
@@ -144,9 +137,9 @@ def _gpt2(c: _Cfg, display: str) -> TransformerSpec:
         num_kv_heads=heads,
         ffn_hidden_size=int(c.get("n_inner") or 4 * hidden),
         vocab_size=int(c.req("vocab_size")),
-        mlp=MLP_GELU,
-        norm=NORM_LAYERNORM,
-        position=POSITION_LEARNED,
+        mlp=V.MLP_GELU,
+        norm=V.NORM_LAYERNORM,
+        position=V.POSITION_LEARNED,
         tie_embeddings=bool(c.get("tie_word_embeddings", True)),
         max_position_embeddings=int(c.get("n_positions") or c.get("n_ctx") or 1024),
         dropout=float(c.get("resid_pdrop", 0.0) or 0.0) > 0,
@@ -185,9 +178,9 @@ def _decoder(c: _Cfg, model_type: str, display: str) -> TransformerSpec:
         # Llama-family configs (Llama, Mistral, Qwen, Mixtral, Gemma, DeepSeek, GPT-OSS,
         # Phi-3, GLM) all use a gated MLP (gate, up, down) whatever the activation; only the
         # cost of the activation itself differs, which the model ignores.
-        mlp=MLP_SWIGLU,
-        norm=NORM_RMSNORM if (c.has("rms_norm_eps") or gemma or llama4 or gpt_oss) else NORM_LAYERNORM,
-        position=POSITION_ROPE,
+        mlp=V.MLP_SWIGLU,
+        norm=V.NORM_RMSNORM if (c.has("rms_norm_eps") or gemma or llama4 or gpt_oss) else V.NORM_LAYERNORM,
+        position=V.POSITION_ROPE,
         tie_embeddings=bool(c.get("tie_word_embeddings", model_type not in _UNTIED_BY_DEFAULT)),
         max_position_embeddings=int(c.get("max_position_embeddings") or 4096),
         moe=moe,

@@ -38,11 +38,19 @@ from .specs import (
 )
 from .vocab import (
     ATTENTION_EAGER,
+    CP_A2A,
+    CP_A2A_P2P,
+    CP_ALL_GATHER,
+    CP_P2P,
     DTYPE_BF16,
     DTYPE_BYTES,
     DTYPE_FP8,
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
+    KIND_BLOCK,
+    KIND_EMBEDDING,
+    KIND_LOGITS,
+    KIND_MOE_BLOCK,
     MLP_SWIGLU,
     POSITION_ROPE,
 )
@@ -451,9 +459,9 @@ def _attention_keys_per_call(m: TransformerSpec, t: TrainingSpec, cfg: ParallelC
     w = attention.window(m, geo.index)
     s = float(t.seq_length)
     kind = _cp_kind(cfg)
-    if cfg.cp <= 1 or kind in ("all_gather", "a2a"):
+    if cfg.cp <= 1 or kind in (CP_ALL_GATHER, CP_A2A):
         keys, calls = s, 1
-    elif kind == "a2a+p2p":
+    elif kind == CP_A2A_P2P:
         inner = _cp_inner(cfg)
         keys, calls = s * inner / cfg.cp, max(1, cfg.cp // inner)
     else:
@@ -564,7 +572,7 @@ def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig
     cast_fwd, cast_bwd = _fp8_casts_s(gpu, t, cfg, geo, g)
     fwd = gemm_s + core_s + elem_s + cast_fwd
     bwd = 2.0 * (gemm_s + elem_s) + core_bwd_s + cast_bwd
-    kind = "moe_block" if geo.moe_layer else "block"
+    kind = KIND_MOE_BLOCK if geo.moe_layer else KIND_BLOCK
     fwd_p, bwd_p, source = _profiled(profile, kind, cfg, t, fwd, bwd)
     scale = fwd_p / max(1e-12, fwd) if source != "analytic" else 1.0
     return _BlockCompute(fwd_p, bwd_p, core_s * scale, core_bwd_s, source, g.qkv_s * scale, g.up_s * scale)
@@ -620,7 +628,7 @@ def _block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _Bloc
 def _cp_kind(cfg: ParallelConfig) -> str:
     """The CP communication the engine runs: the configured cp_comm, else the engine's
     default (Megatron --cp-comm-type p2p; torchtitan's ring, priced as p2p)."""
-    return cfg.cp_comm or "p2p"
+    return cfg.cp_comm or CP_P2P
 
 
 def _cp_inner(cfg: ParallelConfig) -> int:
@@ -673,14 +681,14 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
         link = comm.group_link(cluster, size, stride)
         return 2 * comm.all_to_all_s(kv_bytes + q_o_bytes, size, link, fits)
 
-    if kind == "all_gather":
+    if kind == CP_ALL_GATHER:
         link = comm.group_link(cluster, cp, tp)
         ag = comm.all_gather_s(kv_bytes * cp, cp, link, fits)
         rs = comm.reduce_scatter_s(kv_bytes * cp, cp, link, fits)
         return overlapped_s(ag, c.core_fwd_s / 2, gamma) + overlapped_s(ag + rs, c.core_bwd_s / 2, gamma)
-    if kind == "a2a":
+    if kind == CP_A2A:
         return a2a(cp, tp)
-    if kind == "a2a+p2p":
+    if kind == CP_A2A_P2P:
         inner = _cp_inner(cfg)
         outer = cp // inner
         cost = a2a(inner, tp) if inner > 1 else 0.0
@@ -780,7 +788,7 @@ def _block_cost(
     geo = _geometry(m, t, cfg, index)
     fits = profile.comm if profile else None
     c = _block_compute(m, cluster.gpu, t, cfg, geo, profile)
-    sources["moe_block" if geo.moe_layer else "block"] = c.source
+    sources[KIND_MOE_BLOCK if geo.moe_layer else KIND_BLOCK] = c.source
     tp_fwd = _block_tp_fwd_s(m, cluster, cfg, geo, fits)
     tp_bwd = _block_tp_bwd_s(m, cluster, cfg, geo, c, fits)
     ep_comm = _block_ep_s(m, cluster, t, cfg, geo, fits)
@@ -870,14 +878,14 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     nbytes = 2 * act_dt * tokens * m.hidden_size
     fwd = compute.memory_bound_time_s(gpu, nbytes, kernels=2)
     bwd = compute.memory_bound_time_s(gpu, 2 * nbytes, kernels=2)
-    fwd, bwd, sources["embedding"] = _profiled(profile, "embedding", cfg, t, fwd, bwd)
+    fwd, bwd, sources[KIND_EMBEDDING] = _profiled(profile, KIND_EMBEDDING, cfg, t, fwd, bwd)
     fits = profile.comm if profile else None
     tp_comm = 2 * _tp_sync_s(act_dt * tokens * m.hidden_size, tp, comm.group_link(cluster, tp, 1), fits,
                              cfg.sequence_parallel)
     act = memory.embedding_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
     params_rank = _total_params(m) / tp  # at least one bucket's worth on the first stage
     return _replicated_layer(
-        "embedding", cluster, t, cfg, flops.embedding_params(m) / tp, fwd, bwd, tp_comm,
+        KIND_EMBEDDING, cluster, t, cfg, flops.embedding_params(m) / tp, fwd, bwd, tp_comm,
         memory.ActivationBytes(act, act, act), 0.0, fits, tail_s=_dp_last_bucket_s(cluster, t, cfg, params_rank, fits),
     )
 
@@ -898,7 +906,7 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     ce = compute.memory_bound_time_s(gpu, tokens * v_local * (act_dt + 3 * 4), kernels=4)  # upcast, max, exp-sum, grad
     fwd = gemm + norm + ce
     bwd = 2 * gemm + 2 * norm + ce
-    fwd, bwd, sources["output"] = _profiled(profile, "logits", cfg, t, fwd, bwd)
+    fwd, bwd, sources["output"] = _profiled(profile, KIND_LOGITS, cfg, t, fwd, bwd)
     fits = profile.comm if profile else None
     link = comm.group_link(cluster, tp, 1)
     tp_comm = 3 * comm.all_reduce_s(4 * tokens, tp, link, fits)
@@ -1024,7 +1032,7 @@ def _calibrated(cluster: ClusterSpec, training: TrainingSpec, profile: Calibrati
     return (cluster, False) if gpu is None else (dataclasses.replace(cluster, gpu=gpu), True)
 
 
-_SCALE_KINDS = {"block": False, "moe_block": True}  # kind -> is an MoE block
+_SCALE_KINDS = {KIND_BLOCK: False, KIND_MOE_BLOCK: True}  # kind -> is an MoE block
 _SCALE_CACHE: dict[tuple, tuple] = {}
 _SCALE_CACHE_SIZE = 16
 SCALE_RANGE = (0.1, 10.0)  # bounds of a layer kind's measured / analytic ratio
@@ -1051,7 +1059,7 @@ def _layer_scales(model: TransformerSpec, cluster: ClusterSpec, training: Traini
         t = dataclasses.replace(training, seq_length=seq)
         if kind in _SCALE_KINDS:
             cost = _block_cost(model, cluster, t, cfg, index, None, {})
-        elif kind == "embedding":
+        elif kind == KIND_EMBEDDING:
             cost = _embedding_cost(model, cluster, t, cfg, None, {})
         else:
             cost = _output_cost(model, cluster, t, cfg, None, {})
@@ -1083,10 +1091,10 @@ def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
         blocks = tuple(_generic_cost(layer, cluster, training, cfg, profile, i) for i, layer in enumerate(model.layers))
         hidden_bytes = max((layer.output_bytes for layer in model.layers), default=0.0)
         act_dt = memory.activation_dtype_bytes(training)
-        sources["block"] = "analytic"
+        sources[KIND_BLOCK] = "analytic"
         return LayerTable(
             blocks=blocks,
-            embedding=_empty("embedding"),
+            embedding=_empty(KIND_EMBEDDING),
             output=_empty("output"),
             p2p_s=_p2p_s(hidden_bytes / (act_dt * training.seq_length), cluster, training, cfg, profile),
             sources=sources,

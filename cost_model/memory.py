@@ -115,7 +115,7 @@ class StateBytesPerParam:
 def optimizer_bytes_per_param(t: TrainingSpec) -> float:
     """K of ZeRO §3: Adam keeps an fp32 master copy, momentum and variance (4+4+4 = 12);
     SGD with momentum 4+4. fp32 training needs no separate master copy."""
-    master = 0 if t.dtype == "fp32" else DTYPE_BYTES[t.master_weights_dtype]
+    master = 0 if t.dtype == DTYPE_FP32 else DTYPE_BYTES[t.master_weights_dtype]
     moments = 8 if t.optimizer in (OPTIMIZER_ADAM, OPTIMIZER_ADAMW) else 4
     return master + moments
 

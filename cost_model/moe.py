@@ -45,7 +45,7 @@ from statistics import NormalDist
 
 from . import comm, compute
 from .specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
-from .vocab import MLP_SWIGLU
+from .vocab import LEVEL_INTRA, MLP_SWIGLU
 
 PERMUTE_INDEX_BYTES = 8  # int64 row index per routed token read by the (un)permute gather/scatter
 
@@ -220,7 +220,7 @@ def _a2a_levels_s(cluster: ClusterSpec, nbytes: float, ep: int, etp: int, fits) 
     if ep <= 1 or nbytes <= 0:
         return 0.0
     link = comm.group_link(cluster, ep, etp)
-    if link.level == "intra" or fits:
+    if link.level == LEVEL_INTRA or fits:
         return comm.all_to_all_s(nbytes, ep, link, fits)
     per_node = max(1, min(ep, cluster.gpus_per_node // max(1, etp)))  # EP peers sharing a node
     intra = comm.group_link(cluster, per_node, etp)

@@ -77,8 +77,8 @@ def parse_transformer(d: Any, path: str = "model.transformer") -> TransformerSpe
     return transformer_spec(rq.validate_as(rq.Transformer, d, path))
 
 
-def parse_layers(layers: Any, name: str = "layers") -> LayerListSpec:
-    m = rq.validate_as(rq.Model, {"layers": layers}, "model")
+def parse_layers(layers: Any, name: str = MODEL_LAYERS) -> LayerListSpec:
+    m = rq.validate_as(rq.Model, {MODEL_LAYERS: layers}, "model")
     return layers_spec(m.layers, name)
 
 

@@ -34,12 +34,12 @@ from typing import Any
 
 from .errors import SpecError
 from .specs import CalibrationProfile, CommFit, KernelTiming, LayerTiming
-from .vocab import DTYPE_BYTES
+from .vocab import DTYPE_BYTES, Collective, LayerKind, LinkLevel, values
 
 SCHEMA_VERSION = 1
-LAYER_KINDS = ("block", "moe_block", "embedding", "logits")
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-LEVELS = ("intra", "inter")
+LAYER_KINDS = values(LayerKind)
+COLLECTIVES = values(Collective)
+LEVELS = values(LinkLevel)
 
 
 def _num(d: dict, key: str, path: str, minimum: float = 0.0, optional: bool = False) -> float | None:

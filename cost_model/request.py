@@ -35,6 +35,7 @@ from pydantic_core import PydanticCustomError
 from .request_errors import GPU_TAG_NAME, GPU_TAG_OBJECT, UNION_TAGS, spec_error_from, validate_as
 from .vocab import (
     ATTENTION_FLASH,
+    CP_P2P,
     DTYPE_BF16,
     DTYPE_FP8,
     DTYPE_FP32,
@@ -54,6 +55,7 @@ from .vocab import (
     Dtype,
     Engine,
     Mlp,
+    ModelKind,
     Norm,
     Optimizer,
     Position,
@@ -192,7 +194,7 @@ class Layer(_Strict):
     output_bytes: float = Field(ge=0, le=1e13, description="bytes of the output per sequence (sent between stages)", examples=[1.6e7])
 
 
-_MODEL_SHAPES = ("name", "hf_config", "transformer", "layers")
+_MODEL_SHAPES = ("name", "hf_config", *values(ModelKind))
 
 
 class Model(_Strict):
@@ -307,7 +309,7 @@ class Search(_Strict):
     zero: _choice(ZeroStage, [1, 2, 3], "ZeRO stage")
     schedule: _choice(Schedule, [SCHEDULE_1F1B, SCHEDULE_INTERLEAVED], "pipeline schedule")
     sequence_parallel: _choice(bool, [True], "Megatron sequence parallelism")
-    cp_comm: _choice(CpComm, ["p2p"], "context-parallel communication")
+    cp_comm: _choice(CpComm, [CP_P2P], "context-parallel communication")
     memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom)", examples=[0.05])
     top_k: int = Field(3, ge=1, le=MAX_TOP_K, description="plans to keep (best + alternatives)", examples=[3])
     time_limit_s: float | None = Field(None, gt=0, le=MAX_TIME_LIMIT_S,
@@ -336,7 +338,7 @@ class Parallelism(_Strict):
     sequence_parallel: bool = Field(False, examples=[False])
     zero: ZeroStage = Field(0, description="0 replicated; 1 optimizer states, 2 + gradients, 3 + parameters sharded", examples=[1])
     schedule: Schedule | None = Field(None, description="default interleaved when vpp > 1, else 1f1b", examples=[SCHEDULE_1F1B])
-    cp_comm: CpComm | None = Field(None, description="context-parallel communication (carried, not priced yet)", examples=["p2p"])
+    cp_comm: CpComm | None = Field(None, description="context-parallel communication (carried, not priced yet)", examples=[CP_P2P])
     engine: Engine = Field(ENGINE_MEGATRON, description="the engine that runs this configuration (check: default search.engine)",
                            examples=[ENGINE_MEGATRON])
     stage_layers: list[Annotated[int, Field(ge=1, le=MAX_LAYERS)]] | None = Field(

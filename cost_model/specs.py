@@ -263,8 +263,33 @@ class TrainingSpec:
 # --------------------------------------------------------------------------- parallelism
 
 
+class ParallelSizes:
+    """The group sizes a layout's degrees imply, defined once for the cost model's
+    ParallelConfig and the plan's Parallelism (planner/plan.py). A mixin: the class it is
+    mixed into has the degrees dp, tp, pp, cp, ep and etp."""
+
+    @property
+    def world_size(self) -> int:
+        """Processes: tp x cp x dp x pp (expert layers fold ep x etp x expert-DP over the same
+        tp x cp x dp ranks)."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def dense_dp_size(self) -> int:
+        """Ranks that replicate a dense weight and reduce its gradients (Megatron: data x
+        context parallel)."""
+        return self.dp * self.cp
+
+    @property
+    def expert_dp_size(self) -> int:
+        """Ranks that replicate one expert weight under MoE parallel folding, tp*cp*dp/(ep*etp)
+        (Megatron-Core parallel_state.py initialize_model_parallel: expert_data_parallel_size
+        = world / (etp*ep*pp))."""
+        return max(1, self.tp * self.cp * self.dp // (self.ep * self.etp))
+
+
 @dataclass(frozen=True)
-class ParallelConfig:
+class ParallelConfig(ParallelSizes):
     """A fully given configuration (what `estimate` and `check` take, and a Plan holds).
 
     zero: 0 plain DP; 1 optimizer states sharded (Megatron distributed optimizer);
@@ -295,23 +320,6 @@ class ParallelConfig:
     etp: int = 1
     cp_comm: CpComm | None = None
     engine: Engine = ENGINE_MEGATRON  # the engine that runs it, and so how it is priced
-
-    @property
-    def world_size(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
-
-    @property
-    def dense_dp_size(self) -> int:
-        """Ranks that replicate a dense weight and reduce its gradients (Megatron: data x
-        context parallel)."""
-        return self.dp * self.cp
-
-    @property
-    def expert_dp_size(self) -> int:
-        """Ranks that replicate one expert weight under MoE parallel folding, tp*cp*dp/(ep*etp)
-        (Megatron-Core parallel_state.py initialize_model_parallel: expert_data_parallel_size
-        = world / (etp*ep*pp))."""
-        return max(1, self.tp * self.cp * self.dp // (self.ep * self.etp))
 
     def num_micro_batches(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch_size)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import vocab as V
+
 MIB = 2**20
 
 # --------------------------------------------------------------------------- logits / loss
@@ -45,7 +47,7 @@ class LossTransient:
         return self.peak - self.saved
 
 
-LOSS_IMPLS = ("torch", "torch_loss_parallel", "megatron", "megatron_fused", "te", "fp32_runtime")
+LOSS_IMPLS = V.values(V.LossKernel)
 
 
 def loss_transient_bytes(tokens: float, vocab_shard: float, impl: str, logits_bytes: int = 2) -> LossTransient:
@@ -68,12 +70,12 @@ def loss_transient_bytes(tokens: float, vocab_shard: float, impl: str, logits_by
     """
     n = float(tokens) * float(vocab_shard)
     lb = float(logits_bytes)
-    if impl == "torch":
+    if impl == V.LOSS_TORCH:
         return LossTransient(
             saved=4.0 * n, forward_peak=(lb + 4.0 + 4.0) * n, backward_peak=12.0 * n,
             source="pytorch/torchtitan torchtitan/components/loss.py @b5bcd76 (F.cross_entropy(pred.float()))",
         )
-    if impl == "torch_loss_parallel":
+    if impl == V.LOSS_TORCH_PARALLEL:
         # torch.distributed.tensor.parallel.loss_parallel (torch/distributed/tensor/parallel/
         # loss.py, torchtitan with tp > 1): _log_softmax keeps the shifted logits and their
         # exp beside the fp32 copy and the bf16 logits (2 + 4 + 4 + 4 = 14); the fused
@@ -84,18 +86,18 @@ def loss_transient_bytes(tokens: float, vocab_shard: float, impl: str, logits_by
             source="pytorch/pytorch torch/distributed/tensor/parallel/loss.py (_log_softmax, "
                    "_nll_loss_and_log_softmax_backward)",
         )
-    if impl in ("megatron", "megatron_fused"):
+    if impl in (V.LOSS_MEGATRON, V.LOSS_MEGATRON_FUSED):
         return LossTransient(
             saved=4.0 * n, forward_peak=(lb + 4.0) * n, backward_peak=(4.0 + lb) * n,
             source="NVIDIA/Megatron-LM megatron/core/tensor_parallel/cross_entropy.py @d98e8a6",
         )
-    if impl == "te":
+    if impl == V.LOSS_TE:
         row = 12.0 * float(tokens)
         return LossTransient(
             saved=lb * n + row, forward_peak=lb * n + row, backward_peak=lb * n + row,
             source="NVIDIA/TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py @02965d2",
         )
-    if impl == "fp32_runtime":
+    if impl == V.LOSS_FP32_RUNTIME:
         return LossTransient(saved=4.0 * n, forward_peak=8.0 * n, backward_peak=8.0 * n,
                              source="planner/runtime/tensor_parallel.py (fp32)")
     raise ValueError(f"unknown loss implementation {impl!r}; known: {LOSS_IMPLS}")
@@ -106,13 +108,15 @@ def engine_loss_impl(engine: str, cross_entropy_fusion: str | None = None, tp: i
     default is the unfused vocab-parallel CE (--cross-entropy-loss-fusion off), 'te' with
     --cross-entropy-fusion-impl te; torchtitan torch's CE, under loss_parallel when tp > 1
     (parallelism.disable_loss_parallel is off by default); DeepSpeed torch's CE; the runtime fp32."""
-    if engine == "megatron":
-        return {"te": "te", "native": "megatron_fused"}.get(cross_entropy_fusion or "", "megatron")
-    if engine == "runtime":
-        return "fp32_runtime"
-    if engine == "torchtitan" and tp > 1:
-        return "torch_loss_parallel"
-    return "torch"
+    if engine == V.ENGINE_MEGATRON:
+        # Megatron's --cross-entropy-fusion-impl choices (megatron/training/arguments.py): "native"
+        # (its own fused kernel) and "te" (Transformer Engine's, our LOSS_TE)
+        return {V.LOSS_TE: V.LOSS_TE, "native": V.LOSS_MEGATRON_FUSED}.get(cross_entropy_fusion or "", V.LOSS_MEGATRON)
+    if engine == V.ENGINE_RUNTIME:
+        return V.LOSS_FP32_RUNTIME
+    if engine == V.ENGINE_TORCHTITAN and tp > 1:
+        return V.LOSS_TORCH_PARALLEL
+    return V.LOSS_TORCH
 
 
 # --------------------------------------------------------------------------- backward working set

@@ -6,18 +6,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from . import request as rq
+from . import specs
 from .errors import SpecError
 from .model_checks import check_architecture
 from .request import divisors
-from .specs import (
-    ClusterSpec,
-    LayerListSpec,
-    ModelSpec,
-    ParallelConfig,
-    TrainingSpec,
-    TransformerSpec,
-)
-from .vocab import SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+from .vocab import MODEL_LAYERS, SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 
 __all__ = ["divisors", "expert_fold_error", "validate_cluster", "validate_config", "validate_model", "validate_training"]
 
@@ -26,17 +19,17 @@ __all__ = ["divisors", "expert_fold_error", "validate_cluster", "validate_config
 # request: they are checked by the request schema itself, not by a second copy of it.
 
 
-def validate_model(m: ModelSpec, path: str = "model") -> None:
-    if isinstance(m, LayerListSpec):
+def validate_model(m: specs.ModelSpec, path: str = "model") -> None:
+    if isinstance(m, specs.LayerListSpec):
         layers = [{**asdict(layer)} for layer in m.layers]
-        rq.validate_as(rq.Model, {"name": m.name, "layers": layers}, "model")
+        rq.validate_as(rq.Model, {"name": m.name, MODEL_LAYERS: layers}, "model")
         return
-    assert isinstance(m, TransformerSpec)
+    assert isinstance(m, specs.TransformerSpec)
     rq.validate_as(rq.Transformer, asdict(m), path)
     check_architecture(m)  # layer_types, windows, MLA and MoE block lists agree with each other
 
 
-def validate_cluster(c: ClusterSpec) -> None:
+def validate_cluster(c: specs.ClusterSpec) -> None:
     rq.validate_as(rq.Cluster, {
         "gpu": c.gpu.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node, "nvlink_domain": c.nvlink_domain,
         "intra_node_gb_s": c.intra_node_gb_s, "inter_node_gb_s": c.inter_node_gb_s,
@@ -50,18 +43,18 @@ def validate_cluster(c: ClusterSpec) -> None:
         )
 
 
-def validate_training(t: TrainingSpec) -> None:
+def validate_training(t: specs.TrainingSpec) -> None:
     rq.validate_as(rq.Training, asdict(t), "training")
 
 
-def _validate_parallelism(p: ParallelConfig) -> None:
+def _validate_parallelism(p: specs.ParallelConfig) -> None:
     d = asdict(p)
     for k in ("stage_layers", "recompute_layers"):
         d[k] = None if d[k] is None else list(d[k])
     rq.validate_as(rq.Parallelism, d, "parallelism")
 
 
-def validate_config(m: ModelSpec, c: ClusterSpec, t: TrainingSpec, p: ParallelConfig) -> None:
+def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingSpec, p: specs.ParallelConfig) -> None:
     """A configuration `estimate` can cost: degrees divide what they split."""
     validate_model(m)
     validate_cluster(c)
@@ -112,7 +105,7 @@ def validate_config(m: ModelSpec, c: ClusterSpec, t: TrainingSpec, p: ParallelCo
             raise SpecError("parallelism.recompute_layers", f"needs {n_stages} non-negative counts", allowed=f"{n_stages} entries")
     if p.sequence_parallel and p.tp == 1:
         raise SpecError("parallelism.sequence_parallel", "needs tp > 1", allowed=[False])
-    if isinstance(m, TransformerSpec):
+    if isinstance(m, specs.TransformerSpec):
         if p.tp > m.num_attention_heads:
             raise SpecError("parallelism.tp", f"tp={p.tp} exceeds {m.num_attention_heads} attention heads", allowed=divisors(m.num_attention_heads))
         if m.num_attention_heads % p.tp:
@@ -152,7 +145,7 @@ def expert_fold_error(num_experts: int, expert_ffn: int, tp: int, cp: int, dp: i
     return None
 
 
-def _validate_expert_layout(m: TransformerSpec, p: ParallelConfig) -> None:
+def _validate_expert_layout(m: specs.TransformerSpec, p: specs.ParallelConfig) -> None:
     e = m.moe
     err = expert_fold_error(e.num_experts, e.ffn_hidden_size, p.tp, p.cp, p.dp, p.ep, p.etp)
     if err is None:

@@ -4,7 +4,10 @@ model or the runtime uses, defined once as a `Literal` alias.
 `typing.get_args(Alias)` is the single list of allowed values (torchtitan's
 `job_config.py` does the same): pydantic validates against the alias, argparse takes
 `choices=values(Alias)`, and code compares against the constants below instead of
-re-typing the strings. Adding a word here adds it everywhere; nothing else lists them.
+re-typing the strings. Adding a word here adds it everywhere; nothing else lists them
+(bench/vocab_literals.py counts the string literals that re-type one). An engine's own flag
+or config word that happens to equal ours lives in that engine's table,
+planner/launch/data/<engine>_words.toml.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ AttentionLayer = Literal["full_attention", "sliding_attention", "chunked_attenti
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 ZeroStage = Literal[0, 1, 2, 3]
+# which per-stage full-recompute counts an engine can run (cost_model/engines.py EngineSupport)
+StageCounts = Literal["any", "uniform", "none"]
 
 # --------------------------------------------------------------------------- launch
 Engine = Literal["megatron", "torchtitan", "deepspeed", "runtime"]
@@ -41,6 +46,8 @@ LayerKind = Literal["block", "moe_block", "embedding", "logits"]
 LinkLevel = Literal["intra", "inter"]
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 SolverStatus = Literal["optimal", "feasible"]
+# the logits + cross-entropy implementation an engine runs (cost_model/transients.py)
+LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused", "te", "fp32_runtime"]
 
 # Named members, so code says `RECOMPUTE_FULL` and never re-types the word.
 (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL) = get_args(Recompute)
@@ -57,6 +64,16 @@ SolverStatus = Literal["optimal", "feasible"]
 (MODEL_TRANSFORMER, MODEL_LAYERS) = get_args(ModelKind)
 (ATTN_FULL, ATTN_SLIDING, ATTN_CHUNKED) = get_args(AttentionLayer)
 (STATUS_OPTIMAL, STATUS_FEASIBLE) = get_args(SolverStatus)
+(COUNTS_ANY, COUNTS_UNIFORM, COUNTS_NONE) = get_args(StageCounts)
+(CP_P2P, CP_ALL_GATHER, CP_A2A, CP_A2A_P2P) = get_args(CpComm)
+(
+    TARGET_MEGATRON, TARGET_TORCHTITAN, TARGET_DEEPSPEED, TARGET_TORCHRUN, TARGET_SLURM,
+    TARGET_KUBERNETES, TARGET_TRAINJOB, TARGET_RANKS, TARGET_RUNTIME,
+) = get_args(Target)
+(ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV) = get_args(Collective)
+(
+    LOSS_TORCH, LOSS_TORCH_PARALLEL, LOSS_MEGATRON, LOSS_MEGATRON_FUSED, LOSS_TE, LOSS_FP32_RUNTIME,
+) = get_args(LossKernel)
 
 DTYPE_BYTES: dict[str, int] = dict(zip(get_args(Dtype), (4, 4, 2, 2, 1), strict=True))
 

@@ -34,6 +34,7 @@ from cost_model.rank_costs import (
     BlockCoefficients,
     StageProblem,
 )
+from cost_model.vocab import STATUS_FEASIBLE, STATUS_OPTIMAL
 
 # Scaling: the whole model's time (every block, fully recomputed, plus the extras) maps to
 # TIME_UNITS_PER_MODEL units and one GPU's capacity to MEMORY_UNITS_PER_GPU units, so that
@@ -341,7 +342,7 @@ def solve(
     solver.parameters.random_seed = seed
     solver.parameters.relative_gap_limit = RELATIVE_GAP_LIMIT
     status = solver.solve(model)
-    name = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown")
+    name = {cp_model.OPTIMAL: STATUS_OPTIMAL, cp_model.FEASIBLE: STATUS_FEASIBLE, cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return StageSolution((), (), name, math.inf, solver.wall_time)
 

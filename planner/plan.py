@@ -18,9 +18,11 @@ from typing import Any
 from pydantic import ConfigDict, Field, model_validator
 
 from cost_model.results import Estimate, Prediction, Record, StageEstimate
+from cost_model.specs import ParallelSizes
 from cost_model.vocab import (
     DTYPE_BF16,
     ENGINE_MEGATRON,
+    MODEL_TRANSFORMER,
     OPTIMIZER_ADAM,
     RECOMPUTE_NONE,
     SCHEDULE_1F1B,
@@ -33,9 +35,11 @@ from cost_model.vocab import (
 )
 
 
-class Parallelism(Record):
+class Parallelism(ParallelSizes, Record):
     """A resolved parallel layout. Degrees multiply to the world except `ep`/`etp`, which
-    are folded over the same ranks as tp x cp x dp (Megatron-Core MoE parallel folding)."""
+    are folded over the same ranks as tp x cp x dp (Megatron-Core MoE parallel folding).
+    world_size, dense_dp_size and expert_dp_size are cost_model.specs.ParallelSizes', the
+    rules the cost model prices with."""
 
     dp: int = Field(1, ge=1)
     tp: int = Field(1, ge=1)
@@ -63,23 +67,6 @@ class Parallelism(Record):
         return data
 
     @property
-    def world_size(self) -> int:
-        """Processes: tp x cp x dp x pp (expert layers fold ep x etp x expert-DP over the same tp x cp x dp ranks)."""
-        return self.tp * self.cp * self.dp * self.pp
-
-    @property
-    def dense_dp_size(self) -> int:
-        """Ranks that hold one replica of a dense weight and reduce its gradients (Megatron:
-        data x context parallel)."""
-        return self.dp * self.cp
-
-    @property
-    def expert_dp_size(self) -> int:
-        """Ranks that replicate one expert weight: tp*cp*dp/(ep*etp), the expert-DP of
-        Megatron-Core's MoE parallel folding (parallel_state.py initialize_model_parallel)."""
-        return max(1, self.tp * self.cp * self.dp // (self.ep * self.etp))
-
-    @property
     def seq_divisor(self) -> int:
         """How many ways one sequence's activations are split on a rank: cp, times tp with
         sequence parallelism (Korthikanti et al. 2022 section 4.2.2)."""
@@ -97,7 +84,7 @@ class ModelSummary(Record):
 
     model_config = ConfigDict(frozen=True, extra="allow")
     name: str
-    kind: ModelKind = "transformer"
+    kind: ModelKind = MODEL_TRANSFORMER
     num_layers: int
     total_params: int | None = Field(None, description="unique parameters, embeddings counted")
     active_params: int | None = Field(None, description="parameters one token touches (MoE: top_k routed experts), embeddings counted")

@@ -6,6 +6,7 @@ from cost_model.engines import engine_supports, get_engine
 from cost_model.results import Estimate
 from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
 from cost_model.vocab import (
+    COUNTS_UNIFORM,
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
     SCHEDULE_INTERLEAVED,
@@ -47,7 +48,7 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
             f"recompute=full on {n} of {model.num_layers} blocks, as memory requires: activations "
             f"{p.memory.activations_gib:.1f} GiB on the fullest rank; {b.recompute_s:.3g} s per step on the slowest rank"
         )
-        if get_engine(cfg.engine).recompute_per_stage_counts == "uniform" and cfg.pp * cfg.vpp > 1:
+        if get_engine(cfg.engine).recompute_per_stage_counts == COUNTS_UNIFORM and cfg.pp * cfg.vpp > 1:
             out.append(f"{cfg.engine} takes one recompute count for every stage: each stage recomputes "
                        f"min({max(cfg.recompute_layers or (0,))}, its blocks) ({get_engine(cfg.engine).recompute_source})")
     elif cfg.recompute == RECOMPUTE_SELECTIVE:

@@ -27,6 +27,7 @@ from cost_model.specs import (
 )
 from cost_model.stages import slices_from_counts
 from cost_model.vocab import (
+    COUNTS_UNIFORM,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
@@ -177,13 +178,13 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
         reserved_bytes=memory.reserved_bytes(_to_config(c)),
         interference=gpu.overlap_interference,
-        uniform_recompute=get_engine(c.engine).recompute_per_stage_counts == "uniform",
+        uniform_recompute=get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM,
     )
 
 
 def _record(found: list[Found], prob: Problem, c: Candidate, table: LayerTable, counts, rcs, status: str, k: int) -> None:
     """Cost the partition with the float model and keep the k best distinct plans."""
-    if c.recompute == RECOMPUTE_FULL and get_engine(c.engine).recompute_per_stage_counts == "uniform":
+    if c.recompute == RECOMPUTE_FULL and get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM:
         # a fallback partition (greedy) may have per-stage counts the engine cannot take:
         # price the one count it would run, the largest (launch/megatron.py recompute)
         rcs = uniform_recompute_counts(counts, max(rcs, default=0))

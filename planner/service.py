@@ -19,7 +19,7 @@ from cost_model.parse import (
 )
 from cost_model.results import Estimate
 from cost_model.specs import LayerListSpec
-from cost_model.vocab import ENGINE_MEGATRON
+from cost_model.vocab import ENGINE_MEGATRON, TARGET_RANKS
 
 from .hashing import request_hash
 from .plan import (
@@ -150,7 +150,7 @@ def with_launch(plan: Plan, targets) -> Plan:
     from .launch.ranks import emit as emit_ranks
 
     launch = emit(plan, list(targets))
-    return plan.model_copy(update={"launch": launch, "ranks": launch.get("ranks") or emit_ranks(plan)})
+    return plan.model_copy(update={"launch": launch, "ranks": launch.get(TARGET_RANKS) or emit_ranks(plan)})
 
 
 def plan(

@@ -14,6 +14,8 @@ from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
 from cost_model.validate import divisors, expert_fold_error
 from cost_model.vocab import (
+    ALL_GATHER,
+    ALL_REDUCE,
     ATTENTION_FLASH,
     DTYPE_FP8,
     ENGINE_DEEPSPEED,
@@ -22,6 +24,7 @@ from cost_model.vocab import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
+    REDUCE_SCATTER,
     SCHEDULE_1F1B,
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
@@ -177,7 +180,7 @@ def _fitted_collectives(profile) -> bool:
     the two rules below that compare them do not hold (gloo's reduce-scatter, for one,
     measures several times slower per byte than its all-reduce)."""
     comm = getattr(profile, "comm", None) or {}
-    return any(name in ("all_reduce", "reduce_scatter", "all_gather") for name, _level in comm)
+    return any(name in (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER) for name, _level in comm)
 
 
 def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: list[str], zeros: list[int],

@@ -29,14 +29,16 @@ import sys
 import time
 from pathlib import Path
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+from cost_model import vocab as V
+
+COLLECTIVES = V.values(V.Collective)
 
 
 def byte_term(collective: str, nbytes: float, n: int) -> float:
     """x in time = alpha + beta * x (module docstring)."""
-    if collective == "all_reduce":
+    if collective == V.ALL_REDUCE:
         return 2 * (n - 1) / n * nbytes
-    if collective == "send_recv":
+    if collective == V.SEND_RECV:
         return nbytes
     return (n - 1) / n * nbytes
 
@@ -83,13 +85,13 @@ def _run_one(dist, torch, collective: str, nbytes: int, device, repeats: int, wa
     peer = rank ^ 1  # pairs (0,1), (2,3), ...; an odd last rank idles
 
     def op():
-        if collective == "all_reduce":
+        if collective == V.ALL_REDUCE:
             dist.all_reduce(buf)
-        elif collective == "all_gather":
+        elif collective == V.ALL_GATHER:
             dist.all_gather_into_tensor(out, shard)
-        elif collective == "reduce_scatter":
+        elif collective == V.REDUCE_SCATTER:
             dist.reduce_scatter_tensor(shard, buf)
-        elif collective == "all_to_all":
+        elif collective == V.ALL_TO_ALL:
             dist.all_to_all_single(out, buf)
         elif peer < n:  # ping-pong; half the round trip is one direction
             if rank % 2 == 0:
@@ -110,7 +112,7 @@ def _run_one(dist, torch, collective: str, nbytes: int, device, repeats: int, wa
         dt = torch.tensor([time.perf_counter() - t0], device=device)
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
         if i >= warmup:
-            times.append(dt.item() / (2 if collective == "send_recv" else 1))
+            times.append(dt.item() / (2 if collective == V.SEND_RECV else 1))
     return (statistics.fmean(times) if stat == "mean" else statistics.median(times)), numel * 4
 
 
@@ -120,15 +122,15 @@ def benchmark(sizes: list[int], repeats: int, warmup: int, collectives=COLLECTIV
 
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
     n = dist.get_world_size()
-    level = "intra" if int(os.environ.get("LOCAL_WORLD_SIZE", n)) == n else "inter"
+    level = V.LEVEL_INTRA if int(os.environ.get("LOCAL_WORLD_SIZE", n)) == n else V.LEVEL_INTER
     rows = []
     for c in collectives:
-        if c == "send_recv" and n < 2:
+        if c == V.SEND_RECV and n < 2:
             continue
         xs, ts, points = [], [], []
         for s in sizes:
             t, nbytes = _run_one(dist, torch, c, s, device, repeats, warmup, stat)
-            xs.append(byte_term(c, nbytes, 2 if c == "send_recv" else n))
+            xs.append(byte_term(c, nbytes, 2 if c == V.SEND_RECV else n))
             ts.append(t)
             points.append({"bytes": nbytes, "time_s": t})
         alpha, beta = fit_alpha_beta(xs, ts)

@@ -11,6 +11,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from cost_model.vocab import MLP_SWIGLU
 from profiler.layers import _Timer
 from profiler.transformer import ModelDims
 
@@ -35,7 +36,7 @@ def memory_bound_sizes(dims: ModelDims, tps: list[int], micro_batches: list[int]
     optimizer step), for the profiled shapes. Both regimes are measured because on a host with
     caches small activations and large states run at different bandwidths."""
     h, hd = dims.hidden_size, dims.head_dim
-    n_up = 2 if dims.mlp == "swiglu" else 1
+    n_up = 2 if dims.mlp == MLP_SWIGLU else 1
     block_params = 2 * h * dims.num_attention_heads * hd + 2 * h * dims.num_kv_heads * hd
     block_params += (n_up + 1) * h * dims.ffn_hidden_size
     sizes = {b * seq_len * h for b in micro_batches}

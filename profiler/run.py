@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from cost_model.profile_schema import SCHEMA_VERSION, profile_from_dict
-from cost_model.vocab import DTYPE_FP32
+from cost_model.vocab import DTYPE_FP32, KIND_BLOCK, KIND_EMBEDDING, KIND_LOGITS, KIND_MOE_BLOCK
 from profiler import gemm, kernels, layers
 from profiler.transformer import ModelDims
 
@@ -76,11 +76,11 @@ def _progress(msg: str) -> None:
 
 def _jobs(o: ProfileOptions, tps: list[int]) -> list[tuple[str, int, int]]:
     """(kind, tp, micro_batch) in increasing cost, so a time bound drops the largest."""
-    kinds = (["block"] if o.dense_blocks or o.moe is None else []) + (["moe_block"] if o.moe else [])
+    kinds = ([KIND_BLOCK] if o.dense_blocks or o.moe is None else []) + ([KIND_MOE_BLOCK] if o.moe else [])
     out = []
     for b in sorted(o.micro_batches):
         for tp in sorted(tps, reverse=True):
-            out += [("embedding", tp, b), *((k, tp, b) for k in kinds), ("logits", tp, b)]
+            out += [(KIND_EMBEDDING, tp, b), *((k, tp, b) for k in kinds), (KIND_LOGITS, tp, b)]
     return out
 
 
@@ -94,11 +94,11 @@ def skipped_tps(dims: ModelDims, tps: list[int]) -> list[int]:
 
 def _measure_job(o: ProfileOptions, kind: str, tp: int, b: int, device, dtype, budget_s: float) -> layers.Measurement:
     args = (o.dims, tp, b, o.seq_len, device, dtype, o.warmup, o.repeats, budget_s)
-    if kind == "embedding":
+    if kind == KIND_EMBEDDING:
         return layers.measure_embedding(*args, cpu_clock=o.cpu_clock)
-    if kind == "logits":
+    if kind == KIND_LOGITS:
         return layers.measure_logits(*args, cpu_clock=o.cpu_clock)
-    return layers.measure_block(*args, cpu_clock=o.cpu_clock, moe=o.moe if kind == "moe_block" else None)
+    return layers.measure_block(*args, cpu_clock=o.cpu_clock, moe=o.moe if kind == KIND_MOE_BLOCK else None)
 
 
 def run_profile(o: ProfileOptions, progress: Callable[[str], None] = _progress) -> dict:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -31,48 +30,12 @@ from cost_model.vocab import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
-    Mlp,
     Recompute,
     values,
 )
+from profiler.dims import ModelDims  # torch-free: the runtime plan holds one
 
 RECOMPUTE_MODES = values(Recompute)
-
-
-@dataclass(frozen=True)
-class ModelDims:
-    """Shape of a Llama-style model (the fields the plan's ``model`` section carries)."""
-
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_kv_heads: int
-    ffn_hidden_size: int
-    vocab_size: int
-    mlp: str = MLP_SWIGLU
-    tie_embeddings: bool = False
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    def validate(self) -> None:
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not divisible by "
-                f"num_attention_heads {self.num_attention_heads}"
-            )
-        if self.num_attention_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_attention_heads {self.num_attention_heads} is not divisible by "
-                f"num_kv_heads {self.num_kv_heads}"
-            )
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
-        if self.mlp not in values(Mlp):
-            raise ValueError(f"mlp {self.mlp!r} not supported (swiglu, gelu)")
 
 
 def _seed_for(seed: int, name: str) -> int:

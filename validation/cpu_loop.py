@@ -24,21 +24,23 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cost_model import vocab as V
+
 ROOT = Path(__file__).resolve().parents[1]
 PROCS = 2
 MODEL = {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "num_kv_heads": 2,
-         "ffn_hidden_size": 512, "vocab_size": 2048, "mlp": "swiglu"}
+         "ffn_hidden_size": 512, "vocab_size": 2048, "mlp": V.MLP_SWIGLU}
 SEQ, GLOBAL_BATCH, MICRO_BATCHES = 128, 8, (1, 2, 4)
 TARGET = 0.25
 
 
 def _request(zero: list[int] | None = None) -> dict:
     req = {
-        "model": {"transformer": MODEL},
+        "model": {V.MODEL_TRANSFORMER: MODEL},
         "cluster": {"gpu": "cpu", "num_gpus": PROCS, "gpus_per_node": PROCS},
-        "training": {"global_batch_size": GLOBAL_BATCH, "seq_length": SEQ, "dtype": "fp32"},
+        "training": {"global_batch_size": GLOBAL_BATCH, "seq_length": SEQ, "dtype": V.DTYPE_FP32},
         # what the runtime executes and the profile covers
-        "search": {"cp": 1, "ep": 1, "micro_batch_size": list(MICRO_BATCHES), "targets": ["runtime"]},
+        "search": {"cp": 1, "ep": 1, "micro_batch_size": list(MICRO_BATCHES), "targets": [V.TARGET_RUNTIME]},
     }
     if zero is not None:
         req["search"]["zero"] = zero
@@ -65,10 +67,10 @@ def profile(work: Path, threads: int, clock: str = "cpu") -> Path:
     size) are merged in."""
     out = work / "profile.json"
     model_file = work / "model.json"
-    model_file.write_text(json.dumps({"transformer": MODEL}))
+    model_file.write_text(json.dumps({V.MODEL_TRANSFORMER: MODEL}))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     base = [sys.executable, "-m", "api.cli", "profile", "--model", str(model_file), "--tp", "1,2",
-            "--micro-batch", ",".join(map(str, MICRO_BATCHES)), "--seq-len", str(SEQ), "--dtype", "fp32",
+            "--micro-batch", ",".join(map(str, MICRO_BATCHES)), "--seq-len", str(SEQ), "--dtype", V.DTYPE_FP32,
             "--threads", str(threads), "--repeats", "5", "--rounds", "3", "--max-seconds", "150"]
     if clock == "cpu":
         base.append("--cpu-time")
@@ -94,7 +96,7 @@ SWEEP = (
     {"dp": 2, "micro_batch_size": 2, "zero": 3},
     {"tp": 2, "sequence_parallel": True, "micro_batch_size": 4},
     {"tp": 2, "sequence_parallel": False, "micro_batch_size": 4},
-    {"pp": 2, "micro_batch_size": 1, "schedule": "1f1b"},
+    {"pp": 2, "micro_batch_size": 1, "schedule": V.SCHEDULE_1F1B},
 )
 
 
@@ -114,7 +116,7 @@ def plan(profile_path: Path, fixed: dict | None = None, zero: list[int] | None =
     req = _request(zero)
     if fixed is None:
         return plan_request(req, prof), "planner"
-    pins = {"dp": 1, "tp": 1, "pp": 1, "vpp": 1, "recompute": "none", "zero": 0, **fixed}
+    pins = {"dp": 1, "tp": 1, "pp": 1, "vpp": 1, "recompute": V.RECOMPUTE_NONE, "zero": 0, **fixed}
     req["search"].update({k: v if isinstance(v, list) else [v] for k, v in pins.items()})
     return plan_request(req, prof), "fixed " + " ".join(f"{k}={v}" for k, v in fixed.items())
 
@@ -129,7 +131,7 @@ def measure(plan_path: Path, steps: int, threads: int) -> list[float]:
 def _describe(par: dict) -> str:
     return (f"dp={par['dp']} tp={par.get('tp', 1)} pp={par.get('pp', 1)} sp={int(bool(par.get('sequence_parallel')))}"
             f" mb={par['micro_batch_size']}x{par['num_micro_batches']} zero={par.get('zero', 0)}"
-            f" {par.get('schedule', '1f1b')} rc={par.get('recompute', 'none')}")
+            f" {par.get('schedule', V.SCHEDULE_1F1B)} rc={par.get('recompute', V.RECOMPUTE_NONE)}")
 
 
 def main(argv: list[str] | None = None) -> int:

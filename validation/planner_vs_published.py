@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import DEFAULT_CSV, predict_row, published_time_s, row_specs  # noqa: E402
 
+from cost_model.vocab import MODEL_TRANSFORMER  # noqa: E402
 from planner import service
 from planner.service import Infeasible  # noqa: E402
 
@@ -29,7 +30,7 @@ def row_request(row: dict, time_limit: float) -> dict:
     model, cluster, training, _year = row_specs(row)
     tf = {k: v for k, v in asdict(model).items() if v is not None}
     return {
-        "model": {"transformer": tf},
+        "model": {MODEL_TRANSFORMER: tf},
         "cluster": {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus, "gpus_per_node": cluster.gpus_per_node},
         "training": {"global_batch_size": training.global_batch_size, "seq_length": training.seq_length,
                      "dtype": training.dtype, "attention": training.attention},

@@ -30,6 +30,7 @@ import json
 import sys
 from pathlib import Path
 
+from cost_model import vocab as V
 from cost_model.catalog import get_gpu
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate
@@ -46,7 +47,7 @@ def _default_csv() -> Path:
 
 
 DEFAULT_CSV = _default_csv()
-ENGINE = "megatron"  # every row ran Megatron-LM (NAR21; its ZeRO-3 rows ran DeepSpeed with Megatron's fused kernels)
+ENGINE = V.ENGINE_MEGATRON  # every row ran Megatron-LM (NAR21; its ZeRO-3 rows ran DeepSpeed with Megatron's fused kernels)
 SOURCE_YEAR = {"NAR21": 2021}
 
 
@@ -90,9 +91,9 @@ def row_specs(row: dict):
         num_kv_heads=_int(row.get("kv_heads"), heads),
         ffn_hidden_size=_int(row.get("ffn_hidden"), 4 * hidden),
         vocab_size=_int(row["vocab"]),
-        mlp="gelu",
-        norm="layernorm",
-        position="learned",
+        mlp=V.MLP_GELU,
+        norm=V.NORM_LAYERNORM,
+        position=V.POSITION_LEARNED,
         tie_embeddings=True,
         max_position_embeddings=_int(row["seq_len"]),
         dropout=True,
@@ -104,8 +105,8 @@ def row_specs(row: dict):
     training = TrainingSpec(
         global_batch_size=_int(row["global_batch_seqs"]),
         seq_length=_int(row["seq_len"]),
-        dtype="bf16" if "bf16" in row.get("precision", "") else "fp16",
-        attention="eager" if year < 2022 else "flash",
+        dtype=V.DTYPE_BF16 if V.DTYPE_BF16 in row.get("precision", "") else V.DTYPE_FP16,
+        attention=V.ATTENTION_EAGER if year < 2022 else V.ATTENTION_FLASH,
     )
     return model, cluster, training, year
 
@@ -114,7 +115,7 @@ def row_config_candidates(row: dict, model: TransformerSpec, year: int):
     tp, pp, dp = _int(row["tp"], 1), _int(row["pp"], 1), _int(row["dp"], 1)
     cp = _int(row.get("cp"), 1)
     zero = 3 if "zero-3" in row.get("zero_or_distopt", "").lower() else (1 if "dist" in row.get("zero_or_distopt", "").lower() else 0)
-    recompute = "none" if row.get("recompute", "").strip().lower().startswith("none") else "full"
+    recompute = V.RECOMPUTE_NONE if row.get("recompute", "").strip().lower().startswith(V.RECOMPUTE_NONE) else V.RECOMPUTE_FULL
     sp = row.get("sp", "").strip().lower() in ("yes", "true", "1") and year >= 2022
     mb_known = _int(row.get("micro_batch"))
     vpp_known = _int(row.get("vpp")) if row.get("vpp", "").strip().isdigit() else None
@@ -126,10 +127,10 @@ def row_config_candidates(row: dict, model: TransformerSpec, year: int):
         vpps = [1]
     # the engine that ran the row: Megatron-LM, except the ZeRO-3 baselines, which
     # Narayanan et al. 2021 §5.2 ran with DeepSpeed ZeRO-3 (no model parallelism)
-    engine = "deepspeed" if zero == 3 else "megatron"
+    engine = V.ENGINE_DEEPSPEED if zero == 3 else V.ENGINE_MEGATRON
     for mb in mbs:
         for v in vpps:
-            schedule = "interleaved" if v > 1 else "1f1b"
+            schedule = V.SCHEDULE_INTERLEAVED if v > 1 else V.SCHEDULE_1F1B
             yield ParallelConfig(
                 dp=dp, tp=tp, pp=pp, cp=cp, vpp=v, sequence_parallel=sp and tp > 1, zero=zero,
                 micro_batch_size=mb, recompute=recompute, schedule=schedule, engine=engine,

@@ -28,6 +28,8 @@ import json
 import sys
 from pathlib import Path
 
+from cost_model import vocab as V
+from cost_model.catalog import get_gpu
 from cost_model.errors import SpecError
 from planner.service import Infeasible, estimate, plan
 
@@ -67,12 +69,12 @@ def _bool(v: str | None) -> bool | None:
 def engine_of(row: dict) -> str:
     """The engine family of the `framework` column (NeMo and Megatron-Bridge run Megatron-Core)."""
     f = row["framework"].lower()
-    if "torchtitan" in f:
-        return "torchtitan"
-    if "deepspeed" in f:
-        return "deepspeed"
-    if "megatron" in f or "nemo" in f:
-        return "megatron"
+    if V.ENGINE_TORCHTITAN in f:
+        return V.ENGINE_TORCHTITAN
+    if V.ENGINE_DEEPSPEED in f:
+        return V.ENGINE_DEEPSPEED
+    if V.ENGINE_MEGATRON in f or "nemo" in f:
+        return V.ENGINE_MEGATRON
     return f
 
 
@@ -85,7 +87,7 @@ def model_block(row: dict) -> dict:
         "num_kv_heads": _int(row["kv_heads"], _int(row["heads"])),
         "ffn_hidden_size": _int(row["ffn_hidden"], 4 * _int(row["hidden"])),
         "vocab_size": _int(row["vocab"]),
-        "mlp": row["mlp"].strip() or "gelu",
+        "mlp": row["mlp"].strip() or V.MLP_GELU,
         "tie_embeddings": bool(_bool(row["tie_embeddings"])),
         "max_position_embeddings": _int(row["seq_len"]),
     }
@@ -98,7 +100,7 @@ def model_block(row: dict) -> dict:
             "ffn_hidden_size": _int(row["moe_ffn"]),
             "layer_freq": _int(row["moe_layer_freq"], 1),
         }
-    return {"transformer": t}
+    return {V.MODEL_TRANSFORMER: t}
 
 
 # H100 SXM 96 GB HBM2e at a 500 W power limit (Meta Grand Teton, the torchtitan rows). Memory:
@@ -108,7 +110,8 @@ def model_block(row: dict) -> dict:
 # H100_500W_CLOCK is fitted on the dense torchtitan rows of this file (a clock factor, not
 # a per-row constant; it scales every dtype's peak alike).
 H100_500W_CLOCK = 0.82
-_H100_SXM_PEAK = {"tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}
+# the tensor-core peaks (fp32 is not a tensor-core rate) of the catalog part it is a variant of
+_H100_SXM_PEAK = {k: v for k, v in get_gpu("h100-sxm").peak_tflops.items() if k != V.DTYPE_FP32}
 
 
 def device_for_row(row: dict) -> str | dict:
@@ -150,7 +153,7 @@ def training_block(row: dict) -> dict:
     return {
         "global_batch_size": _int(row["global_batch_seqs"]),
         "seq_length": _int(row["seq_len"]),
-        "dtype": row["dtype"].strip() or "bf16",
+        "dtype": row["dtype"].strip() or V.DTYPE_BF16,
         "compile": compiled(row),
     }
 
@@ -163,8 +166,8 @@ def parallelism_block(row: dict) -> dict:
     p: dict = {k: _int(row[k], 0 if k == "zero" else 1) for k in DEGREES}
     p["micro_batch_size"] = _int(row["micro_batch"], 1)
     p["sequence_parallel"] = bool(_bool(row["sequence_parallel"]))
-    p["recompute"] = row["recompute"].strip() or "none"
-    p["schedule"] = row["schedule"].strip() or ("interleaved" if p["vpp"] > 1 else "1f1b")
+    p["recompute"] = row["recompute"].strip() or V.RECOMPUTE_NONE
+    p["schedule"] = row["schedule"].strip() or (V.SCHEDULE_INTERLEAVED if p["vpp"] > 1 else V.SCHEDULE_1F1B)
     p["engine"] = engine_of(row)
     return p
 

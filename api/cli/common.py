@@ -13,6 +13,7 @@ import yaml
 
 from cost_model.errors import SpecError
 from cost_model.request import REQUESTS, validate_as
+from cost_model.vocab import MODEL_TRANSFORMER, ModelKind, values
 
 from .flags import FLAGS
 
@@ -39,12 +40,12 @@ def model_from_flag(value: str) -> dict:
         raise SpecError("--model", f"{value} must hold a JSON/YAML object")
     if isinstance(d.get("model"), dict):
         d = d["model"]
-    if any(k in d for k in ("hf_config", "transformer", "layers")) or set(d) == {"name"}:
+    if any(k in d for k in ("hf_config", *values(ModelKind))) or set(d) == {"name"}:
         return d
     if any(k in d for k in ("architectures", "model_type", "num_hidden_layers", "n_embd", "n_layer")):
         return {"hf_config": d}
     if "num_layers" in d and "hidden_size" in d:
-        return {"transformer": d}
+        return {MODEL_TRANSFORMER: d}
     raise SpecError("--model", f"{value}: not a model description, HF config.json or layer list")
 
 

@@ -19,16 +19,7 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any
 
-from cost_model.vocab import (
-    CpComm,
-    Engine,
-    Recompute,
-    Schedule,
-    Target,
-    TrainDtype,
-    ZeroStage,
-    values,
-)
+from cost_model import vocab as V
 
 
 def _csv(kind: Callable[[str], Any], choices: tuple | None = None, flag: str = "") -> Callable[[str], list]:
@@ -94,7 +85,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--global-batch", "problem", "sequences per step", type=int, metavar="N", field="training.global_batch_size"),
     Flag("--seq-len", "problem", "tokens per sequence (training.seq_length; CP splits it)", type=int, metavar="N",
          field="training.seq_length"),
-    Flag("--dtype", "problem", "compute precision", choices=values(TrainDtype), field="training.dtype"),
+    Flag("--dtype", "problem", "compute precision", choices=V.values(V.TrainDtype), field="training.dtype"),
     Flag("--profile", "problem", "profile JSON from `planner profile`", metavar="FILE"),
     # ---- the configuration (estimate/check) or the pins (plan)
     _knob("tp", "tp", int, "tensor-parallel degree"),
@@ -105,14 +96,14 @@ FLAGS: tuple[Flag, ...] = (
     _knob("etp", "etp", int, "expert tensor-parallel degree"),
     _knob("vpp", "vpp", int, "virtual stages per pipeline rank"),
     _knob("micro-batch", "micro_batch_size", int, "sequences per micro-batch"),
-    _knob("recompute", "recompute", str, "activation recomputation", values(Recompute)),
-    _knob("zero", "zero", int, "ZeRO stage", values(ZeroStage)),
-    _knob("schedule", "schedule", str, "pipeline schedule", values(Schedule)),
-    _knob("cp-comm", "cp_comm", str, "context-parallel communication", values(CpComm)),
+    _knob("recompute", "recompute", str, "activation recomputation", V.values(V.Recompute)),
+    _knob("zero", "zero", int, "ZeRO stage", V.values(V.ZeroStage)),
+    _knob("schedule", "schedule", str, "pipeline schedule", V.values(V.Schedule)),
+    _knob("cp-comm", "cp_comm", str, "context-parallel communication", V.values(V.CpComm)),
     Flag("--sequence-parallel", "config", "Megatron sequence parallelism on (--no-sequence-parallel: off)",
          action=argparse.BooleanOptionalAction, field="sequence_parallel"),
     # ---- the search
-    Flag("--engine", "search", "engine the plan is priced for and emitted to (default megatron)", choices=values(Engine),
+    Flag("--engine", "search", "engine the plan is priced for and emitted to (default megatron)", choices=V.values(V.Engine),
          field="search.engine"),
     Flag("--time-limit", "search", "search time limit in seconds (default 10)", type=float, metavar="S",
          field="search.time_limit_s"),
@@ -120,8 +111,8 @@ FLAGS: tuple[Flag, ...] = (
          field="search.top_k"),
     Flag("--headroom", "plan", "memory headroom fraction (default 0.05)", type=float, metavar="F",
          field="search.memory_headroom"),
-    Flag("--targets", "plan", f"launch artifacts ({'|'.join(values(Target))}, default all)",
-         type=_csv(str, values(Target), "--targets"), metavar="T[,T...]", field="search.targets"),
+    Flag("--targets", "plan", f"launch artifacts ({'|'.join(V.values(V.Target))}, default all)",
+         type=_csv(str, V.values(V.Target), "--targets"), metavar="T[,T...]", field="search.targets"),
     Flag("--exhaustive", "plan", "brute-force reference search (small instances)", action="store_true"),
     Flag("--emit", "plan", "write plan.json, the launch artifacts, report.html and the SVG pictures into DIR", metavar="DIR"),
     Flag("--max-slowdown", "check", "allowed slowdown vs the best plan (default 0.10)", type=float, metavar="F",

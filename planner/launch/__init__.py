@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cost_model import vocab as V
 from planner.launch import (
     deepspeed,
     kubernetes,
@@ -24,15 +25,15 @@ from planner.launch._common import NotApplicable
 from planner.plan import Plan
 
 _EMITTERS = {
-    "megatron": megatron.emit,
-    "torchtitan": torchtitan.emit,
-    "deepspeed": deepspeed.emit,
-    "torchrun": torchrun.emit,
-    "slurm": slurm.emit,
-    "kubernetes": kubernetes.emit,
-    "trainjob": trainjob.emit,
-    "ranks": ranks.emit,
-    "runtime": runtime.emit,
+    V.TARGET_MEGATRON: megatron.emit,
+    V.TARGET_TORCHTITAN: torchtitan.emit,
+    V.TARGET_DEEPSPEED: deepspeed.emit,
+    V.TARGET_TORCHRUN: torchrun.emit,
+    V.TARGET_SLURM: slurm.emit,
+    V.TARGET_KUBERNETES: kubernetes.emit,
+    V.TARGET_TRAINJOB: trainjob.emit,
+    V.TARGET_RANKS: ranks.emit,
+    V.TARGET_RUNTIME: runtime.emit,
 }
 TARGETS: tuple[str, ...] = tuple(_EMITTERS)
 SKIPPED = "skipped"  # key in emit()'s result: {target: reason} for targets that do not apply
@@ -60,19 +61,19 @@ def emit(plan, targets: list[str] | None = None) -> dict[str, dict]:
 
 # target -> [(file name, how to get its text from the artifact)]
 _FILES = {
-    "megatron": [("megatron_args.txt", lambda a: "\n".join(a["args"]) + "\n"),
+    V.TARGET_MEGATRON: [("megatron_args.txt", lambda a: "\n".join(a["args"]) + "\n"),
                  ("megatron.sh", lambda a: _sh(a["command"], a.get("env")))],
-    "torchtitan": [("torchtitan.sh", lambda a: _sh(a["versions"]["main"]["command"])),
+    V.TARGET_TORCHTITAN: [("torchtitan.sh", lambda a: _sh(a["versions"]["main"]["command"])),
                    ("torchtitan-0.3.0.sh", lambda a: _sh(a["versions"]["0.3.0"]["command"]))],
-    "deepspeed": [("ds_config.json", lambda a: json.dumps(a["config"], indent=2) + "\n"),
+    V.TARGET_DEEPSPEED: [("ds_config.json", lambda a: json.dumps(a["config"], indent=2) + "\n"),
                   ("deepspeed.sh", lambda a: _sh(a["command"])),
                   ("ds_train.py", lambda a: a.get("entry_script"))],
-    "torchrun": [("torchrun.sh", lambda a: _torchrun_sh(a))],
-    "slurm": [("slurm.sbatch", lambda a: a["script"])],
-    "kubernetes": [("pytorchjob.yaml", lambda a: a["yaml"])],
-    "trainjob": [("trainjob.yaml", lambda a: a["yaml"])],
-    "ranks": [("ranks.json", lambda a: json.dumps(a, indent=2) + "\n")],
-    "runtime": [("run_runtime.sh", lambda a: _sh(a["command"]))],
+    V.TARGET_TORCHRUN: [("torchrun.sh", lambda a: _torchrun_sh(a))],
+    V.TARGET_SLURM: [("slurm.sbatch", lambda a: a["script"])],
+    V.TARGET_KUBERNETES: [("pytorchjob.yaml", lambda a: a["yaml"])],
+    V.TARGET_TRAINJOB: [("trainjob.yaml", lambda a: a["yaml"])],
+    V.TARGET_RANKS: [("ranks.json", lambda a: json.dumps(a, indent=2) + "\n")],
+    V.TARGET_RUNTIME: [("run_runtime.sh", lambda a: _sh(a["command"]))],
 }
 
 
@@ -101,12 +102,12 @@ def write_artifacts(plan, out_dir, targets: list[str] | None = None) -> list[Pat
     out.mkdir(parents=True, exist_ok=True)
     launch = plan.get("launch") or emit(plan, targets)
     if isinstance(plan, Plan):
-        full = plan.model_copy(update={"launch": launch, "ranks": plan.ranks or launch.get("ranks")})
+        full = plan.model_copy(update={"launch": launch, "ranks": plan.ranks or launch.get(V.TARGET_RANKS)})
     else:
         full = dict(plan)
         full["launch"] = launch
-        if "ranks" in launch:
-            full.setdefault("ranks", launch["ranks"])
+        if V.TARGET_RANKS in launch:
+            full.setdefault("ranks", launch[V.TARGET_RANKS])
     paths = [out / runtime.PLAN_FILE]
     paths[0].write_text(plan_json(full))
     for target, art in launch.items():

@@ -8,9 +8,11 @@ from __future__ import annotations
 import math
 import shlex
 
+from cost_model.vocab import MODEL_LAYERS, TARGET_TORCHRUN
 from planner.plan import Parallelism
 
 RDZV_PORT = 29500
+TORCHRUN = TARGET_TORCHRUN  # the launcher program, which the torchrun target is named after
 MASTER_ADDR = "$MASTER_ADDR"
 
 
@@ -42,7 +44,7 @@ def node_layout(plan: dict) -> tuple[int, int]:
 def is_transformer(plan: dict) -> bool:
     """Engine targets (Megatron, torchtitan, DeepSpeed+Megatron) need real model dims."""
     model = plan.get("model") or {}
-    return model.get("kind") != "layers" and bool(model.get("hidden_size"))
+    return model.get("kind") != MODEL_LAYERS and bool(model.get("hidden_size"))
 
 
 def require_transformer(plan: dict, target: str) -> None:
@@ -74,7 +76,7 @@ def join(argv: list[str]) -> str:
 def torchrun_argv(plan: dict, node_rank: str | int, endpoint: str = f"{MASTER_ADDR}:{RDZV_PORT}") -> list[str]:
     nnodes, nproc = node_layout(plan)
     return [
-        "torchrun",
+        TORCHRUN,
         "--nnodes", str(nnodes),
         "--nproc-per-node", str(nproc),
         "--node-rank", str(node_rank),

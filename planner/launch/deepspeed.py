@@ -22,7 +22,15 @@ with pipeline parallelism", so pp > 1 plans are offered only with ZeRO 0 or 1.
 
 from __future__ import annotations
 
-from cost_model.vocab import RECOMPUTE_FULL
+from cost_model.vocab import (
+    DTYPE_BF16,
+    DTYPE_FP8,
+    DTYPE_FP32,
+    ENGINE_DEEPSPEED,
+    OPTIMIZER_ADAMW,
+    RECOMPUTE_FULL,
+)
+from planner.launch import data
 from planner.launch._common import NotApplicable, join, par
 from planner.launch.torchrun import is_cpu, launcher
 
@@ -32,6 +40,7 @@ VERSION = "0.19.8"
 PIPELINE_MAX_ZERO = 1  # PipelineEngine: stage < ZeroStageEnum.gradients (2)
 CONFIG_FILE = "ds_config.json"
 ENTRY_FILE = "ds_train.py"
+_WORDS = data.words(ENGINE_DEEPSPEED)  # DeepSpeed's config words (data/deepspeed_words.toml)
 
 # The training entry for pp = 1: the plan's model built from the project's transformer blocks
 # (the ones the runtime and the profiler use), wrapped by deepspeed.initialize with ds_config.json,
@@ -100,18 +109,17 @@ def applicable(plan: dict) -> None:
 def config(plan: dict) -> dict:
     p = par(plan)
     t = plan.get("training") or {}
-    dtype = t.get("dtype", "bf16")
+    dtype = t.get("dtype", DTYPE_BF16)
     zero = min(int(p["zero"]), 3)
     cfg: dict = {
         "train_batch_size": p["micro_batch_size"] * p["num_micro_batches"] * p["dp"],
         "train_micro_batch_size_per_gpu": p["micro_batch_size"],
         "gradient_accumulation_steps": p["num_micro_batches"],
         "zero_optimization": {"stage": zero},
-        "bf16": {"enabled": dtype in ("bf16", "fp8")},
-        "fp16": {"enabled": dtype == "fp16"},
+        **{section: {"enabled": dtype in dtypes} for section, dtypes in _WORDS["precision_sections"].items()},
         # ZeRO >= 1 partitions DeepSpeed's own optimizer, so the config names it (lr: a placeholder).
         # torch_adam: torch.optim.Adam instead of FusedAdam, whose CUDA op a CPU run cannot build.
-        "optimizer": {"type": "AdamW" if t.get("optimizer") == "adamw" else "Adam",
+        "optimizer": {"type": "AdamW" if t.get("optimizer") == OPTIMIZER_ADAMW else "Adam",
                       "params": {"lr": 3.0e-4, "weight_decay": 0.0, "torch_adam": is_cpu(plan)}},
         "gradient_clipping": 1.0,
         "steps_per_print": 10,
@@ -121,12 +129,12 @@ def config(plan: dict) -> dict:
         # The prediction overlaps the DP gradient sync with the backward (cost_model/stages.py).
         cfg["zero_optimization"].update({"overlap_comm": True, "contiguous_gradients": True})
     if zero == 2:
-        cfg["zero_optimization"]["reduce_scatter"] = True
-    if zero == 1 and dtype in ("bf16", "fp8") and t.get("grad_dtype", "fp32") == "fp32":
+        cfg["zero_optimization"].update(_WORDS["zero2_options"])
+    if zero == 1 and dtype in (DTYPE_BF16, DTYPE_FP8) and t.get("grad_dtype", DTYPE_FP32) == DTYPE_FP32:
         # the priced mode (cost_model/engines.py DEEPSPEED zero 1: BF16_Optimizer, fp32
         # gradient accumulation, 6 + 12/d): engine.py selects it for bf16 + ZeRO-1 with
         # data_types.grad_accum_dtype fp32 (runtime/constants.py DATA_TYPES / GRAD_ACCUM_DTYPE)
-        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+        cfg["data_types"] = dict(_WORDS["data_types_fp32_grad_accum"])
     if p["recompute"] == RECOMPUTE_FULL:
         cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False}
     return cfg

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import yaml
 
-from planner.launch._common import join, node_layout, plan_id
+from cost_model.vocab import TARGET_KUBERNETES
+from planner.launch._common import TORCHRUN, join, node_layout, plan_id
 from planner.launch.torchrun import entry, env, is_cpu
 
 SOURCE_COMMIT = "ee1162919408cbca4a899f2916cfcd0ecd562881"
@@ -34,7 +35,7 @@ def resources(plan: dict, nproc: int) -> dict:
 def pod_command(plan: dict, target: str, addr: str = "$MASTER_ADDR", port: str = "$MASTER_PORT") -> str:
     """torchrun from the PET_* variables the operator injects, then the plan's entry point."""
     return join([
-        "torchrun",
+        TORCHRUN,
         "--nnodes", "$PET_NNODES",
         "--nproc-per-node", "$PET_NPROC_PER_NODE",
         "--node-rank", "$PET_NODE_RANK",
@@ -65,7 +66,7 @@ def _pod(plan: dict, nproc: int, cmd: str) -> dict:
 
 def emit(plan: dict) -> dict:
     nnodes, nproc = node_layout(plan)
-    cmd = pod_command(plan, "kubernetes")
+    cmd = pod_command(plan, TARGET_KUBERNETES)
     replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": _pod(plan, nproc, cmd)}}
     if nnodes > 1:
         replicas["Worker"] = {"replicas": nnodes - 1, "restartPolicy": "OnFailure", "template": _pod(plan, nproc, cmd)}

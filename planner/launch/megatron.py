@@ -19,14 +19,27 @@ megatron/training/arguments.py accepts only with --use-distributed-optimizer and
 
 from __future__ import annotations
 
-from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from cost_model.vocab import (
+    DTYPE_BF16,
+    ENGINE_MEGATRON,
+    MLP_SWIGLU,
+    NORM_RMSNORM,
+    OPTIMIZER_ADAM,
+    POSITION_LEARNED,
+    POSITION_ROPE,
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
+    SCHEDULE_GPIPE,
+    TARGET_MEGATRON,
+)
 from planner.launch import data
 from planner.launch._common import join, par, require_transformer, stage_sizes
 from planner.launch.torchrun import env, launcher
 
 FLAGS_FILE = "megatron_flags.txt"
 
-_DTYPE = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}
+_WORDS = data.words(ENGINE_MEGATRON)  # our word -> Megatron's (data/megatron_words.toml)
+_DTYPE = _WORDS["dtype"]
 
 
 def pipeline_layout(plan: dict) -> tuple[list[str], list[str]]:
@@ -86,7 +99,7 @@ def recompute(plan: dict) -> tuple[list[str], list[str]]:
     p = par(plan)
     mode = p["recompute"]
     if mode == RECOMPUTE_SELECTIVE:
-        return ["--recompute-granularity", "selective"], []
+        return ["--recompute-granularity", _WORDS["recompute_granularity"][RECOMPUTE_SELECTIVE]], []
     if mode != RECOMPUTE_FULL:
         return [], []
     per_stage = [int(s.get("recompute_layers") or 0) for s in plan.get("stages") or []]
@@ -94,7 +107,7 @@ def recompute(plan: dict) -> tuple[list[str], list[str]]:
     n = max(per_stage, default=0)
     if n == 0:
         # No per-stage count: recompute every block of a stage (uniform, one block per unit).
-        return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"], []
+        return ["--recompute-granularity", _WORDS["recompute_granularity"][RECOMPUTE_FULL], "--recompute-method", _WORDS["recompute_method"]["all_blocks"], "--recompute-num-layers", "1"], []
     notes = []
     runs = [min(n, s) for s in sizes]
     if runs != per_stage:
@@ -102,7 +115,7 @@ def recompute(plan: dict) -> tuple[list[str], list[str]]:
             f"plan recomputes {per_stage} blocks per virtual stage; Megatron's --recompute-num-layers "
             f"applies one count to every virtual stage: emitted {n}, so the stages recompute {runs}"
         )
-    return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(n)], notes
+    return ["--recompute-granularity", _WORDS["recompute_granularity"][RECOMPUTE_FULL], "--recompute-method", _WORDS["recompute_method"]["first_blocks"], "--recompute-num-layers", str(n)], notes
 
 
 def moe_layer_pattern(num_layers: int, moe: dict) -> str | None:
@@ -137,17 +150,17 @@ def model_args(plan: dict) -> list[str]:
     kv = m.get("num_kv_heads")
     if kv and int(kv) != heads:
         a += ["--group-query-attention", "--num-query-groups", str(kv)]
-    if m.get("mlp") == "swiglu":
+    if m.get("mlp") == MLP_SWIGLU:
         a += ["--swiglu"]
-    if m.get("norm") == "rmsnorm":
+    if m.get("norm") == NORM_RMSNORM:
         a += ["--normalization", "RMSNorm"]
-    if m.get("position", "rope" if m.get("mlp") == "swiglu" else "learned") == "rope":
-        a += ["--position-embedding-type", "rope"]
+    if m.get("position", POSITION_ROPE if m.get("mlp") == MLP_SWIGLU else POSITION_LEARNED) == POSITION_ROPE:
+        a += ["--position-embedding-type", _WORDS["position_embedding_type"][POSITION_ROPE]]
         if m.get("rope_theta"):
             a += ["--rotary-base", str(int(float(m["rope_theta"])))]
     if not m.get("tie_embeddings", True):
         a += ["--untie-embeddings-and-output-weights"]
-    if m.get("mlp") == "swiglu" or m.get("norm") == "rmsnorm":
+    if m.get("mlp") == MLP_SWIGLU or m.get("norm") == NORM_RMSNORM:
         a += ["--disable-bias-linear"]  # Llama-style blocks have no linear biases
     if m.get("dropout") is False:
         a += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
@@ -167,12 +180,12 @@ def model_args(plan: dict) -> list[str]:
         if shared:
             ffn = int(moe.get("ffn_hidden_size") or m.get("ffn_hidden_size"))
             a += ["--moe-shared-expert-intermediate-size", str(shared * ffn)]
-    a += _DTYPE.get(t.get("dtype", "bf16"), [])
+    a += _DTYPE.get(t.get("dtype", DTYPE_BF16), [])
     return a
 
 
 def build(plan: dict) -> tuple[list[str], list[str]]:
-    require_transformer(plan, "megatron")
+    require_transformer(plan, TARGET_MEGATRON)
     p = par(plan)
     m = plan["model"]
     notes: list[str] = []
@@ -189,7 +202,7 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     layout, n = pipeline_layout(plan)
     a += layout
     notes += n
-    if p["schedule"] == "gpipe":
+    if p["schedule"] == SCHEDULE_GPIPE:
         notes.append("Megatron has no GPipe schedule; it will run 1F1B (same bubble, less activation memory)")
     a += [
         "--micro-batch-size", str(p["micro_batch_size"]),
@@ -224,7 +237,7 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     # Runnable as-is on synthetic data; swap for --data-path/--tokenizer-model for a real run.
     a += [
         "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.get("vocab_size") or 32000),
-        "--optimizer", "sgd" if (plan.get("training") or {}).get("optimizer") == "sgd" else "adam",
+        "--optimizer", _WORDS["optimizer"].get((plan.get("training") or {}).get("optimizer"), _WORDS["optimizer"][OPTIMIZER_ADAM]),
         "--lr", "3.0e-4", "--train-iters", "1000",
     ]
     notes.append("--mock-data/NullTokenizer/--lr/--train-iters are placeholders for a smoke run")

@@ -7,7 +7,14 @@ refuses, the plan's `skipped` says why before anything is launched.
 
 from __future__ import annotations
 
-from planner.launch._common import NotApplicable, join, node_layout, torchrun_argv, world_size
+from planner.launch._common import (
+    TORCHRUN,
+    NotApplicable,
+    join,
+    node_layout,
+    torchrun_argv,
+    world_size,
+)
 
 PLAN_FILE = "plan.json"
 RUNTIME_ARGS = ("-m", "planner.runtime", "--plan", PLAN_FILE)
@@ -31,7 +38,7 @@ def emit(plan: dict) -> dict:
     nnodes, nproc = node_layout(plan)
     if nnodes == 1:
         # Single node: a local rendezvous needs no head-node address.
-        argv = ["torchrun", "--nnodes", "1", "--nproc-per-node", str(nproc), "--standalone", *RUNTIME_ARGS]
+        argv = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--standalone", *RUNTIME_ARGS]
         commands = [join(argv)]
     else:
         commands = [join(torchrun_argv(plan, r) + list(RUNTIME_ARGS)) for r in range(nnodes)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 
+from cost_model.vocab import TARGET_SLURM
 from planner.launch._common import RDZV_PORT, join, node_layout, plan_id, torchrun_argv
 from planner.launch.torchrun import entry, env, is_cpu
 
@@ -21,7 +22,7 @@ def emit(plan: dict) -> dict:
     cpu = is_cpu(plan)
     # SLURM_NODEID is the node rank inside the allocation; the command is quoted so that it
     # expands in each task's shell, not once in the batch shell.
-    argv = torchrun_argv(plan, "$SLURM_NODEID", endpoint=f"$MASTER_ADDR:{RDZV_PORT}") + entry(plan, "slurm")
+    argv = torchrun_argv(plan, "$SLURM_NODEID", endpoint=f"$MASTER_ADDR:{RDZV_PORT}") + entry(plan, TARGET_SLURM)
     exports = "\n".join(f"export {k}={v}" for k, v in env(plan).items())
     # CPU plans: each torchrun process is one "device"; ask for a core per process.
     resources = f"#SBATCH --cpus-per-task={nproc}" if cpu else f"#SBATCH --gpus-per-node={nproc}\n#SBATCH --exclusive"

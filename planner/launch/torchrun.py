@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from cost_model.vocab import TARGET_TORCHRUN
 from planner.launch._common import (
     RDZV_PORT,
+    TORCHRUN,
     NotApplicable,
     entry_argv,
     is_transformer,
@@ -34,7 +36,7 @@ def launcher(plan: dict) -> list[str]:
     """
     nnodes, nproc = node_layout(plan)
     if nnodes == 1:
-        return ["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", str(nproc)]
+        return [TORCHRUN, "--standalone", "--nnodes", "1", "--nproc-per-node", str(nproc)]
     return torchrun_argv(plan, "${NODE_RANK:?}", endpoint=f"${{MASTER_ADDR:?}}:{RDZV_PORT}")
 
 
@@ -59,7 +61,7 @@ def entry(plan: dict, target: str) -> list[str]:
 
 def emit(plan: dict) -> dict:
     nnodes, nproc = node_layout(plan)
-    entry_ = entry(plan, "torchrun")
+    entry_ = entry(plan, TARGET_TORCHRUN)
     commands = [join(torchrun_argv(plan, r) + entry_) for r in range(nnodes)]
     return {
         "commands": commands,

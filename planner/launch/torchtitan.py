@@ -21,7 +21,13 @@ plan with etp > 1 (experts TP-sharded, EP groups strided by etp) is refused.
 
 from __future__ import annotations
 
-from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_SELECTIVE
+from cost_model.vocab import (
+    ENGINE_TORCHTITAN,
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    SCHEDULE_1F1B,
+    TARGET_TORCHTITAN,
+)
 from planner.launch import data
 from planner.launch._common import (
     NotApplicable,
@@ -34,10 +40,10 @@ from planner.launch.torchrun import launcher
 
 VERSIONS = ("0.3.0", "main")
 FIELDS_FILES = {"0.3.0": "torchtitan_fields_0.3.0.txt", "main": "torchtitan_fields_main.txt"}
-_SCHEDULE = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
-# our recompute word -> torchtitan's activation-checkpoint subcommand (its own words)
-_AC = {RECOMPUTE_NONE: "activation-checkpoint:none", RECOMPUTE_SELECTIVE: "activation-checkpoint:selective",
-       RECOMPUTE_FULL: "activation-checkpoint:full"}
+_WORDS = data.words(ENGINE_TORCHTITAN)  # our word -> torchtitan's (data/torchtitan_words.toml)
+_SCHEDULE = _WORDS["schedule"]
+# our recompute word -> torchtitan's activation-checkpoint subcommand
+_AC = _WORDS["activation_checkpoint"]
 # Plan model name -> (module, config function) in torchtitan/models/*/config_registry.py;
 # only models whose torchtitan definition has the planner preset's dims are listed.
 PRESETS = {
@@ -80,7 +86,7 @@ def dp_degrees(p: dict) -> tuple[int, int, list[str]]:
 def _schedule(p: dict) -> str:
     if p["vpp"] > 1:
         return "Interleaved1F1B"
-    return _SCHEDULE.get(p["schedule"], "1F1B")
+    return _SCHEDULE.get(p["schedule"], _SCHEDULE[SCHEDULE_1F1B])
 
 
 def layout_problems(plan: dict) -> list[str]:
@@ -107,7 +113,7 @@ def layout_problems(plan: dict) -> list[str]:
 
 def applicable(plan: dict) -> tuple[str, str]:
     """(module, config) for the plan, or NotApplicable with every reason."""
-    require_transformer(plan, "torchtitan")
+    require_transformer(plan, TARGET_TORCHTITAN)
     name = (plan.get("model") or {}).get("name", "")
     problems = layout_problems(plan)
     if name not in PRESETS:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import yaml
 
+from cost_model.vocab import TARGET_TRAINJOB
 from planner.launch._common import node_layout
 from planner.launch.kubernetes import IMAGE, job_name, pod_command, resources
 from planner.launch.torchrun import env
@@ -26,7 +27,7 @@ RUNTIME = "torch-distributed"
 
 def emit(plan: dict) -> dict:
     nnodes, nproc = node_layout(plan)
-    cmd = pod_command(plan, "trainjob", addr="$PET_MASTER_ADDR", port="$PET_MASTER_PORT")
+    cmd = pod_command(plan, TARGET_TRAINJOB, addr="$PET_MASTER_ADDR", port="$PET_MASTER_PORT")
     manifest = {
         "apiVersion": API_VERSION,
         "kind": "TrainJob",

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             f"tp={plan.tp} cp={plan.cp} vpp={plan.vpp} sp={plan.sequence_parallel} "
             f"zero={plan.zero} schedule={plan.schedule} recompute={plan.recompute} "
             f"micro_batches={plan.num_micro_batches}x{plan.micro_batch_size} "
-            f"layers={plan.num_layers} hidden={plan.hidden_size} "
+            f"layers={plan.model.num_layers} hidden={plan.model.hidden_size} "
             f"stages={[[s.first, s.last] for s in plan.stages]} "
             f"device={'cuda' if on_gpu else 'cpu'}",
             flush=True,

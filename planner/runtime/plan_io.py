@@ -24,6 +24,7 @@ from cost_model.vocab import (
     values,
 )
 from planner.plan import Plan
+from profiler.dims import ModelDims
 
 
 class PlanError(ValueError):
@@ -61,15 +62,7 @@ class RunPlan:
     """What the runtime needs from a Plan, normalised."""
 
     plan_id: str
-    # model
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_kv_heads: int
-    ffn_hidden_size: int
-    vocab_size: int
-    mlp: str
-    tie_embeddings: bool
+    model: ModelDims  # the torch model's shape (profiler/dims.py), from the plan's model section
     # training
     global_batch_size: int
     seq_length: int
@@ -147,14 +140,16 @@ def parse_plan(doc) -> RunPlan:
         stages.append(Stage(s.get("index", i), layers[0], layers[1], int(rl)))
     return RunPlan(
         plan_id=str(doc.get("id", "plan")),
-        num_layers=_int(model, "num_layers", "model"),
-        hidden_size=_int(model, "hidden_size", "model"),
-        num_attention_heads=heads,
-        num_kv_heads=_int(model, "num_kv_heads", "model", default=heads),
-        ffn_hidden_size=_int(model, "ffn_hidden_size", "model"),
-        vocab_size=_int(model, "vocab_size", "model"),
-        mlp=mlp,
-        tie_embeddings=bool(model.get("tie_embeddings", MODEL_DEFAULTS["tie_embeddings"])),
+        model=ModelDims(
+            num_layers=_int(model, "num_layers", "model"),
+            hidden_size=_int(model, "hidden_size", "model"),
+            num_attention_heads=heads,
+            num_kv_heads=_int(model, "num_kv_heads", "model", default=heads),
+            ffn_hidden_size=_int(model, "ffn_hidden_size", "model"),
+            vocab_size=_int(model, "vocab_size", "model"),
+            mlp=mlp,
+            tie_embeddings=bool(model.get("tie_embeddings", MODEL_DEFAULTS["tie_embeddings"])),
+        ),
         global_batch_size=_int(train, "global_batch_size", "training"),
         seq_length=_int(train, "seq_length", "training"),
         dtype=str(train.get("dtype", TRAINING_DEFAULTS["dtype"])),
@@ -192,26 +187,26 @@ def validate(p: RunPlan, world_size: int | None) -> None:
         raise PlanError(f"parallelism.recompute={p.recompute!r} must be one of {', '.join(RECOMPUTE)}")
     if p.schedule not in SCHEDULES:
         raise PlanError(f"parallelism.schedule={p.schedule!r} must be one of {', '.join(SCHEDULES)}")
-    if p.hidden_size % p.num_attention_heads:
+    if p.model.hidden_size % p.model.num_attention_heads:
         raise PlanError(
-            f"model.hidden_size={p.hidden_size} is not divisible by num_attention_heads={p.num_attention_heads}"
+            f"model.hidden_size={p.model.hidden_size} is not divisible by num_attention_heads={p.model.num_attention_heads}"
         )
-    if p.num_attention_heads % p.num_kv_heads:
+    if p.model.num_attention_heads % p.model.num_kv_heads:
         raise PlanError(
-            f"model.num_attention_heads={p.num_attention_heads} is not divisible by num_kv_heads={p.num_kv_heads}"
+            f"model.num_attention_heads={p.model.num_attention_heads} is not divisible by num_kv_heads={p.model.num_kv_heads}"
         )
-    if (p.hidden_size // p.num_attention_heads) % 2:
+    if (p.model.hidden_size // p.model.num_attention_heads) % 2:
         raise PlanError("model.hidden_size/num_attention_heads (head dim) must be even for RoPE")
     for name in ("num_attention_heads", "num_kv_heads", "ffn_hidden_size"):
-        if getattr(p, name) % p.tp:
-            raise PlanError(f"model.{name}={getattr(p, name)} is not divisible by parallelism.tp={p.tp}")
-    if p.tp > 1 and p.vocab_size % p.tp:
-        raise PlanError(f"model.vocab_size={p.vocab_size} is not divisible by parallelism.tp={p.tp}")
+        if getattr(p.model, name) % p.tp:
+            raise PlanError(f"model.{name}={getattr(p.model, name)} is not divisible by parallelism.tp={p.tp}")
+    if p.tp > 1 and p.model.vocab_size % p.tp:
+        raise PlanError(f"model.vocab_size={p.model.vocab_size} is not divisible by parallelism.tp={p.tp}")
     if p.sequence_parallel and p.tp > 1 and p.seq_length % p.tp:
         raise PlanError(
             f"training.seq_length={p.seq_length} is not divisible by tp={p.tp} (sequence parallel)"
         )
-    if p.tie_embeddings and (p.pp > 1 or p.tp > 1):
+    if p.model.tie_embeddings and (p.pp > 1 or p.tp > 1):
         raise PlanError(
             "model.tie_embeddings with pp>1 or tp>1 is not supported by the runtime yet"
         )
@@ -228,13 +223,13 @@ def validate(p: RunPlan, world_size: int | None) -> None:
         if s.first != expect or s.last < s.first:
             raise PlanError(
                 f"stages[{i}].layers=[{s.first}, {s.last}]: stages must cover layers "
-                f"0..{p.num_layers - 1} contiguously, each with >= 1 layer (expected first={expect})"
+                f"0..{p.model.num_layers - 1} contiguously, each with >= 1 layer (expected first={expect})"
             )
         if not 0 <= s.recompute_layers <= s.num_layers:
             raise PlanError(f"stages[{i}].recompute_layers={s.recompute_layers} not in [0, {s.num_layers}]")
         expect = s.last + 1
-    if expect != p.num_layers:
-        raise PlanError(f"stages end at layer {expect - 1} but model.num_layers={p.num_layers}")
+    if expect != p.model.num_layers:
+        raise PlanError(f"stages end at layer {expect - 1} but model.num_layers={p.model.num_layers}")
     if p.pp > 1:
         if p.schedule == SCHEDULE_INTERLEAVED and p.vpp < 2:
             raise PlanError("parallelism.schedule=interleaved needs vpp >= 2")
@@ -275,13 +270,13 @@ def load_plan(path: str) -> RunPlan:
 
 
 def scale_down(p: RunPlan) -> RunPlan:
-    g = p.num_attention_heads // p.num_kv_heads
+    g = p.model.num_attention_heads // p.model.num_kv_heads
     kv = p.tp
     heads = kv * min(g, 2)
     hidden = heads * 8
-    ratio = p.ffn_hidden_size / p.hidden_size
+    ratio = p.model.ffn_hidden_size / p.model.hidden_size
     ffn = p.tp * math.ceil(ratio * hidden / p.tp)
-    f = max(1, p.num_layers // (2 * len(p.stages)))
+    f = max(1, p.model.num_layers // (2 * len(p.stages)))
     stages, first = [], 0
     for s in p.stages:
         n = math.ceil(s.num_layers / f)
@@ -290,12 +285,8 @@ def scale_down(p: RunPlan) -> RunPlan:
         first += n
     return replace(
         p,
-        num_layers=first,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_kv_heads=kv,
-        ffn_hidden_size=ffn,
-        vocab_size=64 * p.tp,
+        model=replace(p.model, num_layers=first, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv,
+                      ffn_hidden_size=ffn, vocab_size=64 * p.tp),
         seq_length=p.tp * math.ceil(16 / p.tp),
         micro_batch_size=1,
         global_batch_size=p.num_micro_batches * p.dp,

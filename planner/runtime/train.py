@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE
+from cost_model.vocab import OPTIMIZER_SGD, RECOMPUTE_FULL, RECOMPUTE_NONE
 from planner.runtime.dist_optimizer import DistributedOptimizer
 from planner.runtime.mesh import init_distributed
 from planner.runtime.parallelize import allreduce_grads, apply_fsdp, apply_recompute
@@ -23,16 +23,7 @@ LR = 1e-3
 
 
 def model_dims(plan: RunPlan) -> ModelDims:
-    return ModelDims(
-        num_layers=plan.num_layers,
-        hidden_size=plan.hidden_size,
-        num_attention_heads=plan.num_attention_heads,
-        num_kv_heads=plan.num_kv_heads,
-        ffn_hidden_size=plan.ffn_hidden_size,
-        vocab_size=plan.vocab_size,
-        mlp=plan.mlp,
-        tie_embeddings=plan.tie_embeddings,
-    )
+    return plan.model
 
 
 def make_batch(plan: RunPlan, step: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,13 +34,13 @@ def make_batch(plan: RunPlan, step: int, seed: int) -> tuple[torch.Tensor, torch
     g = torch.Generator(device="cpu")
     g.manual_seed(seed * 1_000_003 + step)
     tokens = torch.randint(
-        0, plan.vocab_size, (plan.global_batch_size, plan.seq_length + 1), generator=g
+        0, plan.model.vocab_size, (plan.global_batch_size, plan.seq_length + 1), generator=g
     )
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
 def make_optimizer(plan: RunPlan, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    if plan.optimizer == "sgd":
+    if plan.optimizer == OPTIMIZER_SGD:
         return torch.optim.SGD(params, lr=LR)
     # adam / adamw / anything else: Adam without weight decay, so the check compares
     # the gradient path and not a decay convention.
@@ -126,7 +117,7 @@ def _build_part(
     layer_ids = range(stage.first, stage.last + 1)
     if plan.pp == 1:
         # Without pipelining, all virtual stages are one local model.
-        layer_ids = range(0, plan.num_layers)
+        layer_ids = range(0, plan.model.num_layers)
     part = build_model(
         model_dims(plan),
         seed=seed,
@@ -164,7 +155,7 @@ def run_distributed(
     parts = {k: part for k, (part, _) in built.items()}
     tp_sharded = {k: names for k, (_, names) in built.items()}
     tp_group = mesh["tp"].get_group() if plan.tp > 1 else None
-    loss_fn = vocab_parallel_loss(plan.vocab_size, tp_group) if plan.tp > 1 else cross_entropy_loss
+    loss_fn = vocab_parallel_loss(plan.model.vocab_size, tp_group) if plan.tp > 1 else cross_entropy_loss
     params = [p for part in parts.values() for p in part.parameters()]
     dp_group = mesh["dp"].get_group()
     if plan.zero in (1, 2) and plan.dp > 1:

@@ -102,6 +102,6 @@ def test_scale_down_keeps_degrees_and_stage_shape():
     # f = 80 // (2*4) = 10 -> ceil(n/10): uneven stays uneven, each >= 1.
     assert sizes == [1, 3, 3, 1]
     assert [st.recompute_layers for st in s.stages] == [1, 0, 3, 0]
-    assert s.num_attention_heads % s.tp == 0 and s.num_kv_heads % s.tp == 0
-    assert s.num_attention_heads // s.num_kv_heads == 2  # GQA stays GQA
-    assert s.hidden_size <= 64 and s.seq_length % s.tp == 0
+    assert s.model.num_attention_heads % s.tp == 0 and s.model.num_kv_heads % s.tp == 0
+    assert s.model.num_attention_heads // s.model.num_kv_heads == 2  # GQA stays GQA
+    assert s.model.hidden_size <= 64 and s.seq_length % s.tp == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from functools import cache
 from pathlib import Path
 
@@ -20,3 +21,10 @@ def source_commit(filename: str) -> str:
         if line.startswith("# commit:"):
             return line.split(":", 1)[1].strip()
     return "unknown"
+
+
+@cache
+def words(engine: str) -> dict:
+    """<engine>_words.toml: the one table per engine from our vocabulary words to the engine's own
+    flag/config words (which often spell the same). Shared: callers copy before changing."""
+    return tomllib.loads((DATA_DIR / f"{engine}_words.toml").read_text())
