@@ -230,8 +230,11 @@ MEGATRON = EngineSupport(
         OverlapSwitch("--overlap-param-gather", "distributed-optimizer param all-gather with the next forward "
                       "(requires --overlap-grad-reduce and the distributed optimizer or Megatron-FSDP)", False,
                       _mg(_MG_ARGS, "validate_args: overlap_param_gather asserts")),
-        OverlapSwitch("--tp-comm-overlap", "TP all-gather / reduce-scatter with the GEMMs (TE userbuffers)", False,
-                      _mg("megatron/core/model_parallel_config.py", "tp_comm_overlap")),
+        OverlapSwitch("--tp-comm-overlap", "TP all-gather / reduce-scatter with the GEMMs (TE userbuffers); "
+                      "emitted and priced where `tp_comm_overlap` holds", False,
+                      _mg("megatron/core/model_parallel_config.py", "tp_comm_overlap; megatron/training/arguments.py "
+                          "validate_args: 'Tensor parallel communication/GEMM overlap can happen only when sequence "
+                          "parallelism is enabled'")),
         OverlapSwitch("overlap_p2p_comm", "PP send/recv with compute (interleaved schedule only; "
                       "--no-overlap-p2p-communication turns it off)", True, _mg(_MG_ARGS)),
     ),
@@ -521,6 +524,29 @@ def engine_supports(
         if fp8_recipe is not None and fp8_recipe not in e.fp8_recipes:
             return f"{engine} fp8 recipes are {', '.join(e.fp8_recipes)}, not {fp8_recipe!r} ({e.fp8_source})"
     return None
+
+
+# --------------------------------------------------------------------------- overlap switches
+
+
+def tp_comm_overlap(engine: str, tp: int, sequence_parallel: bool, gpus_per_node: int) -> bool:
+    """Whether `engine` runs its TP collectives under the GEMMs (kernels.TpCommOverlap), as
+    the launch emitter switches it on; the cost model prices exactly this.
+
+    Megatron: --tp-comm-overlap (emitted by planner/launch/megatron.py on this predicate)
+    needs tp > 1 and --sequence-parallel (megatron/training/arguments.py validate_args
+    assert), Transformer Engine layers (--transformer-impl transformer_engine, the default:
+    megatron/core/transformer/transformer_config.py; megatron/training/initialize.py
+    _initialize_tp_communicators raises without TE), and the TP group on one node: TE's
+    userbuffers exchange through CUDA IPC / NVLink peer memory inside each TP domain of tp
+    consecutive ranks (transformer_engine/pytorch/module/base.py initialize_ub @d0067d0da6cb).
+    Megatron-Bridge's performance recipes run it on every dense config with tp > 1
+    (scripts/performance/configs/llama/llama31_llm_pretrain.py @5776a6d, CommOverlapConfig
+    tp_comm_overlap=True in recipes/llama/llama3.py). The other engines here: none priced
+    (torchtitan's async TP needs torch.compile and is not emitted)."""
+    if engine != ENGINE_MEGATRON or tp <= 1 or not sequence_parallel:
+        return False
+    return tp <= gpus_per_node and gpus_per_node % tp == 0
 
 
 # --------------------------------------------------------------------------- model states

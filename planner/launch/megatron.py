@@ -14,14 +14,27 @@ Overlap: the cost model hides the DP gradient sync behind the last backward
 (cost_model/stages.py), which Megatron does with --overlap-grad-reduce; with the distributed
 optimizer the parameter all-gather overlaps the next forward (--overlap-param-gather, which
 megatron/training/arguments.py accepts only with --use-distributed-optimizer and
---overlap-grad-reduce).
+--overlap-grad-reduce). TP: --tp-comm-overlap exactly where the cost model prices the TP
+collectives under the GEMMs (cost_model/engines.py tp_comm_overlap: tp > 1, sequence
+parallelism, the TP group on one node; Transformer Engine layers, Megatron's default
+--transformer-impl).
+Gradients: --grad-reduce-in-bf16 when the plan's training.grad_dtype is bf16 (Megatron's
+default for --bf16 is fp32 main grads, megatron/training/arguments.py validate_args); the cost
+model prices the grad buffer and its reduce-scatter in that dtype.
 """
 
 from __future__ import annotations
 
-from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from cost_model.engines import tp_comm_overlap
+from cost_model.vocab import (
+    DTYPE_BF16,
+    DTYPE_FP8,
+    ENGINE_MEGATRON,
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
+)
 from planner.launch import data
-from planner.launch._common import join, par, require_transformer, stage_sizes
+from planner.launch._common import join, par, require_transformer, stage_sizes, world_size
 from planner.launch.torchrun import env, launcher
 
 FLAGS_FILE = "megatron_flags.txt"
@@ -171,6 +184,24 @@ def model_args(plan: dict) -> list[str]:
     return a
 
 
+def overlap_tp(plan: dict) -> bool:
+    """Whether the plan was priced with TP communication under the GEMMs (the same predicate
+    as cost_model/layers.py `_tp_overlap`), i.e. whether --tp-comm-overlap is emitted."""
+    p = par(plan)
+    per_node = int((plan.get("cluster") or {}).get("gpus_per_node") or world_size(plan))
+    return tp_comm_overlap(ENGINE_MEGATRON, int(p["tp"]), bool(p["sequence_parallel"]), per_node)
+
+
+def precision_args(plan: dict) -> list[str]:
+    """Gradient dtype flags: 16-bit grads (grad buffer and its reduction) under bf16/fp8
+    training, where the plan's training.grad_dtype says so (--grad-reduce-in-bf16 sets
+    accumulate_allreduce_grads_in_fp32 False, megatron/training/arguments.py validate_args)."""
+    t = plan.get("training") or {}
+    if t.get("dtype", DTYPE_BF16) in (DTYPE_BF16, DTYPE_FP8) and t.get("grad_dtype") == DTYPE_BF16:
+        return ["--grad-reduce-in-bf16"]
+    return []
+
+
 def build(plan: dict) -> tuple[list[str], list[str]]:
     require_transformer(plan, "megatron")
     p = par(plan)
@@ -186,6 +217,9 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         a += ["--expert-model-parallel-size", str(p["ep"]), "--expert-tensor-parallel-size", str(p["etp"])]
     if p["sequence_parallel"] and p["tp"] > 1:
         a += ["--sequence-parallel"]
+    if overlap_tp(plan):
+        # TE userbuffers: TP all-gathers / reduce-scatters under the GEMMs, as priced
+        a += ["--tp-comm-overlap"]
     layout, n = pipeline_layout(plan)
     a += layout
     notes += n
@@ -220,6 +254,7 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     if zero >= 2 and p["pp"] > 1:
         notes.append(f"ZeRO-{zero} (Megatron-FSDP) with pp={p['pp']}: Megatron-FSDP does not combine with "
                      "pipeline parallelism; the planner does not propose it")
+    a += precision_args(plan)
     a += model_args(plan)
     # Runnable as-is on synthetic data; swap for --data-path/--tokenizer-model for a real run.
     a += [

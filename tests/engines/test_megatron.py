@@ -104,6 +104,10 @@ def test_transformer_and_ddp_configs_accept_args(name):
     # The prediction hides the DP gradient sync behind the backward: Megatron must overlap it.
     assert ddp.overlap_grad_reduce == (p["dp"] * p["cp"] > 1)
     assert ddp.overlap_param_gather == (p["dp"] * p["cp"] > 1 and p["zero"] >= 1)
+    # TP collectives priced under the GEMMs exactly where TE userbuffers are switched on:
+    # tp > 1 with SP (validate_args asserts SP), the TP group inside a node (8 H100s)
+    assert cfg.tp_comm_overlap == (p["tp"] > 1 and p["sequence_parallel"] and p["tp"] <= 8)
+    assert not cfg.tp_comm_overlap or cfg.sequence_parallel
 
 
 @pytest.mark.parametrize("name", CASES)
