@@ -49,6 +49,12 @@ _BLACKWELL_EFF = dict(gemm_max_efficiency=0.60, gemm_half_dim=192.0, attention_e
                       sdpa_attention_efficiency=0.40, fp8_gemm_ratio=0.9)
 _CDNA_EFF = dict(gemm_max_efficiency=0.48, gemm_half_dim=192.0, attention_efficiency=0.55,
                  sdpa_attention_efficiency=0.45)
+# Architecture (not fitted): Blackwell data-centre parts (sm 10.x) run FP8 GEMMs in non-TN
+# layouts, so Transformer Engine backs an FP8 weight's row- and column-wise use with one
+# buffer (transformer_engine/pytorch/utils.py is_non_tn_fp8_gemm_supported: sm 10.0-11.x
+# and >= 13.0; tensor/float8_tensor.py inner_tensor_specs, NVIDIA/TransformerEngine
+# @d0067d0da6cb). Hopper, Ada and the rest keep a transposed copy (GPUSpec.fp8_gemm_tn_only).
+_BLACKWELL_ARCH = dict(fp8_gemm_tn_only=False)
 # New entries inherit the constants of their family's fitted/assumed member, and say so.
 _INHERIT_HOPPER = "inherits the Hopper family constants of h100-sxm (0.62, 128): " + _HOPPER
 _INHERIT_BLACKWELL = "inherits the Blackwell family constants of b200 (0.60, 192): assumed: Hopper shape model, larger tiles"
@@ -123,6 +129,7 @@ CATALOG: dict[str, GPUSpec] = {
             gpus_per_node=8,
             source="NVIDIA HGX B200 datasheet (2025): dense = half the sparse figures; NVLink5 1.8 TB/s bidirectional; ConnectX-7 400 Gb/s per GPU",
             **_BLACKWELL_EFF,
+            **_BLACKWELL_ARCH,
             efficiency_source="assumed: Hopper shape model, larger tiles",
         ),
         GPUSpec(
@@ -155,6 +162,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "ConnectX-7 400 Gb/s per GPU"
             ),
             **_BLACKWELL_EFF,
+            **_BLACKWELL_ARCH,
             efficiency_source=_INHERIT_BLACKWELL,
             nvlink_domain=72,
         ),
@@ -173,6 +181,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "Capacity: 270 GB less the ~1% the driver reserves (as the b200 entry); not measured"
             ),
             **_BLACKWELL_EFF,
+            **_BLACKWELL_ARCH,
             efficiency_source=_INHERIT_BLACKWELL,
         ),
         GPUSpec(
@@ -190,6 +199,7 @@ CATALOG: dict[str, GPUSpec] = {
                 "domain; ConnectX-8 800 Gb/s per GPU. Capacity: 279 GB less ~1% reserved; not measured"
             ),
             **_BLACKWELL_EFF,
+            **_BLACKWELL_ARCH,
             efficiency_source=_INHERIT_BLACKWELL,
             nvlink_domain=72,
         ),

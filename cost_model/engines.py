@@ -583,13 +583,25 @@ def state_bytes_per_param(
     grad_dtype: str = "fp32",
     master_dtype: str = "fp32",
     optimizer: str = OPTIMIZER_ADAM,
+    fp8_weight_bytes: float = 0.0,
 ) -> EngineStateBytes:
     """What `engine` keeps per parameter at `zero` with `shard` ranks sharing the state.
 
     `shard` is the engine's sharding group: Megatron and DeepSpeed the data-parallel group
     (dp x cp in Megatron: the distributed optimizer shards over the dp-cp group); torchtitan
-    dp_shard x cp (resolve_fsdp_mesh), not dp_replicate. fp8 training keeps bf16 parameters
-    in every engine here (Megatron fp8_param off by default; torchao casts per GEMM)."""
+    dp_shard x cp (resolve_fsdp_mesh), not dp_replicate.
+
+    fp8 training: `fp8_weight_bytes` is what one FP8 copy of a GEMM weight takes on the
+    device (memory.fp8_weight_bytes: 1, or 2 where FP8 GEMMs need a transposed copy), 0 for
+    parameters that feed no FP8 GEMM. Megatron (Transformer Engine): with a sharded optimizer
+    the emitter passes --fp8-param-gather ("keep the compute param in fp8 ... and perform
+    the param all-gather in fp8", megatron/training/arguments.py; validate_args allows it
+    only with the distributed optimizer or an FSDP), so the parameter itself is the FP8
+    tensor; without it (zero 0) TE caches an FP8 workspace of every weight across the
+    micro-batches of a step beside the bf16 parameter (megatron/core/extensions/
+    transformer_engine.py passes is_first_microbatch; transformer_engine/pytorch/module/
+    base.py get_weight_workspace cache_name 'weight'). The other engines cast per GEMM
+    (torchao Float8Linear): bf16 parameters, no persistent FP8 copy."""
     e = get_engine(engine)
     if e.sharding_mode(zero) is None:
         raise ValueError(engine_supports(engine, zero=zero))
@@ -605,8 +617,11 @@ def state_bytes_per_param(
         g = float(DTYPE_BYTES[grad_dtype]) if p_dtype != "fp32" else 4.0
         k = m + master + (4.0 if g < 4 else 0.0)
         src = str(_mg(_MG_DOC_DO, "bytes-per-parameter table"))
+        fp8 = fp8_weight_bytes if dtype == "fp8" else 0.0
         if zero == 0:
-            return EngineStateBytes(w, g, k, source=src)
+            return EngineStateBytes(w + fp8, g, k, source=src)
+        # --fp8-param-gather: the FP8 tensor is the parameter (master fp32 in the optimizer)
+        w = fp8 or w
         if zero == 1:
             return EngineStateBytes(w, g, k / d, source=src)
         src = str(e.sharding_mode(zero).source)

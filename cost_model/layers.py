@@ -167,9 +167,9 @@ def _expert_dp_stride(cfg: ParallelConfig) -> int:
 
 
 def _state(
-    t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int
+    t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int, fp8_weight: float = 0.0
 ) -> tuple[float, float, float]:
-    per = memory.state_bytes_per_param(t, cfg.engine, cfg.zero, shard)
+    per = memory.state_bytes_per_param(t, cfg.engine, cfg.zero, shard, fp8_weight)
     return params * per.weights, params * per.grads, params * per.optimizer
 
 
@@ -763,11 +763,15 @@ def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, e
     parameters (data-parallel over dp*cp, TP ranks apart) and expert parameters (over
     tp*cp*dp/(ep*etp), etp*ep ranks apart: MoE parallel folding). The expert gathers are not
     hidden under compute (their layer's compute is counted once, with the dense part). The
-    gathered ZeRO-3 parameters are the block's working set (memory.block_working_set_bytes)."""
+    gathered ZeRO-3 parameters are the block's working set (memory.block_working_set_bytes).
+    Under fp8 training a block's weights feed FP8 GEMMs and carry their FP8 copy
+    (memory.fp8_weight_bytes; engines.state_bytes_per_param); the few norm and router weights
+    among them are counted alike (under 0.1% of a block's parameters)."""
     tp, estride = cfg.tp, _expert_dp_stride(cfg)
     dp_size, edp_size = _dense_dp_size(cfg), _expert_dp_size(cfg)
-    w1, g1, o1 = _state(t, cfg, dense, dp_size)
-    w2, g2, o2 = _state(t, cfg, expert, edp_size)
+    f8 = memory.fp8_weight_bytes(cluster.gpu, t)
+    w1, g1, o1 = _state(t, cfg, dense, dp_size, f8)
+    w2, g2, o2 = _state(t, cfg, expert, edp_size, f8)
     dp_sync = _dp_sync_s(cluster, t, cfg, dense, dp_size, tp, fits)
     dp_sync += _dp_sync_s(cluster, t, cfg, expert, edp_size, estride, fits)
     zero3 = _zero3_s(cluster, t, cfg, dense, dp_size, tp, c.fwd_s, c.bwd_s, fits)

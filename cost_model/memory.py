@@ -139,23 +139,36 @@ def model_state_bytes_per_param(t: TrainingSpec, zero: int, shard: int) -> State
     return StateBytesPerParam(w / d, g / d, k / d)
 
 
-def state_bytes_per_param(t: TrainingSpec, engine: str, zero: int, shard: int) -> StateBytesPerParam:
+def fp8_weight_bytes(gpu, t: TrainingSpec) -> float:
+    """Bytes one FP8 copy of a GEMM weight takes under fp8 training: the row-wise data, plus
+    the transposed copy where FP8 GEMMs take only the TN layout (GPUSpec.fp8_gemm_tn_only;
+    Transformer Engine Float8Tensor `_data` / `_transpose`); 0 without fp8 training."""
+    if t.dtype != DTYPE_FP8:
+        return 0.0
+    return DTYPE_BYTES[DTYPE_FP8] * (2.0 if gpu.fp8_gemm_tn_only else 1.0)
+
+
+def state_bytes_per_param(t: TrainingSpec, engine: str, zero: int, shard: int,
+                          fp8_weight: float = 0.0) -> StateBytesPerParam:
     """Model-state bytes per parameter as `engine` allocates them (engines.state_bytes_per_param:
     Megatron's distributed-optimizer table, torchtitan FSDP2's fp32 sharded master, DeepSpeed's
     BF16_Optimizer / stage_1_and_2, this project's fp32 runtime). A sharding mode the engine
     does not have (never searched; an estimate may still ask) is priced as ZeRO states it.
     The optimizer step's transient (a fp32 gradient partition) is not added: at the step the
-    activations are freed, so it is not the peak of a training step."""
+    activations are freed, so it is not the peak of a training step.
+    `fp8_weight`: the parameters' FP8 copy under fp8 training (`fp8_weight_bytes`; 0 for
+    parameters outside the FP8 GEMMs: embeddings, output layer)."""
     if engines.get_engine(engine).sharding_mode(zero) is None:
         return model_state_bytes_per_param(t, zero, shard)
-    return _engine_state(engine, zero, shard, t.dtype, t.grad_dtype, t.master_weights_dtype, t.optimizer)
+    return _engine_state(engine, zero, shard, t.dtype, t.grad_dtype, t.master_weights_dtype, t.optimizer,
+                         fp8_weight)
 
 
 @lru_cache(maxsize=4096)
 def _engine_state(engine: str, zero: int, shard: int, dtype: str, grad_dtype: str, master: str,
-                  optimizer: str) -> StateBytesPerParam:
+                  optimizer: str, fp8_weight: float = 0.0) -> StateBytesPerParam:
     """engines.state_bytes_per_param, cached: the search asks it for every candidate."""
-    e = engines.state_bytes_per_param(engine, zero, shard, dtype, grad_dtype, master, optimizer)
+    e = engines.state_bytes_per_param(engine, zero, shard, dtype, grad_dtype, master, optimizer, fp8_weight)
     return StateBytesPerParam(e.weights, e.grads, e.optimizer)
 
 

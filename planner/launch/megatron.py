@@ -193,13 +193,21 @@ def overlap_tp(plan: dict) -> bool:
 
 
 def precision_args(plan: dict) -> list[str]:
-    """Gradient dtype flags: 16-bit grads (grad buffer and its reduction) under bf16/fp8
-    training, where the plan's training.grad_dtype says so (--grad-reduce-in-bf16 sets
-    accumulate_allreduce_grads_in_fp32 False, megatron/training/arguments.py validate_args)."""
+    """Gradient and parameter dtype flags, as the cost model prices the states.
+    16-bit grads (grad buffer and its reduction) under bf16/fp8 training where the plan's
+    training.grad_dtype says so (--grad-reduce-in-bf16 sets accumulate_allreduce_grads_in_fp32
+    False, megatron/training/arguments.py validate_args). fp8 with a sharded optimizer:
+    --fp8-param-gather, FP8 parameters gathered in FP8 (cost_model/engines.py
+    state_bytes_per_param; validate_args allows it only with the distributed optimizer or an
+    FSDP, which zero >= 1 emits)."""
     t = plan.get("training") or {}
-    if t.get("dtype", DTYPE_BF16) in (DTYPE_BF16, DTYPE_FP8) and t.get("grad_dtype") == DTYPE_BF16:
-        return ["--grad-reduce-in-bf16"]
-    return []
+    dtype = t.get("dtype", DTYPE_BF16)
+    a = []
+    if dtype in (DTYPE_BF16, DTYPE_FP8) and t.get("grad_dtype") == DTYPE_BF16:
+        a += ["--grad-reduce-in-bf16"]
+    if dtype == DTYPE_FP8 and int(par(plan)["zero"]) >= 1:
+        a += ["--fp8-param-gather"]
+    return a
 
 
 def build(plan: dict) -> tuple[list[str], list[str]]:
@@ -246,6 +254,8 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         # optim_grads / optim_grads_params, which needs the distributed optimizer too)
         strategy = "optim_grads" if zero == 2 else "optim_grads_params"
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy]
+        # validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"
+        a += ["--ckpt-format", "fsdp_dtensor"]
     if p["dp"] * p["cp"] > 1:
         # Gradients are reduced over dp x cp; the prediction hides that behind the backward.
         a += ["--overlap-grad-reduce"]
@@ -266,6 +276,16 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     return a, notes
 
 
+def megatron_env(plan: dict) -> dict[str, str]:
+    """torchrun's environment, less CUDA_DEVICE_MAX_CONNECTIONS=1 under Megatron-FSDP (zero >= 2):
+    validate_args asserts 'FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset' and only
+    warns about TP/CP beside it (megatron/training/arguments.py)."""
+    out = env(plan)
+    if int(par(plan)["zero"]) >= 2:
+        out.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    return out
+
+
 def global_batch(plan: dict) -> int:
     p = par(plan)
     return p["micro_batch_size"] * p["num_micro_batches"] * p["dp"]
@@ -281,7 +301,7 @@ def emit(plan: dict) -> dict:
         "args": a,
         # One process per GPU; torchrun sets RANK/WORLD_SIZE/LOCAL_RANK that Megatron reads.
         "command": join([*launcher(plan), "pretrain_gpt.py", *a]),
-        "env": env(plan),
+        "env": megatron_env(plan),
         "source_commit": data.source_commit(FLAGS_FILE),
         "targets": [f"Megatron-LM main@{data.source_commit(FLAGS_FILE)[:12]}", "megatron-core==0.16.1"],
         "notes": notes + ["run from a Megatron-LM checkout (pretrain_gpt.py); multi-node: set NODE_RANK and MASTER_ADDR"],

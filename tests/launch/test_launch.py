@@ -453,3 +453,18 @@ def test_megatron_grad_dtype_flag():
     plan["training"]["grad_dtype"] = "bf16"
     assert "--grad-reduce-in-bf16" in emit(plan, ["megatron"])["megatron"]["args"]
     assert "--grad-reduce-in-bf16" in data.names("megatron_flags.txt")
+
+
+def test_megatron_fp8_param_gather_with_a_sharded_optimizer():
+    """fp8 with zero >= 1: --fp8-param-gather (the cost model keeps FP8 parameters, engines.
+    state_bytes_per_param); Megatron's validate_args allows it only with the distributed
+    optimizer or an FSDP, so zero 0 (TE's cached FP8 workspace is priced instead) has none."""
+    plan = copy.deepcopy(PLANS["llama_gqa"])
+    plan["training"]["dtype"] = "fp8"
+    a = emit(plan, ["megatron"])["megatron"]["args"]
+    assert "--fp8-param-gather" in a and "--use-distributed-optimizer" in a and _arg(a, "--fp8-format") == "hybrid"
+    z0 = copy.deepcopy(PLANS["gpt_dense"])
+    z0["training"]["dtype"] = "fp8"
+    assert "--fp8-param-gather" not in emit(z0, ["megatron"])["megatron"]["args"]
+    assert "--fp8-param-gather" not in emit(PLANS["llama_gqa"], ["megatron"])["megatron"]["args"]
+    assert "--fp8-param-gather" in data.names("megatron_flags.txt")
