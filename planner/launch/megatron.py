@@ -4,7 +4,7 @@ Targets Megatron-LM main at the commit in data/megatron_flags.txt (flag names) w
 megatron-core 0.16.1 (TransformerConfig, parallel_state): tests/engines feed the arguments to
 megatron-core's TransformerConfig and build the groups with initialize_model_parallel.
 
-Environment: CUDA_DEVICE_MAX_CONNECTIONS=1 when tp > 1 or cp > 1 (torchrun.env): Megatron's
+Environment: CUDA_DEVICE_MAX_CONNECTIONS=1 when tp > 1 or cp > 1 and no Megatron-FSDP (torchrun.env): Megatron's
 TP/SP/CP overlap relies on one hardware queue so communication kernels are issued ahead of the
 compute they overlap with (megatron/core/tensor_parallel/layers.py comments), and
 megatron/training/arguments.py validate_args refuses tp/cp > 1 without it on GPUs before
@@ -276,16 +276,6 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     return a, notes
 
 
-def megatron_env(plan: dict) -> dict[str, str]:
-    """torchrun's environment, less CUDA_DEVICE_MAX_CONNECTIONS=1 under Megatron-FSDP (zero >= 2):
-    validate_args asserts 'FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset' and only
-    warns about TP/CP beside it (megatron/training/arguments.py)."""
-    out = env(plan)
-    if int(par(plan)["zero"]) >= 2:
-        out.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
-    return out
-
-
 def global_batch(plan: dict) -> int:
     p = par(plan)
     return p["micro_batch_size"] * p["num_micro_batches"] * p["dp"]
@@ -301,7 +291,7 @@ def emit(plan: dict) -> dict:
         "args": a,
         # One process per GPU; torchrun sets RANK/WORLD_SIZE/LOCAL_RANK that Megatron reads.
         "command": join([*launcher(plan), "pretrain_gpt.py", *a]),
-        "env": megatron_env(plan),
+        "env": env(plan),
         "source_commit": data.source_commit(FLAGS_FILE),
         "targets": [f"Megatron-LM main@{data.source_commit(FLAGS_FILE)[:12]}", "megatron-core==0.16.1"],
         "notes": notes + ["run from a Megatron-LM checkout (pretrain_gpt.py); multi-node: set NODE_RANK and MASTER_ADDR"],
