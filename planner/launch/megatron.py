@@ -39,7 +39,10 @@ from planner.launch.torchrun import env, launcher
 
 FLAGS_FILE = "megatron_flags.txt"
 
-_DTYPE = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}
+# fp8: Transformer Engine's per-tensor current scaling, the recipe the cost model prices
+# (cost_model/kernels.py TE_CASTS; Megatron's own default --fp8-recipe is delayed)
+_DTYPE = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],
+          "fp32": []}
 
 
 def pipeline_layout(plan: dict) -> tuple[list[str], list[str]]:

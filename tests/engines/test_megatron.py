@@ -259,6 +259,7 @@ def test_fp8_plan_states_and_overlap_flags_accepted():
     kw.update(fp8=flags["fp8_format"], fp8_param=flags["fp8_param_gather"])
     cfg = TransformerConfig(**kw)
     assert cfg.fp8 == "hybrid" and cfg.fp8_param and cfg.tp_comm_overlap and cfg.sequence_parallel
+    assert cfg.fp8_recipe == "tensorwise"
     ddp_names = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
     ddp = DistributedDataParallelConfig(**{k: v for k, v in flags.items() if k in ddp_names},
                                         grad_reduce_in_fp32=not flags["grad_reduce_in_bf16"])

@@ -463,6 +463,7 @@ def test_megatron_fp8_param_gather_with_a_sharded_optimizer():
     plan["training"]["dtype"] = "fp8"
     a = emit(plan, ["megatron"])["megatron"]["args"]
     assert "--fp8-param-gather" in a and "--use-distributed-optimizer" in a and _arg(a, "--fp8-format") == "hybrid"
+    assert _arg(a, "--fp8-recipe") == "tensorwise"  # the recipe kernels.TE_CASTS prices
     z0 = copy.deepcopy(PLANS["gpt_dense"])
     z0["training"]["dtype"] = "fp8"
     assert "--fp8-param-gather" not in emit(z0, ["megatron"])["megatron"]["args"]
