@@ -50,6 +50,12 @@ _BLACKWELL_EFF = dict(gemm_max_efficiency=0.60, gemm_half_dim=192.0, attention_e
                       sdpa_attention_efficiency=0.40, fp8_gemm_ratio=0.9)
 _CDNA_EFF = dict(gemm_max_efficiency=0.48, gemm_half_dim=192.0, attention_efficiency=0.55,
                  sdpa_attention_efficiency=0.45)
+# Architecture (not fitted): Blackwell data-centre parts (sm 10.x) run FP8 GEMMs in non-TN
+# layouts, so Transformer Engine backs an FP8 weight's row- and column-wise use with one
+# buffer (transformer_engine/pytorch/utils.py is_non_tn_fp8_gemm_supported: sm 10.0-11.x
+# and >= 13.0; tensor/float8_tensor.py inner_tensor_specs, NVIDIA/TransformerEngine
+# @d0067d0da6cb). Hopper, Ada and the rest keep a transposed copy (GPUSpec.fp8_gemm_tn_only).
+_BLACKWELL_ARCH = dict(fp8_gemm_tn_only=False)
 # New entries inherit the constants of their family's fitted/assumed member, and say so.
 _INHERIT_HOPPER = "inherits the Hopper family constants of h100-sxm (0.62, 128): " + _HOPPER
 _INHERIT_BLACKWELL = "inherits the Blackwell family constants of b200 (0.60, 192): assumed: Hopper shape model, larger tiles"
@@ -93,7 +99,7 @@ CATALOG: dict[str, GPUSpec] = {
         _gpu("b200", "NVIDIA B200 180GB (HGX B200)", 178.0, (75.0, 1100.0, 2250.0, 2250.0, 4500.0),
              7700.0, 900.0, 50.0, 8,
              "NVIDIA HGX B200 datasheet (2025): dense = half the sparse figures; NVLink5 1.8 TB/s bidirectional; ConnectX-7 400 Gb/s per GPU",
-             **_BLACKWELL_EFF, efficiency_source="assumed: Hopper shape model, larger tiles"),
+             **_BLACKWELL_EFF, **_BLACKWELL_ARCH, efficiency_source="assumed: Hopper shape model, larger tiles"),
         _gpu("mi300x", "AMD Instinct MI300X 192GB", 191.5, (163.4, 653.7, 1307.4, 1307.4, 2614.9),
              5300.0, 64.0, 50.0, 8,
              "AMD Instinct MI300X datasheet (2023); Infinity Fabric 64 GB/s per link per direction to each peer (7 links); 400 Gb/s per GPU",
@@ -106,19 +112,19 @@ CATALOG: dict[str, GPUSpec] = {
              "189471 MiB as reported by the driver (MLPerf Training systems json); NVLink5 1.8 TB/s bidirectional "
              "to the NVLink Switch, 72 GPUs per NVLink domain; 4 GPUs per compute tray (2 superchips); "
              "ConnectX-7 400 Gb/s per GPU",
-             **_BLACKWELL_EFF, efficiency_source=_INHERIT_BLACKWELL, nvlink_domain=72),
+             **_BLACKWELL_EFF, **_BLACKWELL_ARCH, efficiency_source=_INHERIT_BLACKWELL, nvlink_domain=72),
         _gpu("b300", "NVIDIA B300 (HGX B300, Blackwell Ultra)", 268.0, (75.0, 1100.0, 2250.0, 2250.0, 4500.0),
              7700.0, 900.0, 100.0, 8,
              "NVIDIA HGX B300 datasheet (2025): per GPU 4.5 PFLOP/s dense fp8, 2.25 bf16, 1.1 tf32, 75 TFLOP/s "
              "fp32; 270 GB HBM3e, 7.7 TB/s; NVLink5 1.8 TB/s bidirectional; ConnectX-8 800 Gb/s per GPU. "
              "Capacity: 270 GB less the ~1% the driver reserves (as the b200 entry); not measured",
-             **_BLACKWELL_EFF, efficiency_source=_INHERIT_BLACKWELL),
+             **_BLACKWELL_EFF, **_BLACKWELL_ARCH, efficiency_source=_INHERIT_BLACKWELL),
         _gpu("gb300", "NVIDIA GB300 (one Blackwell Ultra GPU of a GB300 NVL72 rack, 1400 W)", 277.0, (80.0, 1250.0, 2500.0, 2500.0, 5000.0),
              8000.0, 900.0, 100.0, 4,
              "NVIDIA GB300 NVL72 datasheet (2025): per GPU 5 PFLOP/s dense fp8, 2.5 bf16, 1.25 tf32 (rack: 360 "
              "PFLOP/s fp8 dense / 72); 279 GB HBM3e, 8 TB/s; NVLink5 1.8 TB/s bidirectional, 72 GPUs per NVLink "
              "domain; ConnectX-8 800 Gb/s per GPU. Capacity: 279 GB less ~1% reserved; not measured",
-             **_BLACKWELL_EFF, efficiency_source=_INHERIT_BLACKWELL, nvlink_domain=72),
+             **_BLACKWELL_EFF, **_BLACKWELL_ARCH, efficiency_source=_INHERIT_BLACKWELL, nvlink_domain=72),
         _gpu("h800", "NVIDIA H800 SXM5 80GB (export variant of H100 SXM)", 79.1, (67.0, 494.7, 989.4, 989.4, 1978.9),
              3350.0, 200.0, 50.0, 8,
              "NVIDIA H800 SXM5 datasheet (2023): H100 SXM5 compute (FP64 reduced to 1 TFLOP/s), 80 GB HBM3 "

@@ -241,8 +241,11 @@ MEGATRON = EngineSupport(
         OverlapSwitch("--overlap-param-gather", "distributed-optimizer param all-gather with the next forward "
                       "(requires --overlap-grad-reduce and the distributed optimizer or Megatron-FSDP)", False,
                       _mg(_MG_ARGS, "validate_args: overlap_param_gather asserts")),
-        OverlapSwitch("--tp-comm-overlap", "TP all-gather / reduce-scatter with the GEMMs (TE userbuffers)", False,
-                      _mg("megatron/core/model_parallel_config.py", "tp_comm_overlap")),
+        OverlapSwitch("--tp-comm-overlap", "TP all-gather / reduce-scatter with the GEMMs (TE userbuffers); "
+                      "emitted and priced where `tp_comm_overlap` holds", False,
+                      _mg("megatron/core/model_parallel_config.py", "tp_comm_overlap; megatron/training/arguments.py "
+                          "validate_args: 'Tensor parallel communication/GEMM overlap can happen only when sequence "
+                          "parallelism is enabled'")),
         OverlapSwitch("overlap_p2p_comm", "PP send/recv with compute (interleaved schedule only; "
                       "--no-overlap-p2p-communication turns it off)", True, _mg(_MG_ARGS)),
     ),
@@ -534,6 +537,29 @@ def engine_supports(
     return None
 
 
+# --------------------------------------------------------------------------- overlap switches
+
+
+def tp_comm_overlap(engine: str, tp: int, sequence_parallel: bool, gpus_per_node: int) -> bool:
+    """Whether `engine` runs its TP collectives under the GEMMs (kernels.TpCommOverlap), as
+    the launch emitter switches it on; the cost model prices exactly this.
+
+    Megatron: --tp-comm-overlap (emitted by planner/launch/megatron.py on this predicate)
+    needs tp > 1 and --sequence-parallel (megatron/training/arguments.py validate_args
+    assert), Transformer Engine layers (--transformer-impl transformer_engine, the default:
+    megatron/core/transformer/transformer_config.py; megatron/training/initialize.py
+    _initialize_tp_communicators raises without TE), and the TP group on one node: TE's
+    userbuffers exchange through CUDA IPC / NVLink peer memory inside each TP domain of tp
+    consecutive ranks (transformer_engine/pytorch/module/base.py initialize_ub @d0067d0da6cb).
+    Megatron-Bridge's performance recipes run it on every dense config with tp > 1
+    (scripts/performance/configs/llama/llama31_llm_pretrain.py @5776a6d, CommOverlapConfig
+    tp_comm_overlap=True in recipes/llama/llama3.py). The other engines here: none priced
+    (torchtitan's async TP needs torch.compile and is not emitted)."""
+    if engine != ENGINE_MEGATRON or tp <= 1 or not sequence_parallel:
+        return False
+    return tp <= gpus_per_node and gpus_per_node % tp == 0
+
+
 # --------------------------------------------------------------------------- model states
 
 
@@ -568,13 +594,25 @@ def state_bytes_per_param(
     grad_dtype: str = DTYPE_FP32,
     master_dtype: str = DTYPE_FP32,
     optimizer: str = OPTIMIZER_ADAM,
+    fp8_weight_bytes: float = 0.0,
 ) -> EngineStateBytes:
     """What `engine` keeps per parameter at `zero` with `shard` ranks sharing the state.
 
     `shard` is the engine's sharding group: Megatron and DeepSpeed the data-parallel group
     (dp x cp in Megatron: the distributed optimizer shards over the dp-cp group); torchtitan
-    dp_shard x cp (resolve_fsdp_mesh), not dp_replicate. fp8 training keeps bf16 parameters
-    in every engine here (Megatron fp8_param off by default; torchao casts per GEMM)."""
+    dp_shard x cp (resolve_fsdp_mesh), not dp_replicate.
+
+    fp8 training: `fp8_weight_bytes` is what one FP8 copy of a GEMM weight takes on the
+    device (memory.fp8_weight_bytes: 1, or 2 where FP8 GEMMs need a transposed copy), 0 for
+    parameters that feed no FP8 GEMM. Megatron (Transformer Engine): with a sharded optimizer
+    the emitter passes --fp8-param-gather ("keep the compute param in fp8 ... and perform
+    the param all-gather in fp8", megatron/training/arguments.py; validate_args allows it
+    only with the distributed optimizer or an FSDP), so the parameter itself is the FP8
+    tensor; without it (zero 0) TE caches an FP8 workspace of every weight across the
+    micro-batches of a step beside the bf16 parameter (megatron/core/extensions/
+    transformer_engine.py passes is_first_microbatch; transformer_engine/pytorch/module/
+    base.py get_weight_workspace cache_name 'weight'). The other engines cast per GEMM
+    (torchao Float8Linear): bf16 parameters, no persistent FP8 copy."""
     e = get_engine(engine)
     if e.sharding_mode(zero) is None:
         raise ValueError(engine_supports(engine, zero=zero))
@@ -590,8 +628,11 @@ def state_bytes_per_param(
         g = float(DTYPE_BYTES[grad_dtype]) if p_dtype != DTYPE_FP32 else 4.0
         k = m + master + (4.0 if g < 4 else 0.0)
         src = str(_mg(_MG_DOC_DO, "bytes-per-parameter table"))
+        fp8 = fp8_weight_bytes if dtype == "fp8" else 0.0
         if zero == 0:
-            return EngineStateBytes(w, g, k, source=src)
+            return EngineStateBytes(w + fp8, g, k, source=src)
+        # --fp8-param-gather: the FP8 tensor is the parameter (master fp32 in the optimizer)
+        w = fp8 or w
         if zero == 1:
             return EngineStateBytes(w, g, k / d, source=src)
         src = str(e.sharding_mode(zero).source)

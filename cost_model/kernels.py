@@ -17,6 +17,8 @@ layers.py read only this table, never the engine name.
   runs under its weight-gradient GEMM; with SP the re-gather of the layer input for the
   weight gradient runs under the input-gradient GEMM (handle.wait() before the wgrad GEMM).
   TE's linear modules do the same (transformer_engine/pytorch/module/linear.py backward).
+  With --tp-comm-overlap (TE userbuffers, `TpCommOverlap` below) every TP collective of the
+  four TE linears (qkv, proj, fc1, fc2) runs under a GEMM, forward and backward.
 - torchtitan (eager unless compile.enable): one kernel per torch op — the python RMSNorm
   `(x.float() * rsqrt(x.pow(2).mean(-1) + eps)).type_as(x) * weight`, RoPE through
   view_as_complex products, `F.silu(w1(x)) * w3(x)`, repeat_kv copies for GQA
@@ -96,6 +98,38 @@ TORCHAO_COMPILED_CASTS = Fp8Casts(act_fwd=2.0, grad_bwd=3.0, act_bwd=1.0, weight
 
 
 @dataclass(frozen=True)
+class TpCommOverlap:
+    """How an engine overlaps the TP collectives of a block with its GEMMs when the overlap
+    is switched on: Transformer Engine userbuffers (Megatron --tp-comm-overlap,
+    megatron/core/extensions/transformer_engine.py @d98e8a6: ub_overlap_ag / ub_overlap_rs /
+    ub_bulk_dgrad / ub_bulk_wgrad on the qkv, proj, fc1, fc2 linears, off for expert layers).
+    Methods are TE's defaults when no --tp-comm-overlap-cfg is given
+    (transformer_engine/pytorch/module/base.py initialize_ub @d0067d0d `methods`):
+    - ring_exchange (qkv_fprop, fc1_fprop: the SP all-gather of the input; proj_dgrad,
+      fc2_dgrad: the all-gather of the output gradient): the GEMM runs in tp chunks, each
+      while the next chunk arrives from the neighbour, so tp-1 of the tp chunk GEMMs hide the
+      collective;
+    - pipeline (proj_fprop, fc2_fprop: the reduce-scatter of the row-parallel output),
+      `pipeline_splits` chunks: each chunk's reduce-scatter runs under the next chunk's GEMM,
+      the last one's after the GEMM;
+    - bulk (qkv/fc1 dgrad: the SP re-gather of the input under the input-gradient GEMM;
+      qkv/fc1 wgrad: the reduce-scatter of the input gradient under the weight-gradient GEMM):
+      the whole collective beside the whole GEMM.
+    Chunked GEMMs are priced at the whole GEMM's rate (TE launches them as full waves);
+    the SMs the communication kernels take are the GPU's overlap_interference."""
+
+    pipeline_splits: int  # initialize_ub default num_splits for method 'pipeline' (4)
+    source: str
+
+
+TE_USERBUFFERS = TpCommOverlap(
+    pipeline_splits=4,
+    source="transformer_engine/pytorch/module/base.py initialize_ub @d0067d0da6cb (methods, num_splits); "
+    "megatron/core/extensions/transformer_engine.py @d98e8a64ddf3 (ub_* kwargs)",
+)
+
+
+@dataclass(frozen=True)
 class EngineKernels:
     engine: str
     attention: str  # ATTN_FUSED | ATTN_SDPA
@@ -106,6 +140,9 @@ class EngineKernels:
     tp_bwd_overlap: bool  # backward TP collectives under the wgrad/dgrad GEMMs
     sp_regather: bool  # SP re-gathers the layer input in backward (not saved)
     source: str
+    # the engine's TP communication/GEMM overlap when switched on (engines.tp_comm_overlap
+    # says when it is); None: the engine has none
+    tp_overlap: TpCommOverlap | None = None
     # bytes per output element per ring step that merge the partial attention outputs of a
     # context-parallel ring (rescale by the log-sum-exp): TE's fused out-correction kernel
     # reads and writes the fp32 output (8); torch's _SDPAMerger runs ~4 eager fp32 ops
@@ -123,6 +160,7 @@ KERNELS: dict[str, EngineKernels] = {
     ENGINE_MEGATRON: EngineKernels(
         ENGINE_MEGATRON, ATTN_FUSED, FUSED, FUSED, TE_CASTS, TE_CASTS, tp_bwd_overlap=True, sp_regather=True,
         source="megatron/core/models/gpt/gpt_layer_specs.py, megatron/core/tensor_parallel/layers.py @d98e8a6",
+        tp_overlap=TE_USERBUFFERS,
     ),
     ENGINE_TORCHTITAN: EngineKernels(
         ENGINE_TORCHTITAN, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,

@@ -5,7 +5,9 @@ the planner's ILP all read this one table, so they agree by construction.
 Times are per micro-batch. Communication inside a layer follows Megatron-LM:
 - TP (Shoeybi et al. 2019 §3): 2 all-reduces of the b*s*h activations in forward and 2 in
   backward per block; with sequence parallelism (Korthikanti §4.2.2) each all-reduce
-  becomes an all-gather + reduce-scatter of the same total volume. Not overlapped.
+  becomes an all-gather + reduce-scatter of the same total volume. Exposed, except where the
+  engine runs them under the GEMMs (Megatron's backward async collectives; with
+  --tp-comm-overlap every one of them, kernels.TpCommOverlap).
 - CP (ring attention, Liu et al. 2023; Megatron-Core context parallel; torch's
   context_parallel ring for the SDPA engines): cp-1 exchanges of the local K/V chunk
   forward, K/V + dK/dV backward (torch's ring: repeated K/V, fp32 dK/dV), overlapped with
@@ -26,7 +28,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
-from . import attention, calibration, comm, compute, flops, kernels, memory, moe
+from . import attention, calibration, comm, compute, engines, flops, kernels, memory, moe
 from .specs import (
     CalibrationProfile,
     ClusterSpec,
@@ -175,9 +177,9 @@ def _expert_dp_stride(cfg: ParallelConfig) -> int:
 
 
 def _state(
-    t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int
+    t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int, fp8_weight: float = 0.0
 ) -> tuple[float, float, float]:
-    per = memory.state_bytes_per_param(t, cfg.engine, cfg.zero, shard)
+    per = memory.state_bytes_per_param(t, cfg.engine, cfg.zero, shard, fp8_weight)
     return params * per.weights, params * per.grads, params * per.optimizer
 
 
@@ -371,6 +373,8 @@ class _Gemms:
     act_in_elems: float  # activation-input elements of all GEMMs per token (fp8 casts)
     grad_out_elems: float  # output-gradient elements of all GEMMs per token
     weight_elems: float  # weight elements of all GEMMs (fp8 weight casts)
+    out_s: float = 0.0  # the row-parallel attention output projection (hides its reduce-scatter
+    down_s: float = 0.0  # the MLP's row-parallel down projection        under --tp-comm-overlap)
 
 
 def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> _Gemms:
@@ -398,7 +402,7 @@ def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, 
         act_in += h + f / tp
         grad_out += n_up * f / tp + h
         weights += (n_up + 1) * f * h / tp
-        return _Gemms(qkv_s + out_s + up_s + down_s, f, qkv_s, up_s, act_in, grad_out, weights)
+        return _Gemms(qkv_s + out_s + up_s + down_s, f, qkv_s, up_s, act_in, grad_out, weights, out_s, down_s)
     e = m.moe
     moe_s, f_elem = _moe_fwd_s(m, gpu, t, cfg, geo)
     f = e.ffn_hidden_size
@@ -556,6 +560,8 @@ class _BlockCompute:
     source: str  # analytic | profile
     qkv_s: float = 0.0  # forward time of the column-parallel input projections (= their wgrad/dgrad GEMMs)
     up_s: float = 0.0  # forward time of the MLP up projection
+    out_s: float = 0.0  # forward time of the row-parallel attention output projection
+    down_s: float = 0.0  # forward time of the MLP down projection (0 in MoE blocks: expert GEMMs)
 
 
 def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry,
@@ -575,21 +581,57 @@ def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig
     kind = KIND_MOE_BLOCK if geo.moe_layer else KIND_BLOCK
     fwd_p, bwd_p, source = _profiled(profile, kind, cfg, t, fwd, bwd)
     scale = fwd_p / max(1e-12, fwd) if source != "analytic" else 1.0
-    return _BlockCompute(fwd_p, bwd_p, core_s * scale, core_bwd_s, source, g.qkv_s * scale, g.up_s * scale)
+    return _BlockCompute(fwd_p, bwd_p, core_s * scale, core_bwd_s, source, g.qkv_s * scale, g.up_s * scale,
+                         g.out_s * scale, g.down_s * scale)
 
 
-def _block_tp_fwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, fits) -> float:
+def _tp_overlap(cluster, cfg: ParallelConfig, geo: _BlockGeometry) -> kernels.TpCommOverlap | None:
+    """The engine's TP communication/GEMM overlap where it runs (engines.tp_comm_overlap, the
+    predicate the launch emitter switches --tp-comm-overlap on), else None."""
+    if not engines.tp_comm_overlap(cfg.engine, cfg.tp, cfg.sequence_parallel, cluster.gpus_per_node):
+        return None
+    return geo.kernels.tp_overlap
+
+
+def _ring_exchange_s(comm_s: float, gemm_s: float, tp: int, gamma: float) -> float:
+    """Exposed time of a collective run as TE's ring exchange beside a GEMM split in tp
+    chunks (kernels.TpCommOverlap): chunk i's GEMM runs while chunk i+1 arrives, so tp-1
+    chunk GEMMs hide it: total = (tp-1) max(gemm/tp, comm/(tp-1)) + gemm/tp."""
+    return overlapped_s(comm_s, gemm_s * (tp - 1) / tp, gamma)
+
+
+def _pipelined_rs_s(comm_s: float, gemm_s: float, splits: int, gamma: float) -> float:
+    """Exposed time of a reduce-scatter pipelined behind a GEMM in `splits` chunks (TE
+    'pipeline' method): chunk i's reduce-scatter under chunk i+1's GEMM, the last one after
+    the GEMM: comm/n + the overlap rule on the other (n-1)/n."""
+    n = max(1, splits)
+    return comm_s / n + overlapped_s(comm_s * (n - 1) / n, gemm_s * (n - 1) / n, gamma)
+
+
+def _block_tp_fwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: _BlockCompute,
+                    fits) -> float:
     """Forward TP communication of a block: 2 f/g operators on the b*s*h activation
-    (Shoeybi et al. 2019 fig. 3: one after attention, one after the MLP), not overlapped
-    (--tp-comm-overlap is not emitted). FP8 with SP gathers the column-parallel input
-    already cast to fp8, 1 byte per element (Transformer Engine linear.py /
-    layernorm_linear.py forward: cast, then gather_along_first_dim; torchtitan's
-    Float8ColwiseParallel / PrepareFloat8ModuleInput, parallelize_llama.py @9dec370)."""
+    (Shoeybi et al. 2019 fig. 3: one after attention, one after the MLP). FP8 with SP
+    gathers the column-parallel input already cast to fp8, 1 byte per element (Transformer
+    Engine linear.py / layernorm_linear.py forward: cast, then gather_along_first_dim; TE
+    userbuffers' all-gather buffers are fp8 under an fp8 recipe, initialize_ub; torchtitan's
+    Float8ColwiseParallel / PrepareFloat8ModuleInput, parallelize_llama.py @9dec370).
+    Exposed, unless the engine's TP overlap runs (`_tp_overlap`): then the all-gather is a
+    ring exchange under the column-parallel GEMM (qkv, fc1) and the reduce-scatter is
+    pipelined behind the row-parallel GEMM (proj, fc2); MoE blocks' expert GEMMs hide
+    nothing (TE userbuffers are off for expert linears)."""
     ar_bytes = geo.act_dt * geo.tokens * m.hidden_size
     link = comm.group_link(cluster, cfg.tp, 1)
     if cfg.sequence_parallel and cfg.tp > 1:
         ag_bytes = ar_bytes * (DTYPE_BYTES[DTYPE_FP8] / geo.act_dt if geo.fp8 else 1.0)
-        return 2 * (comm.all_gather_s(ag_bytes, cfg.tp, link, fits) + comm.reduce_scatter_s(ar_bytes, cfg.tp, link, fits))
+        ag = comm.all_gather_s(ag_bytes, cfg.tp, link, fits)
+        rs = comm.reduce_scatter_s(ar_bytes, cfg.tp, link, fits)
+        ov = _tp_overlap(cluster, cfg, geo)
+        if ov is None:
+            return 2 * (ag + rs)
+        gamma = cluster.gpu.overlap_interference
+        return sum(_ring_exchange_s(ag, col_s, cfg.tp, gamma) + _pipelined_rs_s(rs, row_s, ov.pipeline_splits, gamma)
+                   for col_s, row_s in ((c.qkv_s, c.out_s), (c.up_s, c.down_s)))
     return 2 * _tp_sync_s(ar_bytes, cfg.tp, link, fits, cfg.sequence_parallel)
 
 
@@ -601,8 +643,11 @@ def _block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _Bloc
     input, its re-gather for the weight gradient (Korthikanti §4.2.2). Megatron runs the
     all-reduce / reduce-scatter under the projection's weight-gradient GEMM and the
     re-gather under its input-gradient GEMM (kernels.py: LinearWithGradAccumulationAnd-
-    AsyncCommunication.backward); each GEMM lasts as long as the forward one. Engines
-    without that overlap expose all of it."""
+    AsyncCommunication.backward; TE's bulk dgrad/wgrad overlap does the same); each GEMM
+    lasts as long as the forward one. The output-gradient all-gather is exposed, unless the
+    engine's TP overlap runs (`_tp_overlap`): then it is a ring exchange under the
+    row-parallel layer's input-gradient GEMM (proj_dgrad, fc2_dgrad). Engines without these
+    overlaps expose all of it."""
     tp = cfg.tp
     if tp <= 1:
         return 0.0
@@ -610,6 +655,7 @@ def _block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _Bloc
     nbytes = geo.act_dt * geo.tokens * m.hidden_size
     k = geo.kernels
     gamma = cluster.gpu.overlap_interference
+    ov = _tp_overlap(cluster, cfg, geo)
     if cfg.sequence_parallel:
         f_bwd = comm.reduce_scatter_s(nbytes, tp, link, fits)
         g_bwd = comm.all_gather_s(nbytes, tp, link, fits)
@@ -617,11 +663,12 @@ def _block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _Bloc
     else:
         f_bwd, g_bwd, regather = comm.all_reduce_s(nbytes, tp, link, fits), 0.0, 0.0
     total = 0.0
-    for gemm_s in (c.qkv_s, c.up_s):
+    for gemm_s, row_s in ((c.qkv_s, c.out_s), (c.up_s, c.down_s)):
+        g_exposed = _ring_exchange_s(g_bwd, row_s, tp, gamma) if ov is not None else g_bwd
         if k.tp_bwd_overlap:
-            total += g_bwd + overlapped_s(f_bwd, gemm_s, gamma) + overlapped_s(regather, gemm_s, gamma)
+            total += g_exposed + overlapped_s(f_bwd, gemm_s, gamma) + overlapped_s(regather, gemm_s, gamma)
         else:
-            total += g_bwd + f_bwd + regather
+            total += g_exposed + f_bwd + regather
     return total
 
 
@@ -758,11 +805,15 @@ def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, e
     parameters (data-parallel over dp*cp, TP ranks apart) and expert parameters (over
     tp*cp*dp/(ep*etp), etp*ep ranks apart: MoE parallel folding). The expert gathers are not
     hidden under compute (their layer's compute is counted once, with the dense part). The
-    gathered ZeRO-3 parameters are the block's working set (memory.block_working_set_bytes)."""
+    gathered ZeRO-3 parameters are the block's working set (memory.block_working_set_bytes).
+    Under fp8 training a block's weights feed FP8 GEMMs and carry their FP8 copy
+    (memory.fp8_weight_bytes; engines.state_bytes_per_param); the few norm and router weights
+    among them are counted alike (under 0.1% of a block's parameters)."""
     tp, estride = cfg.tp, _expert_dp_stride(cfg)
     dp_size, edp_size = _dense_dp_size(cfg), _expert_dp_size(cfg)
-    w1, g1, o1 = _state(t, cfg, dense, dp_size)
-    w2, g2, o2 = _state(t, cfg, expert, edp_size)
+    f8 = memory.fp8_weight_bytes(cluster.gpu, t)
+    w1, g1, o1 = _state(t, cfg, dense, dp_size, f8)
+    w2, g2, o2 = _state(t, cfg, expert, edp_size, f8)
     dp_sync = _dp_sync_s(cluster, t, cfg, dense, dp_size, tp, fits)
     dp_sync += _dp_sync_s(cluster, t, cfg, expert, edp_size, estride, fits)
     zero3 = _zero3_s(cluster, t, cfg, dense, dp_size, tp, c.fwd_s, c.bwd_s, fits)
@@ -789,7 +840,7 @@ def _block_cost(
     fits = profile.comm if profile else None
     c = _block_compute(m, cluster.gpu, t, cfg, geo, profile)
     sources[KIND_MOE_BLOCK if geo.moe_layer else KIND_BLOCK] = c.source
-    tp_fwd = _block_tp_fwd_s(m, cluster, cfg, geo, fits)
+    tp_fwd = _block_tp_fwd_s(m, cluster, cfg, geo, c, fits)
     tp_bwd = _block_tp_bwd_s(m, cluster, cfg, geo, c, fits)
     ep_comm = _block_ep_s(m, cluster, t, cfg, geo, fits)
     dense, expert = _block_params(m, cfg, geo.moe_layer)

@@ -139,23 +139,36 @@ def model_state_bytes_per_param(t: TrainingSpec, zero: int, shard: int) -> State
     return StateBytesPerParam(w / d, g / d, k / d)
 
 
-def state_bytes_per_param(t: TrainingSpec, engine: str, zero: int, shard: int) -> StateBytesPerParam:
+def fp8_weight_bytes(gpu, t: TrainingSpec) -> float:
+    """Bytes one FP8 copy of a GEMM weight takes under fp8 training: the row-wise data, plus
+    the transposed copy where FP8 GEMMs take only the TN layout (GPUSpec.fp8_gemm_tn_only;
+    Transformer Engine Float8Tensor `_data` / `_transpose`); 0 without fp8 training."""
+    if t.dtype != DTYPE_FP8:
+        return 0.0
+    return DTYPE_BYTES[DTYPE_FP8] * (2.0 if gpu.fp8_gemm_tn_only else 1.0)
+
+
+def state_bytes_per_param(t: TrainingSpec, engine: str, zero: int, shard: int,
+                          fp8_weight: float = 0.0) -> StateBytesPerParam:
     """Model-state bytes per parameter as `engine` allocates them (engines.state_bytes_per_param:
     Megatron's distributed-optimizer table, torchtitan FSDP2's fp32 sharded master, DeepSpeed's
     BF16_Optimizer / stage_1_and_2, this project's fp32 runtime). A sharding mode the engine
     does not have (never searched; an estimate may still ask) is priced as ZeRO states it.
     The optimizer step's transient (a fp32 gradient partition) is not added: at the step the
-    activations are freed, so it is not the peak of a training step."""
+    activations are freed, so it is not the peak of a training step.
+    `fp8_weight`: the parameters' FP8 copy under fp8 training (`fp8_weight_bytes`; 0 for
+    parameters outside the FP8 GEMMs: embeddings, output layer)."""
     if engines.get_engine(engine).sharding_mode(zero) is None:
         return model_state_bytes_per_param(t, zero, shard)
-    return _engine_state(engine, zero, shard, t.dtype, t.grad_dtype, t.master_weights_dtype, t.optimizer)
+    return _engine_state(engine, zero, shard, t.dtype, t.grad_dtype, t.master_weights_dtype, t.optimizer,
+                         fp8_weight)
 
 
 @lru_cache(maxsize=4096)
 def _engine_state(engine: str, zero: int, shard: int, dtype: str, grad_dtype: str, master: str,
-                  optimizer: str) -> StateBytesPerParam:
+                  optimizer: str, fp8_weight: float = 0.0) -> StateBytesPerParam:
     """engines.state_bytes_per_param, cached: the search asks it for every candidate."""
-    e = engines.state_bytes_per_param(engine, zero, shard, dtype, grad_dtype, master, optimizer)
+    e = engines.state_bytes_per_param(engine, zero, shard, dtype, grad_dtype, master, optimizer, fp8_weight)
     return StateBytesPerParam(e.weights, e.grads, e.optimizer)
 
 
@@ -381,6 +394,54 @@ def logits_activation_bytes(
 
 
 # --------------------------------------------------------------------------- in flight
+
+
+def interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+    """The micro-batches each of a rank's vpp virtual stages holds, at every point of Megatron's
+    interleaved 1F1B where the total can peak (after each forward), Pareto-maximal vectors only.
+    Megatron's order (megatron/core/pipeline_parallel/schedules.py @d98e8a64ddf3,
+    get_pp_rank_microbatches and get_model_chunk_id with microbatch_group_size_per_vp_stage
+    = pp): warm-up of 2(pp - rank - 1) + (vpp - 1)pp forwards, then one forward and one
+    backward per step, forwards walking chunks 0..vpp-1 in groups of pp micro-batches,
+    backwards the same groups from chunk vpp-1 down. A rank whose virtual stages hold
+    different activations (embedding / loss accounting, uneven stages) peaks at
+    max over these vectors of sum_c n_c * act_c, which the uniform count
+    `in_flight_micro_batches` x the rank's total can under-state (see peak_in_flight_bytes)."""
+    total = m * vpp
+    warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp)
+    group = pp * vpp
+
+    def chunk(k: int) -> int:
+        return (k % group) // pp
+
+    live = [0] * vpp
+    states: list[tuple[int, ...]] = []
+    f = b = 0
+    for step in range(total):
+        live[chunk(f)] += 1
+        f += 1
+        states.append(tuple(live))
+        if step >= warm:  # steady 1F1B: this step's backward frees the oldest
+            live[vpp - 1 - chunk(b)] -= 1
+            b += 1
+    # keep the Pareto-maximal vectors (no other holds at least as much of every chunk)
+    uniq = sorted(set(states), key=sum, reverse=True)
+    keep: list[tuple[int, ...]] = []
+    for v in uniq:
+        if not any(all(x >= y for x, y in zip(k, v, strict=True)) for k in keep):
+            keep.append(v)
+    return tuple(keep)
+
+
+def peak_in_flight_bytes(schedule: str, pp: int, rank: int, m: int, vpp: int, chunk_bytes: tuple[float, ...]) -> float:
+    """Peak saved activations of one pipeline rank whose virtual stage c saves chunk_bytes[c]
+    per micro-batch: for interleaved 1F1B the maximum over Megatron's order
+    (interleaved_live_chunks); otherwise in_flight_micro_batches x their sum (every stage of
+    a rank is held alike)."""
+    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
+        assert len(chunk_bytes) == vpp
+        return max(sum(n * a for n, a in zip(v, chunk_bytes, strict=True)) for v in interleaved_live_chunks(pp, rank, m, vpp))
+    return in_flight_micro_batches(schedule, pp, rank, m, vpp) * sum(chunk_bytes)
 
 
 def in_flight_micro_batches(schedule: str, pp: int, rank: int, m: int, vpp: int) -> float:

@@ -210,6 +210,10 @@ class GPUSpec:
     # bandwidth; Rashidi et al. ISCA'21): this fraction of the hidden part stays exposed.
     overlap_interference: float = 0.2
     efficiency_source: str = ""
+    # FP8 GEMMs take only the TN layout (Hopper, Ada): Transformer Engine keeps a transposed
+    # FP8 copy of each weight beside the row-wise one for the backward. Blackwell (sm 10.x,
+    # 11.x) runs non-TN FP8 GEMMs from one buffer (catalog.py says where it is False).
+    fp8_gemm_tn_only: bool = True
     host: bool = False  # a CPU process as device
     reserved_gib: float = 1.0  # CUDA context + communicator buffers, not in torch's allocator
     nvlink_domain: int | None = None  # GPUs on one NVLink fabric (72 in a GB200 NVL72 rack); None = gpus_per_node

@@ -149,11 +149,21 @@ def compiled(row: dict) -> bool:
     return "compile" in text or "plus torch.compile" in row.get("notes", "")
 
 
+def grad_dtype(row: dict) -> str:
+    """The gradient dtype the row's engine recipe ran. Megatron-Bridge 25.11's performance
+    scripts reduce gradients in bf16: every model family's set_*_common_configs sets
+    mixed_precision.grad_reduce_in_fp32 = ddp.grad_reduce_in_fp32 = False
+    (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/{llama,qwen,gpt_oss,deepseek,
+    nemotronh}/*_llm_pretrain.py @5776a6d). Elsewhere the engines' fp32 default."""
+    return "bf16" if "megatron-bridge" in row["framework"].lower() else "fp32"
+
+
 def training_block(row: dict) -> dict:
     return {
         "global_batch_size": _int(row["global_batch_seqs"]),
         "seq_length": _int(row["seq_len"]),
         "dtype": row["dtype"].strip() or V.DTYPE_BF16,
+        "grad_dtype": grad_dtype(row),
         "compile": compiled(row),
     }
 

@@ -4,7 +4,7 @@ Targets Megatron-LM main at the commit in data/megatron_flags.txt (flag names) w
 megatron-core 0.16.1 (TransformerConfig, parallel_state): tests/engines feed the arguments to
 megatron-core's TransformerConfig and build the groups with initialize_model_parallel.
 
-Environment: CUDA_DEVICE_MAX_CONNECTIONS=1 when tp > 1 or cp > 1 (torchrun.env): Megatron's
+Environment: CUDA_DEVICE_MAX_CONNECTIONS=1 when tp > 1 or cp > 1 and no Megatron-FSDP (torchrun.env): Megatron's
 TP/SP/CP overlap relies on one hardware queue so communication kernels are issued ahead of the
 compute they overlap with (megatron/core/tensor_parallel/layers.py comments), and
 megatron/training/arguments.py validate_args refuses tp/cp > 1 without it on GPUs before
@@ -14,13 +14,21 @@ Overlap: the cost model hides the DP gradient sync behind the last backward
 (cost_model/stages.py), which Megatron does with --overlap-grad-reduce; with the distributed
 optimizer the parameter all-gather overlaps the next forward (--overlap-param-gather, which
 megatron/training/arguments.py accepts only with --use-distributed-optimizer and
---overlap-grad-reduce).
+--overlap-grad-reduce). TP: --tp-comm-overlap exactly where the cost model prices the TP
+collectives under the GEMMs (cost_model/engines.py tp_comm_overlap: tp > 1, sequence
+parallelism, the TP group on one node; Transformer Engine layers, Megatron's default
+--transformer-impl).
+Gradients: --grad-reduce-in-bf16 when the plan's training.grad_dtype is bf16 (Megatron's
+default for --bf16 is fp32 main grads, megatron/training/arguments.py validate_args); the cost
+model prices the grad buffer and its reduce-scatter in that dtype.
 """
 
 from __future__ import annotations
 
+from cost_model.engines import tp_comm_overlap
 from cost_model.vocab import (
     DTYPE_BF16,
+    DTYPE_FP8,
     ENGINE_MEGATRON,
     MLP_SWIGLU,
     NORM_RMSNORM,
@@ -33,11 +41,14 @@ from cost_model.vocab import (
     TARGET_MEGATRON,
 )
 from planner.launch import data
-from planner.launch._common import join, par, require_transformer, stage_sizes
+from planner.launch._common import join, par, require_transformer, stage_sizes, world_size
 from planner.launch.torchrun import env, launcher
 
 FLAGS_FILE = "megatron_flags.txt"
 
+# fp8: Transformer Engine's per-tensor current scaling, the recipe the cost model prices
+# (cost_model/kernels.py TE_CASTS; Megatron's own default --fp8-recipe is delayed): the
+# words table's fp8 entry carries --fp8-recipe tensorwise
 _WORDS = data.words(ENGINE_MEGATRON)  # our word -> Megatron's (data/megatron_words.toml)
 _DTYPE = _WORDS["dtype"]
 
@@ -184,6 +195,32 @@ def model_args(plan: dict) -> list[str]:
     return a
 
 
+def overlap_tp(plan: dict) -> bool:
+    """Whether the plan was priced with TP communication under the GEMMs (the same predicate
+    as cost_model/layers.py `_tp_overlap`), i.e. whether --tp-comm-overlap is emitted."""
+    p = par(plan)
+    per_node = int((plan.get("cluster") or {}).get("gpus_per_node") or world_size(plan))
+    return tp_comm_overlap(ENGINE_MEGATRON, int(p["tp"]), bool(p["sequence_parallel"]), per_node)
+
+
+def precision_args(plan: dict) -> list[str]:
+    """Gradient and parameter dtype flags, as the cost model prices the states.
+    16-bit grads (grad buffer and its reduction) under bf16/fp8 training where the plan's
+    training.grad_dtype says so (--grad-reduce-in-bf16 sets accumulate_allreduce_grads_in_fp32
+    False, megatron/training/arguments.py validate_args). fp8 with a sharded optimizer:
+    --fp8-param-gather, FP8 parameters gathered in FP8 (cost_model/engines.py
+    state_bytes_per_param; validate_args allows it only with the distributed optimizer or an
+    FSDP, which zero >= 1 emits)."""
+    t = plan.get("training") or {}
+    dtype = t.get("dtype", DTYPE_BF16)
+    a = []
+    if dtype in (DTYPE_BF16, DTYPE_FP8) and t.get("grad_dtype") == DTYPE_BF16:
+        a += ["--grad-reduce-in-bf16"]
+    if dtype == DTYPE_FP8 and int(par(plan)["zero"]) >= 1:
+        a += ["--fp8-param-gather"]
+    return a
+
+
 def build(plan: dict) -> tuple[list[str], list[str]]:
     require_transformer(plan, TARGET_MEGATRON)
     p = par(plan)
@@ -199,6 +236,9 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         a += ["--expert-model-parallel-size", str(p["ep"]), "--expert-tensor-parallel-size", str(p["etp"])]
     if p["sequence_parallel"] and p["tp"] > 1:
         a += ["--sequence-parallel"]
+    if overlap_tp(plan):
+        # TE userbuffers: TP all-gathers / reduce-scatters under the GEMMs, as priced
+        a += ["--tp-comm-overlap"]
     layout, n = pipeline_layout(plan)
     a += layout
     notes += n
@@ -225,6 +265,8 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         # optim_grads / optim_grads_params, which needs the distributed optimizer too)
         strategy = "optim_grads" if zero == 2 else "optim_grads_params"
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy]
+        # validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"
+        a += ["--ckpt-format", "fsdp_dtensor"]
     if p["dp"] * p["cp"] > 1:
         # Gradients are reduced over dp x cp; the prediction hides that behind the backward.
         a += ["--overlap-grad-reduce"]
@@ -233,6 +275,7 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     if zero >= 2 and p["pp"] > 1:
         notes.append(f"ZeRO-{zero} (Megatron-FSDP) with pp={p['pp']}: Megatron-FSDP does not combine with "
                      "pipeline parallelism; the planner does not propose it")
+    a += precision_args(plan)
     a += model_args(plan)
     # Runnable as-is on synthetic data; swap for --data-path/--tokenizer-model for a real run.
     a += [

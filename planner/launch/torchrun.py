@@ -19,10 +19,12 @@ from planner.launch._common import (
 def env(plan: dict) -> dict[str, str]:
     p = par(plan)
     out = {"OMP_NUM_THREADS": "1"}
-    if is_transformer(plan) and not is_cpu(plan) and (p["tp"] > 1 or p["cp"] > 1):
+    if is_transformer(plan) and not is_cpu(plan) and (p["tp"] > 1 or p["cp"] > 1) and int(p["zero"]) < 2:
         # Only for the Megatron entry (FSDP-based runtimes want more than one queue). Megatron
         # needs one CUDA work queue so TP/SP/CP communication kernels are scheduled ahead of
-        # the compute they overlap with.
+        # the compute they overlap with; not under Megatron-FSDP (zero >= 2), where
+        # validate_args asserts "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset" and
+        # only warns about TP/CP beside it (megatron/training/arguments.py @d98e8a64ddf3).
         out["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     return out
 

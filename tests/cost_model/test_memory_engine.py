@@ -59,3 +59,51 @@ def test_torchtitan_selective_is_op_sac():
     sac = transients.torchtitan_op_sac_block_bytes(16384, 4096, 1024, 14336, 32)
     assert tt.selective == pytest.approx(sac) and tt.selective < 0.5 * mg.selective
     assert (tt.none, tt.full) == (mg.none, mg.full)
+
+
+def test_fp8_weight_copies_as_transformer_engine_keeps_them():
+    """fp8 training with Transformer Engine (Megatron): an FP8 weight is one byte per element,
+    plus a transposed byte where FP8 GEMMs take only the TN layout (Hopper; Blackwell backs
+    both uses with one buffer: TE is_non_tn_fp8_gemm_supported, Float8Tensor _data/_transpose).
+    zero 0: TE's cached FP8 workspace beside the bf16 parameter; zero >= 1 (--fp8-param-gather
+    emitted): the FP8 tensor is the parameter. torchao (torchtitan) casts per GEMM: no copy."""
+    from cost_model.catalog import get_gpu
+    from cost_model.layers import layer_table
+    from cost_model.specs import ClusterSpec
+
+    t8 = TrainingSpec(global_batch_size=8, seq_length=2048, dtype="fp8")
+    b200, h100 = get_gpu("b200"), get_gpu("h100-sxm")
+    assert memory.fp8_weight_bytes(b200, t8) == 1 and memory.fp8_weight_bytes(h100, t8) == 2
+    assert memory.fp8_weight_bytes(h100, TrainingSpec(global_batch_size=8, seq_length=2048)) == 0
+    d = 8
+    # bf16 param 2 + fp32 grad 4 + (fp32 master 4 + Adam 8) = 18 (dist_optimizer.md), + the copy
+    for f in (1.0, 2.0):
+        s0 = memory.state_bytes_per_param(t8, "megatron", 0, d, f)
+        assert (s0.weights, s0.total) == (2 + f, 18 + f)
+        s1 = memory.state_bytes_per_param(t8, "megatron", 1, d, f)
+        assert (s1.weights, s1.total) == (f, f + 4 + 12 / d)
+        assert memory.state_bytes_per_param(t8, "torchtitan", 3, d, f) == memory.state_bytes_per_param(t8, "torchtitan", 3, d)
+    # no FP8 GEMM behind the parameter (embeddings): the plain bf16 table
+    assert memory.state_bytes_per_param(t8, "megatron", 1, d, 0.0).weights == 2
+    # a block's weights in the layer table: its parameters x the device's copy bytes
+    for gpu, f in ((b200, 1), (h100, 2)):
+        cl = ClusterSpec(gpu, 8, 8, gpu.nvlink_gb_s, gpu.network_gb_s, gpu.intra_node_latency_s, gpu.inter_node_latency_s)
+        table = layer_table(LLAMA8B, cl, t8, ParallelConfig(dp=8, zero=1))
+        blk = table.blocks[0]
+        bf = layer_table(LLAMA8B, cl, TrainingSpec(global_batch_size=8, seq_length=2048), ParallelConfig(dp=8, zero=1)).blocks[0]
+        assert blk.weights_bytes == pytest.approx(bf.weights_bytes / 2 * f)
+
+
+def test_state_scale_bound_is_below_every_fp8_variant():
+    """planner.bounds' states scale (zero z over d ranks relative to the zero-0 base table)
+    stays at or below every layer's own ratio, with or without an FP8 weight copy."""
+    from planner.bounds import _states_scale
+
+    for dtype in ("bf16", "fp8"):
+        t = TrainingSpec(global_batch_size=8, seq_length=2048, dtype=dtype)
+        for zero in (1, 2, 3):
+            scale = _states_scale(t, "megatron", zero, 4)
+            for f in (0.0, 1.0, 2.0):
+                own = (memory.state_bytes_per_param(t, "megatron", zero, 4, f).total
+                       / memory.state_bytes_per_param(t, "megatron", 0, 1, f).total)
+                assert scale <= own + 1e-12

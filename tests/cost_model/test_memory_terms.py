@@ -211,3 +211,42 @@ def test_interleaved_rank0_in_flight_korthikanti(p, v):
     assert got == pytest.approx(p * (1 + (p - 1) / (p * v)), rel=1e-12)
     # the interleaved schedule holds more than 1F1B's p, less than 2p
     assert p < got < 2 * p
+
+
+def _megatron_interleaved_peak(pp, vpp, m, rank, layers):
+    """Brute force over Megatron's interleaved order (schedules.py get_pp_rank_microbatches,
+    get_model_chunk_id: groups of pp micro-batches per chunk): after every forward, the
+    saved micro-batches weighted by their chunk's size."""
+    total, group = m * vpp, pp * vpp
+    warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp)
+    live, peak, order = [0] * vpp, 0.0, []
+    for k in range(total):
+        order.append(("F", (k % group) // pp))
+        if k >= warm:
+            order.append(("B", vpp - 1 - ((k - warm) % group) // pp))
+    for kind, c in order:
+        live[c] += 1 if kind == "F" else -1
+        peak = max(peak, sum(n * x for n, x in zip(live, layers, strict=True)))
+    return peak
+
+
+@pytest.mark.parametrize("p,v,m", [(4, 2, 8), (8, 8, 32), (8, 4, 16), (4, 3, 12)])
+def test_interleaved_peak_per_chunk_equals_megatron_order(p, v, m):
+    """Uniform virtual stages: the per-chunk peak is in_flight x the rank's total (exact);
+    uneven ones (embedding / loss accounting: the first chunk of rank 0 and the last of the
+    last rank one block short, or a heavier first chunk): the brute-force peak over Megatron's
+    order, which the uniform count misses where the fuller chunks are the heavier ones."""
+    for r in range(p):
+        uniform = (2.0,) * v
+        got = memory.peak_in_flight_bytes("interleaved", p, r, m, v, uniform)
+        assert got == pytest.approx(memory.in_flight_micro_batches("interleaved", p, r, m, v) * sum(uniform))
+        assert got == pytest.approx(_megatron_interleaved_peak(p, v, m, r, uniform))
+        for uneven in ((1.0,) + (2.0,) * (v - 1), (2.0,) * (v - 1) + (1.0,), (3.0,) + (2.0,) * (v - 1)):
+            assert memory.peak_in_flight_bytes("interleaved", p, r, m, v, uneven) == pytest.approx(
+                _megatron_interleaved_peak(p, v, m, r, uneven))
+    # Llama 3.1 405B at pp 8 x vpp 8, 32 micro-batches, the last rank's last chunk one block
+    # short (loss accounting): 114 block-micro-batches, the uniform count says 57/8 x 15
+    last = (2.0,) * 7 + (1.0,)
+    if (p, v, m) == (8, 8, 32):
+        assert memory.peak_in_flight_bytes("interleaved", 8, 7, 32, 8, last) == 114
+        assert memory.in_flight_micro_batches("interleaved", 8, 7, 32, 8) * sum(last) == pytest.approx(57 / 8 * 15)

@@ -85,11 +85,15 @@ def test_fp8_keeps_attention_in_bf16_and_charges_casts():
     assert bf.compute_s / f8.compute_s < 2.0
 
 
-def test_sequence_parallel_saving_korthikanti_table4():
+def test_sequence_parallel_saving_korthikanti_table4(monkeypatch):
     """Korthikanti et al. 2022 Table 4, 22B model (h 6144, 64 heads, s 2048, tp 8, micro-batch
     4, A100): per layer forward 7.7 ms, forward + backward 19.6 ms; sequence parallelism saves
     3% (19.0 ms). The model: SP splits the norms/dropout/residuals, keeps the TP-region work,
-    and re-gathers the input in backward (under the dgrad GEMM in Megatron)."""
+    and re-gathers the input in backward (under the dgrad GEMM in Megatron). The paper's
+    Megatron ran without Transformer Engine userbuffers: TP comm/GEMM overlap off."""
+    from cost_model import engines
+
+    monkeypatch.setattr(engines, "tp_comm_overlap", lambda *a, **k: False)
     g = get_gpu("a100-80gb")
     m = TransformerSpec(name="22b", num_layers=48, hidden_size=6144, num_attention_heads=64, num_kv_heads=64,
                         ffn_hidden_size=4 * 6144, vocab_size=51200, mlp="gelu", norm="layernorm", position="learned",
@@ -121,6 +125,55 @@ def test_tp_backward_overlap_megatron_formula():
     assert L._block_tp_bwd_s(m, cl, cfg, geo, c, None) == pytest.approx(want)
     tt = replace(cfg, engine="torchtitan")
     assert L._block_tp_bwd_s(m, cl, tt, L._geometry(m, t, tt, 0), c, None) == pytest.approx(2 * ar)
+
+
+def test_tp_comm_overlap_prices_te_userbuffers_methods():
+    """With --tp-comm-overlap (emitted where engines.tp_comm_overlap holds: Megatron, tp > 1,
+    SP, TP inside a node) every TP collective runs beside a GEMM as TE's default methods do
+    (kernels.TpCommOverlap): forward, the SP all-gather as a ring exchange under the qkv / fc1
+    GEMM (tp-1 of tp chunks hide it) and the reduce-scatter pipelined in 4 splits behind the
+    proj / fc2 GEMM; backward, the output-gradient all-gather as a ring exchange under the
+    proj / fc2 dgrad GEMM, the rest as before (bulk under the qkv / fc1 GEMMs)."""
+    from cost_model import engines
+    from cost_model import layers as L
+
+    g = get_gpu("b200")
+    m = get_preset("llama3-405b")
+    t = TrainingSpec(global_batch_size=8, seq_length=8192, dtype="bf16")
+    cl = _cluster(g, 8)
+    cfg = ParallelConfig(tp=4, sequence_parallel=True, micro_batch_size=1)
+    assert engines.tp_comm_overlap("megatron", 4, True, 8)
+    geo = L._geometry(m, t, cfg, 0)
+    c = L._block_compute(m, g, t, cfg, geo, None)
+    assert min(c.qkv_s, c.out_s, c.up_s, c.down_s) > 0
+    link = comm.group_link(cl, 4, 1)
+    nbytes = geo.act_dt * geo.tokens * m.hidden_size
+    ag, rs = comm.all_gather_s(nbytes, 4, link), comm.reduce_scatter_s(nbytes, 4, link)
+    gam = g.overlap_interference
+
+    def ring(x, gemm):  # (tp-1) max(gemm/tp, x/(tp-1)) + gemm/tp - gemm, plus the interference share
+        return max(0.0, 3 * max(gemm / 4, x / 3) + gemm / 4 - gemm) + gam * min(x, 0.75 * gemm)
+
+    def pipe(x, gemm):  # the last split's reduce-scatter after the GEMM
+        return x / 4 + max(0.0, 0.75 * x - 0.75 * gemm) + gam * min(0.75 * x, 0.75 * gemm)
+
+    want_f = ring(ag, c.qkv_s) + pipe(rs, c.out_s) + ring(ag, c.up_s) + pipe(rs, c.down_s)
+    assert L._block_tp_fwd_s(m, cl, cfg, geo, c, None) == pytest.approx(want_f)
+    want_b = sum(ring(ag, row) + overlapped_s(rs, col, gam) + overlapped_s(ag, col, gam)
+                 for col, row in ((c.qkv_s, c.out_s), (c.up_s, c.down_s)))
+    assert L._block_tp_bwd_s(m, cl, cfg, geo, c, None) == pytest.approx(want_b)
+    # exposed: far below the plain collectives (2 (ag + rs) forward)
+    assert want_f < 0.5 * 2 * (ag + rs)
+    # off: without SP (validate_args asserts SP), across nodes (userbuffers' TP domain is one
+    # node's NVLink peers), tp = 1, or another engine
+    assert not engines.tp_comm_overlap("megatron", 4, False, 8)
+    assert not engines.tp_comm_overlap("megatron", 16, True, 8)
+    assert not engines.tp_comm_overlap("megatron", 1, True, 8)
+    assert not engines.tp_comm_overlap("torchtitan", 4, True, 8)
+    cross = _cluster(g, 16, per_node=2)
+    plain = 2 * (comm.all_gather_s(nbytes, 4, comm.group_link(cross, 4, 1))
+                 + comm.reduce_scatter_s(nbytes, 4, comm.group_link(cross, 4, 1)))
+    assert L._block_tp_fwd_s(m, cross, cfg, geo, c, None) == pytest.approx(plain)
 
 
 def test_flash_attention_efficiency_matches_papers():

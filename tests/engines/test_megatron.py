@@ -104,6 +104,10 @@ def test_transformer_and_ddp_configs_accept_args(name):
     # The prediction hides the DP gradient sync behind the backward: Megatron must overlap it.
     assert ddp.overlap_grad_reduce == (p["dp"] * p["cp"] > 1)
     assert ddp.overlap_param_gather == (p["dp"] * p["cp"] > 1 and p["zero"] >= 1)
+    # TP collectives priced under the GEMMs exactly where TE userbuffers are switched on:
+    # tp > 1 with SP (validate_args asserts SP), the TP group inside a node (8 H100s)
+    assert cfg.tp_comm_overlap == (p["tp"] > 1 and p["sequence_parallel"] and p["tp"] <= 8)
+    assert not cfg.tp_comm_overlap or cfg.sequence_parallel
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -116,7 +120,9 @@ def test_launch_is_multiprocess_torchrun(name):
     nproc = int(argv[argv.index("--nproc-per-node") + 1])
     assert nnodes * nproc == plan["ranks"]["world_size"]
     assert argv[argv.index("pretrain_gpt.py") + 1:] == art["args"]
-    assert (art["env"].get("CUDA_DEVICE_MAX_CONNECTIONS") == "1") == (p["tp"] > 1 or p["cp"] > 1)
+    # one CUDA queue for TP/CP overlap, except under Megatron-FSDP (zero >= 2), whose
+    # validate_args refuses CUDA_DEVICE_MAX_CONNECTIONS=1
+    assert (art["env"].get("CUDA_DEVICE_MAX_CONNECTIONS") == "1") == ((p["tp"] > 1 or p["cp"] > 1) and p["zero"] < 2)
 
 
 @pytest.mark.parametrize("name", CASES + FOLD_CASES)
@@ -229,3 +235,60 @@ def test_expert_fold_rule_is_megatron_cores(tp, pp, ep, etp):
         finally:
             ps.destroy_model_parallel()
     assert ours_ok == theirs_ok
+
+
+def test_fp8_plan_states_and_overlap_flags_accepted():
+    """An fp8 plan's precision flags through megatron-core's configs: --fp8-param-gather is the
+    DDP config's fp8_param_gather and TransformerConfig.fp8_param (argument_utils.py
+    core_transformer_config_from_args: kw_args['fp8_param'] = args.fp8_param_gather), beside the
+    distributed optimizer it requires (validate_args); --grad-reduce-in-bf16 turns the grad
+    buffer to bf16 (DDP grad_reduce_in_fp32 False); --tp-comm-overlap with SP."""
+    import copy
+
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.transformer import TransformerConfig
+
+    from planner.launch import emit
+
+    plan = copy.deepcopy(planned("llama3-70b@64"))
+    plan["training"]["dtype"], plan["training"]["grad_dtype"] = "fp8", "bf16"
+    flags = parse_flags(emit(plan, ["megatron"])["megatron"]["args"])
+    assert flags["fp8_param_gather"] is True and flags["use_distributed_optimizer"] is True
+    assert flags["grad_reduce_in_bf16"] is True
+    kw = transformer_kwargs(flags)
+    kw.update(fp8=flags["fp8_format"], fp8_param=flags["fp8_param_gather"])
+    cfg = TransformerConfig(**kw)
+    assert cfg.fp8 == "hybrid" and cfg.fp8_param and cfg.tp_comm_overlap and cfg.sequence_parallel
+    assert cfg.fp8_recipe == "tensorwise"
+    ddp_names = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    ddp = DistributedDataParallelConfig(**{k: v for k, v in flags.items() if k in ddp_names},
+                                        grad_reduce_in_fp32=not flags["grad_reduce_in_bf16"])
+    assert ddp.fp8_param_gather and ddp.use_distributed_optimizer and not ddp.grad_reduce_in_fp32
+
+
+@pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
+def test_megatron_lm_validates_fp8_bf16_grads_and_tp_overlap(tmp_path):
+    """Megatron-LM's validate_args on an fp8 plan with bf16 gradients and SP: --fp8-param-gather
+    (needs the distributed optimizer), --grad-reduce-in-bf16 (accumulate_allreduce_grads_in_fp32
+    False) and --tp-comm-overlap (needs SP) all stand."""
+    import copy
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from planner.launch import emit
+
+    plan = copy.deepcopy(planned("llama3-70b@64"))
+    plan["training"]["dtype"], plan["training"]["grad_dtype"] = "fp8", "bf16"
+    art = emit(plan, ["megatron"])["megatron"]
+    keys = '"fp8_param_gather", "accumulate_allreduce_grads_in_fp32", "tp_comm_overlap", "sequence_parallel")'
+    script = _PARSE.replace('"virtual_pipeline_model_parallel_size")', '"virtual_pipeline_model_parallel_size", ' + keys)
+    env = {**os.environ, **art["env"], "PYTHONPATH": MEGATRON_LM, "WORLD_SIZE": str(plan["ranks"]["world_size"]),
+           "RANK": "0", "LOCAL_RANK": "0"}
+    res = subprocess.run([sys.executable, "-c", script, json.dumps(art["args"])], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.split("PARSED ", 1)[1])
+    assert got["fp8_param_gather"] and got["tp_comm_overlap"] and got["sequence_parallel"]
+    assert got["accumulate_allreduce_grads_in_fp32"] is False

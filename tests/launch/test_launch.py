@@ -424,3 +424,48 @@ def test_torchtitan_fields_are_recorded(case):
                 assert tok in fields
         # booleans are bare flags (tyro), never "--flag True"
         assert "True" not in art["overrides"] and "False" not in art["overrides"]
+
+
+def test_megatron_tp_comm_overlap_exactly_where_priced():
+    """--tp-comm-overlap is emitted exactly where the cost model prices TP collectives under
+    the GEMMs (cost_model.engines.tp_comm_overlap): tp > 1 with SP (Megatron's validate_args
+    asserts SP) and the TP group inside one node (TE userbuffers' TP domain)."""
+    from cost_model.engines import tp_comm_overlap
+
+    for name, plan in PLANS.items():
+        p = plan["parallelism"]
+        want = tp_comm_overlap("megatron", p["tp"], p["sequence_parallel"], plan["cluster"]["gpus_per_node"])
+        assert ("--tp-comm-overlap" in emit(plan, ["megatron"])["megatron"]["args"]) == want, name
+    assert "--tp-comm-overlap" in emit(PLANS["llama_gqa"], ["megatron"])["megatron"]["args"]
+    no_sp = copy.deepcopy(PLANS["llama_gqa"])
+    no_sp["parallelism"]["sequence_parallel"] = False
+    assert "--tp-comm-overlap" not in emit(no_sp, ["megatron"])["megatron"]["args"]
+    across = _plan(LLAMA, dp=2, tp=8, pp=4, nmb=8, gpus_per_node=4)
+    assert "--tp-comm-overlap" not in emit(across, ["megatron"])["megatron"]["args"]
+    assert "--tp-comm-overlap" in data.names("megatron_flags.txt")
+
+
+def test_megatron_grad_dtype_flag():
+    """bf16 gradients (training.grad_dtype, priced as 2-byte grad buffer and reduce-scatter):
+    --grad-reduce-in-bf16; the fp32 default emits nothing (Megatron's own default for --bf16)."""
+    plan = copy.deepcopy(PLANS["llama_gqa"])
+    assert "--grad-reduce-in-bf16" not in emit(plan, ["megatron"])["megatron"]["args"]
+    plan["training"]["grad_dtype"] = "bf16"
+    assert "--grad-reduce-in-bf16" in emit(plan, ["megatron"])["megatron"]["args"]
+    assert "--grad-reduce-in-bf16" in data.names("megatron_flags.txt")
+
+
+def test_megatron_fp8_param_gather_with_a_sharded_optimizer():
+    """fp8 with zero >= 1: --fp8-param-gather (the cost model keeps FP8 parameters, engines.
+    state_bytes_per_param); Megatron's validate_args allows it only with the distributed
+    optimizer or an FSDP, so zero 0 (TE's cached FP8 workspace is priced instead) has none."""
+    plan = copy.deepcopy(PLANS["llama_gqa"])
+    plan["training"]["dtype"] = "fp8"
+    a = emit(plan, ["megatron"])["megatron"]["args"]
+    assert "--fp8-param-gather" in a and "--use-distributed-optimizer" in a and _arg(a, "--fp8-format") == "hybrid"
+    assert _arg(a, "--fp8-recipe") == "tensorwise"  # the recipe kernels.TE_CASTS prices
+    z0 = copy.deepcopy(PLANS["gpt_dense"])
+    z0["training"]["dtype"] = "fp8"
+    assert "--fp8-param-gather" not in emit(z0, ["megatron"])["megatron"]["args"]
+    assert "--fp8-param-gather" not in emit(PLANS["llama_gqa"], ["megatron"])["megatron"]["args"]
+    assert "--fp8-param-gather" in data.names("megatron_flags.txt")

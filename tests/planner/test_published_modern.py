@@ -68,3 +68,13 @@ def test_the_96gb_h100_is_a_gpu_object():
     assert gpu.hbm_gb_s == 2400.0
     assert gpu.memory_gib == pytest.approx(94.5)
     assert gpu.peak_tflops["bf16"] == pytest.approx(989.4 * published_modern.H100_500W_CLOCK)
+
+
+def test_megatron_bridge_rows_reduce_gradients_in_bf16():
+    """Megatron-Bridge 25.11's performance scripts set grad_reduce_in_fp32 = False for every
+    model family (scripts/performance/configs/*/*_llm_pretrain.py @5776a6d): those rows' requests
+    carry grad_dtype bf16; the other engines' rows keep the fp32 default."""
+    for row in _rows():
+        t = parse_training(request(row)["training"])
+        bridge = "megatron-bridge" in row["framework"].lower()
+        assert t.grad_dtype == ("bf16" if bridge else "fp32"), row["id"]
