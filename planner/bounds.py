@@ -210,3 +210,42 @@ def min_max_tail_s(p: StageProblem) -> float:
         if hi_M - lo_M <= 1e-7 * max(hi_M, 1e-30):
             break
     return max(0.0, lo_M)
+
+
+# --------------------------------------------------------------------------- degree groups
+#
+# A degree group (space.DegreeGroup: tp, cp, pp, dp, ep, etp) holds candidates at every
+# micro-batch size, schedule, SP, ZeRO and recompute setting; its base bounds need one base
+# table per micro-batch size, and building those tables is what a large space spends its
+# time on (DeepSeek-V3 on 2048 GPUs: ~29k tables for ~450k candidates). The group bound
+# needs one table per (tp, cp, ep, etp, sp) instead. It rests on one property of the
+# analytic cost model, PER-SAMPLE MONOTONICITY: at fixed degrees the per-micro-batch time
+# W(mb) of the base table grows no faster than mb, W(mb)/mb nonincreasing. Every term of
+# the analytic layer model is a saturating-efficiency GEMM (2MNK / (peak eta(M)) with eta
+# increasing in M = mb x tokens, compute.gemm_efficiency), a memory-bound kernel (bytes
+# linear in mb plus a fixed launch overhead), an alpha-beta collective (fixed latency plus
+# bytes linear in mb) or their sums, maxima and minima (overlapped_s), each nonincreasing
+# per sample. Measured layer rows of a profile replace those terms with arbitrary
+# numbers, so the group bound is used only without them (`group_bound_applies`); the
+# search also checks the property on every base table it builds and reports no optimality
+# when one breaks it (search.py), and tests/planner check it over the bench models.
+#
+# With the property, for every candidate of the group at micro-batch size mb <= mb_ref:
+#   base bound = (m - 1/v) W/p + W/v >= m W/p = B/(dp p) W(mb)/mb >= B/(dp p) W(mb_ref)/mb_ref,
+# using W/v >= W/(v p) and m = B/(dp mb); the p2p sends (>= 0) are dropped.
+
+
+def group_bound_applies(profile) -> bool:
+    """Whether the per-sample monotonicity above holds: no measured layer rows."""
+    return profile is None or not getattr(profile, "layers", None)
+
+
+def per_sample_time_s(sums: TableSums, micro_batch_size: int) -> float:
+    """W(mb)/mb of a base table at micro-batch size mb: every layer's forward + backward,
+    no recompute (the least of the recompute modes: selective adds, full is priced apart)."""
+    return sums.time_s[RECOMPUTE_NONE] / micro_batch_size
+
+
+def group_time_bound_s(global_batch_size: int, dp: int, pp: int, per_sample_s: float) -> float:
+    """B/(dp p) x the least per-sample time over the group's micro-batch sizes."""
+    return global_batch_size / (dp * pp) * per_sample_s

@@ -27,6 +27,7 @@ from cost_model.specs import (
 )
 from cost_model.stages import slices_from_counts
 from cost_model.vocab import (
+    ENGINE_MEGATRON,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
@@ -40,13 +41,25 @@ from .bounds import (
     base_memory_bound_bytes,
     base_time_bound_s,
     cheap_time_bound_s,
+    group_bound_applies,
+    group_time_bound_s,
     memory_bound_bytes,
+    per_sample_time_s,
     table_sums,
     tight_time_bound_s,
 )
 from .greedy import greedy_partition
 from .ilp import solve
-from .space import Candidate, SearchSpace, enumerate_candidates
+from .space import (
+    Candidate,
+    DegreeGroup,
+    SearchSpace,
+    degree_groups,
+    enumerate_candidates,
+    group_candidates,
+    micro_batch_values,
+    sequence_parallel_values,
+)
 
 # A progress sink: called with one human-readable line now and then during a long search.
 Progress = Callable[[str], None]
@@ -94,6 +107,10 @@ class SearchStats:
     min_memory_gib: float = math.inf  # least memory lower bound seen, for infeasibility reports
     min_memory_config: Candidate | None = None
     solver: str = "cp-sat"
+    groups: int = 0  # degree groups of the space (space.DegreeGroup)
+    groups_expanded: int = 0  # of which expanded into candidates (the others pruned whole)
+    pruned_groups: int = 0  # pruned by their group bound before any candidate was built
+    monotone_ok: bool = True  # bounds.py's per-sample monotonicity held on every table built
 
     def note_memory(self, gib: float, c: Candidate) -> None:
         """Keep the least memory bound seen (for the infeasibility report)."""
@@ -155,12 +172,15 @@ class _Tables:
         return self._sums(c.table_key, self.get(c))
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
-        key = ("base", c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine)
+        return self.base_at(c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine)
+
+    def base_at(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mb: int, engine: str) -> tuple[LayerTable, TableSums]:
+        key = ("base", tp, cp, ep, etp, sp, mb, engine)
         sums = self.sums.get(key)
         if sums is not None:  # the common case: no config to build
             return self.cache[key], sums
-        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, etp=c.etp, sequence_parallel=c.sequence_parallel,
-                             micro_batch_size=c.micro_batch_size, engine=c.engine)
+        cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
+                             engine=engine)
         table = self._build(key, cfg)
         return table, self._sums(key, table)
 
@@ -246,25 +266,27 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
 
 
 
-# Share of the time limit the enumeration (base bounds of every candidate) may take before
-# the best-first search starts on what is queued (very large spaces, e.g. a 671B MoE on
-# 2048 GPUs, have more candidates than the limit can bound).
+# Share of the time limit the group bounds (one base table per (tp, cp, ep, etp, sp)) may
+# take before the best-first search starts; groups not bounded by then are queued with the
+# bound 0 (valid, expanded first), so a very large space still gets searched and its gap
+# stays honest.
 ENUMERATION_SHARE = 0.6
 
-# What a queued candidate's bound is: from the base table (cheap, every candidate), or
-# refined with its own table and the tight bound (it reached the front once already).
-Stage = Literal["base_bound", "refined"]
+# What a queued entry is: a degree group bounded as a whole (bounds.group_time_bound_s), a
+# candidate with its base-table bound (cheap, every candidate of an expanded group), or a
+# candidate refined with its own table and the tight bound (it reached the front once already).
+Stage = Literal["group", "base_bound", "refined"]
 
 
 class _Entry(NamedTuple):
-    """A candidate in the best-first queue, ordered by (bound, enumeration order): the order
-    is unique, so the stage and the candidate are never compared (a tuple, so that the heap
-    compares in C)."""
+    """An entry of the best-first queue, ordered by (bound, enumeration order): the order,
+    (group index, index in the group; -1 for the group itself), is unique, so the stage and
+    the item are never compared (a tuple, so that the heap compares in C)."""
 
     bound_s: float
-    order: int
+    order: tuple[int, int]
     stage: Stage
-    candidate: Candidate
+    candidate: Candidate | DegreeGroup
 
 
 def search(
@@ -276,10 +298,12 @@ def search(
     progress_after_s: float = PROGRESS_AFTER_S,
     progress_every_s: float = PROGRESS_EVERY_S,
 ) -> SearchResult:
-    """Best-first over the candidates: each is queued with its base-table bound; at the
-    front it is refined (its own table, the tight bound) and queued again; at the front
-    once refined it is solved. Stops when the front's bound reaches the best plan, or at
-    the deadline (then with the least open bound as the gap's reference)."""
+    """Best-first over degree groups and candidates: each group is queued with its group
+    bound; at the front it is expanded into its candidates, each queued with its base-table
+    bound; a candidate at the front is refined (its own table, the tight bound) and queued
+    again; at the front once refined it is solved. Stops when the front's bound reaches the
+    best plan (everything left is pruned by a bound >= the best: OPTIMAL if every solve was
+    optimal), or at the deadline (FEASIBLE; the gap from the least bound left open)."""
     if exhaustive:
         return search_exhaustive(prob, progress, progress_after_s=progress_after_s,
                                  progress_every_s=progress_every_s)
@@ -291,38 +315,71 @@ def search(
     cap = capacity_bytes(gpu.memory_gib, prob.space.memory_headroom)
     k = prob.space.top_k
     B = prob.training.global_batch_size
+    engine = (prob.space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
 
-    # --- enumerate; order by the base-table bound
-    queue: list[_Entry] = []
+    # --- degree groups, bounded per (tp, cp, ep, etp) from one base table per SP setting at
+    # the largest micro-batch size any of their groups may take (bounds.py, degree groups)
+    groups = [g for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
+              if micro_batch_values(prob.space, B, g.dp)]
+    mb_ref: dict[tuple, int] = {}
+    for g in groups:
+        key = (g.tp, g.cp, g.ep, g.etp)
+        mb_ref[key] = max(mb_ref.get(key, 0), micro_batch_values(prob.space, B, g.dp)[-1])
+    # per (tp, cp, ep, etp, sp): the least per-sample time of any micro-batch size <= mb_ref
+    per_sample: dict[tuple, float] = {}
+    use_groups = group_bound_applies(prob.profile)
+    layout_s: dict[tuple, float] = {}
+    for key, mb in mb_ref.items():
+        if not use_groups or time.perf_counter() - t0 > ENUMERATION_SHARE * limit:
+            layout_s[key] = 0.0  # unbounded (valid): the group is expanded when it reaches the front
+            continue
+        least = math.inf
+        for sp in sequence_parallel_values(prob.space, key[0]):
+            _, sums = tables.base_at(*key, sp, mb, engine)
+            per_sample[(*key, sp)] = per_sample_time_s(sums, mb)
+            least = min(least, per_sample[(*key, sp)])
+        layout_s[key] = least
+    queue: list[_Entry] = [
+        _Entry(group_time_bound_s(B, g.dp, g.pp, layout_s[(g.tp, g.cp, g.ep, g.etp)]), (i, -1), "group", g)
+        for i, g in enumerate(groups)
+    ]
+    heapq.heapify(queue)
+    stats.groups = len(queue)
+
     # The base memory bound never decreases with the micro-batch size when the other knobs
     # are fixed (states do not depend on it; activations are mb x min(c1, c2 m)/k with
     # m = B/(dp mb), memory.in_flight_micro_batches), so once a micro-batch size is ruled
     # out every larger one is too, without building its table. Keyed by the candidate
     # with its micro-batch size blanked.
     too_big_mb: dict[tuple, int] = {}
-    for i, c in enumerate(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)):
-        if not i % 1024 and time.perf_counter() - t0 > ENUMERATION_SHARE * limit:
-            # out of time before every candidate was bounded: search what is queued; nothing
-            # is proven about the rest, so the gap is reported as unknown (lower bound 0)
-            stats.timed_out = True
-            stats.lower_bound_s = 0.0
-            break
-        stats.candidates += 1
-        mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute)
-        if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):
-            stats.pruned_memory += 1
-            continue
-        m = B // (c.dp * c.micro_batch_size)
-        base_table, base_sums = tables.base(c)
-        reserved = memory.reserved_bytes(_to_config(c))
-        mem_lb = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
-        stats.note_memory(mem_lb / GIB, c)
-        if mem_lb > cap:
-            stats.pruned_memory += 1
-            too_big_mb[mb_key] = min(c.micro_batch_size, too_big_mb.get(mb_key, math.inf))
-            continue
-        queue.append(_Entry(base_time_bound_s(base_sums, base_table, c, m), i, "base_bound", c))
-    heapq.heapify(queue)
+    monotone_ok = True  # per-sample monotonicity held on every base table built
+    queued = 0  # candidate entries in the queue
+
+    def expand(e: _Entry) -> None:
+        """Queue the candidates of a group with their base bounds (memory pruned here)."""
+        nonlocal monotone_ok, queued
+        gi, g = e.order[0], e.candidate
+        for j, c in enumerate(group_candidates(prob.model, prob.training, prob.space, g, prob.profile)):
+            stats.candidates += 1
+            mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute)
+            if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):
+                stats.pruned_memory += 1
+                continue
+            m = B // (c.dp * c.micro_batch_size)
+            base_table, base_sums = tables.base(c)
+            least = per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel))
+            if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
+                monotone_ok = False  # the group bounds may have pruned too much: claim nothing
+            reserved = memory.reserved_bytes(_to_config(c))
+            mem_lb = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
+            stats.note_memory(mem_lb / GIB, c)
+            if mem_lb > cap:
+                stats.pruned_memory += 1
+                too_big_mb[mb_key] = min(c.micro_batch_size, too_big_mb.get(mb_key, math.inf))
+                continue
+            bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
+            heapq.heappush(queue, _Entry(bound, (gi, j), "base_bound", c))
+            queued += 1
 
     found: list[Found] = []
     optimal_all = True
@@ -333,8 +390,8 @@ def search(
 
     def line() -> str:
         best = f"{best_s():.4g} s" if found else "none yet"
-        examined = stats.candidates - len(queue)
-        return (f"search: {examined:,} of {stats.candidates:,} candidates examined, {len(queue):,} left, "
+        return (f"search: {stats.candidates - queued:,} of {stats.candidates:,} candidates examined, {queued:,} left, "
+                f"{stats.groups - stats.groups_expanded:,} of {stats.groups:,} degree groups unexpanded, "
                 f"{stats.ilp_solves} solved, best step {best}, {time.perf_counter() - t0:.1f} s elapsed")
 
     def refine(e: _Entry, p: StageProblem, table: LayerTable, best_t: float) -> _Entry | None:
@@ -363,10 +420,11 @@ def search(
             counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
             if status == STATUS_FEASIBLE:
                 optimal_all = False
-                stats.lower_bound_s = min(stats.lower_bound_s, sol.bound_s)
+                stats.lower_bound_s = min(stats.lower_bound_s, max(e.bound_s, sol.bound_s))
         elif hint is not None:
             counts, rcs, status = hint[0], hint[1], STATUS_FEASIBLE
             optimal_all = False
+            stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
         else:
             if sol.status == "unknown":
                 optimal_all = False
@@ -383,7 +441,7 @@ def search(
         # prune against the best plan: alternatives are the runners-up among what was solved
         best_t = found[0].estimate.prediction.step_time_s if found else math.inf
         if e.bound_s >= best_t * (1 - 1e-9):
-            stats.pruned_time += len(queue)
+            _count_left(stats, queue)
             break
         out_of_time = time.perf_counter() - t0 > limit
         if out_of_time and found:
@@ -391,6 +449,11 @@ def search(
             stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
             break
         heapq.heappop(queue)
+        if e.stage == "group":
+            stats.groups_expanded += 1
+            expand(e)
+            continue
+        queued -= 1
         c = e.candidate
         table = tables.get(c)
         p = stage_problem(prob, c, table)
@@ -408,16 +471,27 @@ def search(
                 stats.pruned_memory += 1
             else:
                 heapq.heappush(queue, refined)
+                queued += 1
         else:
             solve_one(e, p, table)
 
     best_t = best_s()
-    status = STATUS_OPTIMAL if found and optimal_all and not stats.timed_out else STATUS_FEASIBLE
+    if not monotone_ok:
+        stats.lower_bound_s = 0.0  # the group bounds are not proven: no gap can be claimed
+    status = STATUS_OPTIMAL if found and optimal_all and monotone_ok and not stats.timed_out else STATUS_FEASIBLE
     gap = 0.0
     if found and status == STATUS_FEASIBLE and math.isfinite(stats.lower_bound_s):
         gap = max(0.0, (best_t - min(stats.lower_bound_s, best_t)) / best_t)
+    stats.monotone_ok = monotone_ok
     stats.solve_time_s = time.perf_counter() - t0
     return SearchResult(found, stats, status, gap)
+
+
+def _count_left(stats: SearchStats, queue: list[_Entry]) -> None:
+    """Everything still queued is pruned by its bound (>= the best plan's time)."""
+    groups = sum(e.stage == "group" for e in queue)
+    stats.pruned_groups += groups
+    stats.pruned_time += len(queue) - groups
 
 
 def _normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
