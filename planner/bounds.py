@@ -150,6 +150,10 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
         counts[r] += 1
         slowest = max(slowest, t_next)
         heapq.heappush(heap, (fns[r][0](counts[r] + 1), r))
+    if len(p.kind_coefficients) == 2:
+        # two block kinds (dense + MoE, full + sliding attention): the per-block relaxation
+        # above lets every rank hold the cheap kind; count each kind's blocks instead
+        slowest = max(slowest, _two_kind_slowest_s(p, slowest))
     blocks_s = sums.time_s[p.recompute] - p.table.embedding.time_s - p.table.output.time_s
     total = blocks_s + sum(e for _, e in fns)
     m = p.num_micro_batches
@@ -157,6 +161,103 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
     if bound >= cutoff:
         return bound
     return bound + min_max_tail_s(p)
+
+
+# The two-kind bound checks every split of the rarer kind over the ranks: above this many
+# blocks of it, the per-block relaxation alone is used (the check grows with its square).
+MAX_RARE_KIND_BLOCKS = 16
+
+
+def _two_kind_slowest_s(p: StageProblem, lo_s: float) -> float:
+    """A lower bound on min max_r T_r over partitions, for a table of two block kinds with
+    C1 <= C2 blocks: rank r holds n1_r blocks of kind 1 and n2_r of kind 2, sum_r n1_r = C1,
+    sum_r n2_r = C2 (positions and the v-blocks-per-rank minimum relaxed away, which only
+    enlarges the feasible set). For a given n1, n2 the rank's least time is its block times
+    plus the least recompute that makes it fit: memory still needed over the budget, priced
+    at the cheapest recompute time per byte saved (fractional: a lower bound of any integer
+    choice of recomputed blocks), infeasible when recomputing every block cannot free it.
+    M is feasible when, with f_r(n1) the most kind-2 blocks rank r takes at T_r <= M, some
+    split of C1 has sum_r f_r(n1_r) >= C2 (a DP over ranks); bisection on M from `lo_s`,
+    returning the largest M proven infeasible (so never above the optimum)."""
+    k1, k2 = p.kind_coefficients
+    counts = list(p.table.block_kind_counts)
+    if counts[0] > counts[1]:
+        k1, k2 = k2, k1
+        counts.reverse()
+    c1, c2 = counts
+    if c1 > MAX_RARE_KIND_BLOCKS:
+        return lo_s
+    budget = p.allocatable_bytes
+    z3 = p.block_transient_bytes
+    peak = p.recompute_transient_bytes
+    rho = None  # cheapest recompute seconds per byte saved
+    for b in (k1, k2):
+        if p.full and b.act_saved_bytes > 0:
+            r = b.recompute_full_s / b.act_saved_bytes
+            rho = r if rho is None else min(rho, r)
+    ranks = []
+    for r in range(p.pp):
+        ex, inflight = p.extras[r], p.inflight(r)
+        ranks.append((ex.time_s, ex.allocated_bytes, ex.transient_bytes, inflight))
+
+    def rank_time(r: int, n1: int, n2: int) -> float:
+        e_t, e_mem, e_tr, inflight = ranks[r]
+        t = n1 * k1.time_s + n2 * k2.time_s + e_t
+        held = n1 * (k1.state_bytes + inflight * k1.act_bytes) + n2 * (k2.state_bytes + inflight * k2.act_bytes) + e_mem
+        if held + z3 + e_tr <= budget:
+            return t
+        if rho is None:
+            return math.inf
+        over = held + max(z3, peak) + e_tr - budget
+        if over > inflight * (n1 * k1.act_saved_bytes + n2 * k2.act_saved_bytes):
+            return math.inf
+        return t + rho * over / inflight
+
+    def most_kind2(r: int, n1: int, M: float) -> int:
+        if rank_time(r, n1, 0) > M:
+            return -1
+        lo, hi = 0, c2  # rank_time is nondecreasing in n2: largest n2 with time <= M
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if rank_time(r, n1, mid) <= M:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def feasible(M: float) -> bool:
+        best = [0] + [-1] * c1  # best[j]: most kind-2 blocks with j kind-1 blocks placed
+        for r in range(p.pp):
+            f = [most_kind2(r, n1, M) for n1 in range(c1 + 1)]
+            nxt = [-1] * (c1 + 1)
+            for j, have in enumerate(best):
+                if have < 0:
+                    continue
+                for n1 in range(c1 + 1 - j):
+                    if f[n1] >= 0 and have + f[n1] > nxt[j + n1]:
+                        nxt[j + n1] = min(c2, have + f[n1])
+            best = nxt
+        return best[c1] >= c2
+
+    hi = max(rank_time(r, c1, c2) for r in range(p.pp))  # one rank holding every block
+    lo = lo_s
+    if not math.isfinite(hi):
+        hi = 2 * max(lo, 1e-9)
+        while not feasible(hi):
+            hi *= 2
+            if hi > 1e6 * max(lo, 1e-9):
+                return lo  # nothing fits in any reasonable time: leave it to the ILP
+    if feasible(lo):
+        return lo
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if feasible(mid):
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-6 * hi:
+            break
+    return lo
 
 
 def min_max_tail_s(p: StageProblem) -> float:
