@@ -154,6 +154,8 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
         # two block kinds (dense + MoE, full + sliding attention): the per-block relaxation
         # above lets every rank hold the cheap kind; count each kind's blocks instead
         slowest = max(slowest, _two_kind_slowest_s(p, slowest))
+        if slowest == math.inf:
+            return math.inf
     blocks_s = sums.time_s[p.recompute] - p.table.embedding.time_s - p.table.output.time_s
     total = blocks_s + sum(e for _, e in fns)
     m = p.num_micro_batches
@@ -178,7 +180,8 @@ def _two_kind_slowest_s(p: StageProblem, lo_s: float) -> float:
     choice of recomputed blocks), infeasible when recomputing every block cannot free it.
     M is feasible when, with f_r(n1) the most kind-2 blocks rank r takes at T_r <= M, some
     split of C1 has sum_r f_r(n1_r) >= C2 (a DP over ranks); bisection on M from `lo_s`,
-    returning the largest M proven infeasible (so never above the optimum)."""
+    returning the largest M proven infeasible (so never above the optimum); math.inf when
+    no M is feasible (the relaxation does not fit in memory, so no partition does)."""
     k1, k2 = p.kind_coefficients
     counts = list(p.table.block_kind_counts)
     if counts[0] > counts[1]:
@@ -213,13 +216,16 @@ def _two_kind_slowest_s(p: StageProblem, lo_s: float) -> float:
             return math.inf
         return t + rho * over / inflight
 
+    def within(t: float, M: float) -> bool:
+        return t <= M and t < math.inf  # M = inf asks only what fits in memory
+
     def most_kind2(r: int, n1: int, M: float) -> int:
-        if rank_time(r, n1, 0) > M:
+        if not within(rank_time(r, n1, 0), M):
             return -1
         lo, hi = 0, c2  # rank_time is nondecreasing in n2: largest n2 with time <= M
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if rank_time(r, n1, mid) <= M:
+            if within(rank_time(r, n1, mid), M):
                 lo = mid
             else:
                 hi = mid - 1
@@ -239,14 +245,14 @@ def _two_kind_slowest_s(p: StageProblem, lo_s: float) -> float:
             best = nxt
         return best[c1] >= c2
 
+    if not feasible(math.inf):
+        return math.inf  # no split of the blocks fits in memory: neither does any partition
     hi = max(rank_time(r, c1, c2) for r in range(p.pp))  # one rank holding every block
     lo = lo_s
     if not math.isfinite(hi):
         hi = 2 * max(lo, 1e-9)
         while not feasible(hi):
             hi *= 2
-            if hi > 1e6 * max(lo, 1e-9):
-                return lo  # nothing fits in any reasonable time: leave it to the ILP
     if feasible(lo):
         return lo
     for _ in range(40):
