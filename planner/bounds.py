@@ -153,7 +153,12 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
     if len(p.kind_coefficients) == 2:
         # two block kinds (dense + MoE, full + sliding attention): the per-block relaxation
         # above lets every rank hold the cheap kind; count each kind's blocks instead
-        slowest = max(slowest, _two_kind_slowest_s(p, slowest))
+        m, v = p.num_micro_batches, p.vpp
+        rest = (sums.time_s[p.recompute] - p.table.embedding.time_s - p.table.output.time_s
+                + sum(e for _, e in fns)) / v
+        # the slowest rank at which the bound would reach the cutoff: proving more is not needed
+        enough = (cutoff - rest) / (m - 1.0 / v) if m * v > 1 and math.isfinite(cutoff) else math.inf
+        slowest = max(slowest, _two_kind_slowest_s(p, slowest, enough))
         if slowest == math.inf:
             return math.inf
     blocks_s = sums.time_s[p.recompute] - p.table.embedding.time_s - p.table.output.time_s
@@ -168,20 +173,27 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
 # The two-kind bound checks every split of the rarer kind over the ranks: above this many
 # blocks of it, the per-block relaxation alone is used (the check grows with its square).
 MAX_RARE_KIND_BLOCKS = 16
+# Relative width at which the two-kind bisection stops (it returns the infeasible end, so
+# the bound stays valid; 1e-4 is below the 1% gap the search reports on).
+BISECTION_REL = 1e-4
 
 
-def _two_kind_slowest_s(p: StageProblem, lo_s: float) -> float:
+def _two_kind_slowest_s(p: StageProblem, lo_s: float, enough_s: float = math.inf) -> float:
     """A lower bound on min max_r T_r over partitions, for a table of two block kinds with
     C1 <= C2 blocks: rank r holds n1_r blocks of kind 1 and n2_r of kind 2, sum_r n1_r = C1,
     sum_r n2_r = C2 (positions and the v-blocks-per-rank minimum relaxed away, which only
     enlarges the feasible set). For a given n1, n2 the rank's least time is its block times
     plus the least recompute that makes it fit: memory still needed over the budget, priced
     at the cheapest recompute time per byte saved (fractional: a lower bound of any integer
-    choice of recomputed blocks), infeasible when recomputing every block cannot free it.
+    choice of recomputed blocks), or the fewest whole blocks that can free it at the least
+    recompute time of a held kind, whichever is more; infeasible when recomputing every
+    block cannot free it.
     M is feasible when, with f_r(n1) the most kind-2 blocks rank r takes at T_r <= M, some
     split of C1 has sum_r f_r(n1_r) >= C2 (a DP over ranks); bisection on M from `lo_s`,
     returning the largest M proven infeasible (so never above the optimum); math.inf when
-    no M is feasible (the relaxation does not fit in memory, so no partition does)."""
+    no M is feasible (the relaxation does not fit in memory, so no partition does). Once
+    `enough_s` is proven infeasible it is returned without bisecting further (the caller
+    needs no more), and the bisection stops at BISECTION_REL."""
     k1, k2 = p.kind_coefficients
     counts = list(p.table.block_kind_counts)
     if counts[0] > counts[1]:
@@ -214,7 +226,13 @@ def _two_kind_slowest_s(p: StageProblem, lo_s: float) -> float:
         over = held + max(z3, peak) + e_tr - budget
         if over > inflight * (n1 * k1.act_saved_bytes + n2 * k2.act_saved_bytes):
             return math.inf
-        return t + rho * over / inflight
+        # R recomputed blocks free at most R x the most any held kind frees and cost at
+        # least R x the least any held kind costs; the fractional price bounds any mix
+        held_kinds = [b for b, n in ((k1, n1), (k2, n2)) if n > 0]
+        most_saved = inflight * max(b.act_saved_bytes for b in held_kinds)
+        fewest = min(n1 + n2, math.ceil(over / most_saved - 1e-9))
+        whole = fewest * min(b.recompute_full_s for b in held_kinds)
+        return t + max(rho * over / inflight, whole)
 
     def within(t: float, M: float) -> bool:
         return t <= M and t < math.inf  # M = inf asks only what fits in memory
@@ -255,14 +273,16 @@ def _two_kind_slowest_s(p: StageProblem, lo_s: float) -> float:
             hi *= 2
     if feasible(lo):
         return lo
-    for _ in range(40):
+    if lo < enough_s < hi:
+        if not feasible(enough_s):
+            return enough_s
+        hi = enough_s
+    while hi - lo > BISECTION_REL * hi:
         mid = (lo + hi) / 2
         if feasible(mid):
             hi = mid
         else:
             lo = mid
-        if hi - lo <= 1e-6 * hi:
-            break
     return lo
 
 

@@ -25,7 +25,7 @@ from cost_model.specs import (
     ParallelConfig,
     TrainingSpec,
 )
-from cost_model.stages import slices_from_counts
+from cost_model.stages import slices_from_counts, step_time_s
 from cost_model.vocab import (
     ENGINE_MEGATRON,
     RECOMPUTE_FULL,
@@ -208,10 +208,13 @@ def _record(found: list[Found], prob: Problem, c: Candidate, table: LayerTable, 
         # price the one count it would run, the largest (launch/megatron.py recompute)
         rcs = uniform_recompute_counts(counts, max(rcs, default=0))
     c = _normalise(c, table, rcs)
-    if any(f.candidate == c for f in found):
-        return  # the same plan reached through an equivalent recompute setting
     cfg = _to_config(c, counts, rcs)
     est = compose(prob.model, prob.cluster, prob.training, cfg, table, slices_from_counts(counts, cfg.recompute_layers))
+    same = [f for f in found if f.candidate == c]
+    if same and same[0].estimate.prediction.step_time_s <= est.prediction.step_time_s:
+        return  # the same plan reached through an equivalent recompute setting, or a retry found no better
+    for f in same:  # a retry improved on it
+        found.remove(f)
     found.append(Found(c, cfg, est, status))
     found.sort(key=lambda f: (f.estimate.prediction.step_time_s, _tiebreak(f.candidate)))
     del found[k:]
@@ -271,6 +274,8 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
 # bound 0 (valid, expanded first), so a very large space still gets searched and its gap
 # stays honest.
 ENUMERATION_SHARE = 0.6
+# Least time left worth a retry of an unproven candidate (CP-SAT rarely proves in less).
+RETRY_MIN_S = 0.5
 
 # What a queued entry is: a degree group bounded as a whole (bounds.group_time_bound_s), a
 # candidate with its base-table bound (cheap, every candidate of an expanded group), or a
@@ -408,27 +413,37 @@ def search(
             return None
         return _Entry(max(e.bound_s, refined), e.order, "refined", c)
 
-    def solve_one(e: _Entry, p: StageProblem, table: LayerTable) -> None:
-        """CP-SAT from the greedy hint (the hint alone if CP-SAT finds nothing in time)."""
-        nonlocal optimal_all
-        hint = greedy_partition(p)
-        remaining = max(0.05, limit - (time.perf_counter() - t0))
-        sol = solve(p, min(remaining, max(1.0, limit / 4)), hint, lower_bound_s=e.bound_s)
+    # candidates solved without proof (CP-SAT feasible or out of time): order -> (their
+    # lower bound, entry); those CP-SAT had a solution for (`retry`) are solved again with
+    # the time left once the queue is done: a model it could not even place the hint in
+    # rarely does better with more time
+    open_: dict[tuple[int, int], tuple[float, _Entry]] = {}
+    retry: set[tuple[int, int]] = set()
+
+    def solve_one(e: _Entry, p: StageProblem, table: LayerTable, time_s: float) -> None:
+        """CP-SAT from the best hint (the hint alone if CP-SAT finds nothing in time)."""
+        hint = best_hint(p)
+        own = next((f for f in found if f.candidate == e.candidate), None)
+        if own is not None:  # a retry: start from what the first solve found
+            hint = (list(own.config.stage_layers), list(own.config.recompute_layers or [0] * len(own.config.stage_layers)))
+        sol = solve(p, time_s, hint, lower_bound_s=e.bound_s)
         stats.ilp_solves += 1
         stats.ilp_time_s += sol.solve_time_s
         if sol.status in (STATUS_OPTIMAL, STATUS_FEASIBLE):
             counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
             if status == STATUS_FEASIBLE:
-                optimal_all = False
-                stats.lower_bound_s = min(stats.lower_bound_s, max(e.bound_s, sol.bound_s))
+                open_[e.order] = (max(e.bound_s, sol.bound_s), e)
+                retry.add(e.order)
+            else:
+                open_.pop(e.order, None)
         elif hint is not None:
             counts, rcs, status = hint[0], hint[1], STATUS_FEASIBLE
-            optimal_all = False
-            stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
+            open_[e.order] = (e.bound_s, e)
         else:
             if sol.status == "unknown":
-                optimal_all = False
-                stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
+                open_[e.order] = (e.bound_s, e)
+            else:
+                open_.pop(e.order, None)
             stats.infeasible += 1
             return
         _record(found, prob, e.candidate, table, counts, rcs, status, k)
@@ -461,7 +476,7 @@ def search(
             # nothing found yet: take the best-bounded candidates' greedy partitions until one fits
             stats.timed_out = True
             stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
-            hint = greedy_partition(p)
+            hint = best_hint(p)
             if hint is not None:
                 _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
                 optimal_all = False
@@ -473,7 +488,28 @@ def search(
                 heapq.heappush(queue, refined)
                 queued += 1
         else:
-            solve_one(e, p, table)
+            remaining = max(0.05, limit - (time.perf_counter() - t0))
+            solve_one(e, p, table, min(remaining, max(1.0, limit / 4)))
+
+    # --- retry what was solved without proof, most promising first, with the time left;
+    # a candidate whose lower bound reaches the best plan needs no proof
+    while not stats.timed_out and open_:
+        best_t = best_s()
+        for key in [key for key, (b, _) in open_.items() if b >= best_t * (1 - 1e-9)]:
+            del open_[key]
+        remaining = limit - (time.perf_counter() - t0)
+        todo = [x for key, x in open_.items() if key in retry]
+        if not todo or remaining < RETRY_MIN_S:
+            break
+        bound, e = min(todo, key=lambda x: (x[0], x[1].order))
+        retry.discard(e.order)
+        table = tables.get(e.candidate)
+        solve_one(e, stage_problem(prob, e.candidate, table), table, remaining)
+    best_t = best_s()
+    for b, _ in open_.values():
+        if b < best_t * (1 - 1e-9):
+            optimal_all = False
+            stats.lower_bound_s = min(stats.lower_bound_s, b)
 
     best_t = best_s()
     if not monotone_ok:
@@ -492,6 +528,78 @@ def _count_left(stats: SearchStats, queue: list[_Entry]) -> None:
     groups = sum(e.stage == "group" for e in queue)
     stats.pruned_groups += groups
     stats.pruned_time += len(queue) - groups
+
+
+def _step_s(p: StageProblem, counts: list[int], rcs: list[int]) -> float | None:
+    """The float model's step time of a partition, None when a rank does not fit."""
+    slices = slices_from_counts(counts, rcs)
+    ranks = [p.rank_cost(slices, r) for r in range(p.pp)]
+    if any(rc.peak_bytes > p.capacity_bytes for rc in ranks):
+        return None
+    return step_time_s(ranks, p.num_micro_batches, p.vpp)
+
+
+def _least_recompute(p: StageProblem, counts: list[int]) -> list[int] | None:
+    """Per-stage recompute counts that make `counts` fit: the engine's one count n (the
+    least that fits every rank) when it takes one, else greedy_partition's per-rank rule."""
+    if not p.full:
+        return [0] * len(counts) if _step_s(p, counts, [0] * len(counts)) is not None else None
+    if p.uniform_recompute:
+        for n in range(max(counts) + 1):
+            rcs = uniform_recompute_counts(counts, n)
+            if _step_s(p, counts, rcs) is not None:
+                return rcs
+        return None
+    rcs = [0] * len(counts)
+    for r in range(p.pp):
+        ks = p.stages_of(r)
+        while p.rank_cost(slices_from_counts(counts, rcs), r).peak_bytes > p.capacity_bytes:
+            open_ks = [k for k in ks if rcs[k] < counts[k]]
+            if not open_ks:
+                return None
+            k = min(open_ks, key=lambda k: (rcs[k] / counts[k], k))
+            rcs[k] += 1
+    return rcs
+
+
+def _count_patterns(L: int, S: int) -> list[list[int]]:
+    """A few stage-size patterns beside the balanced one: the remainder on the first or the
+    last stages, or every stage at the ceiling but the first / last ones, which hold the
+    embedding / the output layer (and give up the surplus)."""
+    q, r = divmod(L, S)
+    out = [[q + 1] * r + [q] * (S - r), [q] * (S - r) + [q + 1] * r]
+    if r:
+        for from_end in (True, False):
+            counts, surplus = [q + 1] * S, S * (q + 1) - L
+            order = range(S - 1, -1, -1) if from_end else range(S)
+            for k in order:
+                take = min(surplus, counts[k] - 1)
+                counts[k] -= take
+                surplus -= take
+            out.append(counts)
+    return [c for c in out if min(c) >= 1]
+
+
+def best_hint(p: StageProblem) -> tuple[list[int], list[int]] | None:
+    """The best of greedy_partition and the patterns of `_count_patterns` (each with its
+    least recompute) under the float model: the CP-SAT hint, and the fallback plan when
+    CP-SAT returns nothing in time. Only a starting point: optimality is CP-SAT's to prove."""
+    tried = []
+    g = greedy_partition(p)
+    if g is not None:
+        tried.append(g)
+    for counts in _count_patterns(p.num_layers, p.num_stages):
+        rcs = _least_recompute(p, counts)
+        if rcs is not None:
+            tried.append((counts, rcs))
+    best, best_t = None, math.inf
+    for counts, rcs in tried:
+        if p.full and p.uniform_recompute:
+            rcs = uniform_recompute_counts(counts, max(rcs, default=0))
+        t = _step_s(p, counts, rcs)
+        if t is not None and t < best_t:
+            best, best_t = (list(counts), list(rcs)), t
+    return best if best is not None else g
 
 
 def _normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:

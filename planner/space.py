@@ -4,6 +4,7 @@ the brute-force reference, so both search exactly the same space."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -165,7 +166,13 @@ def group_candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpac
 
 def micro_batch_values(space: SearchSpace, global_batch_size: int, dp: int) -> list[int]:
     """The micro-batch sizes a candidate with `dp` data-parallel ranks may take."""
-    return [mb for mb in divisors(global_batch_size // dp) if space.ok("micro_batch_size", mb)]
+    return [mb for mb in _divisors(global_batch_size // dp) if space.ok("micro_batch_size", mb)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _divisors(n: int) -> tuple[int, ...]:
+    """validate.divisors, cached: it walks 1..n, and every degree group asks for B/dp's."""
+    return tuple(divisors(n))
 
 
 def sequence_parallel_values(space: SearchSpace, tp: int) -> list[bool]:
