@@ -167,7 +167,10 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
     bound = (m - 1.0 / v) * slowest + total / v
     if bound >= cutoff:
         return bound
-    return bound + min_max_tail_s(p)
+    tail = min_max_tail_s(p)
+    if len(p.kind_coefficients) == 2 and bound + tail < cutoff:
+        tail = max(tail, _two_kind_tail_s(p, tail, cutoff - bound))
+    return bound + tail
 
 
 # The two-kind bound checks every split of the rarer kind over the ranks: above this many
@@ -178,28 +181,93 @@ MAX_RARE_KIND_BLOCKS = 16
 BISECTION_REL = 1e-4
 
 
-def _two_kind_slowest_s(p: StageProblem, lo_s: float, enough_s: float = math.inf) -> float:
-    """A lower bound on min max_r T_r over partitions, for a table of two block kinds with
-    C1 <= C2 blocks: rank r holds n1_r blocks of kind 1 and n2_r of kind 2, sum_r n1_r = C1,
-    sum_r n2_r = C2 (positions and the v-blocks-per-rank minimum relaxed away, which only
-    enlarges the feasible set). For a given n1, n2 the rank's least time is its block times
-    plus the least recompute that makes it fit: memory still needed over the budget, priced
-    at the cheapest recompute time per byte saved (fractional: a lower bound of any integer
-    choice of recomputed blocks), or the fewest whole blocks that can free it at the least
-    recompute time of a held kind, whichever is more; infeasible when recomputing every
-    block cannot free it.
-    M is feasible when, with f_r(n1) the most kind-2 blocks rank r takes at T_r <= M, some
-    split of C1 has sum_r f_r(n1_r) >= C2 (a DP over ranks); bisection on M from `lo_s`,
-    returning the largest M proven infeasible (so never above the optimum); math.inf when
-    no M is feasible (the relaxation does not fit in memory, so no partition does). Once
-    `enough_s` is proven infeasible it is returned without bisecting further (the caller
-    needs no more), and the bisection stops at BISECTION_REL."""
+def _two_kinds(p: StageProblem):
+    """(k1, k2, C1, C2): the two block kinds' coefficients, the rarer kind first."""
     k1, k2 = p.kind_coefficients
-    counts = list(p.table.block_kind_counts)
-    if counts[0] > counts[1]:
-        k1, k2 = k2, k1
-        counts.reverse()
-    c1, c2 = counts
+    c1, c2 = p.table.block_kind_counts
+    return (k2, k1, c2, c1) if c1 > c2 else (k1, k2, c1, c2)
+
+
+def _two_kind_min_max(p: StageProblem, cost, lo_s: float, enough_s: float = math.inf, most=None) -> float:
+    """A lower bound on min over splits of max_r cost(r, n1_r, n2_r), with rank r holding
+    n1_r blocks of the rarer kind and n2_r of the other, sum_r n1_r = C1, sum_r n2_r = C2
+    (block positions and the v-blocks-per-rank minimum relaxed away, which only enlarges
+    the feasible set). `cost` must be nondecreasing in n2 (math.inf: does not fit). M is
+    feasible when, with f_r(n1) the most kind-2 blocks rank r takes at cost <= M, some split
+    of C1 has sum_r f_r(n1_r) >= C2 (a DP over ranks; fewer kind-2 blocks never cost more).
+    Bisection on M from `lo_s`, returning the largest M proven infeasible (never above the
+    optimum); math.inf when no M is feasible (nothing fits). Once `enough_s` is proven
+    infeasible it is returned without bisecting further (the caller needs no more); the
+    bisection stops at BISECTION_REL. `most(r, n1, M)`, when given, is f_r(n1) in closed form
+    (-1: none), for costs linear in n2."""
+    _, _, c1, c2 = _two_kinds(p)
+
+    def within(t: float, M: float) -> bool:
+        return t <= M and t < math.inf  # M = inf asks only what fits
+
+    def most_kind2(r: int, n1: int, M: float) -> int:
+        if not within(cost(r, n1, 0), M):
+            return -1
+        lo, hi = 0, c2  # cost is nondecreasing in n2: the largest n2 within M
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if within(cost(r, n1, mid), M):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    pick = most or most_kind2
+
+    def feasible(M: float) -> bool:
+        best = [0] + [-1] * c1  # best[j]: most kind-2 blocks with j kind-1 blocks placed
+        for r in range(p.pp):
+            f = [pick(r, n1, M) for n1 in range(c1 + 1)]
+            nxt = [-1] * (c1 + 1)
+            for j, have in enumerate(best):
+                if have < 0:
+                    continue
+                for n1 in range(c1 + 1 - j):
+                    if f[n1] >= 0 and have + f[n1] > nxt[j + n1]:
+                        nxt[j + n1] = min(c2, have + f[n1])
+            best = nxt
+        return best[c1] >= c2
+
+    if not feasible(math.inf):
+        return math.inf  # no split of the blocks fits in memory: neither does any partition
+    lo = lo_s
+    if feasible(lo):
+        return lo
+    # a feasible upper end close above lo: 1%, 2%, 4%, ... over it (the optimum is usually
+    # near the relaxations' lo, and the bisection then starts narrow)
+    step = 0.01 * max(lo, 1e-9)
+    hi = lo + step
+    while not feasible(hi):
+        if hi >= enough_s:
+            return enough_s  # infeasible at or above what the caller needs
+        lo, step = hi, 2 * step
+        hi = lo + step
+    if lo < enough_s < hi:
+        if not feasible(enough_s):
+            return enough_s
+        hi = enough_s
+    while hi - lo > BISECTION_REL * hi:
+        mid = (lo + hi) / 2
+        if feasible(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+def _two_kind_slowest_s(p: StageProblem, lo_s: float, enough_s: float = math.inf) -> float:
+    """min max_r T_r for two block kinds (_two_kind_min_max). For n1, n2 blocks the rank's
+    least time is its block times plus the least recompute that makes it fit: memory still
+    needed over the budget, priced at the cheapest recompute time per byte saved
+    (fractional: a lower bound of any integer choice of recomputed blocks), or the fewest
+    whole blocks that can free it at the least recompute time of a held kind, whichever is
+    more; math.inf when recomputing every block cannot free it."""
+    k1, k2, c1, _ = _two_kinds(p)
     if c1 > MAX_RARE_KIND_BLOCKS:
         return lo_s
     budget = p.allocatable_bytes
@@ -234,56 +302,40 @@ def _two_kind_slowest_s(p: StageProblem, lo_s: float, enough_s: float = math.inf
         whole = fewest * min(b.recompute_full_s for b in held_kinds)
         return t + max(rho * over / inflight, whole)
 
-    def within(t: float, M: float) -> bool:
-        return t <= M and t < math.inf  # M = inf asks only what fits in memory
+    return _two_kind_min_max(p, rank_time, lo_s, enough_s)
 
-    def most_kind2(r: int, n1: int, M: float) -> int:
-        if not within(rank_time(r, n1, 0), M):
-            return -1
-        lo, hi = 0, c2  # rank_time is nondecreasing in n2: largest n2 with time <= M
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if within(rank_time(r, n1, mid), M):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
 
-    def feasible(M: float) -> bool:
-        best = [0] + [-1] * c1  # best[j]: most kind-2 blocks with j kind-1 blocks placed
-        for r in range(p.pp):
-            f = [most_kind2(r, n1, M) for n1 in range(c1 + 1)]
-            nxt = [-1] * (c1 + 1)
-            for j, have in enumerate(best):
-                if have < 0:
-                    continue
-                for n1 in range(c1 + 1 - j):
-                    if f[n1] >= 0 and have + f[n1] > nxt[j + n1]:
-                        nxt[j + n1] = min(c2, have + f[n1])
-            best = nxt
-        return best[c1] >= c2
+def _two_kind_tail_s(p: StageProblem, lo_s: float, enough_s: float = math.inf) -> float:
+    """min max_r tail_r for two block kinds (_two_kind_min_max), tail_r(n1, n2) =
+    max(A_r + a1 n1 + a2 n2, B_r + b1 n1 + b2 n2) as in min_max_tail_s with each kind's own
+    slopes. b >= 0; a kind-2 slope a2 < 0 is taken at n2 = C2, its least over the range,
+    so the cost stays nondecreasing in n2 and never above the tail."""
+    k1, k2, c1, c2 = _two_kinds(p)
+    if c1 > MAX_RARE_KIND_BLOCKS:
+        return lo_s
+    a1, a2 = (x.dp_sync_s - x.dp_window_s + x.optimizer_s for x in (k1, k2))
+    b1, b2 = (x.dp_hidden_s + x.optimizer_s for x in (k1, k2))
+    lines = [(ex.dp_sync_s - ex.dp_window_s + ex.optimizer_s, ex.dp_hidden_s + ex.optimizer_s) for ex in p.extras]
 
-    if not feasible(math.inf):
-        return math.inf  # no split of the blocks fits in memory: neither does any partition
-    hi = max(rank_time(r, c1, c2) for r in range(p.pp))  # one rank holding every block
-    lo = lo_s
-    if not math.isfinite(hi):
-        hi = 2 * max(lo, 1e-9)
-        while not feasible(hi):
-            hi *= 2
-    if feasible(lo):
-        return lo
-    if lo < enough_s < hi:
-        if not feasible(enough_s):
-            return enough_s
-        hi = enough_s
-    while hi - lo > BISECTION_REL * hi:
-        mid = (lo + hi) / 2
-        if feasible(mid):
-            hi = mid
-        else:
-            lo = mid
-    return lo
+    def tail(r: int, n1: int, n2: int) -> float:
+        A, B = lines[r]
+        return max(A + a1 * n1 + a2 * (n2 if a2 >= 0 else c2), B + b1 * n1 + b2 * n2)
+
+    def most(r: int, n1: int, M: float) -> int:
+        """The largest n2 in [0, C2] with tail(r, n1, n2) <= M (both lines linear in n2)."""
+        if M == math.inf:
+            return c2
+        A, B = lines[r]
+        n = c2
+        for const, slope in ((A + a1 * n1 + (a2 * c2 if a2 < 0 else 0.0), max(a2, 0.0)), (B + b1 * n1, b2)):
+            room = M - const
+            if room < 0:
+                return -1
+            if slope > 0:
+                n = min(n, math.floor(room / slope + 1e-12))
+        return n
+
+    return max(lo_s, _two_kind_min_max(p, tail, lo_s, enough_s, most))
 
 
 def min_max_tail_s(p: StageProblem) -> float:
