@@ -95,6 +95,8 @@ class Found:
 
 @dataclass
 class SearchStats:
+    # candidates enumerated: every candidate of the degree groups the search expanded (a
+    # group pruned whole by its bound is counted in `pruned_groups`, its candidates never built)
     candidates: int = 0
     pruned_memory: int = 0
     pruned_time: int = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from bench.search import request as bench_request
 from cost_model.layers import layer_table
 from cost_model.specs import ParallelConfig
 from planner import exhaustive
+from planner import search as search_module
 from planner.bounds import (
     base_time_bound_s,
     group_time_bound_s,
@@ -21,7 +23,7 @@ from planner.bounds import (
     table_sums,
     tight_time_bound_s,
 )
-from planner.search import _Tables, stage_problem
+from planner.search import _Tables, search, stage_problem
 from planner.service import problem_from_request
 from planner.space import (
     degree_groups,
@@ -29,6 +31,8 @@ from planner.space import (
     micro_batch_values,
     sequence_parallel_values,
 )
+
+from .test_progress import request as progress_request
 
 REL = 1e-9
 
@@ -116,3 +120,43 @@ def test_group_bound_below_every_candidate_base_bound():
             m = B // (c.dp * c.micro_batch_size)
             assert bound <= base_time_bound_s(sums, table, c, m) * (1 + REL)
             assert math.isfinite(bound)
+
+
+def _downgraded(real, first_only: bool):
+    """planner.search.solve whose answers lose their proof: 'feasible' with the bound cut
+    to 90% of the true one (all calls, or the first only)."""
+    calls = []
+
+    def solve(p, time_limit_s, hint=None, seed=0, lower_bound_s=None):
+        sol = real(p, time_limit_s, hint, seed, lower_bound_s)
+        calls.append(sol.status)
+        if sol.status == "optimal" and (not first_only or len(calls) == 1):
+            return replace(sol, status="feasible", bound_s=0.9 * sol.bound_s)
+        return sol
+
+    return solve, calls
+
+
+def test_unproven_solve_is_retried_and_then_optimal(monkeypatch):
+    """A first solve without proof keeps the search from OPTIMAL until the retry proves it."""
+    prob = problem_from_request(progress_request(8, 16))
+    ref = search(prob)
+    assert ref.status == "optimal"
+    fake, calls = _downgraded(search_module.solve, first_only=True)
+    monkeypatch.setattr(search_module, "solve", fake)
+    res = search(prob)
+    assert res.status == "optimal" and res.gap == 0.0
+    assert res.stats.ilp_solves == len(calls) >= 2
+    assert res.best[0].estimate.prediction.step_time_s == ref.best[0].estimate.prediction.step_time_s
+
+
+def test_unproven_solves_give_feasible_and_the_gap_of_the_least_open_bound(monkeypatch):
+    prob = problem_from_request(progress_request(8, 16))
+    fake, _ = _downgraded(search_module.solve, first_only=False)
+    monkeypatch.setattr(search_module, "solve", fake)
+    res = search(prob)
+    best = res.best[0].estimate.prediction.step_time_s
+    assert res.status == "feasible" and not res.stats.timed_out
+    assert 0 < res.stats.lower_bound_s < best
+    assert res.gap == pytest.approx((best - res.stats.lower_bound_s) / best, rel=1e-12)
+    assert res.gap <= 0.1 + 1e-9  # the bound cut to 90% is the only loss
