@@ -128,11 +128,12 @@ def _rank_time_fn(p: StageProblem, r: int):
     return t, e_r
 
 
-def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.inf) -> float:
+def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.inf, rel: float | None = None) -> float:
     """The tight bound of the module docstring (exact rank model for uniform blocks, a
     relaxation of it for several block kinds). `cutoff`: the best plan
     so far; the result is only needed when it is below it, so the tail bound is skipped when
-    the rest already reaches it (the value returned is a valid bound either way)."""
+    the rest already reaches it (the value returned is a valid bound either way). `rel`: the
+    two-kind bisections' precision (BISECTION_REL; PROOF_REL to prove a partition optimal)."""
     L, pp, v = p.num_layers, p.pp, p.vpp
     fns = [_rank_time_fn(p, r) for r in range(pp)]
     if any(f(v) == math.inf for f, _ in fns):
@@ -158,7 +159,7 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
                 + sum(e for _, e in fns)) / v
         # the slowest rank at which the bound would reach the cutoff: proving more is not needed
         enough = (cutoff - rest) / (m - 1.0 / v) if m * v > 1 and math.isfinite(cutoff) else math.inf
-        slowest = max(slowest, _two_kind_slowest_s(p, slowest, enough))
+        slowest = max(slowest, _two_kind_slowest_s(p, slowest, enough, rel))
         if slowest == math.inf:
             return math.inf
     blocks_s = sums.time_s[p.recompute] - p.table.embedding.time_s - p.table.output.time_s
@@ -169,7 +170,7 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
         return bound
     tail = min_max_tail_s(p)
     if len(p.kind_coefficients) == 2 and bound + tail < cutoff:
-        tail = max(tail, _two_kind_tail_s(p, tail, cutoff - bound))
+        tail = max(tail, _two_kind_tail_s(p, tail, cutoff - bound, rel))
     return bound + tail
 
 
@@ -179,6 +180,9 @@ MAX_RARE_KIND_BLOCKS = 16
 # Relative width at which the two-kind bisection stops (it returns the infeasible end, so
 # the bound stays valid; 1e-4 is below the 1% gap the search reports on).
 BISECTION_REL = 1e-4
+# The same to prove a candidate's best-known partition optimal (search.py): the relative
+# tolerance below which a bound counts as reaching a plan's time.
+PROOF_REL = 1e-10
 
 
 def _two_kinds(p: StageProblem):
@@ -188,7 +192,8 @@ def _two_kinds(p: StageProblem):
     return (k2, k1, c2, c1) if c1 > c2 else (k1, k2, c1, c2)
 
 
-def _two_kind_min_max(p: StageProblem, cost, lo_s: float, enough_s: float = math.inf, most=None) -> float:
+def _two_kind_min_max(p: StageProblem, cost, lo_s: float, enough_s: float = math.inf, most=None,
+                      rel: float | None = None) -> float:
     """A lower bound on min over splits of max_r cost(r, n1_r, n2_r), with rank r holding
     n1_r blocks of the rarer kind and n2_r of the other, sum_r n1_r = C1, sum_r n2_r = C2
     (block positions and the v-blocks-per-rank minimum relaxed away, which only enlarges
@@ -198,7 +203,7 @@ def _two_kind_min_max(p: StageProblem, cost, lo_s: float, enough_s: float = math
     Bisection on M from `lo_s`, returning the largest M proven infeasible (never above the
     optimum); math.inf when no M is feasible (nothing fits). Once `enough_s` is proven
     infeasible it is returned without bisecting further (the caller needs no more); the
-    bisection stops at BISECTION_REL. `most(r, n1, M)`, when given, is f_r(n1) in closed form
+    bisection stops at `rel` (BISECTION_REL by default). `most(r, n1, M)`, when given, is f_r(n1) in closed form
     (-1: none), for costs linear in n2."""
     _, _, c1, c2 = _two_kinds(p)
 
@@ -251,7 +256,8 @@ def _two_kind_min_max(p: StageProblem, cost, lo_s: float, enough_s: float = math
         if not feasible(enough_s):
             return enough_s
         hi = enough_s
-    while hi - lo > BISECTION_REL * hi:
+    rel = BISECTION_REL if rel is None else rel
+    while hi - lo > rel * hi:
         mid = (lo + hi) / 2
         if feasible(mid):
             hi = mid
@@ -260,7 +266,7 @@ def _two_kind_min_max(p: StageProblem, cost, lo_s: float, enough_s: float = math
     return lo
 
 
-def _two_kind_slowest_s(p: StageProblem, lo_s: float, enough_s: float = math.inf) -> float:
+def _two_kind_slowest_s(p: StageProblem, lo_s: float, enough_s: float = math.inf, rel: float | None = None) -> float:
     """min max_r T_r for two block kinds (_two_kind_min_max). For n1, n2 blocks the rank's
     least time is its block times plus the least recompute that makes it fit: memory still
     needed over the budget, priced at the cheapest recompute time per byte saved
@@ -302,10 +308,10 @@ def _two_kind_slowest_s(p: StageProblem, lo_s: float, enough_s: float = math.inf
         whole = fewest * min(b.recompute_full_s for b in held_kinds)
         return t + max(rho * over / inflight, whole)
 
-    return _two_kind_min_max(p, rank_time, lo_s, enough_s)
+    return _two_kind_min_max(p, rank_time, lo_s, enough_s, rel=rel)
 
 
-def _two_kind_tail_s(p: StageProblem, lo_s: float, enough_s: float = math.inf) -> float:
+def _two_kind_tail_s(p: StageProblem, lo_s: float, enough_s: float = math.inf, rel: float | None = None) -> float:
     """min max_r tail_r for two block kinds (_two_kind_min_max), tail_r(n1, n2) =
     max(A_r + a1 n1 + a2 n2, B_r + b1 n1 + b2 n2) as in min_max_tail_s with each kind's own
     slopes. b >= 0; a kind-2 slope a2 < 0 is taken at n2 = C2, its least over the range,
@@ -335,7 +341,7 @@ def _two_kind_tail_s(p: StageProblem, lo_s: float, enough_s: float = math.inf) -
                 n = min(n, math.floor(room / slope + 1e-12))
         return n
 
-    return max(lo_s, _two_kind_min_max(p, tail, lo_s, enough_s, most))
+    return max(lo_s, _two_kind_min_max(p, tail, lo_s, enough_s, most, rel))
 
 
 def min_max_tail_s(p: StageProblem) -> float:

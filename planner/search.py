@@ -37,6 +37,7 @@ from cost_model.vocab import (
 
 from . import exhaustive as brute
 from .bounds import (
+    PROOF_REL,
     TableSums,
     base_memory_bound_bytes,
     base_time_bound_s,
@@ -113,6 +114,7 @@ class SearchStats:
     groups_expanded: int = 0  # of which expanded into candidates (the others pruned whole)
     pruned_groups: int = 0  # pruned by their group bound before any candidate was built
     monotone_ok: bool = True  # bounds.py's per-sample monotonicity held on every table built
+    proven_by_bound: int = 0  # candidates whose hint the tight bound proved optimal (no CP-SAT)
 
     def note_memory(self, gib: float, c: Candidate) -> None:
         """Keep the least memory bound seen (for the infeasibility report)."""
@@ -276,6 +278,8 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
 # bound 0 (valid, expanded first), so a very large space still gets searched and its gap
 # stays honest.
 ENUMERATION_SHARE = 0.6
+# Relative tolerance at which a bound reaching a plan's time proves it (the pruning test's).
+PROOF_TOL = 1e-9
 # Least time left worth a retry of an unproven candidate (CP-SAT rarely proves in less).
 RETRY_MIN_S = 0.5
 
@@ -428,6 +432,18 @@ def search(
         own = next((f for f in found if f.candidate == e.candidate), None)
         if own is not None:  # a retry: start from what the first solve found
             hint = (list(own.config.stage_layers), list(own.config.recompute_layers or [0] * len(own.config.stage_layers)))
+        hint_s = _step_s(p, *hint) if hint is not None else None
+        bound = e.bound_s
+        if hint_s is not None:
+            # the bound at full precision: when it reaches the hint, the hint is optimal and
+            # CP-SAT has nothing to prove (and otherwise its cut is the tighter)
+            bound = max(bound, tight_time_bound_s(p, tables.get_sums(e.candidate), rel=PROOF_REL))
+            if bound >= hint_s * (1 - PROOF_TOL):
+                open_.pop(e.order, None)
+                stats.proven_by_bound += 1
+                _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL, k)
+                return
+            e = e._replace(bound_s=bound)
         sol = solve(p, time_s, hint, lower_bound_s=e.bound_s)
         stats.ilp_solves += 1
         stats.ilp_time_s += sol.solve_time_s
@@ -457,7 +473,7 @@ def search(
         e = queue[0]
         # prune against the best plan: alternatives are the runners-up among what was solved
         best_t = found[0].estimate.prediction.step_time_s if found else math.inf
-        if e.bound_s >= best_t * (1 - 1e-9):
+        if e.bound_s >= best_t * (1 - PROOF_TOL):
             _count_left(stats, queue)
             break
         out_of_time = time.perf_counter() - t0 > limit
@@ -497,7 +513,7 @@ def search(
     # a candidate whose lower bound reaches the best plan needs no proof
     while not stats.timed_out and open_:
         best_t = best_s()
-        for key in [key for key, (b, _) in open_.items() if b >= best_t * (1 - 1e-9)]:
+        for key in [key for key, (b, _) in open_.items() if b >= best_t * (1 - PROOF_TOL)]:
             del open_[key]
         remaining = limit - (time.perf_counter() - t0)
         todo = [x for key, x in open_.items() if key in retry]
@@ -509,7 +525,7 @@ def search(
         solve_one(e, stage_problem(prob, e.candidate, table), table, remaining)
     best_t = best_s()
     for b, _ in open_.values():
-        if b < best_t * (1 - 1e-9):
+        if b < best_t * (1 - PROOF_TOL):
             optimal_all = False
             stats.lower_bound_s = min(stats.lower_bound_s, b)
 
