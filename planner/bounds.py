@@ -10,7 +10,7 @@ with N blocks is T_r(N) = c*N + c_rc*R_min,r(N) + e_r, where R_min is the fewest
 blocks that let N blocks fit in memory (stages.rank_cost's memory formula solved for R).
 T_r is nondecreasing, so the least achievable max_r T_r over integer N_r >= v with sum L is
 found by water-filling (add each block where it raises the maximum least). Then
-    step >= (m - 1/v) M* + (c*L + sum_r e_r)/v + min_N max_r tail_r(N_r),
+    step >= (m - 1/v) M* + max(c*L + sum_r e_r, M*)/v + min_N max_r tail_r(N_r),
 the last term by the same bisection over the per-rank tail lines (min_max_tail_s).
 """
 
@@ -165,7 +165,9 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
     blocks_s = sums.time_s[p.recompute] - p.table.embedding.time_s - p.table.output.time_s
     total = blocks_s + sum(e for _, e in fns)
     m = p.num_micro_batches
-    bound = (m - 1.0 / v) * slowest + total / v
+    # sum_r T_r >= max_r T_r >= slowest as well: with one micro-batch (m = v = 1) the sum is
+    # all there is, and only `slowest` holds the recompute memory forces
+    bound = (m - 1.0 / v) * slowest + max(total, slowest) / v
     if bound >= cutoff:
         return bound
     tail = min_max_tail_s(p)
