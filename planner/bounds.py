@@ -10,7 +10,7 @@ with N blocks is T_r(N) = c*N + c_rc*R_min,r(N) + e_r, where R_min is the fewest
 blocks that let N blocks fit in memory (stages.rank_cost's memory formula solved for R).
 T_r is nondecreasing, so the least achievable max_r T_r over integer N_r >= v with sum L is
 found by water-filling (add each block where it raises the maximum least). Then
-    step >= (m - 1/v) M* + (c*L + sum_r e_r)/v + min_N max_r tail_r(N_r),
+    step >= (m - 1/v) M* + max(c*L + sum_r e_r, M*)/v + min_N max_r tail_r(N_r),
 the last term by the same bisection over the per-rank tail lines (min_max_tail_s).
 """
 
@@ -134,11 +134,12 @@ def _rank_time_fn(p: StageProblem, r: int):
     return t, e_r
 
 
-def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.inf) -> float:
+def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.inf, rel: float | None = None) -> float:
     """The tight bound of the module docstring (exact rank model for uniform blocks, a
     relaxation of it for several block kinds). `cutoff`: the best plan
     so far; the result is only needed when it is below it, so the tail bound is skipped when
-    the rest already reaches it (the value returned is a valid bound either way)."""
+    the rest already reaches it (the value returned is a valid bound either way). `rel`: the
+    two-kind bisections' precision (BISECTION_REL; PROOF_REL to prove a partition optimal)."""
     L, pp, v = p.num_layers, p.pp, p.vpp
     fns = [_rank_time_fn(p, r) for r in range(pp)]
     if any(f(v) == math.inf for f, _ in fns):
@@ -156,13 +157,199 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
         counts[r] += 1
         slowest = max(slowest, t_next)
         heapq.heappush(heap, (fns[r][0](counts[r] + 1), r))
+    if len(p.kind_coefficients) == 2:
+        # two block kinds (dense + MoE, full + sliding attention): the per-block relaxation
+        # above lets every rank hold the cheap kind; count each kind's blocks instead
+        m, v = p.num_micro_batches, p.vpp
+        rest = (sums.time_s[p.recompute] - p.table.embedding.time_s - p.table.output.time_s
+                + sum(e for _, e in fns)) / v
+        # the slowest rank at which the bound would reach the cutoff: proving more is not needed
+        enough = (cutoff - rest) / (m - 1.0 / v) if m * v > 1 and math.isfinite(cutoff) else math.inf
+        slowest = max(slowest, _two_kind_slowest_s(p, slowest, enough, rel))
+        if slowest == math.inf:
+            return math.inf
     blocks_s = sums.time_s[p.recompute] - p.table.embedding.time_s - p.table.output.time_s
     total = blocks_s + sum(e for _, e in fns)
     m = p.num_micro_batches
-    bound = (m - 1.0 / v) * slowest + total / v
+    # sum_r T_r >= max_r T_r >= slowest as well: with one micro-batch (m = v = 1) the sum is
+    # all there is, and only `slowest` holds the recompute memory forces
+    bound = (m - 1.0 / v) * slowest + max(total, slowest) / v
     if bound >= cutoff:
         return bound
-    return bound + min_max_tail_s(p)
+    tail = min_max_tail_s(p)
+    if len(p.kind_coefficients) == 2 and bound + tail < cutoff:
+        tail = max(tail, _two_kind_tail_s(p, tail, cutoff - bound, rel))
+    return bound + tail
+
+
+# The two-kind bound checks every split of the rarer kind over the ranks: above this many
+# blocks of it, the per-block relaxation alone is used (the check grows with its square).
+MAX_RARE_KIND_BLOCKS = 16
+# Relative width at which the two-kind bisection stops (it returns the infeasible end, so
+# the bound stays valid; 1e-4 is below the 1% gap the search reports on).
+BISECTION_REL = 1e-4
+# The same to prove a candidate's best-known partition optimal (search.py): the relative
+# tolerance below which a bound counts as reaching a plan's time.
+PROOF_REL = 1e-10
+
+
+def _two_kinds(p: StageProblem):
+    """(k1, k2, C1, C2): the two block kinds' coefficients, the rarer kind first."""
+    k1, k2 = p.kind_coefficients
+    c1, c2 = p.table.block_kind_counts
+    return (k2, k1, c2, c1) if c1 > c2 else (k1, k2, c1, c2)
+
+
+def _two_kind_min_max(p: StageProblem, cost, lo_s: float, enough_s: float = math.inf, most=None,
+                      rel: float | None = None) -> float:
+    """A lower bound on min over splits of max_r cost(r, n1_r, n2_r), with rank r holding
+    n1_r blocks of the rarer kind and n2_r of the other, sum_r n1_r = C1, sum_r n2_r = C2
+    (block positions and the v-blocks-per-rank minimum relaxed away, which only enlarges
+    the feasible set). `cost` must be nondecreasing in n2 (math.inf: does not fit). M is
+    feasible when, with f_r(n1) the most kind-2 blocks rank r takes at cost <= M, some split
+    of C1 has sum_r f_r(n1_r) >= C2 (a DP over ranks; fewer kind-2 blocks never cost more).
+    Bisection on M from `lo_s`, returning the largest M proven infeasible (never above the
+    optimum); math.inf when no M is feasible (nothing fits). Once `enough_s` is proven
+    infeasible it is returned without bisecting further (the caller needs no more); the
+    bisection stops at `rel` (BISECTION_REL by default). `most(r, n1, M)`, when given, is f_r(n1) in closed form
+    (-1: none), for costs linear in n2."""
+    _, _, c1, c2 = _two_kinds(p)
+
+    def within(t: float, M: float) -> bool:
+        return t <= M and t < math.inf  # M = inf asks only what fits
+
+    def most_kind2(r: int, n1: int, M: float) -> int:
+        if not within(cost(r, n1, 0), M):
+            return -1
+        lo, hi = 0, c2  # cost is nondecreasing in n2: the largest n2 within M
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if within(cost(r, n1, mid), M):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    pick = most or most_kind2
+
+    def feasible(M: float) -> bool:
+        best = [0] + [-1] * c1  # best[j]: most kind-2 blocks with j kind-1 blocks placed
+        for r in range(p.pp):
+            f = [pick(r, n1, M) for n1 in range(c1 + 1)]
+            nxt = [-1] * (c1 + 1)
+            for j, have in enumerate(best):
+                if have < 0:
+                    continue
+                for n1 in range(c1 + 1 - j):
+                    if f[n1] >= 0 and have + f[n1] > nxt[j + n1]:
+                        nxt[j + n1] = min(c2, have + f[n1])
+            best = nxt
+        return best[c1] >= c2
+
+    if not feasible(math.inf):
+        return math.inf  # no split of the blocks fits in memory: neither does any partition
+    lo = lo_s
+    if feasible(lo):
+        return lo
+    # a feasible upper end close above lo: 1%, 2%, 4%, ... over it (the optimum is usually
+    # near the relaxations' lo, and the bisection then starts narrow)
+    step = 0.01 * max(lo, 1e-9)
+    hi = lo + step
+    while not feasible(hi):
+        if hi >= enough_s:
+            return enough_s  # infeasible at or above what the caller needs
+        lo, step = hi, 2 * step
+        hi = lo + step
+    if lo < enough_s < hi:
+        if not feasible(enough_s):
+            return enough_s
+        hi = enough_s
+    rel = BISECTION_REL if rel is None else rel
+    while hi - lo > rel * hi:
+        mid = (lo + hi) / 2
+        if feasible(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+def _two_kind_slowest_s(p: StageProblem, lo_s: float, enough_s: float = math.inf, rel: float | None = None) -> float:
+    """min max_r T_r for two block kinds (_two_kind_min_max). For n1, n2 blocks the rank's
+    least time is its block times plus the least recompute that makes it fit: memory still
+    needed over the budget, priced at the cheapest recompute time per byte saved
+    (fractional: a lower bound of any integer choice of recomputed blocks), or the fewest
+    whole blocks that can free it at the least recompute time of a held kind, whichever is
+    more; math.inf when recomputing every block cannot free it."""
+    k1, k2, c1, _ = _two_kinds(p)
+    if c1 > MAX_RARE_KIND_BLOCKS:
+        return lo_s
+    budget = p.allocatable_bytes
+    z3 = p.block_transient_bytes
+    peak = p.recompute_transient_bytes
+    rho = None  # cheapest recompute seconds per byte saved
+    for b in (k1, k2):
+        if p.full and b.act_saved_bytes > 0:
+            r = b.recompute_full_s / b.act_saved_bytes
+            rho = r if rho is None else min(rho, r)
+    ranks = []
+    for r in range(p.pp):
+        ex, inflight = p.extras[r], p.inflight(r)
+        ranks.append((ex.time_s, ex.allocated_bytes, ex.transient_bytes, inflight))
+
+    def rank_time(r: int, n1: int, n2: int) -> float:
+        e_t, e_mem, e_tr, inflight = ranks[r]
+        t = n1 * k1.time_s + n2 * k2.time_s + e_t
+        held = n1 * (k1.state_bytes + inflight * k1.act_bytes) + n2 * (k2.state_bytes + inflight * k2.act_bytes) + e_mem
+        if held + z3 + e_tr <= budget:
+            return t
+        if rho is None:
+            return math.inf
+        over = held + max(z3, peak) + e_tr - budget
+        if over > inflight * (n1 * k1.act_saved_bytes + n2 * k2.act_saved_bytes):
+            return math.inf
+        # R recomputed blocks free at most R x the most any held kind frees and cost at
+        # least R x the least any held kind costs; the fractional price bounds any mix
+        held_kinds = [b for b, n in ((k1, n1), (k2, n2)) if n > 0]
+        most_saved = inflight * max(b.act_saved_bytes for b in held_kinds)
+        fewest = min(n1 + n2, math.ceil(over / most_saved - 1e-9))
+        whole = fewest * min(b.recompute_full_s for b in held_kinds)
+        return t + max(rho * over / inflight, whole)
+
+    return _two_kind_min_max(p, rank_time, lo_s, enough_s, rel=rel)
+
+
+def _two_kind_tail_s(p: StageProblem, lo_s: float, enough_s: float = math.inf, rel: float | None = None) -> float:
+    """min max_r tail_r for two block kinds (_two_kind_min_max), tail_r(n1, n2) =
+    max(A_r + a1 n1 + a2 n2, B_r + b1 n1 + b2 n2) as in min_max_tail_s with each kind's own
+    slopes. b >= 0; a kind-2 slope a2 < 0 is taken at n2 = C2, its least over the range,
+    so the cost stays nondecreasing in n2 and never above the tail."""
+    k1, k2, c1, c2 = _two_kinds(p)
+    if c1 > MAX_RARE_KIND_BLOCKS:
+        return lo_s
+    a1, a2 = (x.dp_sync_s - x.dp_window_s + x.optimizer_s for x in (k1, k2))
+    b1, b2 = (x.dp_hidden_s + x.optimizer_s for x in (k1, k2))
+    lines = [(ex.dp_sync_s - ex.dp_window_s + ex.optimizer_s, ex.dp_hidden_s + ex.optimizer_s) for ex in p.extras]
+
+    def tail(r: int, n1: int, n2: int) -> float:
+        A, B = lines[r]
+        return max(A + a1 * n1 + a2 * (n2 if a2 >= 0 else c2), B + b1 * n1 + b2 * n2)
+
+    def most(r: int, n1: int, M: float) -> int:
+        """The largest n2 in [0, C2] with tail(r, n1, n2) <= M (both lines linear in n2)."""
+        if M == math.inf:
+            return c2
+        A, B = lines[r]
+        n = c2
+        for const, slope in ((A + a1 * n1 + (a2 * c2 if a2 < 0 else 0.0), max(a2, 0.0)), (B + b1 * n1, b2)):
+            room = M - const
+            if room < 0:
+                return -1
+            if slope > 0:
+                n = min(n, math.floor(room / slope + 1e-12))
+        return n
+
+    return max(lo_s, _two_kind_min_max(p, tail, lo_s, enough_s, most, rel))
 
 
 def min_max_tail_s(p: StageProblem) -> float:
@@ -216,3 +403,42 @@ def min_max_tail_s(p: StageProblem) -> float:
         if hi_M - lo_M <= 1e-7 * max(hi_M, 1e-30):
             break
     return max(0.0, lo_M)
+
+
+# --------------------------------------------------------------------------- degree groups
+#
+# A degree group (space.DegreeGroup: tp, cp, pp, dp, ep, etp) holds candidates at every
+# micro-batch size, schedule, SP, ZeRO and recompute setting; its base bounds need one base
+# table per micro-batch size, and building those tables is what a large space spends its
+# time on (DeepSeek-V3 on 2048 GPUs: ~29k tables for ~450k candidates). The group bound
+# needs one table per (tp, cp, ep, etp, sp) instead. It rests on one property of the
+# analytic cost model, PER-SAMPLE MONOTONICITY: at fixed degrees the per-micro-batch time
+# W(mb) of the base table grows no faster than mb, W(mb)/mb nonincreasing. Every term of
+# the analytic layer model is a saturating-efficiency GEMM (2MNK / (peak eta(M)) with eta
+# increasing in M = mb x tokens, compute.gemm_efficiency), a memory-bound kernel (bytes
+# linear in mb plus a fixed launch overhead), an alpha-beta collective (fixed latency plus
+# bytes linear in mb) or their sums, maxima and minima (overlapped_s), each nonincreasing
+# per sample. Measured layer rows of a profile replace those terms with arbitrary
+# numbers, so the group bound is used only without them (`group_bound_applies`); the
+# search also checks the property on every base table it builds and reports no optimality
+# when one breaks it (search.py), and tests/planner check it over the bench models.
+#
+# With the property, for every candidate of the group at micro-batch size mb <= mb_ref:
+#   base bound = (m - 1/v) W/p + W/v >= m W/p = B/(dp p) W(mb)/mb >= B/(dp p) W(mb_ref)/mb_ref,
+# using W/v >= W/(v p) and m = B/(dp mb); the p2p sends (>= 0) are dropped.
+
+
+def group_bound_applies(profile) -> bool:
+    """Whether the per-sample monotonicity above holds: no measured layer rows."""
+    return profile is None or not getattr(profile, "layers", None)
+
+
+def per_sample_time_s(sums: TableSums, micro_batch_size: int) -> float:
+    """W(mb)/mb of a base table at micro-batch size mb: every layer's forward + backward,
+    no recompute (the least of the recompute modes: selective adds, full is priced apart)."""
+    return sums.time_s[RECOMPUTE_NONE] / micro_batch_size
+
+
+def group_time_bound_s(global_batch_size: int, dp: int, pp: int, per_sample_s: float) -> float:
+    """B/(dp p) x the least per-sample time over the group's micro-batch sizes."""
+    return global_batch_size / (dp * pp) * per_sample_s

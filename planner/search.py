@@ -25,9 +25,10 @@ from cost_model.specs import (
     ParallelConfig,
     TrainingSpec,
 )
-from cost_model.stages import slices_from_counts
+from cost_model.stages import slices_from_counts, step_time_s
 from cost_model.vocab import (
     COUNTS_UNIFORM,
+    ENGINE_MEGATRON,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
@@ -37,17 +38,30 @@ from cost_model.vocab import (
 
 from . import exhaustive as brute
 from .bounds import (
+    PROOF_REL,
     TableSums,
     base_memory_bound_bytes,
     base_time_bound_s,
     cheap_time_bound_s,
+    group_bound_applies,
+    group_time_bound_s,
     memory_bound_bytes,
+    per_sample_time_s,
     table_sums,
     tight_time_bound_s,
 )
 from .greedy import greedy_partition
 from .ilp import solve
-from .space import Candidate, SearchSpace, enumerate_candidates
+from .space import (
+    Candidate,
+    DegreeGroup,
+    SearchSpace,
+    degree_groups,
+    enumerate_candidates,
+    group_candidates,
+    micro_batch_values,
+    sequence_parallel_values,
+)
 
 # A progress sink: called with one human-readable line now and then during a long search.
 Progress = Callable[[str], None]
@@ -83,6 +97,8 @@ class Found:
 
 @dataclass
 class SearchStats:
+    # candidates enumerated: every candidate of the degree groups the search expanded (a
+    # group pruned whole by its bound is counted in `pruned_groups`, its candidates never built)
     candidates: int = 0
     pruned_memory: int = 0
     pruned_time: int = 0
@@ -95,6 +111,11 @@ class SearchStats:
     min_memory_gib: float = math.inf  # least memory lower bound seen, for infeasibility reports
     min_memory_config: Candidate | None = None
     solver: str = "cp-sat"
+    groups: int = 0  # degree groups of the space (space.DegreeGroup)
+    groups_expanded: int = 0  # of which expanded into candidates (the others pruned whole)
+    pruned_groups: int = 0  # pruned by their group bound before any candidate was built
+    monotone_ok: bool = True  # bounds.py's per-sample monotonicity held on every table built
+    proven_by_bound: int = 0  # candidates whose hint the tight bound proved optimal (no CP-SAT)
 
     def note_memory(self, gib: float, c: Candidate) -> None:
         """Keep the least memory bound seen (for the infeasibility report)."""
@@ -156,12 +177,15 @@ class _Tables:
         return self._sums(c.table_key, self.get(c))
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
-        key = ("base", c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine)
+        return self.base_at(c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine)
+
+    def base_at(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mb: int, engine: str) -> tuple[LayerTable, TableSums]:
+        key = ("base", tp, cp, ep, etp, sp, mb, engine)
         sums = self.sums.get(key)
         if sums is not None:  # the common case: no config to build
             return self.cache[key], sums
-        cfg = ParallelConfig(dp=1, tp=c.tp, cp=c.cp, ep=c.ep, etp=c.etp, sequence_parallel=c.sequence_parallel,
-                             micro_batch_size=c.micro_batch_size, engine=c.engine)
+        cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
+                             engine=engine)
         table = self._build(key, cfg)
         return table, self._sums(key, table)
 
@@ -189,10 +213,13 @@ def _record(found: list[Found], prob: Problem, c: Candidate, table: LayerTable, 
         # price the one count it would run, the largest (launch/megatron.py recompute)
         rcs = uniform_recompute_counts(counts, max(rcs, default=0))
     c = _normalise(c, table, rcs)
-    if any(f.candidate == c for f in found):
-        return  # the same plan reached through an equivalent recompute setting
     cfg = _to_config(c, counts, rcs)
     est = compose(prob.model, prob.cluster, prob.training, cfg, table, slices_from_counts(counts, cfg.recompute_layers))
+    same = [f for f in found if f.candidate == c]
+    if same and same[0].estimate.prediction.step_time_s <= est.prediction.step_time_s:
+        return  # the same plan reached through an equivalent recompute setting, or a retry found no better
+    for f in same:  # a retry improved on it
+        found.remove(f)
     found.append(Found(c, cfg, est, status))
     found.sort(key=lambda f: (f.estimate.prediction.step_time_s, _tiebreak(f.candidate)))
     del found[k:]
@@ -247,25 +274,31 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
 
 
 
-# Share of the time limit the enumeration (base bounds of every candidate) may take before
-# the best-first search starts on what is queued (very large spaces, e.g. a 671B MoE on
-# 2048 GPUs, have more candidates than the limit can bound).
+# Share of the time limit the group bounds (one base table per (tp, cp, ep, etp, sp)) may
+# take before the best-first search starts; groups not bounded by then are queued with the
+# bound 0 (valid, expanded first), so a very large space still gets searched and its gap
+# stays honest.
 ENUMERATION_SHARE = 0.6
+# Relative tolerance at which a bound reaching a plan's time proves it (the pruning test's).
+PROOF_TOL = 1e-9
+# Least time left worth a retry of an unproven candidate (CP-SAT rarely proves in less).
+RETRY_MIN_S = 0.5
 
-# What a queued candidate's bound is: from the base table (cheap, every candidate), or
-# refined with its own table and the tight bound (it reached the front once already).
-Stage = Literal["base_bound", "refined"]
+# What a queued entry is: a degree group bounded as a whole (bounds.group_time_bound_s), a
+# candidate with its base-table bound (cheap, every candidate of an expanded group), or a
+# candidate refined with its own table and the tight bound (it reached the front once already).
+Stage = Literal["group", "base_bound", "refined"]
 
 
 class _Entry(NamedTuple):
-    """A candidate in the best-first queue, ordered by (bound, enumeration order): the order
-    is unique, so the stage and the candidate are never compared (a tuple, so that the heap
-    compares in C)."""
+    """An entry of the best-first queue, ordered by (bound, enumeration order): the order,
+    (group index, index in the group; -1 for the group itself), is unique, so the stage and
+    the item are never compared (a tuple, so that the heap compares in C)."""
 
     bound_s: float
-    order: int
+    order: tuple[int, int]
     stage: Stage
-    candidate: Candidate
+    candidate: Candidate | DegreeGroup
 
 
 def search(
@@ -277,10 +310,12 @@ def search(
     progress_after_s: float = PROGRESS_AFTER_S,
     progress_every_s: float = PROGRESS_EVERY_S,
 ) -> SearchResult:
-    """Best-first over the candidates: each is queued with its base-table bound; at the
-    front it is refined (its own table, the tight bound) and queued again; at the front
-    once refined it is solved. Stops when the front's bound reaches the best plan, or at
-    the deadline (then with the least open bound as the gap's reference)."""
+    """Best-first over degree groups and candidates: each group is queued with its group
+    bound; at the front it is expanded into its candidates, each queued with its base-table
+    bound; a candidate at the front is refined (its own table, the tight bound) and queued
+    again; at the front once refined it is solved. Stops when the front's bound reaches the
+    best plan (everything left is pruned by a bound >= the best: OPTIMAL if every solve was
+    optimal), or at the deadline (FEASIBLE; the gap from the least bound left open)."""
     if exhaustive:
         return search_exhaustive(prob, progress, progress_after_s=progress_after_s,
                                  progress_every_s=progress_every_s)
@@ -292,38 +327,71 @@ def search(
     cap = capacity_bytes(gpu.memory_gib, prob.space.memory_headroom)
     k = prob.space.top_k
     B = prob.training.global_batch_size
+    engine = (prob.space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
 
-    # --- enumerate; order by the base-table bound
-    queue: list[_Entry] = []
+    # --- degree groups, bounded per (tp, cp, ep, etp) from one base table per SP setting at
+    # the largest micro-batch size any of their groups may take (bounds.py, degree groups)
+    groups = [g for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
+              if micro_batch_values(prob.space, B, g.dp)]
+    mb_ref: dict[tuple, int] = {}
+    for g in groups:
+        key = (g.tp, g.cp, g.ep, g.etp)
+        mb_ref[key] = max(mb_ref.get(key, 0), micro_batch_values(prob.space, B, g.dp)[-1])
+    # per (tp, cp, ep, etp, sp): the least per-sample time of any micro-batch size <= mb_ref
+    per_sample: dict[tuple, float] = {}
+    use_groups = group_bound_applies(prob.profile)
+    layout_s: dict[tuple, float] = {}
+    for key, mb in mb_ref.items():
+        if not use_groups or time.perf_counter() - t0 > ENUMERATION_SHARE * limit:
+            layout_s[key] = 0.0  # unbounded (valid): the group is expanded when it reaches the front
+            continue
+        least = math.inf
+        for sp in sequence_parallel_values(prob.space, key[0]):
+            _, sums = tables.base_at(*key, sp, mb, engine)
+            per_sample[(*key, sp)] = per_sample_time_s(sums, mb)
+            least = min(least, per_sample[(*key, sp)])
+        layout_s[key] = least
+    queue: list[_Entry] = [
+        _Entry(group_time_bound_s(B, g.dp, g.pp, layout_s[(g.tp, g.cp, g.ep, g.etp)]), (i, -1), "group", g)
+        for i, g in enumerate(groups)
+    ]
+    heapq.heapify(queue)
+    stats.groups = len(queue)
+
     # The base memory bound never decreases with the micro-batch size when the other knobs
     # are fixed (states do not depend on it; activations are mb x min(c1, c2 m)/k with
     # m = B/(dp mb), memory.in_flight_micro_batches), so once a micro-batch size is ruled
     # out every larger one is too, without building its table. Keyed by the candidate
     # with its micro-batch size blanked.
     too_big_mb: dict[tuple, int] = {}
-    for i, c in enumerate(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)):
-        if not i % 1024 and time.perf_counter() - t0 > ENUMERATION_SHARE * limit:
-            # out of time before every candidate was bounded: search what is queued; nothing
-            # is proven about the rest, so the gap is reported as unknown (lower bound 0)
-            stats.timed_out = True
-            stats.lower_bound_s = 0.0
-            break
-        stats.candidates += 1
-        mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute)
-        if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):
-            stats.pruned_memory += 1
-            continue
-        m = B // (c.dp * c.micro_batch_size)
-        base_table, base_sums = tables.base(c)
-        reserved = memory.reserved_bytes(_to_config(c))
-        mem_lb = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
-        stats.note_memory(mem_lb / GIB, c)
-        if mem_lb > cap:
-            stats.pruned_memory += 1
-            too_big_mb[mb_key] = min(c.micro_batch_size, too_big_mb.get(mb_key, math.inf))
-            continue
-        queue.append(_Entry(base_time_bound_s(base_sums, base_table, c, m), i, "base_bound", c))
-    heapq.heapify(queue)
+    monotone_ok = True  # per-sample monotonicity held on every base table built
+    queued = 0  # candidate entries in the queue
+
+    def expand(e: _Entry) -> None:
+        """Queue the candidates of a group with their base bounds (memory pruned here)."""
+        nonlocal monotone_ok, queued
+        gi, g = e.order[0], e.candidate
+        for j, c in enumerate(group_candidates(prob.model, prob.training, prob.space, g, prob.profile)):
+            stats.candidates += 1
+            mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute)
+            if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):
+                stats.pruned_memory += 1
+                continue
+            m = B // (c.dp * c.micro_batch_size)
+            base_table, base_sums = tables.base(c)
+            least = per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel))
+            if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
+                monotone_ok = False  # the group bounds may have pruned too much: claim nothing
+            reserved = memory.reserved_bytes(_to_config(c))
+            mem_lb = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
+            stats.note_memory(mem_lb / GIB, c)
+            if mem_lb > cap:
+                stats.pruned_memory += 1
+                too_big_mb[mb_key] = min(c.micro_batch_size, too_big_mb.get(mb_key, math.inf))
+                continue
+            bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
+            heapq.heappush(queue, _Entry(bound, (gi, j), "base_bound", c))
+            queued += 1
 
     found: list[Found] = []
     optimal_all = True
@@ -334,8 +402,8 @@ def search(
 
     def line() -> str:
         best = f"{best_s():.4g} s" if found else "none yet"
-        examined = stats.candidates - len(queue)
-        return (f"search: {examined:,} of {stats.candidates:,} candidates examined, {len(queue):,} left, "
+        return (f"search: {stats.candidates - queued:,} of {stats.candidates:,} candidates examined, {queued:,} left, "
+                f"{stats.groups - stats.groups_expanded:,} of {stats.groups:,} degree groups unexpanded, "
                 f"{stats.ilp_solves} solved, best step {best}, {time.perf_counter() - t0:.1f} s elapsed")
 
     def refine(e: _Entry, p: StageProblem, table: LayerTable, best_t: float) -> _Entry | None:
@@ -352,26 +420,49 @@ def search(
             return None
         return _Entry(max(e.bound_s, refined), e.order, "refined", c)
 
-    def solve_one(e: _Entry, p: StageProblem, table: LayerTable) -> None:
-        """CP-SAT from the greedy hint (the hint alone if CP-SAT finds nothing in time)."""
-        nonlocal optimal_all
-        hint = greedy_partition(p)
-        remaining = max(0.05, limit - (time.perf_counter() - t0))
-        sol = solve(p, min(remaining, max(1.0, limit / 4)), hint, lower_bound_s=e.bound_s)
+    # candidates solved without proof (CP-SAT feasible or out of time): order -> (their
+    # lower bound, entry); those CP-SAT had a solution for (`retry`) are solved again with
+    # the time left once the queue is done: a model it could not even place the hint in
+    # rarely does better with more time
+    open_: dict[tuple[int, int], tuple[float, _Entry]] = {}
+    retry: set[tuple[int, int]] = set()
+
+    def solve_one(e: _Entry, p: StageProblem, table: LayerTable, time_s: float) -> None:
+        """CP-SAT from the best hint (the hint alone if CP-SAT finds nothing in time)."""
+        hint = best_hint(p)
+        own = next((f for f in found if f.candidate == e.candidate), None)
+        if own is not None:  # a retry: start from what the first solve found
+            hint = (list(own.config.stage_layers), list(own.config.recompute_layers or [0] * len(own.config.stage_layers)))
+        hint_s = _step_s(p, *hint) if hint is not None else None
+        bound = e.bound_s
+        if hint_s is not None:
+            # the bound at full precision: when it reaches the hint, the hint is optimal and
+            # CP-SAT has nothing to prove (and otherwise its cut is the tighter)
+            bound = max(bound, tight_time_bound_s(p, tables.get_sums(e.candidate), rel=PROOF_REL))
+            if bound >= hint_s * (1 - PROOF_TOL):
+                open_.pop(e.order, None)
+                stats.proven_by_bound += 1
+                _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL, k)
+                return
+            e = e._replace(bound_s=bound)
+        sol = solve(p, time_s, hint, lower_bound_s=e.bound_s)
         stats.ilp_solves += 1
         stats.ilp_time_s += sol.solve_time_s
         if sol.status in (STATUS_OPTIMAL, STATUS_FEASIBLE):
             counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
             if status == STATUS_FEASIBLE:
-                optimal_all = False
-                stats.lower_bound_s = min(stats.lower_bound_s, sol.bound_s)
+                open_[e.order] = (max(e.bound_s, sol.bound_s), e)
+                retry.add(e.order)
+            else:
+                open_.pop(e.order, None)
         elif hint is not None:
             counts, rcs, status = hint[0], hint[1], STATUS_FEASIBLE
-            optimal_all = False
+            open_[e.order] = (e.bound_s, e)
         else:
             if sol.status == "unknown":
-                optimal_all = False
-                stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
+                open_[e.order] = (e.bound_s, e)
+            else:
+                open_.pop(e.order, None)
             stats.infeasible += 1
             return
         _record(found, prob, e.candidate, table, counts, rcs, status, k)
@@ -383,8 +474,8 @@ def search(
         e = queue[0]
         # prune against the best plan: alternatives are the runners-up among what was solved
         best_t = found[0].estimate.prediction.step_time_s if found else math.inf
-        if e.bound_s >= best_t * (1 - 1e-9):
-            stats.pruned_time += len(queue)
+        if e.bound_s >= best_t * (1 - PROOF_TOL):
+            _count_left(stats, queue)
             break
         out_of_time = time.perf_counter() - t0 > limit
         if out_of_time and found:
@@ -392,6 +483,11 @@ def search(
             stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
             break
         heapq.heappop(queue)
+        if e.stage == "group":
+            stats.groups_expanded += 1
+            expand(e)
+            continue
+        queued -= 1
         c = e.candidate
         table = tables.get(c)
         p = stage_problem(prob, c, table)
@@ -399,7 +495,7 @@ def search(
             # nothing found yet: take the best-bounded candidates' greedy partitions until one fits
             stats.timed_out = True
             stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
-            hint = greedy_partition(p)
+            hint = best_hint(p)
             if hint is not None:
                 _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
                 optimal_all = False
@@ -409,16 +505,120 @@ def search(
                 stats.pruned_memory += 1
             else:
                 heapq.heappush(queue, refined)
+                queued += 1
         else:
-            solve_one(e, p, table)
+            remaining = max(0.05, limit - (time.perf_counter() - t0))
+            solve_one(e, p, table, min(remaining, max(1.0, limit / 4)))
+
+    # --- retry what was solved without proof, most promising first, with the time left;
+    # a candidate whose lower bound reaches the best plan needs no proof
+    while not stats.timed_out and open_:
+        best_t = best_s()
+        for key in [key for key, (b, _) in open_.items() if b >= best_t * (1 - PROOF_TOL)]:
+            del open_[key]
+        remaining = limit - (time.perf_counter() - t0)
+        todo = [x for key, x in open_.items() if key in retry]
+        if not todo or remaining < RETRY_MIN_S:
+            break
+        bound, e = min(todo, key=lambda x: (x[0], x[1].order))
+        retry.discard(e.order)
+        table = tables.get(e.candidate)
+        solve_one(e, stage_problem(prob, e.candidate, table), table, remaining)
+    best_t = best_s()
+    for b, _ in open_.values():
+        if b < best_t * (1 - PROOF_TOL):
+            optimal_all = False
+            stats.lower_bound_s = min(stats.lower_bound_s, b)
 
     best_t = best_s()
-    status = STATUS_OPTIMAL if found and optimal_all and not stats.timed_out else STATUS_FEASIBLE
+    if not monotone_ok:
+        stats.lower_bound_s = 0.0  # the group bounds are not proven: no gap can be claimed
+    status = STATUS_OPTIMAL if found and optimal_all and monotone_ok and not stats.timed_out else STATUS_FEASIBLE
     gap = 0.0
     if found and status == STATUS_FEASIBLE and math.isfinite(stats.lower_bound_s):
         gap = max(0.0, (best_t - min(stats.lower_bound_s, best_t)) / best_t)
+    stats.monotone_ok = monotone_ok
     stats.solve_time_s = time.perf_counter() - t0
     return SearchResult(found, stats, status, gap)
+
+
+def _count_left(stats: SearchStats, queue: list[_Entry]) -> None:
+    """Everything still queued is pruned by its bound (>= the best plan's time)."""
+    groups = sum(e.stage == "group" for e in queue)
+    stats.pruned_groups += groups
+    stats.pruned_time += len(queue) - groups
+
+
+def _step_s(p: StageProblem, counts: list[int], rcs: list[int]) -> float | None:
+    """The float model's step time of a partition, None when a rank does not fit."""
+    slices = slices_from_counts(counts, rcs)
+    ranks = [p.rank_cost(slices, r) for r in range(p.pp)]
+    if any(rc.peak_bytes > p.capacity_bytes for rc in ranks):
+        return None
+    return step_time_s(ranks, p.num_micro_batches, p.vpp)
+
+
+def _least_recompute(p: StageProblem, counts: list[int]) -> list[int] | None:
+    """Per-stage recompute counts that make `counts` fit: the engine's one count n (the
+    least that fits every rank) when it takes one, else greedy_partition's per-rank rule."""
+    if not p.full:
+        return [0] * len(counts) if _step_s(p, counts, [0] * len(counts)) is not None else None
+    if p.uniform_recompute:
+        for n in range(max(counts) + 1):
+            rcs = uniform_recompute_counts(counts, n)
+            if _step_s(p, counts, rcs) is not None:
+                return rcs
+        return None
+    rcs = [0] * len(counts)
+    for r in range(p.pp):
+        ks = p.stages_of(r)
+        while p.rank_cost(slices_from_counts(counts, rcs), r).peak_bytes > p.capacity_bytes:
+            open_ks = [k for k in ks if rcs[k] < counts[k]]
+            if not open_ks:
+                return None
+            k = min(open_ks, key=lambda k: (rcs[k] / counts[k], k))
+            rcs[k] += 1
+    return rcs
+
+
+def _count_patterns(L: int, S: int) -> list[list[int]]:
+    """A few stage-size patterns beside the balanced one: the remainder on the first or the
+    last stages, or every stage at the ceiling but the first / last ones, which hold the
+    embedding / the output layer (and give up the surplus)."""
+    q, r = divmod(L, S)
+    out = [[q + 1] * r + [q] * (S - r), [q] * (S - r) + [q + 1] * r]
+    if r:
+        for from_end in (True, False):
+            counts, surplus = [q + 1] * S, S * (q + 1) - L
+            order = range(S - 1, -1, -1) if from_end else range(S)
+            for k in order:
+                take = min(surplus, counts[k] - 1)
+                counts[k] -= take
+                surplus -= take
+            out.append(counts)
+    return [c for c in out if min(c) >= 1]
+
+
+def best_hint(p: StageProblem) -> tuple[list[int], list[int]] | None:
+    """The best of greedy_partition and the patterns of `_count_patterns` (each with its
+    least recompute) under the float model: the CP-SAT hint, and the fallback plan when
+    CP-SAT returns nothing in time. Only a starting point: optimality is CP-SAT's to prove."""
+    tried = []
+    g = greedy_partition(p)
+    if g is not None:
+        tried.append(g)
+    for counts in _count_patterns(p.num_layers, p.num_stages):
+        rcs = _least_recompute(p, counts)
+        if rcs is not None:
+            tried.append((counts, rcs))
+    best, best_t = None, math.inf
+    for counts, rcs in tried:
+        if p.full and p.uniform_recompute:
+            rcs = uniform_recompute_counts(counts, max(rcs, default=0))
+        t = _step_s(p, counts, rcs)
+        if t is not None and t < best_t:
+            best, best_t = (list(counts), list(rcs)), t
+    return best if best is not None else g
 
 
 def _normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:

@@ -4,8 +4,9 @@ the brute-force reference, so both search exactly the same space."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from cost_model import kernels
 from cost_model import request as rq
@@ -104,6 +105,19 @@ def _tp_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace) -> li
     return [t for t in ok if t <= limit and space.ok("tp", t)]
 
 
+class DegreeGroup(NamedTuple):
+    """The parallel degrees of a set of candidates (the rest: micro-batch, schedule,
+    sequence parallelism, ZeRO, recompute). The search bounds a whole group before it
+    builds any of its candidates' tables (search.py)."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    etp: int
+
+
 def enumerate_candidates(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: SearchSpace, profile=None,
     dominance: bool = True,
@@ -112,15 +126,18 @@ def enumerate_candidates(
     cost_model.validate (so each one can be costed). GPipe is listed only where 1F1B is not
     allowed: it has the same time formula and never less memory (stages.py). With `dominance`
     (the planner) the options of `dominant_options` are dropped; the exhaustive reference
-    keeps them all, so its equivalence tests check those rules too."""
+    keeps them all, so its equivalence tests check those rules too. The order: the degree
+    groups of `degree_groups`, each group's candidates (`group_candidates`) in turn."""
+    for g in degree_groups(model, cluster, training, space):
+        yield from group_candidates(model, training, space, g, profile, dominance)
+
+
+def degree_groups(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: SearchSpace):
+    """Every (tp, cp, pp, dp, ep, etp) of the space that passes the divisibility rules, in
+    enumeration order; each may still hold no candidate (group_candidates)."""
     n, L = cluster.num_gpus, model.num_layers
     B, s = training.global_batch_size, training.seq_length
     is_tf = isinstance(model, TransformerSpec)
-    recomputes = [r for r in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL) if space.ok("recompute", r)]
-    if not is_tf:
-        recomputes = [r for r in recomputes if r != RECOMPUTE_SELECTIVE]
-    zeros = [z for z in (0, 1, 2, 3) if space.ok("zero", z)]
-    fitted = _fitted_collectives(profile)
     for tp in _tp_values(model, cluster, space):
         cps = [c for c in divisors(s) if (c == 1 or (is_tf and (s // c) % 2 == 0 and c <= MAX_CP)) and space.ok("cp", c)]
         if space.allowed.get("cp"):
@@ -136,8 +153,36 @@ def enumerate_candidates(
                     if not space.ok("dp", dp) or B % dp:
                         continue
                     for ep, etp in _expert_values(model, cluster, space, tp, cp, dp):
-                        yield from _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training,
-                                          fitted, dominance, etp)
+                        yield DegreeGroup(tp, cp, pp, dp, ep, etp)
+
+
+def group_candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpace, g: DegreeGroup, profile=None,
+                     dominance: bool = True):
+    """The candidates of one degree group (enumerate_candidates)."""
+    recomputes = [r for r in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL) if space.ok("recompute", r)]
+    if not isinstance(model, TransformerSpec):
+        recomputes = [r for r in recomputes if r != RECOMPUTE_SELECTIVE]
+    zeros = [z for z in (0, 1, 2, 3) if space.ok("zero", z)]
+    yield from _inner(model, space, training.global_batch_size, model.num_layers, g.tp, g.cp, g.pp, g.dp, g.ep,
+                      recomputes, zeros, training, _fitted_collectives(profile), dominance, g.etp)
+
+
+def micro_batch_values(space: SearchSpace, global_batch_size: int, dp: int) -> list[int]:
+    """The micro-batch sizes a candidate with `dp` data-parallel ranks may take."""
+    return [mb for mb in _divisors(global_batch_size // dp) if space.ok("micro_batch_size", mb)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _divisors(n: int) -> tuple[int, ...]:
+    """validate.divisors, cached: it walks 1..n, and every degree group asks for B/dp's."""
+    return tuple(divisors(n))
+
+
+def sequence_parallel_values(space: SearchSpace, tp: int) -> list[bool]:
+    """Sequence-parallel settings allowed at `tp` for the space's engine (before dominance)."""
+    engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
+    sps = [False, True] if tp > 1 else [False]
+    return [v for v in sps if space.ok("sequence_parallel", v) and engine_supports(engine, tp=tp, sequence_parallel=v) is None]
 
 
 def _expert_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, tp: int, cp: int, dp: int):
@@ -241,12 +286,10 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
            dominance=True, etp=1):
     engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
     fp8 = getattr(training, "dtype", None) == DTYPE_FP8
-    sps = [False, True] if tp > 1 else [False]
-    sps = [v for v in sps if space.ok("sequence_parallel", v)]
+    sps = sequence_parallel_values(space, tp)
     # the engine first, so that dominance never drops a level for one the engine lacks
     zeros = engine_zeros(engine, zeros, pp)
     recomputes = [r for r in recomputes if engine_supports(engine, recompute=r) is None]
-    sps = [v for v in sps if engine_supports(engine, tp=tp, sequence_parallel=v) is None]
     if dominance:
         recomputes, zeros, sps = dominant_options(model, training, tp, dp, cp, recomputes, zeros, sps,
                                                   fitted_collectives, engine)
@@ -265,9 +308,7 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
         if space.ok("schedule", SCHEDULE_INTERLEAVED):
             for v in _vpp_values(space, pp, L):
                 schedules.append((SCHEDULE_INTERLEAVED, v))
-    for mb in divisors(B // dp):
-        if not space.ok("micro_batch_size", mb):
-            continue
+    for mb in micro_batch_values(space, B, dp):
         m = B // (dp * mb)
         for sched, v in schedules:
             if sched == SCHEDULE_INTERLEAVED and m % pp:

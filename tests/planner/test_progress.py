@@ -122,13 +122,21 @@ def test_search_progress_lines():
     lines: list[str] = []
     res = search(prob, progress=lines.append, progress_after_s=0.0, progress_every_s=0.0)
     assert res.best and lines
-    pat = re.compile(r"search: ([\d,]+) of ([\d,]+) candidates examined, ([\d,]+) left, \d+ solved, "
+    pat = re.compile(r"search: ([\d,]+) of ([\d,]+) candidates examined, ([\d,]+) left, "
+                     r"([\d,]+) of ([\d,]+) degree groups unexpanded, \d+ solved, "
                      r"best step (none yet|[\d.e+-]+ s), [\d.]+ s elapsed")
     parsed = [pat.fullmatch(x) for x in lines]
     assert all(parsed), lines[:3]
-    for m in parsed:
-        assert int(m.group(2).replace(",", "")) == res.stats.candidates
-    assert parsed[0].group(4) == "none yet"
+    num = [[int(m.group(i).replace(",", "")) for i in range(1, 6)] for m in parsed]
+    # candidates are enumerated as their degree groups are expanded: the count only grows
+    enumerated = [n[1] for n in num]
+    assert enumerated == sorted(enumerated) and enumerated[-1] <= res.stats.candidates
+    for examined, total, left, unexpanded, groups in num:
+        assert examined + left == total and groups == res.stats.groups
+        assert unexpanded <= groups
+    unexpanded = [n[3] for n in num]
+    assert unexpanded == sorted(unexpanded, reverse=True)
+    assert parsed[0].group(6) == "none yet"
 
 
 def test_search_is_silent_while_short():
