@@ -139,9 +139,10 @@ def _downgraded(real, first_only: bool):
 
 def test_unproven_solve_is_retried_and_then_optimal(monkeypatch):
     """A first solve without proof keeps the search from OPTIMAL until the retry proves it."""
-    prob = problem_from_request(progress_request(8, 16))
+    # a case whose optimum needs a CP-SAT solve (on 16 GPUs the bound proves it without one)
+    prob = problem_from_request(progress_request(8, 24))
     ref = search(prob)
-    assert ref.status == "optimal"
+    assert ref.status == "optimal" and ref.stats.ilp_solves >= 1
     fake, calls = _downgraded(search_module.solve, first_only=True)
     monkeypatch.setattr(search_module, "solve", fake)
     res = search(prob)
@@ -151,7 +152,8 @@ def test_unproven_solve_is_retried_and_then_optimal(monkeypatch):
 
 
 def test_unproven_solves_give_feasible_and_the_gap_of_the_least_open_bound(monkeypatch):
-    prob = problem_from_request(progress_request(8, 16))
+    prob = problem_from_request(progress_request(8, 24))
+    assert search(prob).stats.ilp_solves >= 1
     fake, _ = _downgraded(search_module.solve, first_only=False)
     monkeypatch.setattr(search_module, "solve", fake)
     res = search(prob)
