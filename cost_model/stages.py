@@ -1,13 +1,20 @@
 """Pipeline composition: from the layer table and a stage partition to per-rank time and
 memory and the step time. The planner's ILP encodes exactly these formulas.
 
-Step time, one virtual stage per rank (GPipe, 1F1B; Narayanan et al. SC'21 §2.2, generalised
-to uneven stages):
+Step time, one virtual stage per rank, 1F1B (Narayanan et al. SC'21 §2.2, generalised to
+uneven stages):
   T_pipe = m * max_r t_r + (sum_r t_r - max_r t_r)
 where t_r is pipeline rank r's forward+backward time for one micro-batch and m the
 micro-batches per step. Uniform stages give m*t + (p-1)*t: the bubble fraction (p-1)/m.
 With uneven stages the slowest rank sets the steady state; the schedule simulation
 (schedule_sim.py) never exceeds this form (tests/cost_model/test_schedule_sim.py).
+GPipe runs all forwards, then all backwards: two flow shops of m identical jobs, the
+backward one starting when the last stage's forwards end (every other rank's forwards have
+ended by then), each taking the sum of its stage times plus m-1 times its slowest:
+  T_pipe = sum_r t_r + (m - 1) * (max_r f_r + max_r b_r)
+(f, b: a rank's forward and backward, t = f + b); the same as 1F1B's form for uniform
+stages, above it when the slowest forward and the slowest backward are on different ranks
+(1F1B's form was up to 1.9% under the simulated GPipe on random uneven stages).
 
 Interleaved 1F1B, v > 1 virtual stages (chunks) per rank: SC'21 §2.2 prices it as
 m*t + (p-1)*t/v, which assumes the v chunks of every rank equal. With uneven chunks that
@@ -58,7 +65,7 @@ from functools import lru_cache
 
 from . import memory
 from .layers import LayerTable, dp_window_factor, overlapped_s
-from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE
 
 
 @dataclass(frozen=True)
@@ -307,12 +314,14 @@ def lockstep_slots(pp: int, vpp: int, num_micro_batches: int) -> tuple[Slot, ...
 
 
 def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequence[Sequence[float]],
-                    num_micro_batches: int, vpp: int) -> float:
+                    num_micro_batches: int, vpp: int, schedule: str) -> float:
     """T_pipe of the module docstring; chunk_fwd_s[r][c] (chunk_bwd_s[r][c]) is the forward
     (backward) of chunk c of rank r for one micro-batch (RankCost.chunk_fwd_s)."""
     m, v = num_micro_batches, max(1, vpp)
     if v == 1:
         times = [sum(f) + sum(b) for f, b in zip(chunk_fwd_s, chunk_bwd_s, strict=True)]
+        if schedule == SCHEDULE_GPIPE:
+            return sum(times) + (m - 1) * (max(map(sum, chunk_fwd_s)) + max(map(sum, chunk_bwd_s)))
         slowest = max(times)
         return m * slowest + sum(times) - slowest
     times = [sum(f) + sum(b) for f, b in zip(chunk_fwd_s, chunk_bwd_s, strict=True)]
@@ -327,11 +336,12 @@ def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequenc
     return max(total, m * slowest + (sum(times) - slowest) / v)
 
 
-def rank_pipeline_time_s(ranks: Sequence[RankCost], num_micro_batches: int, vpp: int) -> float:
+def rank_pipeline_time_s(ranks: Sequence[RankCost], num_micro_batches: int, vpp: int, schedule: str) -> float:
     """pipeline_time_s of the ranks' chunk times."""
-    return pipeline_time_s([r.chunk_fwd_s for r in ranks], [r.chunk_bwd_s for r in ranks], num_micro_batches, vpp)
+    return pipeline_time_s([r.chunk_fwd_s for r in ranks], [r.chunk_bwd_s for r in ranks], num_micro_batches, vpp,
+                           schedule)
 
 
-def step_time_s(ranks: list[RankCost], num_micro_batches: int, vpp: int) -> float:
+def step_time_s(ranks: list[RankCost], num_micro_batches: int, vpp: int, schedule: str) -> float:
     tail = max(r.exposed_dp_s + r.optimizer_s for r in ranks)
-    return rank_pipeline_time_s(ranks, num_micro_batches, vpp) + tail
+    return rank_pipeline_time_s(ranks, num_micro_batches, vpp, schedule) + tail

@@ -135,7 +135,7 @@ def best_partition(p: StageProblem, tick: Callable[[int], None] | None = None) -
             tick(evaluations)
         if len(ranks) < pp:
             continue
-        t = step_time_s(ranks, p.num_micro_batches, p.vpp)
+        t = step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
         if best is None or t < best[0] - 1e-15:
             best = (t, list(counts), list(chosen_rc))
     return best
@@ -162,7 +162,7 @@ def _best_uniform(p: StageProblem, counts: list[int], tick) -> tuple[float, list
             ranks.append(seen[key])
         if any(rc.peak_bytes > p.capacity_bytes for rc in ranks):
             continue
-        t = step_time_s(ranks, p.num_micro_batches, p.vpp)
+        t = step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
         if best is None or t < best[0] - 1e-15:
             best = (t, list(counts), rcs)
     if tick is not None:
@@ -203,7 +203,7 @@ def _best_interleaved(p: StageProblem, counts: list[int], tick) -> tuple[float, 
         return None
     best = None
     for choice in itertools.product(*[kept for _, kept in fronts]):
-        t = step_time_s([rc for _, _, rc in choice], p.num_micro_batches, p.vpp)
+        t = step_time_s([rc for _, _, rc in choice], p.num_micro_batches, p.vpp, p.schedule)
         if best is None or t < best[0] - 1e-15:
             rcs = [0] * S
             for (ks, _), (_, combo, _) in zip(fronts, choice, strict=True):

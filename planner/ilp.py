@@ -11,6 +11,7 @@ Per pipeline rank r (cost_model/rank_costs.py's docstring, in integer units):
   memory[r] <= allocatable capacity                          (memory.allocatable_bytes)
   P >= v*m*M + sum_r T[r] - M                                (SC'21's form, times v)
   objective     P + v * tail                                 (= v * step time)
+GPipe (v = 1): (m-1) * (MF + MB) + sum_r T[r] + tail, MF >= F[r], MB >= B[r] (below).
 Interleaved (v > 1), per virtual stage k and per distinct slot g of stages.lockstep_slots:
   F[k], B[k]    stage k's forward and backward of one micro-batch (rank_costs' fwd_s split)
   D[g] >= F[k_f] + B[k_b]  for each rank's forward chunk k_f and backward chunk k_b in g
@@ -43,6 +44,7 @@ from cost_model.rank_costs import (
     uniform_recompute_counts,
 )
 from cost_model.stages import lockstep_slots, slices_from_counts, step_time_s
+from cost_model.vocab import SCHEDULE_GPIPE
 
 # Scaling: the whole model's time (every block, fully recomputed, plus the extras) maps to
 # TIME_UNITS_PER_MODEL units and one GPU's capacity to MEMORY_UNITS_PER_GPU units, so that
@@ -311,6 +313,14 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
 
     v, m = p.vpp, p.num_micro_batches
     sc21 = v * m * slowest + sum(T) - slowest  # v * SC'21's form
+    if v == 1 and p.schedule == SCHEDULE_GPIPE:
+        F, B = _stage_fwd_bwd(model, p, sc, lay)  # one stage per rank
+        slowest_f = model.new_int_var(0, VAR_MAX_UNITS, "slowest_forward")
+        slowest_b = model.new_int_var(0, VAR_MAX_UNITS, "slowest_backward")
+        for f, b in zip(F, B, strict=True):
+            model.add(slowest_f >= f)
+            model.add(slowest_b >= b)
+        return (m - 1) * (slowest_f + slowest_b) + sum(T) + tail, 2 * p.pp + 1
     if v == 1:
         return sc21 + tail, p.pp + 1
     pipe = model.new_int_var(0, VAR_MAX_UNITS, "pipeline")
@@ -319,8 +329,8 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
     return pipe + v * tail, v * (sum(n for n, _ in lockstep_slots(p.pp, v, m)) + p.pp + 1)
 
 
-def _lockstep(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
-    """sum_g n_g * D[g] of the module docstring (stages.pipeline_time_s, v > 1)."""
+def _stage_fwd_bwd(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
+    """F[k], B[k] of the module docstring: stage k's forward and backward of one micro-batch."""
     F, B = [], []
     for k in range(p.num_stages):
         se = p.stage_extras[k]
@@ -333,6 +343,12 @@ def _lockstep(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout)
         model.add(b == time - f)
         F.append(f)
         B.append(b)
+    return F, B
+
+
+def _lockstep(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
+    """sum_g n_g * D[g] of the module docstring (stages.pipeline_time_s, v > 1)."""
+    F, B = _stage_fwd_bwd(model, p, sc, lay)
     objective = 0
     for g, (n, ops) in enumerate(lockstep_slots(p.pp, p.vpp, p.num_micro_batches)):
         d = model.new_int_var(0, VAR_MAX_UNITS, f"D{g}")
@@ -354,7 +370,7 @@ def _hint_step_s(p: StageProblem, counts: list[int], rcs: list[int]) -> float:
     ranks = [p.rank_cost(slices, r) for r in range(p.pp)]
     if any(r.peak_bytes > p.capacity_bytes for r in ranks):
         return math.inf
-    return step_time_s(ranks, p.num_micro_batches, p.vpp)
+    return step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
 
 
 def polish_hint(p: StageProblem, hint: Hint) -> Hint:

@@ -29,7 +29,7 @@ def even(rank_times: list[float], v: int, fwd_share: float = 1 / 3):
 @pytest.mark.parametrize("p,m,v", [(4, 8, 1), (8, 64, 1), (8, 16, 2), (8, 32, 4), (2, 1, 1), (16, 128, 3), (4, 12, 3), (4, 4, 2), (8, 8, 4)])
 def test_pipeline_time_uniform_stages(p, m, v):
     t = 0.0123
-    got = stages.pipeline_time_s(*even([t] * p, v), m, v)
+    got = stages.pipeline_time_s(*even([t] * p, v), m, v, "interleaved" if v > 1 else "1f1b")
     assert got == pytest.approx(m * t + (p - 1) * t / v, rel=1e-12)
     bubble_fraction = (got - m * t) / (m * t)
     assert bubble_fraction == pytest.approx((p - 1) / (v * m), rel=1e-9)
@@ -37,8 +37,8 @@ def test_pipeline_time_uniform_stages(p, m, v):
 
 def test_pipeline_time_hand_numbers():
     # p=4, m=8, t=1: 8 + 3 = 11; interleaved v=2: 8 + 1.5 = 9.5
-    assert stages.pipeline_time_s(*even([1.0] * 4, 1, 0.5), 8, 1) == 11.0
-    assert stages.pipeline_time_s(*even([1.0] * 4, 2, 0.5), 8, 2) == 9.5
+    assert stages.pipeline_time_s(*even([1.0] * 4, 1, 0.5), 8, 1, "1f1b") == 11.0
+    assert stages.pipeline_time_s(*even([1.0] * 4, 2, 0.5), 8, 2, "interleaved") == 9.5
 
 
 def _cluster(gpu="a100-80gb", n=64, per_node=8) -> ClusterSpec:

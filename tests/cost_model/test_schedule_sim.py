@@ -40,20 +40,20 @@ def rank_times(stages: list[StageTimes], pp: int, v: int) -> list[float]:
     return [sum(stages[c * pp + r].total_s for c in range(v)) for r in range(pp)]
 
 
-def closed_form(stages: list[StageTimes], pp: int, v: int, m: int) -> float:
+def closed_form(stages: list[StageTimes], pp: int, v: int, m: int, schedule: str = "interleaved") -> float:
     """stages.pipeline_time_s of simulator stage times (a chunk's forward carries its
     activation send, its backward the recomputation and the gradient send)."""
     fwd = [[stages[c * pp + r].fwd_s + stages[c * pp + r].send_fwd_s for c in range(v)] for r in range(pp)]
     bwd = [[stages[c * pp + r].bwd_s + stages[c * pp + r].recompute_s + stages[c * pp + r].send_bwd_s
             for c in range(v)] for r in range(pp)]
-    return pipeline_time_s(fwd, bwd, m, v)
+    return pipeline_time_s(fwd, bwd, m, v, schedule)
 
 
 @pytest.mark.parametrize(("schedule", "pp", "vpp", "m", "p2p"), GRID)
 def test_uniform_stages_equal_the_formula(schedule, pp, vpp, m, p2p):
     st = uniform(pp, vpp, p2p)
     sim = simulate(st, pp, m, schedule, vpp)
-    formula = closed_form(st, pp, vpp, m)
+    formula = closed_form(st, pp, vpp, m, schedule)
     assert sim.pipeline_time_s == pytest.approx(formula, rel=0.005)
     if p2p == 0.0:  # without sends the formula is exact
         assert sim.pipeline_time_s == pytest.approx(formula, rel=1e-9)
@@ -66,7 +66,7 @@ def test_uniform_stages_equal_sc21():
         m = k * pp
         for share in (0.2, 1 / 3, 0.5):
             f, b = [[share / v] * v] * pp, [[(1 - share) / v] * v] * pp
-            assert pipeline_time_s(f, b, m, v) == pytest.approx(m + (pp - 1) / v, rel=1e-12)
+            assert pipeline_time_s(f, b, m, v, "interleaved") == pytest.approx(m + (pp - 1) / v, rel=1e-12)
 
 
 @pytest.mark.parametrize(("pp", "vpp"), [(p, v) for p in (2, 3, 4, 5, 8) for v in (2, 3, 4)])
@@ -135,17 +135,20 @@ def test_uneven_interleaved_closed_form_bounds_the_simulation(even):
     assert mean < (0.04 if even else 0.12) and worst < (0.25 if even else 0.4)
 
 
-def test_uneven_one_chunk_closed_form_bounds_the_simulation():
-    """One stage per rank under 1F1B, uneven stages, any m: m*max t + (sum t - max t) never
-    below the simulation."""
-    schedule = "1f1b"
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_uneven_one_chunk_closed_form_bounds_the_simulation(schedule):
+    """One stage per rank, uneven stages, any m: 1F1B's m*max t + (sum t - max t) and
+    GPipe's sum t + (m-1)(max f + max b) never below the simulation; GPipe's is exact (two
+    flow shops of identical jobs)."""
     rng = random.Random(7)
     for _ in range(150):
         pp = rng.randint(2, 8)
         m = rng.choice([pp, 2 * pp, 4 * pp, 2 * pp + 1, 3 * pp - 1, 1])
         st = _random_stages(rng, pp, 1, rng.random() < 0.5)
         sim = simulate(st, pp, m, schedule, 1, record=False).pipeline_time_s
-        assert closed_form(st, pp, 1, m) >= sim * (1 - 1e-12)
+        assert closed_form(st, pp, 1, m, schedule) >= sim * (1 - 1e-12)
+        if schedule == "gpipe":
+            assert closed_form(st, pp, 1, m, schedule) == pytest.approx(sim, rel=1e-12)
 
 
 def test_sc21_form_misprices_uneven_chunks():

@@ -56,7 +56,7 @@ def _float_step(p, counts, rcs) -> float:
     slices = slices_from_counts(counts, rcs)
     ranks = [p.rank_cost(slices, r) for r in range(p.pp)]
     assert all(r.peak_bytes <= p.capacity_bytes for r in ranks)
-    return step_time_s(ranks, p.num_micro_batches, p.vpp)
+    return step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -92,14 +92,15 @@ def test_interleaved_ilp_matches_brute_force(case):
     assert uneven >= 1
 
 
-@pytest.mark.parametrize(("L", "hidden", "seq", "vpp"), [(12, 4096, 8192, 2), (12, 6144, 4096, 3)])
-def test_interleaved_optimum_with_recompute(L, hidden, seq, vpp):
-    """Memory binds: the optimum recomputes some blocks of some stages (the brute force's
-    cross product of per-rank recompute fronts, exhaustive._best_interleaved), per-stage
-    counts (runtime engine)."""
+@pytest.mark.parametrize(("L", "hidden", "seq", "vpp", "engine"),
+                         [(12, 4096, 8192, 2, "runtime"), (12, 6144, 4096, 3, "runtime"), (12, 4096, 8192, 2, "megatron")])
+def test_interleaved_optimum_with_recompute(L, hidden, seq, vpp, engine):
+    """Memory binds: the optimum recomputes some blocks of some stages: per-stage counts
+    (runtime engine: the brute force's cross product of per-rank recompute fronts,
+    exhaustive._best_interleaved) or one count for every stage (Megatron)."""
     req = {"model": _transformer(L, hidden), "cluster": {"gpu": "a100-40gb", "num_gpus": 4},
            "training": {"global_batch_size": 16, "seq_length": seq},
-           "search": {"engine": "runtime", "schedule": "interleaved", "vpp": vpp, "pp": 2, "recompute": "full",
+           "search": {"engine": engine, "schedule": "interleaved", "vpp": vpp, "pp": 2, "recompute": "full",
                       "tp": 1}}
     prob = problem_from_request(req)
     tables = _Tables(prob)
@@ -144,3 +145,42 @@ def test_planned_interleaved_step_matches_the_simulation():
     block = got.schedule
     assert block["simulated_step_time_s"] <= got.prediction.step_time_s * (1 + 1e-9)
     assert got.prediction.step_time_s < 1.05 * block["simulated_step_time_s"]
+
+
+@pytest.mark.parametrize("case", [0, 2, 3])
+def test_gpipe_ilp_matches_brute_force(case):
+    """GPipe prices its forwards and backwards apart (stages.pipeline_time_s: sum t +
+    (m-1)(max f + max b)); CP-SAT's model of it reaches the brute-force optimum."""
+    model, gpu, gpus, gb, seq, _ = CASES[case]
+    req = {"model": model, "cluster": {"gpu": gpu, "num_gpus": gpus},
+           "training": {"global_batch_size": gb, "seq_length": seq},
+           "search": {"engine": "runtime", "schedule": "gpipe", "pp": [2, 4], "recompute": ["none", "full"],
+                      "tp": [1, 2]}}
+    prob = problem_from_request(req)
+    tables = _Tables(prob)
+    compared = 0
+    for c in enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile):
+        if compared >= 6:
+            break
+        p = stage_problem(prob, c, tables.get(c))
+        if p.pp < 2 or exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 60_000:
+            continue
+        ref = exhaustive.best_partition(p)
+        sol = solve(p, 30.0, greedy_partition(p))
+        if ref is None:
+            assert sol.status == "infeasible"
+            continue
+        assert sol.status == "optimal"
+        assert math.isclose(_float_step(p, sol.stage_layers, sol.recompute_layers), ref[0], rel_tol=REL)
+        compared += 1
+    assert compared >= 2
+
+
+def test_planned_gpipe_step_is_the_simulated_one():
+    """GPipe's closed form is exact: a planned GPipe step equals its simulation."""
+    req = {"model": {"name": "llama3-8b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"global_batch_size": 32, "seq_length": 4096},
+           "search": {"engine": "torchtitan", "schedule": "gpipe", "pp": 4, "tp": 2, "time_limit_s": 30}}
+    got = plan(req)
+    assert got.parallelism.schedule == "gpipe"
+    assert got.schedule["simulated_step_time_s"] == pytest.approx(got.prediction.step_time_s, rel=1e-9)
