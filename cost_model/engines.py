@@ -628,7 +628,7 @@ def state_bytes_per_param(
         g = float(DTYPE_BYTES[grad_dtype]) if p_dtype != DTYPE_FP32 else 4.0
         k = m + master + (4.0 if g < 4 else 0.0)
         src = str(_mg(_MG_DOC_DO, "bytes-per-parameter table"))
-        fp8 = fp8_weight_bytes if dtype == "fp8" else 0.0
+        fp8 = fp8_weight_bytes if dtype == DTYPE_FP8 else 0.0
         if zero == 0:
             return EngineStateBytes(w + fp8, g, k, source=src)
         # --fp8-param-gather: the FP8 tensor is the parameter (master fp32 in the optimizer)

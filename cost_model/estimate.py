@@ -10,8 +10,8 @@ from .stages import (
     RankCost,
     StageSlice,
     balanced_stage_layers,
-    pipeline_time_s,
     rank_cost,
+    rank_pipeline_time_s,
     slices_from_counts,
     stage_sends,
     step_time_s,
@@ -60,8 +60,8 @@ def compose(
     """Turn per-rank costs into the Estimate (shared by estimate() and the planner)."""
     m = cfg.num_micro_batches(training.global_batch_size)
     ranks = rank_costs(table, slices, cfg, m, cluster)
-    step = step_time_s(ranks, m, cfg.vpp)
-    t_pipe = pipeline_time_s([r.time_s for r in ranks], m, cfg.vpp)
+    step = step_time_s(ranks, m, cfg.vpp, cfg.schedule)
+    t_pipe = rank_pipeline_time_s(ranks, m, cfg.vpp, cfg.schedule)
     crit = max(ranks, key=lambda r: r.time_s)
     tail = max(ranks, key=lambda r: r.exposed_dp_s + r.optimizer_s)
     breakdown = TimeBreakdown(

@@ -11,6 +11,9 @@ first / last virtual stage) with R_r of them fully recomputed:
   allocated = sum_B (state + inflight_r * act) - sum_{R_r} inflight_r * act_saved + extras
   transient = block_transient (+ recompute_buffer if R_r > 0) + extras.transient
   peak      = memory.peak_bytes(allocated, transient, reserved)
+Under interleaving the step time also reads each virtual stage k's own forward and backward
+(stages.pipeline_time_s): f_k = sum_B fwd + stage_extras[k].fwd, b_k = T_k - f_k with T_k
+the stage's share of T_r (its blocks, recomputation and stage_extras[k].time).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import NamedTuple
 from . import memory
 from .layers import LayerCost, LayerTable, dp_window_factor, overlap_hidden_s, overlap_window_s
 from .results import GIB
-from .stages import RankCost, StageSlice, rank_cost, stage_sends, transient_bytes
+from .stages import RankCost, StageSlice, layer_fwd_s, rank_cost, stage_sends, transient_bytes
 from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 
 
@@ -97,6 +100,11 @@ class StageProblem:
         return tuple(kinds[i] for i in self.table.block_kind_index)
 
     @cached_property
+    def stage_extras(self) -> tuple[StageExtras, ...]:
+        """stage_extras of each virtual stage."""
+        return tuple(stage_extras(self, k) for k in range(self.num_stages))
+
+    @cached_property
     def extras(self) -> tuple[RankExtras, ...]:
         """rank_extras of each pipeline rank."""
         return tuple(rank_extras(self, r) for r in range(self.pp))
@@ -135,6 +143,7 @@ class BlockCoefficients(NamedTuple):
     state_bytes: float
     act_bytes: float  # per in-flight micro-batch, not fully recomputed
     act_saved_bytes: float  # per in-flight micro-batch, saved by full recompute
+    fwd_s: float  # the forward's part of time_s (stages.layer_fwd_s)
 
 
 def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
@@ -149,6 +158,7 @@ def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
         state_bytes=b.state_bytes,
         act_bytes=act,
         act_saved_bytes=act - b.act.full,
+        fwd_s=layer_fwd_s(b),
     )
 
 
@@ -189,3 +199,19 @@ def rank_extras(p: StageProblem, rank: int) -> RankExtras:
         opt += x.optimizer_s
         allocated += x.state_bytes + inflight * x.act.none
     return RankExtras(tuple(layers), time + sends * p.table.p2p_s, dp, window, hidden, opt, allocated, transient)
+
+
+class StageExtras(NamedTuple):
+    """What virtual stage k pays besides its blocks, per micro-batch: the embedding (k = 0)
+    or output layer (k = S-1) and its pipeline sends (stages.rank_cost's chunk times)."""
+
+    time_s: float
+    fwd_s: float  # the forward's part: the layers' forward and the activation send
+
+
+def stage_extras(p: StageProblem, k: int) -> StageExtras:
+    S, t = p.num_stages, p.table
+    layers = ([t.embedding] if k == 0 else []) + ([t.output] if k == S - 1 else [])
+    time = sum(x.time_s for x in layers) + stage_sends(k, S) * t.p2p_s
+    fwd = sum(layer_fwd_s(x) for x in layers) + (t.p2p_s if k < S - 1 else 0.0)
+    return StageExtras(time, fwd)

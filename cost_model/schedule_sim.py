@@ -35,13 +35,14 @@ Schedule orders (the per-rank op sequence; every op names (micro-batch, model ch
   backward k takes micro-batch table[k] on chunk v - 1 - chunk(table[k]).
 Virtual stage s = chunk * p + rank lives on rank s % p, as in stages.rank_cost.
 
-Closed form versus simulation: for uniform stages the simulated pipeline time equals
-stages.pipeline_time_s, m*t + (p-1)*t/v (tests/cost_model/test_schedule_sim.py checks a grid
-of pp, vpp and m). With uneven stages, fast stages wait on slow ones in ways the closed form
-(slowest rank x m + the others' fill/drain / v) only bounds, so the simulation is the
-reference there. The plan's `step_time_s` stays the closed form because that is what the ILP
-optimises (a linear objective over the stage partition); the plan's `schedule` block carries
-the simulated step next to it, and the reasons say when the two differ by more than 0.5%.
+Closed form versus simulation: stages.pipeline_time_s prices the same order. For uniform
+stages the simulated pipeline time equals it, m*t + (p-1)*t/v (tests/cost_model/
+test_schedule_sim.py checks a grid of pp, vpp and m). With uneven stages fast stages wait on
+slow ones; the closed form is then an upper bound (for interleaving, the lock-step execution
+of this order that stages.py describes), a few percent above the simulation for the
+near-even partitions the planner picks. The plan's `step_time_s` is the closed form, what
+the ILP optimises; the plan's `schedule` block carries the simulated step next to it, and
+the reasons say when the two differ by more than 0.5%.
 """
 
 from __future__ import annotations
@@ -250,13 +251,8 @@ def _send(events: list[Event] | None, src: int, dst: int, mb: int, stage: int, t
 
 def stage_times(table, slices, cfg) -> list[StageTimes]:
     """Per virtual stage, the cost model's per-micro-batch times (stages.rank_cost of that
-    stage alone, so the stage times of a rank add up to its RankCost.time_s).
-
-    Exposed communication is split between forward and backward: TP and EP evenly (Megatron
-    runs 2 of the 4 TP all-reduce-equivalents and one of the two all-to-all pairs in each
-    direction, Shoeybi et al. 2019 §3; DeepSeek-V3 §3.2), CP and ZeRO-3 in the ratio of the
-    forward to backward compute they overlap (ring attention and the parameter gathers run
-    once per direction, the backward ones being the longer)."""
+    stage alone, so the stage times of a rank add up to its RankCost.time_s), exposed
+    communication split between forward and backward as stages.layer_fwd_s says."""
     from .stages import rank_cost
 
     n = len(slices)
@@ -264,17 +260,14 @@ def stage_times(table, slices, cfg) -> list[StageTimes]:
     for sl in slices:
         # a pipeline of n single-stage ranks isolates stage `sl` with the right neighbours
         c = rank_cost(table, slices, sl.index, n, cfg.recompute, cfg.schedule, 1, 1)
-        fwd_compute = c.compute_s - c.bwd_s
-        share = fwd_compute / c.compute_s if c.compute_s > 0 else 0.5
-        fwd_comm = 0.5 * (c.tp_comm_s + c.ep_comm_s) + share * (c.cp_comm_s + c.zero3_comm_s)
-        bwd_comm = c.tp_comm_s + c.ep_comm_s + c.cp_comm_s + c.zero3_comm_s - fwd_comm
-        p2p = table.p2p_s
+        send_fwd = table.p2p_s if sl.index < n - 1 else 0.0
+        send_bwd = table.p2p_s if sl.index > 0 else 0.0
         out.append(StageTimes(
-            fwd_s=fwd_compute + fwd_comm,
-            bwd_s=c.bwd_s + bwd_comm,
+            fwd_s=c.chunk_fwd_s[0] - send_fwd,
+            bwd_s=c.chunk_bwd_s[0] - c.recompute_s - send_bwd,
             recompute_s=c.recompute_s,
-            send_fwd_s=p2p if sl.index < n - 1 else 0.0,
-            send_bwd_s=p2p if sl.index > 0 else 0.0,
+            send_fwd_s=send_fwd,
+            send_bwd_s=send_bwd,
         ))
     return out
 

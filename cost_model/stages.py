@@ -1,12 +1,56 @@
 """Pipeline composition: from the layer table and a stage partition to per-rank time and
 memory and the step time. The planner's ILP encodes exactly these formulas.
 
-Step time (Narayanan et al. SC'21 §2.2, generalised to uneven stages):
-  T_pipe = m * max_r t_r + (sum_r t_r - max_r t_r) / v
-where t_r is pipeline rank r's forward+backward time for one micro-batch over all its
-(virtual) stages, m the micro-batches per step and v the virtual stages per rank. Uniform
-stages give m*t + (p-1)*t/v: the bubble fraction (p-1)/m of GPipe and 1F1B, and (1/v)(p-1)/m
-of the interleaved schedule. With uneven stages the slowest rank sets the steady state.
+Step time, one virtual stage per rank, 1F1B (Narayanan et al. SC'21 §2.2, generalised to
+uneven stages):
+  T_pipe = m * max_r t_r + (sum_r t_r - max_r t_r)
+where t_r is pipeline rank r's forward+backward time for one micro-batch and m the
+micro-batches per step. Uniform stages give m*t + (p-1)*t: the bubble fraction (p-1)/m.
+With uneven stages the slowest rank sets the steady state; the schedule simulation
+(schedule_sim.py) never exceeds this form (tests/cost_model/test_schedule_sim.py).
+GPipe runs all forwards, then all backwards: two flow shops of m identical jobs, the
+backward one starting when the last stage's forwards end (every other rank's forwards have
+ended by then), each taking the sum of its stage times plus m-1 times its slowest:
+  T_pipe = sum_r t_r + (m - 1) * (max_r f_r + max_r b_r)
+(f, b: a rank's forward and backward, t = f + b); the same as 1F1B's form for uniform
+stages, above it when the slowest forward and the slowest backward are on different ranks
+(1F1B's form was up to 1.9% under the simulated GPipe on random uneven stages).
+
+Interleaved 1F1B, v > 1 virtual stages (chunks) per rank: SC'21 §2.2 prices it as
+m*t + (p-1)*t/v, which assumes the v chunks of every rank equal. With uneven chunks that
+form is too fast by up to a third: in Megatron's order (schedule_sim.rank_order) a rank
+runs a group of p micro-batches through one chunk before the next, so a large chunk on one
+rank stalls its neighbours every group, not only at fill and drain. The form priced here
+is a lock-step schedule of that same order: global slot g holds, on rank r,
+  the forward of table entry j = g + (v-1)p + (p-1-r)   (its 2(p-r-1) + (v-1)p warm-up
+  the backward of table entry k = g - (p-1-r)            forwards plus the steady pairs)
+(entries of Megatron's schedule table, schedule_sim.interleaved_table; the backward of
+entry k runs chunk v-1-chunk(k)), and a slot lasts as long as its slowest rank's ops:
+  T_pipe = sum_g max_r (f_r,g + b_r,g)
+with f, b a chunk's forward (plus its activation send) and backward (plus recomputation and
+its gradient send). Every dependency of the order goes from an earlier slot to a later one
+(a forward waits on the previous stage's forward, a backward on the next stage's backward,
+each one slot earlier, across the chunk boundary between rank p-1 and rank 0 too; the loss's
+backward on its forward, in the same slot on the same rank), so the
+lock-step schedule is a valid execution of Megatron's order and T_pipe is never below the
+simulated (earliest-start) time. With equal chunks (forward f, backward b, t = v(f+b)) the
+vp-1 warm-up slots hold forwards only, the vp-1 cool-down slots backwards only and the
+mv-vp+p others one of each: (mv+p-1)(f+b) = m*t + (p-1)*t/v, SC'21's form exactly.
+The priced form is the larger of the two,
+  T_pipe = max(sum_g max_r (f_r,g + b_r,g),  m * max_r t_r + (sum_r t_r - max_r t_r) / v),
+still an upper bound of the simulation; SC'21's term exceeds the lock-step one only when the
+ranks' chunks differ (by up to ~6% on random partitions) and keeps the planner's lower bounds
+(planner/bounds.py, built on SC'21's form) valid. Measured against the simulation on random
+partitions (pp 2-8, v 2-4, m = pp..8pp, 500 draws each; tests/cost_model/
+test_schedule_sim.py): never below it; above it by 3% on average for chunks within one block
+of each other (at most 21%, small chunks) and 8% for arbitrary ones (at most 32%), where the
+earliest-start order lets a fast rank run ahead of the slot boundary; on planned partitions
+(near-even, the logits chunk smaller) 0.6% (llama3-70b on 64 H100, pp4 vpp4) to 3%
+(llama3-8b on 16 H100, pp4 vpp2). SC'21's form alone is below the simulation by up to 22%
+(near-even) and 42% (arbitrary) on the same draws. The slots repeat with period pv, so the sum has
+O(pv) distinct terms (`lockstep_slots`), each a max of linear terms: the ILP encodes it
+exactly.
+
   step = T_pipe + max_r (max(0, dp_sync_r - w * bwd_r) + optimizer_r)   (w: layers.dp_window_factor)
 Gradient sync of the data-parallel group overlaps the backward of the last micro-batch
 (bucketed all-reduce / reduce-scatter as in PyTorch DDP, Li et al. VLDB'20, and Megatron's
@@ -15,11 +59,13 @@ overlap-grad-reduce); whatever outlasts that backward is exposed. The optimizer 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from . import memory
 from .layers import LayerTable, dp_window_factor, overlapped_s
-from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE
 
 
 @dataclass(frozen=True)
@@ -55,6 +101,10 @@ class RankCost:
     hardware_extra_flops: float  # recomputed FLOPs per micro-batch
     reserved_bytes: float = 0.0  # outside the allocator: CUDA context, communicator buffers
     overlap_interference: float = 0.0
+    # per virtual stage of this rank, in chunk order: forward (+ activation send) and
+    # backward (+ recomputation + gradient send) of one micro-batch; they add up to time_s
+    chunk_fwd_s: tuple[float, ...] = ()
+    chunk_bwd_s: tuple[float, ...] = ()
 
     @property
     def exposed_dp_s(self) -> float:
@@ -80,6 +130,17 @@ def stage_sends(k: int, num_stages: int) -> int:
     stage unless it is the last, one from the previous unless it is the first (each send
     costs LayerTable.p2p_s; forward activations and backward gradients have one size)."""
     return (k < num_stages - 1) + (k > 0)
+
+
+def layer_fwd_s(lc) -> float:
+    """The forward's part of a layer's per-micro-batch time (LayerCost.time_s): its forward
+    compute, half its exposed TP and EP communication (Megatron runs 2 of the 4 TP
+    all-reduce-equivalents and one of the two all-to-all pairs in each direction, Shoeybi et
+    al. 2019 §3; DeepSeek-V3 §3.2) and of CP and ZeRO-3 communication the share of the
+    compute it overlaps (ring attention and the parameter gathers run once per direction,
+    the backward ones being the longer). The backward's part is the rest."""
+    share = lc.fwd_s / lc.compute_s if lc.compute_s > 0 else 0.5
+    return lc.fwd_s + 0.5 * (lc.tp_comm_s + lc.ep_comm_s) + share * (lc.cp_comm_s + lc.zero3_comm_s)
 
 
 def transient_bytes(table: LayerTable, recompute_mode: str, recomputes: bool) -> float:
@@ -140,9 +201,12 @@ def rank_cost(
     w = g = o = act = extra_flops = 0.0
     recomputes = False
     extra_transient = 0.0
+    chunk_fwd: list[float] = []
+    chunk_time: list[float] = []
     for sl in slices:
         if sl.index % pp != rank:
             continue
+        fwd_k = time_k = 0.0
         layers = [(table.blocks[i], i - sl.first) for i in range(sl.first, sl.last + 1)]
         if sl.index == 0:
             layers.insert(0, (table.embedding, -1))
@@ -159,6 +223,8 @@ def rank_cost(
                 extra, a = lc.recompute_selective_s, lc.act.selective
             else:
                 extra, a = 0.0, lc.act.none
+            fwd_k += layer_fwd_s(lc)
+            time_k += lc.time_s + extra
             comp += lc.compute_s
             rc += extra
             tp += lc.tp_comm_s
@@ -173,6 +239,8 @@ def rank_cost(
             o += lc.optimizer_bytes
             act += a
         ppc += stage_sends(sl.index, n_stages) * table.p2p_s
+        chunk_fwd.append(fwd_k + (table.p2p_s if sl.index < n_stages - 1 else 0.0))
+        chunk_time.append(time_k + stage_sends(sl.index, n_stages) * table.p2p_s)
     time = comp + rc + tp + cp + ep + z3 + ppc
     transient = rank_transient_bytes(transient_bytes(table, recompute_mode, recomputes), extra_transient)
     inflight = memory.in_flight_micro_batches(schedule, pp, rank, num_micro_batches, vpp)
@@ -197,15 +265,83 @@ def rank_cost(
         hardware_extra_flops=extra_flops,
         reserved_bytes=reserved_bytes,
         overlap_interference=overlap_interference,
+        chunk_fwd_s=tuple(chunk_fwd),
+        chunk_bwd_s=tuple(t - f for t, f in zip(chunk_time, chunk_fwd, strict=True)),
     )
 
 
-def pipeline_time_s(rank_times: list[float], num_micro_batches: int, vpp: int) -> float:
-    """T_pipe of the module docstring."""
-    slowest = max(rank_times)
-    return num_micro_batches * slowest + (sum(rank_times) - slowest) / max(1, vpp)
+def _forward_slot(entry: int, rank: int, pp: int, vpp: int) -> int:
+    return entry - (vpp - 1) * pp - (pp - 1 - rank)
 
 
-def step_time_s(ranks: list[RankCost], num_micro_batches: int, vpp: int) -> float:
+def _backward_slot(entry: int, rank: int, pp: int) -> int:
+    return entry + (pp - 1 - rank)
+
+
+def lockstep_slot(kind: str, rank: int, micro_batch: int, chunk: int, pp: int, vpp: int, num_micro_batches: int) -> int:
+    """The lock-step slot of one op of schedule_sim.rank_order ("F"/"B", micro-batch, chunk)."""
+    from .schedule_sim import interleaved_table
+
+    table = interleaved_table(num_micro_batches, vpp, pp)
+    if kind == "F":
+        return _forward_slot(table.index((micro_batch, chunk)), rank, pp, vpp)
+    return _backward_slot(table.index((micro_batch, vpp - 1 - chunk)), rank, pp)
+
+
+Slot = tuple[int, tuple[tuple[int, int, int], ...]]  # (how many slots, ((rank, fwd chunk, bwd chunk), ...))
+
+
+@lru_cache(maxsize=256)
+def lockstep_slots(pp: int, vpp: int, num_micro_batches: int) -> tuple[Slot, ...]:
+    """The distinct slots of the interleaved lock-step form (module docstring) with their
+    multiplicity: per slot, each busy rank's forward chunk and backward chunk (-1: none).
+    The forward of Megatron's schedule-table entry j (chunk(j)) sits in slot
+    j - (v-1)p - (p-1-r), the backward of entry k (chunk v-1-chunk(k)) in slot k + (p-1-r)."""
+    from .schedule_sim import interleaved_table  # the schedule's own table (no import cycle)
+
+    p, v, m = pp, vpp, num_micro_batches
+    chunks = [c for _, c in interleaved_table(m, v, p)]
+    slots: dict[int, dict[int, list[int]]] = {}
+    for r in range(p):
+        for j, c in enumerate(chunks):
+            slots.setdefault(_forward_slot(j, r, p, v), {}).setdefault(r, [-1, -1])[0] = c
+            slots.setdefault(_backward_slot(j, r, p), {}).setdefault(r, [-1, -1])[1] = v - 1 - c
+    counts: dict[tuple[tuple[int, int, int], ...], int] = {}
+    for g in sorted(slots):
+        key = tuple((r, f, b) for r, (f, b) in sorted(slots[g].items()))
+        counts[key] = counts.get(key, 0) + 1
+    return tuple((n, key) for key, n in counts.items())
+
+
+def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequence[Sequence[float]],
+                    num_micro_batches: int, vpp: int, schedule: str) -> float:
+    """T_pipe of the module docstring; chunk_fwd_s[r][c] (chunk_bwd_s[r][c]) is the forward
+    (backward) of chunk c of rank r for one micro-batch (RankCost.chunk_fwd_s)."""
+    m, v = num_micro_batches, max(1, vpp)
+    if v == 1:
+        times = [sum(f) + sum(b) for f, b in zip(chunk_fwd_s, chunk_bwd_s, strict=True)]
+        if schedule == SCHEDULE_GPIPE:
+            return sum(times) + (m - 1) * (max(map(sum, chunk_fwd_s)) + max(map(sum, chunk_bwd_s)))
+        slowest = max(times)
+        return m * slowest + sum(times) - slowest
+    times = [sum(f) + sum(b) for f, b in zip(chunk_fwd_s, chunk_bwd_s, strict=True)]
+    slowest = max(times)
+    total = 0.0
+    for n, ops in lockstep_slots(len(chunk_fwd_s), v, m):
+        longest = 0.0
+        for r, f, b in ops:
+            d = (chunk_fwd_s[r][f] if f >= 0 else 0.0) + (chunk_bwd_s[r][b] if b >= 0 else 0.0)
+            longest = max(longest, d)
+        total += n * longest
+    return max(total, m * slowest + (sum(times) - slowest) / v)
+
+
+def rank_pipeline_time_s(ranks: Sequence[RankCost], num_micro_batches: int, vpp: int, schedule: str) -> float:
+    """pipeline_time_s of the ranks' chunk times."""
+    return pipeline_time_s([r.chunk_fwd_s for r in ranks], [r.chunk_bwd_s for r in ranks], num_micro_batches, vpp,
+                           schedule)
+
+
+def step_time_s(ranks: list[RankCost], num_micro_batches: int, vpp: int, schedule: str) -> float:
     tail = max(r.exposed_dp_s + r.optimizer_s for r in ranks)
-    return pipeline_time_s([r.time_s for r in ranks], num_micro_batches, vpp) + tail
+    return rank_pipeline_time_s(ranks, num_micro_batches, vpp, schedule) + tail

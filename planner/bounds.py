@@ -430,7 +430,7 @@ def min_max_tail_s(p: StageProblem) -> float:
 
 def group_bound_applies(profile) -> bool:
     """Whether the per-sample monotonicity above holds: no measured layer rows."""
-    return profile is None or not getattr(profile, "layers", None)
+    return profile is None or not profile.layers
 
 
 def per_sample_time_s(sums: TableSums, micro_batch_size: int) -> float:

@@ -3,9 +3,13 @@ every contiguous stage partition, every per-stage recompute count, each costed b
 cost model (cost_model.stages). For small instances only; the planner's tests prove CP-SAT
 reaches the same optimum.
 
-The objective increases with every rank's time and the memory limit is per rank, so for a
-fixed partition each rank's recompute counts are chosen independently (the fastest
-combination that fits): the same optimum as the full cross product, searched rank by rank.
+The objective increases with every chunk's forward and backward time and the memory limit
+is per rank. With one stage per rank (v = 1) it reads each rank only through its time and
+tail, so for a fixed partition each rank's recompute counts are chosen independently (the
+fastest combination that fits): the same optimum as the full cross product, searched rank
+by rank. Interleaved (v > 1), the step reads every chunk's time (stages.pipeline_time_s),
+so each rank keeps its feasible combinations that no other feasible one beats on every
+chunk and the tail, and the cross product of those is costed.
 
 The work is counted exactly before it starts (`count_evaluations`: one evaluation is one
 stages.rank_cost call), and a search above MAX_EVALUATIONS is refused.
@@ -99,6 +103,11 @@ def best_partition(p: StageProblem, tick: Callable[[int], None] | None = None) -
             if found is not None and (best is None or found[0] < best[0] - 1e-15):
                 best = found
             continue
+        if p.vpp > 1 and p.full:
+            found = _best_interleaved(p, counts, tick)
+            if found is not None and (best is None or found[0] < best[0] - 1e-15):
+                best = found
+            continue
         chosen_rc = [0] * S
         ranks = []
         evaluations = 0
@@ -126,7 +135,7 @@ def best_partition(p: StageProblem, tick: Callable[[int], None] | None = None) -
             tick(evaluations)
         if len(ranks) < pp:
             continue
-        t = step_time_s(ranks, p.num_micro_batches, p.vpp)
+        t = step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
         if best is None or t < best[0] - 1e-15:
             best = (t, list(counts), list(chosen_rc))
     return best
@@ -153,9 +162,52 @@ def _best_uniform(p: StageProblem, counts: list[int], tick) -> tuple[float, list
             ranks.append(seen[key])
         if any(rc.peak_bytes > p.capacity_bytes for rc in ranks):
             continue
-        t = step_time_s(ranks, p.num_micro_batches, p.vpp)
+        t = step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
         if best is None or t < best[0] - 1e-15:
             best = (t, list(counts), rcs)
     if tick is not None:
         tick(evaluations)
+    return best
+
+
+def _best_interleaved(p: StageProblem, counts: list[int], tick) -> tuple[float, list[int], list[int]] | None:
+    """Full recompute under interleaving for one stage partition: per rank, every
+    recompute combination of its stages (the same rank_cost calls as the rank-by-rank
+    search), the feasible ones that no other feasible one matches or beats on every chunk
+    time and the tail, then the fastest element of their cross product."""
+    S = p.num_stages
+    fronts = []
+    evaluations = 0
+    for r in range(p.pp):
+        ks = list(p.stages_of(r))
+        kept: list[tuple[tuple[float, ...], tuple[int, ...], object]] = []
+        for combo in itertools.product(*[range(counts[k] + 1) for k in ks]):
+            rcs = [0] * S
+            for k, v in zip(ks, combo, strict=True):
+                rcs[k] = v
+            rc = p.rank_cost(slices_from_counts(counts, rcs), r)
+            evaluations += 1
+            if rc.peak_bytes > p.capacity_bytes:
+                continue
+            key = (*rc.chunk_fwd_s, *rc.chunk_bwd_s, rc.exposed_dp_s + rc.optimizer_s)
+            if any(all(a <= b for a, b in zip(o, key, strict=True)) for o, _, _ in kept):
+                continue
+            kept = [x for x in kept if not all(a <= b for a, b in zip(key, x[0], strict=True))]
+            kept.append((key, combo, rc))
+        if not kept:
+            break
+        fronts.append((ks, kept))
+    if tick is not None:
+        tick(evaluations)
+    if len(fronts) < p.pp:
+        return None
+    best = None
+    for choice in itertools.product(*[kept for _, kept in fronts]):
+        t = step_time_s([rc for _, _, rc in choice], p.num_micro_batches, p.vpp, p.schedule)
+        if best is None or t < best[0] - 1e-15:
+            rcs = [0] * S
+            for (ks, _), (_, combo, _) in zip(fronts, choice, strict=True):
+                for k, v in zip(ks, combo, strict=True):
+                    rcs[k] = v
+            best = (t, list(counts), rcs)
     return best

@@ -155,7 +155,7 @@ def grad_dtype(row: dict) -> str:
     mixed_precision.grad_reduce_in_fp32 = ddp.grad_reduce_in_fp32 = False
     (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/{llama,qwen,gpt_oss,deepseek,
     nemotronh}/*_llm_pretrain.py @5776a6d). Elsewhere the engines' fp32 default."""
-    return "bf16" if "megatron-bridge" in row["framework"].lower() else "fp32"
+    return V.DTYPE_BF16 if "megatron-bridge" in row["framework"].lower() else V.DTYPE_FP32
 
 
 def training_block(row: dict) -> dict:

@@ -28,7 +28,7 @@ def _bubble_fraction(est) -> float:
 def test_more_micro_batches_smaller_bubble_fraction():
     fracs = [_bubble_fraction(_est("gpt-39b", 64, gb, tp=8, pp=8, dp=1)) for gb in (8, 16, 64, 256)]
     assert all(a > b for a, b in zip(fracs, fracs[1:], strict=False))
-    pipe = [stages.pipeline_time_s([1.0] * 8, m, 1) / m - 1 for m in (8, 16, 64, 256)]
+    pipe = [stages.pipeline_time_s([[1 / 3]] * 8, [[2 / 3]] * 8, m, 1, "1f1b") / m - 1 for m in (8, 16, 64, 256)]
     assert all(a > b for a, b in zip(pipe, pipe[1:], strict=False))
 
 

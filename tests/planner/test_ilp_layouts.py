@@ -56,7 +56,7 @@ def test_uniform_and_boundary_layouts_agree(pins):
             if sol.status != "optimal":
                 break
             ranks = [p.rank_cost(slices_from_counts(sol.stage_layers, sol.recompute_layers), r) for r in range(p.pp)]
-            times.append(step_time_s(ranks, p.num_micro_batches, p.vpp))
+            times.append(step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule))
         if len(times) == 2:
             compared += 1
             assert times[0] == pytest.approx(times[1], rel=1e-6)

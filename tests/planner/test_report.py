@@ -81,10 +81,11 @@ def test_simulated_step_equals_the_formula(uniform_4_stage):
     assert uniform_4_stage["parallelism"]["stage_layers"] == [2, 2, 2, 2]
     block = uniform_4_stage["schedule"]
     sim = simulation_of(block)
-    rank_times = [0.0] * 4
+    fwd, bwd = [[0.0] for _ in range(4)], [[0.0] for _ in range(4)]
     for s in block["stages"]:
-        rank_times[s["rank"]] += (s["fwd_ms"] + s["bwd_ms"] + s["recompute_ms"] + s["send_fwd_ms"] + s["send_bwd_ms"]) / 1e3
-    formula = pipeline_time_s(rank_times, 8, 1)
+        fwd[s["rank"]][0] += (s["fwd_ms"] + s["send_fwd_ms"]) / 1e3
+        bwd[s["rank"]][0] += (s["bwd_ms"] + s["recompute_ms"] + s["send_bwd_ms"]) / 1e3
+    formula = pipeline_time_s(fwd, bwd, 8, 1, "1f1b")
     assert sim.pipeline_time_s == pytest.approx(formula, rel=0.005)
     # and the whole step (with the DP/optimizer tail) against the plan's closed-form step
     assert block["simulated_step_time_s"] == pytest.approx(uniform_4_stage["prediction"]["step_time_s"], rel=0.005)
