@@ -555,7 +555,7 @@ def _step_s(p: StageProblem, counts: list[int], rcs: list[int]) -> float | None:
     ranks = [p.rank_cost(slices, r) for r in range(p.pp)]
     if any(rc.peak_bytes > p.capacity_bytes for rc in ranks):
         return None
-    return step_time_s(ranks, p.num_micro_batches, p.vpp)
+    return step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
 
 
 def _least_recompute(p: StageProblem, counts: list[int]) -> list[int] | None:
