@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from . import comm, compute
+from .kernels import ExpertBias
 from .specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
 from .vocab import LEVEL_INTRA, MLP_SWIGLU
 
@@ -144,6 +145,30 @@ def permute_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, act_dt: int) -> fl
         moved += 2 * 2 * received * row
         kernels += 2
     return compute.memory_bound_time_s(gpu, moved, kernels=kernels)
+
+
+def expert_bias_s(m: TransformerSpec, gpu, lay: ExpertLayout, kern: ExpertBias | None) -> tuple[float, float]:
+    """(forward, backward) seconds of adding the routed experts' output bias outside the
+    expert GEMM, as the engine does it (kernels.ExpertBias; Megatron's
+    TEGroupedMLP._apply_bias): memory-bound passes over the busiest rank's received rows x h
+    plus the launches of its per-expert loop. Zero without expert biases or where the engine
+    fuses the bias into the GEMM (kern None)."""
+    if kern is None or m.moe is None or not m.moe.expert_bias:
+        return 0.0, 0.0
+    elems = lay.tokens_per_expert * lay.local_experts * m.hidden_size
+    kf, kb = (lay.local_experts * e + c for e, c in zip(kern.kernels_per_expert, kern.kernels_per_call, strict=True))
+    return (compute.memory_bound_time_s(gpu, elems * kern.fwd_bytes, kernels=kf),
+            compute.memory_bound_time_s(gpu, elems * kern.bwd_bytes, kernels=kb))
+
+
+def expert_bias_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, kern: ExpertBias | None) -> float:
+    """expert_bias_s carried in the forward as launch_overhead_fwd_s carries its launches: a
+    block's backward is priced as twice its forward (layers._block_compute), so a third of
+    the forward + backward total sits here and the block's step total is exact (a fully
+    recomputed block then repeats a third of the total rather than the forward's 28 of 64
+    bytes: 0.33 vs 0.44 of it)."""
+    fwd, bwd = expert_bias_s(m, gpu, lay, kern)
+    return (fwd + bwd) / 3.0
 
 
 # Kernel launches of one MoE block per micro-batch as Megatron-Core runs the emitted launch
