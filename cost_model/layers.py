@@ -507,7 +507,15 @@ def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelCon
     (flops.attention_core_flops_causal; windows and chunks), on the engine's fused kernel
     (kernels.py) at the efficiency compute.attention_efficiency gives for the keys per
     call and the head dim; backward FLASH_BWD_FACTOR x the forward FLOPs at the backward
-    kernel's efficiency. FP8 recipes keep attention in bf16 (_attention_dtype)."""
+    kernel's efficiency. FP8 recipes keep attention in bf16 (_attention_dtype).
+    Attention sinks (GPT-OSS, Megatron softmax_type "learnable") and (left, 0) sliding
+    windows stay on the fused kernel under Megatron: Transformer Engine disables only
+    FlashAttention for a non-vanilla softmax and runs cuDNN's F16_arbitrary_seqlen backend
+    with cuDNN >= 9.13.1 (transformer_engine/pytorch/attention/dot_product_attention/utils.py
+    get_attention_backend, common/fused_attn/fused_attn.cpp nvte_get_fused_attn_backend @v2.9,
+    the TE of Megatron-Bridge 25.11; its GPT-OSS provider falls back to the local, unfused
+    path only below TE 2.8: src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py @5776a6d);
+    the sink's one logit per head adds no priced work."""
     dt, b, d = _attention_dtype(t), cfg.micro_batch_size, m.kv_channels
     heads_local = m.num_attention_heads / cfg.tp
     if t.attention == ATTENTION_EAGER:
