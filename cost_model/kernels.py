@@ -98,6 +98,41 @@ TORCHAO_COMPILED_CASTS = Fp8Casts(act_fwd=2.0, grad_bwd=3.0, act_bwd=1.0, weight
 
 
 @dataclass(frozen=True)
+class ExpertBias:
+    """How an engine adds the routed experts' output bias (MoESpec.expert_bias) when it is
+    not fused into the expert GEMM: bytes through HBM per element of the routed fc2 output
+    (rows received by this rank x hidden), forward and backward, and the kernels it
+    launches per local expert and per call.
+
+    Megatron-Core TEGroupedMLP (megatron/core/transformer/moe/experts.py @92c8482e6d, the
+    Megatron-Core of Megatron-Bridge 25.11): fc1 is built with skip_bias_add=False, so
+    Transformer Engine adds its bias in the GEMM epilogue and reduces its gradient in the
+    wgrad GEMM (transformer_engine/pytorch/module/grouped_linear.py @v2.9: general_grouped_gemm
+    use_bias / grad=True), free here; fc2 is built with skip_bias_add=True and its bias is
+    added after the GEMM by TEGroupedMLP._apply_bias, a Python loop over the local experts:
+    per expert `t + b * p` with b the bf16 bias [h] and p the fp32 routing probability
+    [n_e, 1], so `b * p` is an fp32 [n_e, h] tensor (w 4) and the sum is fp32 (r 2 + 4,
+    w 4); then torch.cat of the fp32 pieces (r 4, w 4) and .to(bf16) (r 4, w 2): 28 bytes
+    per element, 2 kernels per expert + cat + cast. Backward (autograd of the same ops):
+    the cast's gradient to fp32 (r 2, w 4), cat's backward is views, per expert the add's
+    gradient cast back to the bf16 t (r 4, w 2), the bias gradient grad*p summed over rows
+    (r 4, w 4, r 4) and the probability gradient grad*b summed over h (r 4, w 4, r 4):
+    36 bytes, 1 + 6 kernels per expert (two products, two sums, two casts)."""
+
+    fwd_bytes: float  # per element of the routed fc2 output
+    bwd_bytes: float
+    kernels_per_expert: tuple[int, int]  # (forward, backward)
+    kernels_per_call: tuple[int, int]
+    source: str
+
+
+MEGATRON_EXPERT_BIAS = ExpertBias(
+    fwd_bytes=28.0, bwd_bytes=36.0, kernels_per_expert=(2, 6), kernels_per_call=(2, 1),
+    source="megatron/core/transformer/moe/experts.py @92c8482e6d TEGroupedMLP._apply_bias",
+)
+
+
+@dataclass(frozen=True)
 class TpCommOverlap:
     """How an engine overlaps the TP collectives of a block with its GEMMs when the overlap
     is switched on: Transformer Engine userbuffers (Megatron --tp-comm-overlap,
@@ -148,6 +183,9 @@ class EngineKernels:
     # reads and writes the fp32 output (8); torch's _SDPAMerger runs ~4 eager fp32 ops
     # (sigmoid, sub, mul, sub over out, plus the lse update: r/w 4 B each, 32)
     ring_merge_bytes: float = 8.0
+    # the routed experts' output bias where the engine adds it outside the GEMM
+    # (ExpertBias); None: fused into the GEMM epilogue, or the engine has no expert bias
+    expert_bias: ExpertBias | None = None
 
     def elementwise_for(self, compiled: bool) -> Elementwise:
         return self.elementwise_compiled if compiled else self.elementwise
@@ -160,7 +198,7 @@ KERNELS: dict[str, EngineKernels] = {
     ENGINE_MEGATRON: EngineKernels(
         ENGINE_MEGATRON, ATTN_FUSED, FUSED, FUSED, TE_CASTS, TE_CASTS, tp_bwd_overlap=True, sp_regather=True,
         source="megatron/core/models/gpt/gpt_layer_specs.py, megatron/core/tensor_parallel/layers.py @d98e8a6",
-        tp_overlap=TE_USERBUFFERS,
+        tp_overlap=TE_USERBUFFERS, expert_bias=MEGATRON_EXPERT_BIAS,
     ),
     ENGINE_TORCHTITAN: EngineKernels(
         ENGINE_TORCHTITAN, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,

@@ -240,12 +240,37 @@ def _dp_last_bucket_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig
     size = _dense_dp_size(cfg)
     if cfg.engine != ENGINE_MEGATRON or size <= 1 or cfg.zero >= 3:
         return 0.0
-    bucket = min(params_rank, max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP * size))
-    link = comm.group_link(cluster, size, cfg.tp)
+    return _bucket_sync_s(cluster, t, cfg, params_rank, size, cfg.tp, fits)
+
+
+def _bucket_sync_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params_rank: float, size: int,
+                   stride: int, fits) -> float:
+    """One Megatron DDP bucket's gradient reduction (and with the distributed optimizer its
+    parameter all-gather) over a group of `size` ranks `stride` apart (_dp_last_bucket_s)."""
+    bucket = min(params_rank, max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP * _dense_dp_size(cfg)))
+    link = comm.group_link(cluster, size, stride)
     gbytes = bucket * memory.grad_dtype_bytes(t)
     if cfg.zero == 0:
         return comm.all_reduce_s(gbytes, size, link, fits)
     return comm.reduce_scatter_s(gbytes, size, link, fits) + comm.all_gather_s(bucket * DTYPE_BYTES[t.dtype], size, link, fits)
+
+
+def _expert_last_bucket_s(m: TransformerSpec, cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, fits) -> float:
+    """The same exposed last / first bucket of the expert parameters: Megatron-Core DDP puts
+    them in their own buffers over the expert-data-parallel group, bucketed with the same
+    bucket size (megatron/core/distributed/distributed_data_parallel.py @92c8482e6d:
+    ddp_config.bucket_size = max(40M, 1M x data-parallel size); expert_parallel_buffers /
+    expert_parallel_bucket_groups from _allocate_buffers_for_parameters(expert_parallel_params,
+    intra_expt_dp_group)), so the first MoE blocks' expert gradients form a last bucket of
+    their own, reduced after the backward, and its all-gather precedes the first forward. On
+    the same links as the dense buckets', so added to theirs. At most the rank's expert
+    parameters."""
+    size = _expert_dp_size(cfg)
+    if cfg.engine != ENGINE_MEGATRON or m.moe is None or size <= 1 or cfg.zero >= 3:
+        return 0.0
+    moe_blocks = sum(m.moe.is_moe_layer(i) for i in range(m.num_layers))
+    _, expert = _block_params(m, cfg, True)
+    return _bucket_sync_s(cluster, t, cfg, expert * moe_blocks / cfg.pp, size, _expert_dp_stride(cfg), fits)
 
 
 def _zero3_s(
@@ -422,7 +447,8 @@ def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, 
 
 def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
     """The expert part of an MoE block's forward (moe.py): grouped expert GEMMs on the
-    tokens each local expert receives, shared experts, router, token (un)permutation.
+    tokens each local expert receives, shared experts, router, token (un)permutation, the
+    kernel launches, and the experts' output bias where the engine adds it outside the GEMM.
     Returns (seconds, FFN width the activation function touches per token, as
     _elementwise_fwd_s counts it: top_k routed copies at the busiest rank's load plus the
     shared experts)."""
@@ -433,6 +459,7 @@ def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, ge
     s += moe.router_fwd_s(m, gpu, t, lay, geo.act_dt)
     s += moe.permute_fwd_s(m, gpu, lay, geo.act_dt)
     s += moe.launch_overhead_fwd_s(m, gpu, cfg, lay, geo.fp8)
+    s += moe.expert_bias_fwd_s(m, gpu, lay, geo.kernels.expert_bias)
     return s, e.ffn_hidden_size * e.top_k * lay.imbalance + e.shared_ffn * e.num_shared_experts
 
 
@@ -480,7 +507,15 @@ def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelCon
     (flops.attention_core_flops_causal; windows and chunks), on the engine's fused kernel
     (kernels.py) at the efficiency compute.attention_efficiency gives for the keys per
     call and the head dim; backward FLASH_BWD_FACTOR x the forward FLOPs at the backward
-    kernel's efficiency. FP8 recipes keep attention in bf16 (_attention_dtype)."""
+    kernel's efficiency. FP8 recipes keep attention in bf16 (_attention_dtype).
+    Attention sinks (GPT-OSS, Megatron softmax_type "learnable") and (left, 0) sliding
+    windows stay on the fused kernel under Megatron: Transformer Engine disables only
+    FlashAttention for a non-vanilla softmax and runs cuDNN's F16_arbitrary_seqlen backend
+    with cuDNN >= 9.13.1 (transformer_engine/pytorch/attention/dot_product_attention/utils.py
+    get_attention_backend, common/fused_attn/fused_attn.cpp nvte_get_fused_attn_backend @v2.9,
+    the TE of Megatron-Bridge 25.11; its GPT-OSS provider falls back to the local, unfused
+    path only below TE 2.8: src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py @5776a6d);
+    the sink's one logit per head adds no priced work."""
     dt, b, d = _attention_dtype(t), cfg.micro_batch_size, m.kv_channels
     heads_local = m.num_attention_heads / cfg.tp
     if t.attention == ATTENTION_EAGER:
@@ -937,7 +972,8 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     params_rank = _total_params(m) / tp  # at least one bucket's worth on the first stage
     return _replicated_layer(
         KIND_EMBEDDING, cluster, t, cfg, flops.embedding_params(m) / tp, fwd, bwd, tp_comm,
-        memory.ActivationBytes(act, act, act), 0.0, fits, tail_s=_dp_last_bucket_s(cluster, t, cfg, params_rank, fits),
+        memory.ActivationBytes(act, act, act), 0.0, fits,
+        tail_s=_dp_last_bucket_s(cluster, t, cfg, params_rank, fits) + _expert_last_bucket_s(m, cluster, t, cfg, fits),
     )
 
 

@@ -2,7 +2,7 @@
 runs it (megatron/core/transformer/moe/ at NVIDIA/Megatron-LM d98e8a64ddf3):
 
   router GEMM + top-k -> permute -> EP all-to-all (dispatch) -> expert-TP all-gather ->
-  sort by local expert -> grouped GEMMs (fc1, activation, fc2) -> unsort -> expert-TP
+  sort by local expert -> grouped GEMMs (fc1, activation, fc2, fc2 bias) -> unsort -> expert-TP
   reduce-scatter -> EP all-to-all (combine) -> unpermute (weighted sum of the top_k outputs)
 
 (token_dispatcher.py MoEAlltoAllTokenDispatcher: dispatch_preprocess / token_dispatch /
@@ -32,9 +32,16 @@ _maybe_dtoh_and_synchronize), the first bottleneck NVIDIA names for MoE on GB200
 (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization @eb0783b6d3 section 2);
 fp8 dispatch (fused_a2a.py at the same commit: "Currently, we do not support fp8 dispatch");
 the overlapped 1F1B all-to-all (`--overlap-moe-expert-parallel-comm`, off by default and not
-emitted): the all-to-alls are exposed; node-limited routing (DeepSeek-V3 §2.1.2, at most 4
-nodes per token) saves inter-node bytes only with a de-duplicating dispatcher, so with
-Megatron's alltoall dispatcher every routed copy crosses the link to its expert's rank.
+emitted): the all-to-alls are exposed; GPT-OSS's clamped gated activation
+(activation_func_clamp_value 7, HF `swiglu_limit`): Megatron clamps both halves of the fc1
+output and concatenates them in eager ops before its fused quick-GEGLU
+(megatron/core/fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl @92c8482e6d), ~8a
+bytes forward and ~10a backward per routed f-element and, without moe_act recompute, a second
+saved 2f-wide copy per routed token (clamp keeps its input, the fused function the clamped
+one): MoESpec has no field for the clamp, so neither is priced; node-limited routing
+(DeepSeek-V3 §2.1.2, at most 4 nodes per token) saves inter-node bytes only with a
+de-duplicating dispatcher, so with Megatron's alltoall dispatcher every routed copy crosses
+the link to its expert's rank.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from . import comm, compute
+from .kernels import ExpertBias
 from .specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
 from .vocab import LEVEL_INTRA, MLP_SWIGLU
 
@@ -144,6 +152,30 @@ def permute_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, act_dt: int) -> fl
         moved += 2 * 2 * received * row
         kernels += 2
     return compute.memory_bound_time_s(gpu, moved, kernels=kernels)
+
+
+def expert_bias_s(m: TransformerSpec, gpu, lay: ExpertLayout, kern: ExpertBias | None) -> tuple[float, float]:
+    """(forward, backward) seconds of adding the routed experts' output bias outside the
+    expert GEMM, as the engine does it (kernels.ExpertBias; Megatron's
+    TEGroupedMLP._apply_bias): memory-bound passes over the busiest rank's received rows x h
+    plus the launches of its per-expert loop. Zero without expert biases or where the engine
+    fuses the bias into the GEMM (kern None)."""
+    if kern is None or m.moe is None or not m.moe.expert_bias:
+        return 0.0, 0.0
+    elems = lay.tokens_per_expert * lay.local_experts * m.hidden_size
+    kf, kb = (lay.local_experts * e + c for e, c in zip(kern.kernels_per_expert, kern.kernels_per_call, strict=True))
+    return (compute.memory_bound_time_s(gpu, elems * kern.fwd_bytes, kernels=kf),
+            compute.memory_bound_time_s(gpu, elems * kern.bwd_bytes, kernels=kb))
+
+
+def expert_bias_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, kern: ExpertBias | None) -> float:
+    """expert_bias_s carried in the forward as launch_overhead_fwd_s carries its launches: a
+    block's backward is priced as twice its forward (layers._block_compute), so a third of
+    the forward + backward total sits here and the block's step total is exact (a fully
+    recomputed block then repeats a third of the total rather than the forward's 28 of 64
+    bytes: 0.33 vs 0.44 of it)."""
+    fwd, bwd = expert_bias_s(m, gpu, lay, kern)
+    return (fwd + bwd) / 3.0
 
 
 # Kernel launches of one MoE block per micro-batch as Megatron-Core runs the emitted launch

@@ -12,7 +12,10 @@ REST routes take:
   pins the published values through `search` and lets the planner choose the rest:
   `planner.service.plan`.
 The model block is the row's dimensions (`arch` is informational: the columns are what the
-row ran); MoE columns become `model.transformer.moe`. The GPU is the row's `gpu` column
+row ran); MoE columns become `model.transformer.moe`. Where the row's `model` names a preset
+whose every dimension equals the columns (GPT-OSS-120B, Qwen3-30B-A3B), the request names
+that preset instead, so the architecture the columns cannot express (sliding-window layers,
+attention sinks, biases, QK-norm) is priced too (matching_preset). The GPU is the row's `gpu` column
 (the catalog name the row was mapped to; the notes say how it differs from the published
 part), with `intra_node_gb_s` / `inter_node_gb_s` where the row gives them.
 Published peak memory (`peak_mem_gib`) is torch's max reserved memory where published.
@@ -31,6 +34,8 @@ from pathlib import Path
 from cost_model import vocab as V
 from cost_model.catalog import get_gpu
 from cost_model.errors import SpecError
+from cost_model.parse import parse_model
+from cost_model.presets import PRESETS
 from planner.service import Infeasible, estimate, plan
 
 _CSV_NAME = Path("shared") / "validation" / "published_runs_modern.csv"
@@ -78,7 +83,40 @@ def engine_of(row: dict) -> str:
     return f
 
 
+# the columns a row gives of its model, as TransformerSpec / MoESpec fields
+_DIM_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "kv_channels", "ffn_hidden_size",
+               "vocab_size", "mlp", "tie_embeddings")
+_MOE_FIELDS = ("num_experts", "top_k", "ffn_hidden_size", "layer_freq")
+
+
+def matching_preset(row: dict) -> str | None:
+    """The preset named by the row's `model` column when every dimension the columns give
+    equals the preset's (the same model): the request then names the preset, whose
+    architecture also carries what the columns cannot express (GPT-OSS: alternating 128-token
+    sliding / full attention, attention sinks, attention and expert biases; Qwen3: QK-norm),
+    from the model's own config (cost_model/presets.py cites each). The degrees, batch and
+    sequence stay the row's. None when no preset has the name or any dimension differs."""
+    name = row["model"].strip().lower()
+    if name not in PRESETS:
+        return None
+    preset, cols = PRESETS[name], parse_model(_columns_block(row))
+    if any(getattr(preset, f) != getattr(cols, f) for f in _DIM_FIELDS):
+        return None
+    if (preset.moe is None) != (cols.moe is None):
+        return None
+    if preset.moe is not None and any(getattr(preset.moe, f) != getattr(cols.moe, f) for f in _MOE_FIELDS):
+        return None
+    return name
+
+
 def model_block(row: dict) -> dict:
+    """The preset of the same model where one matches exactly (matching_preset), else the
+    row's dimensions as a transformer block."""
+    name = matching_preset(row)
+    return {"name": name} if name else _columns_block(row)
+
+
+def _columns_block(row: dict) -> dict:
     t: dict = {
         "name": row["model"],
         "num_layers": _int(row["layers"]),

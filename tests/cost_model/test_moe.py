@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model import attention, comm, moe
+from cost_model import attention, comm, kernels, moe
 from cost_model.catalog import get_gpu
 from cost_model.errors import SpecError
 from cost_model.layers import _block_params, _expert_dp_size, layer_table
@@ -200,3 +200,72 @@ def test_fine_grained_moe_held_out_published_rows():
     t = TrainingSpec(global_batch_size=512, seq_length=4096, dtype="fp8")
     e = estimate(q, c, t, ParallelConfig(dp=8, ep=8, zero=1, micro_batch_size=8))
     assert e.prediction.step_time_s == pytest.approx(512 * 4096 / (28934 * 8), rel=0.10)
+
+
+def test_expert_bias_hand_count_gpt_oss_ep8():
+    """Megatron's fc2 expert bias (TEGroupedMLP._apply_bias @92c8482e6d): per local expert
+    `t + b * p` with t and b bf16 and p fp32, so the product and the sum are fp32, then cat
+    and a cast back. Bytes per element from the dtypes: b*p writes 4; the sum reads 2 + 4 and
+    writes 4; cat reads and writes 4; .to(bf16) reads 4 and writes 2: 28. Backward: the cast's
+    gradient (r 2, w 4), the add's gradient to t (r 4, w 2), grad*p and its row sum (r 4, w 4,
+    r 4) and grad*b and its sum (the same): 36. GPT-OSS-120B on ep8 at 4 x 4096 tokens: 16
+    local experts hold the 65536 routed copies of the rank and its peers (x the busiest
+    rank's load), h = 2880; kernels 16 x 2 + 2 forward, 16 x 6 + 1 backward."""
+    bf16, fp32 = 2, 4
+    fwd_bytes = fp32 + (bf16 + fp32 + fp32) + 2 * fp32 + (fp32 + bf16)
+    bwd_bytes = (bf16 + fp32) + (fp32 + bf16) + 2 * (fp32 + fp32 + fp32)
+    assert (fwd_bytes, bwd_bytes) == (28, 36)
+    kern = kernels.KERNELS["megatron"].expert_bias
+    assert (kern.fwd_bytes, kern.bwd_bytes) == (fwd_bytes, bwd_bytes)
+    g = get_gpu("b200")
+    m = get_preset("gpt-oss-120b")
+    t = TrainingSpec(global_batch_size=512, seq_length=4096)
+    cfg = ParallelConfig(dp=64, ep=8, micro_batch_size=4)
+    lay = moe.layout(m, t, cfg)
+    assert lay.local_experts == 16
+    elems = lay.tokens_per_expert * 16 * 2880
+    assert elems == pytest.approx(65536 * lay.imbalance * 2880)
+    bw = g.hbm_gb_s * 1e9 * g.memory_bound_efficiency
+    fwd, bwd = moe.expert_bias_s(m, g, lay, kern)
+    assert fwd == pytest.approx(elems * 28 / bw + (16 * 2 + 2) * g.kernel_overhead_s)
+    assert bwd == pytest.approx(elems * 36 / bw + (16 * 6 + 1) * g.kernel_overhead_s)
+    # the block carries fwd + bwd exactly: a third in the forward, twice that in the backward
+    from cost_model import layers as L
+
+    geo = L._geometry(m, t, cfg, 0)
+    with_bias, _ = L._moe_fwd_s(m, g, t, cfg, geo)
+    no_bias = replace(m, moe=replace(m.moe, expert_bias=False))
+    without, _ = L._moe_fwd_s(no_bias, g, t, cfg, L._geometry(no_bias, t, cfg, 0))
+    assert 3 * (with_bias - without) == pytest.approx(fwd + bwd)
+    # nothing without expert biases, nor where an engine fuses the bias (no ExpertBias)
+    assert moe.expert_bias_s(no_bias, g, lay, kern) == (0.0, 0.0)
+    assert moe.expert_bias_s(m, g, lay, None) == (0.0, 0.0)
+    assert kernels.KERNELS["torchtitan"].expert_bias is None
+
+
+def test_expert_buffers_last_bucket_hand_count():
+    """Megatron-Core DDP buckets the expert parameters in their own buffers over the
+    expert-data-parallel group with the same bucket size, max(40M, 1M x dp) parameters
+    (distributed_data_parallel.py @92c8482e6d). GPT-OSS-120B ep8 on 64 B200 (8 nodes): the
+    bucket is 64M parameters (a rank holds 36 x 16 experts of 24.9M), bf16 gradients
+    reduce-scattered and bf16 parameters all-gathered over 8 ranks one per node (stride 8):
+    2 x (7 x latency + 7/8 x 128 MB / (50 GB/s x link efficiency))."""
+    from cost_model import layers as L
+
+    g = get_gpu("b200")
+    c = _cluster("b200", 64, 8)
+    m = get_preset("gpt-oss-120b")
+    t = TrainingSpec(global_batch_size=512, seq_length=4096, grad_dtype="bf16")
+    cfg = ParallelConfig(dp=64, ep=8, micro_batch_size=4, zero=1)
+    bucket = 64e6
+    bw = g.network_gb_s * 1e9 * g.link_efficiency
+    one = 7 * g.inter_node_latency_s + 7 / 8 * bucket * 2 / bw
+    assert L._expert_last_bucket_s(m, c, t, cfg, None) == pytest.approx(2 * one)
+    # the embedding's tail carries it beside the dense buffers' bucket
+    emb = L._embedding_cost(m, c, t, cfg, None, {})
+    dense_tail = L._dp_last_bucket_s(c, t, cfg, L._total_params(m), None)
+    assert emb.optimizer_s - L._optimizer_s(c, t, cfg, emb.weights_bytes / 2, 64) == pytest.approx(
+        dense_tail + 2 * one, rel=1e-6)
+    # no expert-DP group (ep = all data-parallel ranks), or no experts: nothing
+    assert L._expert_last_bucket_s(m, c, t, replace(cfg, ep=64), None) == 0.0
+    assert L._expert_last_bucket_s(get_preset("llama3-8b"), c, t, cfg, None) == 0.0

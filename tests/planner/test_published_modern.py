@@ -78,3 +78,22 @@ def test_megatron_bridge_rows_reduce_gradients_in_bf16():
         t = parse_training(request(row)["training"])
         bridge = "megatron-bridge" in row["framework"].lower()
         assert t.grad_dtype == ("bf16" if bridge else "fp32"), row["id"]
+
+
+def test_rows_of_a_preset_model_name_the_preset_only_when_every_dimension_matches():
+    """GPT-OSS-120B's columns equal the gpt-oss-120b preset's dimensions, so the request names
+    the preset (alternating sliding / full attention, sinks, biases priced); one differing
+    column, or a name no preset has, keeps the columns."""
+    from cost_model.presets import get_preset
+    from validation.published_modern import matching_preset, model_block
+
+    row = next(r for r in _rows() if r["model"].strip().lower() == "gpt-oss-120b")
+    assert matching_preset(row) == "gpt-oss-120b"
+    assert model_block(row) == {"name": "gpt-oss-120b"}
+    m = parse_model(request(row)["model"])
+    assert m == get_preset("gpt-oss-120b") and m.sliding_window == 128 and m.moe.expert_bias
+    for col, value in (("hidden", "2816"), ("moe_topk", "2"), ("kv_heads", "16"), ("tie_embeddings", "true")):
+        assert matching_preset({**row, col: value}) is None, col
+    assert matching_preset({**row, "model": "GPT-OSS-121B"}) is None
+    # the degrees stay the row's
+    assert parse_search(request(row)["search"]).allowed["ep"] == (int(row["ep"]),)
