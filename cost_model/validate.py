@@ -19,13 +19,23 @@ __all__ = ["divisors", "expert_fold_error", "validate_cluster", "validate_config
 # request: they are checked by the request schema itself, not by a second copy of it.
 
 
+def _as_json(value):
+    """A spec's asdict() with tuples as lists: the request schema is strict (JSON arrays are
+    lists), and frozen specs keep their sequences as tuples."""
+    if isinstance(value, dict):
+        return {k: _as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_json(v) for v in value]
+    return value
+
+
 def validate_model(m: specs.ModelSpec, path: str = "model") -> None:
     if isinstance(m, specs.LayerListSpec):
-        layers = [{**asdict(layer)} for layer in m.layers]
+        layers = [_as_json(asdict(layer)) for layer in m.layers]
         rq.validate_as(rq.Model, {"name": m.name, MODEL_LAYERS: layers}, "model")
         return
     assert isinstance(m, specs.TransformerSpec)
-    rq.validate_as(rq.Transformer, asdict(m), path)
+    rq.validate_as(rq.Transformer, _as_json(asdict(m)), path)
     check_architecture(m)  # layer_types, windows, MLA and MoE block lists agree with each other
 
 

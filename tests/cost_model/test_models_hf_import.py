@@ -161,3 +161,15 @@ def test_architecture_checks_name_the_field():
         with pytest.raises(SpecError) as e:
             check_architecture(m)
         assert e.value.field == field
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "gemma3-27b", "llama4-scout"])
+def test_presets_with_layer_types_pass_the_strict_schema(name):
+    """Specs keep sequences (layer_types, window lists) as tuples; the request schema's
+    strict lists must still accept a preset when the estimate validates it."""
+    from cost_model.presets import get_preset
+    from cost_model.validate import validate_model
+
+    m = get_preset(name)
+    assert isinstance(m.layer_types, tuple) and m.layer_types
+    validate_model(m)  # raised "model.layer_types: must be a list, got tuple" before
