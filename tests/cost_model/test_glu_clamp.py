@@ -41,7 +41,7 @@ def test_preset_and_hf_import_carry_the_limit():
     assert cfg["swiglu_limit"] == 7.0
     assert from_hf_config(cfg).swiglu_limit == 7.0
     assert from_hf_config({**cfg, "swiglu_limit": 5.5}).swiglu_limit == 5.5
-    # GptOssConfig's class default when the field is missing
+    # missing: the 7.0 transformers' GptOssExperts hard-codes
     assert from_hf_config({k: v for k, v in cfg.items() if k != "swiglu_limit"}).swiglu_limit == 7.0
     assert OSS.swiglu_limit == 7.0 and get_preset("gpt-oss-20b").swiglu_limit == 7.0
     # other families carry no clamp, even with the field present
