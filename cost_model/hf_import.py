@@ -20,7 +20,8 @@ Field names and defaults per huggingface/transformers' configuration classes
 - GptOssConfig (commit 02b8f42b): num_local_experts, num_experts_per_tok (the released
   config.json also writes experts_per_token), sliding_window 128, layer_types (default:
   sliding on even blocks, full on odd), attention_bias True (q/k/v/o), `sinks` per head,
-  router and expert biases.
+  router and expert biases, swiglu_limit (the clamp of the experts' gate/up; missing: 7.0,
+  the limit transformers' GptOssExperts hard-codes).
 - Llama4Config / Llama4TextConfig (commit 008e5743): sizes under text_config;
   intermediate_size (experts and the shared expert) vs intermediate_size_mlp (dense
   blocks); moe_layers or interleave_moe_layer_step (MoE blocks step-1, 2*step-1, ...);
@@ -200,7 +201,10 @@ def _decoder(c: _Cfg, model_type: str, display: str) -> TransformerSpec:
         qkv_bias=(attn_bias or model_type in ("qwen2", "qwen2_moe")) if known else None,
         out_proj_bias=(attn_bias and model_type != "glm4_moe") if known else None,
         mlp_bias=bool(c.get("mlp_bias", False)) if known or c.has("mlp_bias") else None,
-        block_norms=4 if model_type in ("gemma2", "gemma3_text") else 2,  # Gemma 2/3: pre- and post-norms around attention and MLP
+        block_norms=4 if model_type in ("gemma2", "gemma3_text") else 2,
+        # GPT-OSS clamps both gate/up halves: the released config.json writes swiglu_limit 7.0
+        # (GptOssConfig keeps it as an extra attribute); GptOssExperts hard-codes limit 7.0
+        swiglu_limit=float(c.get("swiglu_limit", 7.0)) if gpt_oss else None,  # Gemma 2/3: pre- and post-norms around attention and MLP
     )
 
 

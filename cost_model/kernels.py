@@ -133,6 +133,70 @@ MEGATRON_EXPERT_BIAS = ExpertBias(
 
 
 @dataclass(frozen=True)
+class GluClamp:
+    """What a clamped gated activation (TransformerSpec.swiglu_limit: GPT-OSS's
+    quick_gelu(min(x_glu, L)) * (clamp(x_lin, -L, L) + 1)) costs beyond the engine's plain
+    gated activation, per element of the f-wide activation output. Bytes are `*_a` units of
+    the activation dtype's bytes a plus `*_bytes` raw bytes (torch.bool masks, 1 byte).
+    Autograd facts used (pytorch tools/autograd/derivatives.yaml `clamp`: saves `self`;
+    FunctionsManual.cpp clamp_backward: `where(self <= max, grad, 0)` for a max-only clamp,
+    `where((self >= min).logical_and_(self <= max), grad, 0)` with both bounds, each after
+    an at::scalar_tensor zero; cat saves only sizes and its backward is views; chunk's
+    backward (SplitBackward) is a cat of the half gradients; a stepped slice's backward
+    (SliceBackward, x[..., ::2]) writes a zeroed full-width tensor and copies into it).
+    Under torch.compile (torchtitan compile.enable) the eager chain fuses and the partitioner
+    chooses what to save; not read here, so the eager counts stand (memory is not under-estimated)."""
+
+    saved: float  # extra saved-for-backward elements (activation dtype) per f element
+    grad: float  # extra backward-transient elements per f element (activation dtype)
+    grad_bytes: float  # ... plus raw bytes (bool masks) per f element
+    fwd_a: float
+    fwd_bytes: float
+    bwd_a: float
+    bwd_bytes: float
+    kernels: tuple[int, int]  # extra launches per activation call (forward, backward)
+    source: str
+
+
+# Megatron-Core (megatron/core/fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl
+# @92c8482e6d, called by experts.py TEGroupedMLP.bias_act_func and mlp.py with
+# activation_func_clamp_value; Megatron-Bridge gpt_oss_provider.py @5776a6d sets 7.0 with
+# bias_activation_fusion on): the two halves of the fc1 output are clamped and concatenated
+# in eager ops before WeightedBiasQuickGeGLUFunction, which saves the concatenation. The
+# clamps save their inputs, views of the fc1 output, which the unclamped path saves as the
+# function's input: one more 2f-wide copy per token (saved 2). Forward: clamp r a w a on
+# each half, cat r 2a w 2a: 8a, 3 kernels. Backward: the max-only clamp le (r a, w 1) +
+# where (r 1 + a, w a); the two-sided clamp ge, le (r a, w 1 each), logical_and_ (r 2, w 1),
+# where (r 1 + a, w a); the split backward cat of both halves (r 2a, w 2a): 11a + 8 bytes,
+# 2 zero fills + 2 + 4 + 1 kernels. Transient: at the split backward the two clamp gradients
+# (f + f) and the 2f cat output are live where the plain path holds 3f (d act + d fc1), and
+# the linear half's two masks (f bytes each) before its where.
+MEGATRON_GLU_CLAMP = GluClamp(
+    saved=2.0, grad=1.0, grad_bytes=2.0, fwd_a=8.0, fwd_bytes=0.0, bwd_a=11.0, bwd_bytes=8.0, kernels=(3, 9),
+    source="megatron/core/fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl @92c8482e6d",
+)
+# Eager model code: torchtitan torchtitan/models/gpt_oss/moe.py swiglu (@b5bcd76c6):
+# x[..., ::2] / x[..., 1::2] clamped, out_glu = x_glu * sigmoid(1.702 x_glu),
+# addcmul(out_glu, out_glu, x_linear); Hugging Face GptOssExperts.forward (transformers
+# v4.56.0 models/gpt_oss/modeling_gpt_oss.py, the model code DeepSpeed trains): the same
+# clamps, gate * sigmoid(gate * alpha), (up + 1) * glu. Saved: the fc1 output (kept by the
+# clamps), both clamped halves, the sigmoid output, the gated product (mul / addcmul save
+# both operands) and the activation output: 7f where the plain gated path counts 3f
+# (saved 4). Forward: two clamps (r a w a each), scalar mul (2a), sigmoid (2a), mul (3a),
+# addcmul (r 3a w a) = 15a (HF: + 1 then mul, 16a) where Elementwise.swiglu counts 5a:
+# priced at HF's +11a, +4 kernels. Backward priced as twice the extra forward (the table's rule) plus
+# what the clamps add: their masks (8 bytes as above) and the stepped-slice backwards, each
+# a zeroed 2f tensor (w 2a) with its half copied in (r a, w a), summed (r 4a, w 2a): +14a;
+# 2 x 4 + 8 (clamps) + 5 (slices) kernels; transient: the second 2f slice gradient and one
+# f-wide chain gradient (grad 3).
+EAGER_GLU_CLAMP = GluClamp(
+    saved=4.0, grad=3.0, grad_bytes=2.0, fwd_a=11.0, fwd_bytes=0.0, bwd_a=36.0, bwd_bytes=8.0, kernels=(4, 21),
+    source="torchtitan/models/gpt_oss/moe.py swiglu @b5bcd76c6; transformers models/gpt_oss/modeling_gpt_oss.py "
+    "GptOssExperts v4.56.0",
+)
+
+
+@dataclass(frozen=True)
 class TpCommOverlap:
     """How an engine overlaps the TP collectives of a block with its GEMMs when the overlap
     is switched on: Transformer Engine userbuffers (Megatron --tp-comm-overlap,
@@ -186,6 +250,9 @@ class EngineKernels:
     # the routed experts' output bias where the engine adds it outside the GEMM
     # (ExpertBias); None: fused into the GEMM epilogue, or the engine has no expert bias
     expert_bias: ExpertBias | None = None
+    # what a clamped gated activation (TransformerSpec.swiglu_limit) adds, as the engine's
+    # model code runs it (GluClamp); None: the engine's model code has no clamp
+    glu_clamp: GluClamp | None = None
 
     def elementwise_for(self, compiled: bool) -> Elementwise:
         return self.elementwise_compiled if compiled else self.elementwise
@@ -198,18 +265,19 @@ KERNELS: dict[str, EngineKernels] = {
     ENGINE_MEGATRON: EngineKernels(
         ENGINE_MEGATRON, ATTN_FUSED, FUSED, FUSED, TE_CASTS, TE_CASTS, tp_bwd_overlap=True, sp_regather=True,
         source="megatron/core/models/gpt/gpt_layer_specs.py, megatron/core/tensor_parallel/layers.py @d98e8a6",
-        tp_overlap=TE_USERBUFFERS, expert_bias=MEGATRON_EXPERT_BIAS,
+        tp_overlap=TE_USERBUFFERS, expert_bias=MEGATRON_EXPERT_BIAS, glu_clamp=MEGATRON_GLU_CLAMP,
     ),
     ENGINE_TORCHTITAN: EngineKernels(
         ENGINE_TORCHTITAN, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,
         tp_bwd_overlap=False, sp_regather=False,
         source="torchtitan/models/llama/model.py @9dec370; torchao/float8/float8_linear.py; "
         "torch/distributed/tensor/experimental/_attention.py _SDPAMerger",
-        ring_merge_bytes=32.0,
+        ring_merge_bytes=32.0, glu_clamp=EAGER_GLU_CLAMP,
     ),
     ENGINE_DEEPSPEED: EngineKernels(
         ENGINE_DEEPSPEED, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,
         tp_bwd_overlap=False, sp_regather=False, source="eager torch modules (model code), SDPA attention",
+        glu_clamp=EAGER_GLU_CLAMP,
     ),
     ENGINE_RUNTIME: EngineKernels(
         ENGINE_RUNTIME, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,

@@ -586,6 +586,26 @@ def _elementwise_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, geo: _Block
     return compute.memory_bound_time_s(gpu, elem, kernels=k.kernels)
 
 
+def _glu_clamp_s(m: TransformerSpec, gpu, cfg: ParallelConfig, geo: _BlockGeometry, f_elem: float) -> tuple[float, float]:
+    """(forward, backward) seconds of the memory passes a clamped gated activation
+    (TransformerSpec.swiglu_limit) adds as the engine runs it (kernels.GluClamp: Megatron's
+    eager clamps and concatenation before its fused quick-GEGLU, their autograd masks and
+    the split backward), over the f_elem-wide activation output of every token, split by tp
+    like the activation itself (_elementwise_fwd_s). Zero without a clamp or where the
+    engine's model code has none."""
+    clamp = geo.kernels.glu_clamp
+    if m.swiglu_limit is None or m.mlp != MLP_SWIGLU or clamp is None:
+        return 0.0, 0.0
+    elems = geo.tokens * f_elem / cfg.tp
+    # one activation call per MLP: the dense MLP, or the routed experts' and the shared experts'
+    calls = 1 + (1 if geo.moe_layer and m.moe is not None and m.moe.num_shared_experts else 0)
+    fwd = compute.memory_bound_time_s(gpu, elems * (clamp.fwd_a * geo.act_dt + clamp.fwd_bytes),
+                                      kernels=calls * clamp.kernels[0])
+    bwd = compute.memory_bound_time_s(gpu, elems * (clamp.bwd_a * geo.act_dt + clamp.bwd_bytes),
+                                      kernels=calls * clamp.kernels[1])
+    return fwd, bwd
+
+
 @dataclass(frozen=True)
 class _BlockCompute:
     fwd_s: float
@@ -610,6 +630,9 @@ def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig
     gemm_s = g.total_s
     core_s, core_bwd_s = _attention_core_s(m, gpu, t, cfg, geo)
     elem_s = _elementwise_fwd_s(m, gpu, cfg, geo, g.ffn_elems)
+    # the clamp's backward is not twice its forward: a third of its step total rides in the
+    # elementwise forward, which the backward doubles, so the block's total is exact
+    elem_s += sum(_glu_clamp_s(m, gpu, cfg, geo, g.ffn_elems)) / 3.0
     cast_fwd, cast_bwd = _fp8_casts_s(gpu, t, cfg, geo, g)
     fwd = gemm_s + core_s + elem_s + cast_fwd
     bwd = 2.0 * (gemm_s + elem_s) + core_bwd_s + cast_bwd

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import engines, transients
+from . import engines, kernels, transients
 from .specs import ParallelConfig, TrainingSpec, TransformerSpec
 from .vocab import (
     ATTENTION_EAGER,
@@ -27,6 +27,7 @@ from .vocab import (
     DTYPE_FP8,
     DTYPE_FP32,
     ENGINE_DEEPSPEED,
+    ENGINE_MEGATRON,
     ENGINE_TORCHTITAN,
     MLP_SWIGLU,
     OPTIMIZER_ADAM,
@@ -247,6 +248,7 @@ def block_activation_bytes(
     else:
         f = m.ffn_hidden_size
         mlp_sharded = (3 if m.mlp == MLP_SWIGLU else 2) * dt * s * b * f
+    mlp_sharded += glu_clamp_bytes(m, engine, moe_layer, s * b, dt)[0]
 
     sharded = (attn_sharded + mlp_sharded) / tp
     none = replicated + sharded + core / tp
@@ -258,6 +260,26 @@ def block_activation_bytes(
         selective = min(selective, op_sac + core / tp)
     full = dt * sbh / rep
     return ActivationBytes(none=none, selective=selective, full=full)
+
+
+def glu_clamp_bytes(m: TransformerSpec, engine: str | None, moe_layer: bool, tokens: float,
+                    dt: int) -> tuple[float, float]:
+    """(saved, backward-transient) bytes that a clamped gated activation
+    (TransformerSpec.swiglu_limit) adds to one block's MLP for `tokens` tokens, before the
+    split by tp: per f-wide element of every activation the block runs (top_k routed copies
+    plus the shared experts in an MoE block, the dense MLP otherwise) the engine's extra
+    saved copies and gradient buffers (kernels.GluClamp: Megatron keeps the clamps' input,
+    a second copy of the 2f-wide fc1 output, beside the clamped concatenation its fused
+    activation saves). Zero without a clamp, for an ungated MLP, or where the engine's
+    model code has none; an unnamed engine is Megatron's (the spec's default)."""
+    clamp = kernels.for_engine(engine or ENGINE_MEGATRON).glu_clamp
+    if m.swiglu_limit is None or m.mlp != MLP_SWIGLU or clamp is None:
+        return 0.0, 0.0
+    if moe_layer and m.moe is not None:
+        f = m.moe.ffn_hidden_size * m.moe.top_k + m.moe.shared_ffn * m.moe.num_shared_experts
+    else:
+        f = m.ffn_hidden_size
+    return tokens * f * clamp.saved * dt, tokens * f * (clamp.grad * dt + clamp.grad_bytes)
 
 
 def block_working_set_bytes(
@@ -278,6 +300,7 @@ def block_working_set_bytes(
         ffn = m.ffn_hidden_size
     grads = transients.block_activation_grad_bytes(tokens, m.hidden_size, ffn, cfg.tp, cfg.sequence_parallel,
                                                    m.mlp == MLP_SWIGLU, dt)
+    grads += glu_clamp_bytes(m, cfg.engine, moe_layer, tokens, dt)[1] / cfg.tp
     return grads + _gathered_bytes(t, cfg, block_params, prefetch_blocks=1)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .attention import CHUNKED, LAYER_TYPES, SLIDING
 from .errors import SpecError
 from .specs import TransformerSpec
+from .vocab import MLP_SWIGLU
 
 
 def check_architecture(m: TransformerSpec) -> None:
@@ -37,6 +38,12 @@ def check_architecture(m: TransformerSpec) -> None:
         raise SpecError("model.num_nextn_predict_layers", "must be >= 0", allowed=">= 0")
     if m.block_norms < 0:
         raise SpecError("model.block_norms", "must be >= 0", allowed=">= 0")
+    if m.swiglu_limit is not None:
+        if m.swiglu_limit <= 0:
+            raise SpecError("model.swiglu_limit", f"must be > 0, got {m.swiglu_limit!r}", allowed="> 0")
+        if m.mlp != MLP_SWIGLU:
+            raise SpecError("model.swiglu_limit", f"a clamp of the gated MLP needs mlp {MLP_SWIGLU!r}, not {m.mlp!r}",
+                            allowed=[MLP_SWIGLU])
     if m.moe is not None and m.moe.moe_layers is not None:
         bad = [i for i in m.moe.moe_layers if not 0 <= i < m.num_layers]
         if bad:

@@ -32,13 +32,10 @@ _maybe_dtoh_and_synchronize), the first bottleneck NVIDIA names for MoE on GB200
 (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization @eb0783b6d3 section 2);
 fp8 dispatch (fused_a2a.py at the same commit: "Currently, we do not support fp8 dispatch");
 the overlapped 1F1B all-to-all (`--overlap-moe-expert-parallel-comm`, off by default and not
-emitted): the all-to-alls are exposed; GPT-OSS's clamped gated activation
-(activation_func_clamp_value 7, HF `swiglu_limit`): Megatron clamps both halves of the fc1
-output and concatenates them in eager ops before its fused quick-GEGLU
-(megatron/core/fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl @92c8482e6d), ~8a
-bytes forward and ~10a backward per routed f-element and, without moe_act recompute, a second
-saved 2f-wide copy per routed token (clamp keeps its input, the fused function the clamped
-one): MoESpec has no field for the clamp, so neither is priced; node-limited routing
+emitted): the all-to-alls are exposed; `--recompute-modules moe_act` (not emitted), which
+would drop the clamped activation's saved tensors (GPT-OSS's clamp, TransformerSpec.swiglu_limit,
+is priced per engine in kernels.GluClamp, memory.glu_clamp_bytes and layers._glu_clamp_s);
+node-limited routing
 (DeepSeek-V3 §2.1.2, at most 4 nodes per token) saves inter-node bytes only with a
 de-duplicating dispatcher, so with Megatron's alltoall dispatcher every routed copy crosses
 the link to its expert's rank.

@@ -14,7 +14,8 @@ test checks each preset equals its imported config):
   heads, 384 experts, 1 dense block, no MTP module.
 - qwen3-*: Qwen/Qwen3-235B-A22B, Qwen/Qwen3-30B-A3B (Qwen3 report arXiv 2505.09388 Table 2).
 - gpt-oss-*: openai/gpt-oss-120b / -20b (model card arXiv 2508.10925 Table 1): alternating
-  128-token sliding / full blocks, attention sinks, biases.
+  128-token sliding / full blocks, attention sinks, biases, the experts' gate/up clamped at
+  7.0 (config.json swiglu_limit).
 - llama4-*: meta-llama/Llama-4-Scout-17B-16E / Llama-4-Maverick-17B-128E (text model):
   chunked attention (8192) on 3 of 4 blocks, one shared expert, Maverick MoE on odd blocks.
 - gemma3-27b: google/gemma-3-27b-pt text_config (Gemma 3 report arXiv 2503.19786): 5 sliding
@@ -107,6 +108,7 @@ def _gpt_oss(name, layers, experts) -> TransformerSpec:
         attention_sinks=True,
         qkv_bias=True,
         out_proj_bias=True,
+        swiglu_limit=7.0,  # openai/gpt-oss-120b and -20b config.json swiglu_limit
     )
 
 

@@ -168,6 +168,10 @@ class Transformer(_Strict):
     out_proj_bias: bool | None = Field(None, description="attention output projection bias; default as qkv_bias")
     mlp_bias: bool | None = Field(None, description="dense MLP biases; default: only with layernorm (GPT)")
     block_norms: int = Field(2, ge=1, le=8, description="norms per block (Gemma 2/3 sandwich norms: 4)")
+    swiglu_limit: float | None = Field(
+        None, gt=0, le=1e6, description="clamp of the gated MLP's two fc1 halves before the activation (GPT-OSS: 7.0, "
+        "HF swiglu_limit); the engines keep extra copies for backward. Needs mlp swiglu. null: no clamp",
+        examples=[7.0])
 
     @model_validator(mode="after")
     def _shapes(self) -> Transformer:
@@ -177,6 +181,9 @@ class Transformer(_Strict):
         kv = self.num_kv_heads or a
         if a % kv:
             raise _rule("num_kv_heads", f"{a} attention heads are not divisible into {kv} KV groups", divisors(a))
+        if self.swiglu_limit is not None and self.mlp != MLP_SWIGLU:
+            raise _rule("swiglu_limit", f"a clamp of the gated MLP needs mlp {MLP_SWIGLU!r}, not {self.mlp!r}",
+                        [MLP_SWIGLU])
         if self.moe is not None and self.moe.layer_freq > self.num_layers:
             raise _rule("moe.layer_freq", f"layer_freq={self.moe.layer_freq} exceeds the {self.num_layers} layers",
                         f"1..{self.num_layers}")

@@ -136,6 +136,11 @@ class TransformerSpec:
     out_proj_bias: bool | None = None  # None: as qkv_bias's rule
     mlp_bias: bool | None = None  # dense MLP biases; None: biases iff norm == "layernorm"
     block_norms: int = 2  # norms per block; Gemma 2/3 sandwich norms: 4
+    # GPT-OSS's clamped gated activation (HF GptOssConfig `swiglu_limit`, 7.0; Megatron
+    # activation_func_clamp_value, applied in every gated MLP: dense, routed and shared
+    # experts): the fc1 halves are clamped to (-inf, L] and [-L, L] before the activation;
+    # None: no clamp. Priced as the engine runs it (kernels.GluClamp).
+    swiglu_limit: float | None = None
 
     @property
     def kind(self) -> str:
