@@ -423,7 +423,7 @@ def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int) -> tuple[tupl
     live = [0] * vpp
     states: list[tuple[int, ...]] = []
     b = 0
-    for step in range(total):
+    for step in range(_distinct_steps(pp, m, vpp, total, warm)):
         live[chunks[step]] += 1
         states.append(tuple(live))
         if step >= warm:  # steady 1F1B: this step's backward frees the oldest
@@ -436,6 +436,41 @@ def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int) -> tuple[tupl
         if not any(all(x >= y for x, y in zip(k, v, strict=True)) for k in keep):
             keep.append(v)
     return tuple(keep)
+
+
+def _distinct_steps(pp: int, m: int, vpp: int, total: int, warm: int) -> int:
+    """How many steps of the interleaved walk reach every distinct held vector. When pp
+    divides m the chunk order repeats every pp*vpp forwards (and backwards), and in the
+    steady phase each step adds one forward and frees one backward, so a period adds and
+    frees pp micro-batches of every chunk: the vector after step s + pp*vpp is the one after
+    step s. The warm-up and one period hold them all (the drain only frees)."""
+    if m % pp:
+        return total  # a partial last group: no period
+    return min(total, warm + pp * vpp + 1)
+
+
+@lru_cache(maxsize=8192)
+def interleaved_floor(pp: int, rank: int, m: int, vpp: int) -> int:
+    """The most micro-batches that every one of the rank's chunks holds at once in
+    Megatron's interleaved order: max over the walk's held vectors of their least entry. Any
+    rank whose chunk c saves a_c >= 0 per micro-batch then holds at least this x sum_c a_c
+    (that point of the order holds it); the planner's memory bounds use it
+    (bounds.in_flight_floor). Computed from the walk of interleaved_live_chunks over its
+    distinct steps only (`_distinct_steps`), cheap enough for every candidate."""
+    total = m * vpp
+    warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp)
+    from .schedule_sim import interleaved_table
+
+    chunks = [c for _, c in interleaved_table(m, vpp, pp)]
+    live = [0] * vpp
+    best = b = 0
+    for step in range(_distinct_steps(pp, m, vpp, total, warm)):
+        live[chunks[step]] += 1
+        best = max(best, min(live))
+        if step >= warm:
+            live[vpp - 1 - chunks[b]] -= 1
+            b += 1
+    return best
 
 
 def live_chunk_vectors(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from cost_model import memory
 from cost_model.layers import LayerTable
 from cost_model.rank_costs import StageProblem, block_time_s
-from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, Recompute, values
+from cost_model.vocab import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    SCHEDULE_INTERLEAVED,
+    Recompute,
+    values,
+)
 
 
 @dataclass(frozen=True)
@@ -70,40 +77,21 @@ def cheap_time_bound_s(sums: TableSums, table: LayerTable, recompute: str, pp: i
 
 @functools.lru_cache(maxsize=4096)
 def in_flight_floor(schedule: str, pp: int, rank: int, m: int, vpp: int) -> float:
-    """The least saved activations of pipeline rank `rank` per byte one micro-batch leaves on
-    it, over every split of those bytes over its virtual stages:
-      kappa = min over a >= 0, sum_c a_c = 1, of max_{n in live} sum_c n_c a_c
-    (live: memory.live_chunk_vectors), so that peak_in_flight_bytes >= kappa x the rank's
-    total, whatever its chunks hold. Without interleaving every stage is held alike and kappa
-    is memory.in_flight_micro_batches. Interleaved, kappa is below that uniform count where
-    one chunk is held by fewer micro-batches than the average (the last rank's last chunk:
-    its forward is followed at once by its backward, kappa = 1 there for any vpp): a rank
-    whose activations sit on its least held chunk holds less than the uniform count says, so
-    a bound using the uniform count would not be one. Computed from the LP's dual: a convex
-    combination lam of the vectors gives kappa >= min_c sum_j lam_j n_jc (weak duality;
-    evaluated here in floats from the solver's lam, so the value is a bound whatever the
-    solver's tolerance)."""
-    vectors = memory.live_chunk_vectors(schedule, pp, rank, m, vpp)
-    if len(vectors) == 1:
-        return float(min(vectors[0]))
-    from ortools.linear_solver import pywraplp
-
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    lam = [solver.NumVar(0.0, 1.0, f"lam{j}") for j in range(len(vectors))]
-    t = solver.NumVar(0.0, solver.infinity(), "t")
-    solver.Add(sum(lam) == 1.0)
-    for c in range(len(vectors[0])):
-        solver.Add(sum(x * v[c] for x, v in zip(lam, vectors, strict=True)) >= t)
-    solver.Maximize(t)
-    solver.Solve()
-    chunks = range(len(vectors[0]))
-    pure = float(max(min(v) for v in vectors))  # one vector alone is a combination too
-    weights = [max(0.0, x.solution_value()) for x in lam]
-    total = sum(weights)
-    if total <= 0:
-        return pure
-    mixed = min(sum(w * v[c] for w, v in zip(weights, vectors, strict=True)) / total for c in chunks)
-    return max(pure, mixed)
+    """A lower bound of the saved activations of pipeline rank `rank` per byte one
+    micro-batch leaves on it, over every split of those bytes over its virtual stages:
+    peak_in_flight_bytes >= floor x the rank's total, whatever its chunks hold. Without
+    interleaving every stage is held alike and the floor is memory.in_flight_micro_batches.
+    Interleaved it is memory.interleaved_floor, the most micro-batches all chunks hold at one
+    point of Megatron's order (that point holds floor x the total). The least over splits,
+    min_a max_n sum_c n_c a_c (an LP over the order's vectors), is no larger; on pp 2-10,
+    vpp 2-6 and m up to 8pp the two are equal (tests/planner/test_bounds.py). It is below the
+    uniform count where one chunk is held by fewer micro-batches than the average (the last
+    rank's last chunk: its forward is followed at once by its backward, floor 1 there for any
+    vpp): a rank whose activations sit on its least held chunk holds less than the uniform
+    count says, so a bound using the uniform count would not be one."""
+    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
+        return float(memory.interleaved_floor(pp, rank, m, vpp))
+    return memory.in_flight_micro_batches(schedule, pp, rank, m, vpp)
 
 
 def memory_bound_bytes(

@@ -248,3 +248,33 @@ def test_memory_bound_below_every_partition(schedule, vpp, recompute):
         assert bound <= least * (1 + 1e-12), (c, bound, least)
         checked += 1
     assert checked >= 2
+
+
+def _least_over_splits(vectors) -> float:
+    """min over chunk splits a (a >= 0, sum 1) of max_n sum_c n_c a_c: an LP (GLOP)."""
+    from ortools.linear_solver import pywraplp
+
+    s = pywraplp.Solver.CreateSolver("GLOP")
+    a = [s.NumVar(0.0, 1.0, f"a{c}") for c in range(len(vectors[0]))]
+    z = s.NumVar(0.0, s.infinity(), "z")
+    s.Add(sum(a) == 1.0)
+    for v in vectors:
+        s.Add(z >= sum(n * x for n, x in zip(v, a, strict=True)))
+    s.Minimize(z)
+    s.Solve()
+    return z.solution_value()
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4, 6, 8])
+def test_in_flight_floor_equals_the_least_over_splits(pp):
+    """The floor (the most micro-batches all chunks hold at one point of the order) is the
+    LP's least peak per byte over every split of the rank's bytes, within the LP's tolerance:
+    the bounds lose nothing by it; m both multiples of pp and not (no period)."""
+    from cost_model import memory
+    from planner.bounds import in_flight_floor
+
+    for vpp in (2, 3, 5):
+        for m in sorted({pp, 2 * pp, 4 * pp, pp + 1, 3}):
+            for r in range(pp):
+                lp = _least_over_splits(memory.live_chunk_vectors("interleaved", pp, r, m, vpp))
+                assert in_flight_floor("interleaved", pp, r, m, vpp) == pytest.approx(lp, abs=1e-6), (vpp, m, r)
