@@ -9,6 +9,8 @@ Per pipeline rank r (cost_model/rank_costs.py's docstring, in integer units):
   E[r]          exposed DP sync: max(dp - window, hidden)     (layers.overlapped_s)
   tail >= E[r] + opt[r]
   memory[r] <= allocatable capacity                          (memory.allocatable_bytes)
+                one row per vector n of the micro-batches rank r's chunks hold where its
+                activations can peak (rank_costs: sum_c n_c * act_c; `_memory_rows`)
   P >= v*m*M + sum_r T[r] - M                                (SC'21's form, times v)
   objective     P + v * tail                                 (= v * step time)
 GPipe (v = 1): (m-1) * (MF + MB) + sum_r T[r] + tail, MF >= F[r], MB >= B[r] (below).
