@@ -430,22 +430,27 @@ def interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int) -> tuple[tuple
     different activations (embedding / loss accounting, uneven stages) peaks at
     max over these vectors of sum_c n_c * act_c, which the uniform count
     `in_flight_micro_batches` x the rank's total can under-state (see peak_in_flight_bytes)."""
+    return _interleaved_live_chunks(pp, rank, m, vpp)
+
+
+@lru_cache(maxsize=1024)
+def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+    from .schedule_sim import interleaved_table  # Megatron's get_schedule_table (no import cycle)
+
     total = m * vpp
     warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp)
-    group = pp * vpp
-
-    def chunk(k: int) -> int:
-        return (k % group) // pp
+    # chunk of the k-th forward: groups of pp micro-batches per chunk, the last group the
+    # remainder when pp does not divide m (get_schedule_table)
+    chunks = [c for _, c in interleaved_table(m, vpp, pp)]
 
     live = [0] * vpp
     states: list[tuple[int, ...]] = []
-    f = b = 0
-    for step in range(total):
-        live[chunk(f)] += 1
-        f += 1
+    b = 0
+    for step in range(_distinct_steps(pp, m, vpp, total, warm)):
+        live[chunks[step]] += 1
         states.append(tuple(live))
         if step >= warm:  # steady 1F1B: this step's backward frees the oldest
-            live[vpp - 1 - chunk(b)] -= 1
+            live[vpp - 1 - chunks[b]] -= 1
             b += 1
     # keep the Pareto-maximal vectors (no other holds at least as much of every chunk)
     uniq = sorted(set(states), key=sum, reverse=True)
@@ -456,15 +461,106 @@ def interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int) -> tuple[tuple
     return tuple(keep)
 
 
+def _distinct_steps(pp: int, m: int, vpp: int, total: int, warm: int) -> int:
+    """How many steps of the interleaved walk reach every distinct held vector. When pp
+    divides m the chunk order repeats every pp*vpp forwards (and backwards), and in the
+    steady phase each step adds one forward and frees one backward, so a period adds and
+    frees pp micro-batches of every chunk: the vector after step s + pp*vpp is the one after
+    step s. The warm-up and one period hold them all (the drain only frees)."""
+    if m % pp:
+        return total  # a partial last group: no period
+    return min(total, warm + pp * vpp + 1)
+
+
+@lru_cache(maxsize=8192)
+def interleaved_floor(pp: int, rank: int, m: int, vpp: int) -> int:
+    """The most micro-batches that every one of the rank's chunks holds at once in
+    Megatron's interleaved order: max over the walk's held vectors of their least entry. Any
+    rank whose chunk c saves a_c >= 0 per micro-batch then holds at least this x sum_c a_c
+    (that point of the order holds it); the planner's memory bounds use it
+    (bounds.in_flight_floor). Computed from the walk of interleaved_live_chunks over its
+    distinct steps only (`_distinct_steps`), cheap enough for every candidate."""
+    total = m * vpp
+    warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp)
+    from .schedule_sim import interleaved_table
+
+    chunks = [c for _, c in interleaved_table(m, vpp, pp)]
+    live = [0] * vpp
+    best = b = 0
+    for step in range(_distinct_steps(pp, m, vpp, total, warm)):
+        live[chunks[step]] += 1
+        best = max(best, min(live))
+        if step >= warm:
+            live[vpp - 1 - chunks[b]] -= 1
+            b += 1
+    return best
+
+
+def live_chunk_vectors(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+    """The micro-batches each of a rank's vpp virtual stages holds at the points where its
+    saved activations can peak: interleaved 1F1B, Megatron's order (interleaved_live_chunks);
+    every other schedule holds all of a rank's stages alike, in_flight_micro_batches of each
+    (one vector). A rank whose stage c saves a_c per micro-batch peaks at
+    max over these vectors of sum_c n_c * a_c (peak_in_flight_bytes; the planner's ILP
+    writes one memory row per vector)."""
+    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
+        return interleaved_live_chunks(pp, rank, m, vpp)
+    n = in_flight_micro_batches(schedule, pp, rank, m, vpp)
+    assert n == int(n)  # without interleaving a whole number of micro-batches
+    return ((int(n),) * max(1, vpp),)
+
+
+def memory_row_vectors(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+    """live_chunk_vectors less those a segment between two others covers (v <= t w1 +
+    (1 - t) w2 componentwise for some t in [0, 1]): for bytes a >= 0 such a v never holds
+    more than the better of w1 and w2, so the maximum of sum_c n_c a_c over the rest is the
+    same. Megatron's order moves the held micro-batches one chunk at a time between a few
+    extremes, so most of its Pareto vectors lie on such segments (pp 8 x vpp 8: 26-32 -> 8),
+    and each one removed is one memory row less in the planner's ILP."""
+    return _without_segment_points(live_chunk_vectors(schedule, pp, rank, m, vpp))
+
+
+@lru_cache(maxsize=1024)
+def _without_segment_points(vectors: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    keep = list(vectors)
+    i = 0
+    while i < len(keep):
+        v, others = keep[i], keep[:i] + keep[i + 1:]
+        if any(_on_segment(v, w1, w2) for j, w1 in enumerate(others) for w2 in others[j:]):
+            keep.pop(i)  # the others still cover it: removing one at a time keeps the maximum
+        else:
+            i += 1
+    return tuple(keep)
+
+
+def _on_segment(v: tuple[int, ...], w1: tuple[int, ...], w2: tuple[int, ...]) -> bool:
+    """Whether v <= t w1 + (1 - t) w2 componentwise for some t in [0, 1] (exact: the bounds
+    on t are fractions num/den, den > 0, compared by cross-multiplying integers)."""
+    lo_n, lo_d, hi_n, hi_d = 0, 1, 1, 1
+    for x, a, b in zip(v, w1, w2, strict=True):
+        d, r = a - b, x - b  # x <= b + t d
+        if d > 0:  # t >= r / d
+            if r * lo_d > lo_n * d:
+                lo_n, lo_d = r, d
+        elif d < 0:  # t <= r / d = (-r) / (-d)
+            if -r * hi_d < hi_n * -d:
+                hi_n, hi_d = -r, -d
+        elif r > 0:
+            return False
+        if lo_n * hi_d > hi_n * lo_d:
+            return False
+    return True
+
+
 def peak_in_flight_bytes(schedule: str, pp: int, rank: int, m: int, vpp: int, chunk_bytes: tuple[float, ...]) -> float:
     """Peak saved activations of one pipeline rank whose virtual stage c saves chunk_bytes[c]
-    per micro-batch: for interleaved 1F1B the maximum over Megatron's order
-    (interleaved_live_chunks); otherwise in_flight_micro_batches x their sum (every stage of
-    a rank is held alike)."""
-    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
-        assert len(chunk_bytes) == vpp
-        return max(sum(n * a for n, a in zip(v, chunk_bytes, strict=True)) for v in interleaved_live_chunks(pp, rank, m, vpp))
-    return in_flight_micro_batches(schedule, pp, rank, m, vpp) * sum(chunk_bytes)
+    per micro-batch: the maximum over live_chunk_vectors of sum_c n_c * chunk_bytes[c] (for
+    interleaved 1F1B Megatron's order; otherwise in_flight_micro_batches x their sum, every
+    stage of a rank being held alike). With equal chunks this is in_flight_micro_batches x
+    their sum for interleaving too (the largest vector sums to its warm-up + 1)."""
+    vectors = live_chunk_vectors(schedule, pp, rank, m, vpp)
+    assert len(chunk_bytes) == len(vectors[0])
+    return max(sum(n * a for n, a in zip(v, chunk_bytes, strict=True)) for v in vectors)
 
 
 def in_flight_micro_batches(schedule: str, pp: int, rank: int, m: int, vpp: int) -> float:

@@ -8,9 +8,13 @@ first / last virtual stage) with R_r of them fully recomputed:
   T_r       = sum_B time + sum_{R_r} recompute_full + extras.time        (per micro-batch)
   tail_r    = overlapped(dp_sync, bwd) + optimizer                        (once per step)
             = max(dp_sync - window, hidden) + optimizer                   (layers.overlapped_s)
-  allocated = sum_B (state + inflight_r * act) - sum_{R_r} inflight_r * act_saved + extras
+  allocated = sum_B state + extras.state
+              + max_{n in live_r} sum_k n_k * (sum_{B_k} act - sum_{R_k} act_saved + stage_extras[k].act)
   transient = block_transient (+ recompute_buffer if R_r > 0) + extras.transient
   peak      = memory.peak_bytes(allocated, transient, reserved)
+with live_r the micro-batches each of the rank's virtual stages k holds where its saved
+activations can peak (memory.live_chunk_vectors: Megatron's interleaved order holds its
+chunks unequally; other schedules one vector, in_flight_micro_batches of every stage).
 Under interleaving the step time also reads each virtual stage k's own forward and backward
 (stages.pipeline_time_s): f_k = sum_B fwd + stage_extras[k].fwd, b_k = T_k - f_k with T_k
 the stage's share of T_r (its blocks, recomputation and stage_extras[k].time).
@@ -86,7 +90,19 @@ class StageProblem:
         return transient_bytes(self.table, self.recompute, True)
 
     def inflight(self, rank: int) -> float:
+        """Micro-batches in flight in units of the rank's whole activations, as if its
+        stages were held alike (memory.in_flight_micro_batches; exact without interleaving)."""
         return memory.in_flight_micro_batches(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp)
+
+    def live_chunks(self, rank: int) -> tuple[tuple[int, ...], ...]:
+        """memory.live_chunk_vectors of `rank`: per vector, the micro-batches each of its
+        virtual stages (in chunk order) holds at a point where its activations can peak."""
+        return memory.live_chunk_vectors(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp)
+
+    def memory_rows(self, rank: int) -> tuple[tuple[int, ...], ...]:
+        """live_chunks(rank) less the vectors that never hold the most (memory.memory_row_vectors):
+        the ILP's memory rows."""
+        return memory.memory_row_vectors(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp)
 
     @cached_property
     def kind_coefficients(self) -> tuple[BlockCoefficients, ...]:
@@ -141,8 +157,8 @@ class BlockCoefficients(NamedTuple):
     dp_hidden_s: float  # the part of its DP sync paid even when hidden (interference)
     optimizer_s: float
     state_bytes: float
-    act_bytes: float  # per in-flight micro-batch, not fully recomputed
-    act_saved_bytes: float  # per in-flight micro-batch, saved by full recompute
+    act_bytes: float  # per micro-batch held, not fully recomputed
+    act_saved_bytes: float  # per micro-batch held, saved by full recompute
     fwd_s: float  # the forward's part of time_s (stages.layer_fwd_s)
 
 
@@ -172,7 +188,8 @@ class RankExtras(NamedTuple):
     dp_window_s: float
     dp_hidden_s: float
     optimizer_s: float
-    allocated_bytes: float  # their model states and activations at the rank's peak
+    state_bytes: float  # their model states
+    act_bytes: float  # their activations per micro-batch held (stage_extras' act_bytes, summed)
     transient_bytes: float = 0.0  # the loss transient of the last stage (stages.rank_cost)
 
 
@@ -187,9 +204,9 @@ def rank_extras(p: StageProblem, rank: int) -> RankExtras:
             layers.append(p.table.output)
         sends += stage_sends(k, S)
     if not layers:  # a middle rank: only its sends (most ranks; the search makes many)
-        return RankExtras((), 0.0 + sends * p.table.p2p_s, 0.0, 0.0, 0.0, 0.0, 0.0)
-    g, inflight = p.interference, p.inflight(rank)
-    time = dp = window = hidden = opt = allocated = 0.0
+        return RankExtras((), 0.0 + sends * p.table.p2p_s, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    g = p.interference
+    time = dp = window = hidden = opt = state = act = 0.0
     transient = p.table.output.transient_bytes if S - 1 in p.stages_of(rank) else 0.0
     for x in layers:
         time += x.time_s
@@ -197,8 +214,9 @@ def rank_extras(p: StageProblem, rank: int) -> RankExtras:
         window += overlap_window_s((x.compute_s - x.fwd_s) * dp_window_factor(p.pp, p.vpp), g)
         hidden += overlap_hidden_s(x.dp_sync_s, g)
         opt += x.optimizer_s
-        allocated += x.state_bytes + inflight * x.act.none
-    return RankExtras(tuple(layers), time + sends * p.table.p2p_s, dp, window, hidden, opt, allocated, transient)
+        state += x.state_bytes
+        act += x.act.none
+    return RankExtras(tuple(layers), time + sends * p.table.p2p_s, dp, window, hidden, opt, state, act, transient)
 
 
 class StageExtras(NamedTuple):
@@ -207,6 +225,7 @@ class StageExtras(NamedTuple):
 
     time_s: float
     fwd_s: float  # the forward's part: the layers' forward and the activation send
+    act_bytes: float = 0.0  # the layers' saved activations per micro-batch held (never recomputed)
 
 
 def stage_extras(p: StageProblem, k: int) -> StageExtras:
@@ -214,4 +233,4 @@ def stage_extras(p: StageProblem, k: int) -> StageExtras:
     layers = ([t.embedding] if k == 0 else []) + ([t.output] if k == S - 1 else [])
     time = sum(x.time_s for x in layers) + stage_sends(k, S) * t.p2p_s
     fwd = sum(layer_fwd_s(x) for x in layers) + (t.p2p_s if k < S - 1 else 0.0)
-    return StageExtras(time, fwd)
+    return StageExtras(time, fwd, sum(x.act.none for x in layers))

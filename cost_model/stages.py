@@ -198,15 +198,16 @@ def rank_cost(
     """Time and memory of pipeline rank `rank` (virtual stage k lives on rank k % pp)."""
     n_stages = len(slices)
     time = comp = rc = tp = cp = ep = z3 = ppc = bwd = dp = opt = 0.0
-    w = g = o = act = extra_flops = 0.0
+    w = g = o = extra_flops = 0.0
     recomputes = False
     extra_transient = 0.0
     chunk_fwd: list[float] = []
     chunk_time: list[float] = []
+    chunk_act: list[float] = []  # per virtual stage of this rank: bytes one micro-batch leaves
     for sl in slices:
         if sl.index % pp != rank:
             continue
-        fwd_k = time_k = 0.0
+        fwd_k = time_k = act_k = 0.0
         layers = [(table.blocks[i], i - sl.first) for i in range(sl.first, sl.last + 1)]
         if sl.index == 0:
             layers.insert(0, (table.embedding, -1))
@@ -237,13 +238,17 @@ def rank_cost(
             w += lc.weights_bytes
             g += lc.grads_bytes
             o += lc.optimizer_bytes
-            act += a
+            act_k += a
         ppc += stage_sends(sl.index, n_stages) * table.p2p_s
+        chunk_act.append(act_k)
         chunk_fwd.append(fwd_k + (table.p2p_s if sl.index < n_stages - 1 else 0.0))
         chunk_time.append(time_k + stage_sends(sl.index, n_stages) * table.p2p_s)
     time = comp + rc + tp + cp + ep + z3 + ppc
     transient = rank_transient_bytes(transient_bytes(table, recompute_mode, recomputes), extra_transient)
-    inflight = memory.in_flight_micro_batches(schedule, pp, rank, num_micro_batches, vpp)
+    # saved activations at the rank's peak: per virtual stage, the micro-batches the schedule
+    # holds there (Megatron's interleaved order holds its chunks unequally) x that stage's
+    # bytes (memory.peak_in_flight_bytes)
+    act = memory.peak_in_flight_bytes(schedule, pp, rank, num_micro_batches, vpp, tuple(chunk_act))
     return RankCost(
         rank=rank,
         time_s=time,
@@ -260,7 +265,7 @@ def rank_cost(
         weights_bytes=w,
         grads_bytes=g,
         optimizer_bytes=o,
-        activations_bytes=act * inflight,
+        activations_bytes=act,
         transient_bytes=transient,
         hardware_extra_flops=extra_flops,
         reserved_bytes=reserved_bytes,

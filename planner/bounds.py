@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from cost_model import memory
 from cost_model.layers import LayerTable
 from cost_model.rank_costs import StageProblem, block_time_s
-from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, Recompute, values
+from cost_model.vocab import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    SCHEDULE_INTERLEAVED,
+    Recompute,
+    values,
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,8 @@ class TableSums:
     tail_s: float  # sum of g*dp_sync + optimizer over all layers
     states_bytes: float
     act_bytes: dict[str, float]  # by recompute mode: the least activation bytes of all blocks
+    block_states_bytes: float = 0.0  # the blocks' model states (states_bytes less the embeddings')
+    one_block_kind: bool = True  # every block alike (the same states and activations)
 
 
 def table_sums(table: LayerTable, gamma: float) -> TableSums:
@@ -51,6 +60,8 @@ def table_sums(table: LayerTable, gamma: float) -> TableSums:
             RECOMPUTE_SELECTIVE: sum(n * b.act.selective for b, n in blocks),
             RECOMPUTE_FULL: sum(n * b.act.full for b, n in blocks),
         },
+        block_states_bytes=sum(n * b.state_bytes for b, n in blocks),
+        one_block_kind=len(blocks) == 1,
     )
 
 
@@ -64,14 +75,48 @@ def cheap_time_bound_s(sums: TableSums, table: LayerTable, recompute: str, pp: i
     return _pipeline_bound_s(sums, table, recompute, pp, vpp, m) + sums.tail_s / pp
 
 
+@functools.lru_cache(maxsize=4096)
+def in_flight_floor(schedule: str, pp: int, rank: int, m: int, vpp: int) -> float:
+    """A lower bound of the saved activations of pipeline rank `rank` per byte one
+    micro-batch leaves on it, over every split of those bytes over its virtual stages:
+    peak_in_flight_bytes >= floor x the rank's total, whatever its chunks hold. Without
+    interleaving every stage is held alike and the floor is memory.in_flight_micro_batches.
+    Interleaved it is memory.interleaved_floor, the most micro-batches all chunks hold at one
+    point of Megatron's order (that point holds floor x the total). The least over splits,
+    min_a max_n sum_c n_c a_c (an LP over the order's vectors), is no larger; on pp 2-10,
+    vpp 2-6 and m up to 8pp the two are equal (tests/planner/test_bounds.py). It is below the
+    uniform count where one chunk is held by fewer micro-batches than the average (the last
+    rank's last chunk: its forward is followed at once by its backward, floor 1 there for any
+    vpp): a rank whose activations sit on its least held chunk holds less than the uniform
+    count says, so a bound using the uniform count would not be one."""
+    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
+        return float(memory.interleaved_floor(pp, rank, m, vpp))
+    return memory.in_flight_micro_batches(schedule, pp, rank, m, vpp)
+
+
 def memory_bound_bytes(
     sums: TableSums, recompute: str, schedule: str, pp: int, vpp: int, m: int, reserved: float, states_scale: float = 1.0
 ) -> float:
-    """Some rank holds at least 1/p of the model states (times `states_scale`) and, being the
-    last rank, at least one micro-batch of 1/p of the blocks' least activations (block inputs
-    under full recompute)."""
-    act = sums.act_bytes[recompute] / pp * memory.in_flight_micro_batches(schedule, pp, pp - 1, m, vpp)
-    return memory.peak_bytes(sums.states_bytes * states_scale / pp + act, 0.0, reserved)
+    """Rank r holds its model states and at least kappa_r = in_flight_floor(r) x its blocks'
+    least activations (block inputs under full recompute), whatever its chunks hold. Two
+    lower bounds of the fullest rank follow, the larger is returned:
+      the mean over ranks: 1/p of the model states (times `states_scale`) and of the blocks'
+      activations times the least kappa_r (the last rank's);
+      with every block alike (states s, activations a each): rank r holding a share x_r of
+      the blocks holds x_r (S + kappa_r A), and the least max over shares summing to 1 is
+      1 / sum_r 1/(S + kappa_r A) (the embeddings' states left out), above the mean's
+      (S + min kappa A)/p when the kappas differ (interleaving).
+    Both are nondecreasing in the micro-batch size at fixed global batch and degrees: A
+    scales with it and kappa_r(m)/m does not increase with m = B/(dp mb) (search.py's
+    too_big_mb rests on this; tests/planner/test_bounds.py checks the kappas)."""
+    floors = [in_flight_floor(schedule, pp, r, m, vpp) for r in range(pp)]
+    A = sums.act_bytes[recompute]
+    best = sums.states_bytes * states_scale / pp + A / pp * min(floors)
+    if sums.one_block_kind:
+        S = sums.block_states_bytes * states_scale
+        if all(S + k * A > 0 for k in floors):
+            best = max(best, 1.0 / sum(1.0 / (S + k * A) for k in floors))
+    return memory.peak_bytes(best, 0.0, reserved)
 
 
 def base_time_bound_s(sums: TableSums, table: LayerTable, c, m: int) -> float:
@@ -103,14 +148,17 @@ def _states_scale(training, engine: str, zero: int, shard: int) -> float:
 
 def _rank_time_fn(p: StageProblem, r: int):
     """A lower bound on T_r(N), the time of rank r holding N blocks, math.inf where N blocks
-    cannot fit. Exact for uniform blocks; with several block kinds each coefficient takes
-    its most favourable kind (least time and memory, most memory saved by recompute)."""
+    cannot fit. Exact for uniform blocks without interleaving; with several block kinds
+    each coefficient takes its most favourable kind (least time and memory, most memory
+    saved by recompute). Interleaved, the rank's saved activations (stages.rank_cost: the
+    most over Megatron's order of sum_c n_c x chunk c's bytes) are at least in_flight_floor
+    x their total, whatever its chunks hold: a linear lower bound in the blocks."""
     kinds = p.kind_coefficients
     budget = p.allocatable_bytes
     ex = p.extras[r]
-    inflight = p.inflight(r)
+    inflight = in_flight_floor(p.schedule, p.pp, r, p.num_micro_batches, p.vpp)
     e_r = ex.time_s
-    const_mem = ex.allocated_bytes
+    const_mem = ex.state_bytes + inflight * ex.act_bytes
     per_block = min(b.state_bytes + inflight * b.act_bytes for b in kinds)
     save = max(inflight * b.act_saved_bytes for b in kinds)
     c = min(b.time_s for b in kinds)
@@ -294,8 +342,8 @@ def _two_kind_slowest_s(p: StageProblem, lo_s: float, enough_s: float = math.inf
             rho = r if rho is None else min(rho, r)
     ranks = []
     for r in range(p.pp):
-        ex, inflight = p.extras[r], p.inflight(r)
-        ranks.append((ex.time_s, ex.allocated_bytes, ex.transient_bytes, inflight))
+        ex, inflight = p.extras[r], in_flight_floor(p.schedule, p.pp, r, p.num_micro_batches, p.vpp)
+        ranks.append((ex.time_s, ex.state_bytes + inflight * ex.act_bytes, ex.transient_bytes, inflight))
 
     def rank_time(r: int, n1: int, n2: int) -> float:
         e_t, e_mem, e_tr, inflight = ranks[r]

@@ -9,6 +9,8 @@ Per pipeline rank r (cost_model/rank_costs.py's docstring, in integer units):
   E[r]          exposed DP sync: max(dp - window, hidden)     (layers.overlapped_s)
   tail >= E[r] + opt[r]
   memory[r] <= allocatable capacity                          (memory.allocatable_bytes)
+                one row per vector n of the micro-batches rank r's chunks hold where its
+                activations can peak (rank_costs: sum_c n_c * act_c; `_memory_rows`)
   P >= v*m*M + sum_r T[r] - M                                (SC'21's form, times v)
   objective     P + v * tail                                 (= v * step time)
 GPipe (v = 1): (m-1) * (MF + MB) + sum_r T[r] + tail, MF >= F[r], MB >= B[r] (below).
@@ -59,6 +61,10 @@ VAR_MAX_UNITS = 2**50
 # (states, activations, recompute savings) is a difference of two rounded prefix sums, off
 # by less than one unit each, plus the rank's rounded constant: 4 units per stage cover them.
 ROUNDING_UNITS_PER_STAGE = 4
+# ... and each memory row multiplies a chunk's activations (a difference of two rounded
+# prefix sums, less the same for recompute savings) by the micro-batches it holds: 2 units
+# per micro-batch held of a chunk (`_memory_rows`).
+ROUNDING_UNITS_PER_HELD_CHUNK = 2
 # Loosening of the lower-bound cut (`solve`): relative, for the rounding that grows with the
 # objective (M is multiplied by v*m), and absolute, per term of the objective: each rank's
 # rounded time, each interleaved slot (one forward and one backward, each a difference of
@@ -119,6 +125,9 @@ class _Layout:
     """The decision variables of a partition and a stage's / rank's totals over them."""
 
     p: StageProblem
+    # whether a stage's totals are differences of rounded prefix sums (off by under a unit
+    # each) rather than exact multiples of rounded per-block coefficients
+    rounded_prefixes = True
 
     def stage_total(self, k: int, label: str, x: Quantity, conv: Convert, recomputed: bool = False):
         """Virtual stage k's sum of x over its blocks (over its fully recomputed blocks if
@@ -143,6 +152,8 @@ class _Layout:
 class _UniformLayout(_Layout):
     """All blocks alike: a stage's totals depend only on how many blocks it holds (n[k]) and
     fully recomputes (rc[k])."""
+
+    rounded_prefixes = False  # n[k] x a rounded-up coefficient: never below the float total
 
     def __init__(self, model: cp_model.CpModel, p: StageProblem, coef: BlockCoefficients):
         self.p, self.coef = p, coef
@@ -301,21 +312,7 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
         model.add(tail >= E_r + opt)
 
         # --- memory of rank r: states + in-flight activations + transient buffers
-        inflight = p.inflight(r)
-        mem = lay.total(r, "state", lambda c: c.state_bytes, sc.mem_up)
-        mem += lay.total(r, f"act{r}", lambda c, f=inflight: f * c.act_bytes, sc.mem_up)
-        if full:
-            mem -= lay.total(r, f"save{r}", lambda c, f=inflight: f * c.act_saved_bytes, sc.mem_down, recomputed=True)
-        mem += sc.mem_up(ex.allocated_bytes)
-        # transient = block in flight (+ recompute buffer) + the loss: stages.rank_cost
-        transient = model.new_int_var(0, VAR_MAX_UNITS, f"transient{r}")
-        model.add(transient >= sc.mem_up(p.block_transient_bytes))
-        if full:
-            u = model.new_bool_var(f"recomputes{r}")
-            lay.flag_recomputing(r, u)
-            model.add(transient >= sc.mem_up(p.recompute_transient_bytes) * u)
-        mem += sc.mem_up(ex.transient_bytes)
-        model.add(mem + transient <= cap_units)
+        _memory_rows(model, p, sc, lay, r, cap_units)
 
     v, m = p.vpp, p.num_micro_batches
     sc21 = v * m * slowest + sum(T) - slowest  # v * SC'21's form
@@ -333,6 +330,48 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
     model.add(pipe >= sc21)
     model.add(pipe >= v * _lockstep(model, p, sc, lay))
     return pipe + v * tail, v * (sum(n for n, _ in lockstep_slots(p.pp, v, m)) + p.pp + 1)
+
+
+def _memory_rows(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout, r: int, cap_units: int) -> None:
+    """Rank r's memory (rank_costs' allocated + transient) within capacity, one row per
+    vector n of p.memory_rows(r): states + sum_c n_c * act_c + transient <= capacity, with
+    act_c the bytes one micro-batch leaves on the rank's chunk c (its blocks' activations less
+    what full recompute saves, plus the embedding / output layer's). The saved activations
+    peak at the largest of these sums (memory.peak_in_flight_bytes), so all rows hold iff
+    the float model fits. Coefficients round up and savings down; on the mixed-block model
+    a chunk's totals are differences of rounded prefix sums, each off by under one unit, and
+    a row multiplies chunk c's by n_c: 2 n_c units per chunk more than the per-stage margin."""
+    full = p.full
+    ex = p.extras[r]
+    stages = list(p.stages_of(r))
+    states = lay.total(r, "state", lambda c: c.state_bytes, sc.mem_up) + sc.mem_up(ex.state_bytes)
+    chunk_act = []
+    for k in stages:
+        a = lay.stage_total(k, "act", lambda c: c.act_bytes, sc.mem_up) + sc.mem_up(p.stage_extras[k].act_bytes)
+        if full:
+            a -= lay.stage_total(k, "save", lambda c: c.act_saved_bytes, sc.mem_down, recomputed=True)
+        chunk_act.append(a)
+    # transient = block in flight (+ recompute buffer) + the loss: stages.rank_cost
+    transient = model.new_int_var(0, VAR_MAX_UNITS, f"transient{r}")
+    model.add(transient >= sc.mem_up(p.block_transient_bytes))
+    if full:
+        u = model.new_bool_var(f"recomputes{r}")
+        lay.flag_recomputing(r, u)
+        model.add(transient >= sc.mem_up(p.recompute_transient_bytes) * u)
+    vectors = p.memory_rows(r)
+    if len(vectors) == 1:  # without interleaving: one row
+        live = vectors[0]
+        held = sum(n * a for n, a in zip(live, chunk_act, strict=True) if n)
+        margin = ROUNDING_UNITS_PER_HELD_CHUNK * sum(live) if lay.rounded_prefixes else 0
+        model.add(states + sc.mem_up(ex.transient_bytes) + transient + held + margin <= cap_units)
+        return
+    # interleaved: the peak (with its rounding margin) as one variable above every vector's sum
+    peak = model.new_int_var(0, VAR_MAX_UNITS, f"held{r}")
+    for live in vectors:
+        held = sum(n * a for n, a in zip(live, chunk_act, strict=True) if n)
+        margin = ROUNDING_UNITS_PER_HELD_CHUNK * sum(live) if lay.rounded_prefixes else 0
+        model.add(peak >= held + margin)
+    model.add(states + sc.mem_up(ex.transient_bytes) + transient + peak <= cap_units)
 
 
 def _stage_fwd_bwd(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):

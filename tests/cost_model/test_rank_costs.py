@@ -46,10 +46,19 @@ def test_coefficients_rebuild_rank_cost(recompute, schedule, pp, vpp, zero):
             window = sum(co[i].dp_window_s for i in mine) + ex.dp_window_s
             hidden = sum(co[i].dp_hidden_s for i in mine) + ex.dp_hidden_s
             assert max(dp - window, hidden) == pytest.approx(rc.exposed_dp_s, rel=1e-12, abs=1e-15)
-            f = p.inflight(r)
-            alloc = sum(co[i].state_bytes + f * co[i].act_bytes for i in mine) + ex.allocated_bytes
-            alloc -= sum(f * co[i].act_saved_bytes for i in redo)
+            # per chunk of the rank: its blocks' activations less what full recompute saves,
+            # plus the embedding / output layer's; held per memory.live_chunk_vectors
+            chunk = [sum(co[i].act_bytes for i in range(sl.first, sl.last + 1))
+                     - sum(co[i].act_saved_bytes for i in range(sl.first, sl.first + sl.recompute_layers))
+                     + p.stage_extras[sl.index].act_bytes
+                     for sl in slices if sl.index % pp == r]
+            held = max(sum(n * a for n, a in zip(v, chunk, strict=True)) for v in p.live_chunks(r))
+            alloc = sum(co[i].state_bytes for i in mine) + ex.state_bytes + held
             assert alloc == pytest.approx(rc.allocated_bytes, rel=1e-12)
+            if vpp == 1:  # one vector: the uniform count of the rank's whole activations
+                f = p.inflight(r)
+                assert held == pytest.approx(f * (sum(co[i].act_bytes for i in mine) + ex.act_bytes
+                                                  - sum(co[i].act_saved_bytes for i in redo)), rel=1e-12)
             assert memory.peak_bytes(alloc, rc.transient_bytes, 2**30) == pytest.approx(rc.peak_bytes, rel=1e-12)
 
 

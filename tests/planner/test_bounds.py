@@ -162,3 +162,119 @@ def test_unproven_solves_give_feasible_and_the_gap_of_the_least_open_bound(monke
     assert 0 < res.stats.lower_bound_s < best
     assert res.gap == pytest.approx((best - res.stats.lower_bound_s) / best, rel=1e-12)
     assert res.gap <= 0.1 + 1e-9  # the bound cut to 90% is the only loss
+
+
+# --------------------------------------------------------------------------- memory bounds
+
+
+def _splits(rng: random.Random, v: int):
+    """Chunk-byte splits: each chunk alone, equal chunks, and random ones."""
+    yield from (tuple(float(c == k) for c in range(v)) for k in range(v))
+    yield (1.0,) * v
+    for _ in range(40):
+        yield tuple(rng.random() ** 3 for _ in range(v))
+
+
+@pytest.mark.parametrize("pp,vpp", [(2, 2), (4, 2), (4, 4), (8, 3), (8, 8)])
+def test_in_flight_floor_is_a_lower_bound_of_every_chunk_split(pp, vpp):
+    """peak_in_flight_bytes >= in_flight_floor x the rank's total for every split of its bytes
+    over its chunks, and the uniform count, which the bounds used before, exceeds the true
+    peak for some split: the last rank holding everything on its last chunk holds one
+    micro-batch (the floor is 1 there)."""
+    from cost_model import memory
+    from planner.bounds import in_flight_floor
+
+    rng = random.Random(pp * 10 + vpp)
+    for m in (pp, 2 * pp, 8 * pp):
+        for r in range(pp):
+            floor = in_flight_floor("interleaved", pp, r, m, vpp)
+            for a in _splits(rng, vpp):
+                peak = memory.peak_in_flight_bytes("interleaved", pp, r, m, vpp, a)
+                assert peak >= floor * sum(a) * (1 - 1e-12)
+            assert floor <= memory.in_flight_micro_batches("interleaved", pp, r, m, vpp) + 1e-12
+        last = tuple(float(c == vpp - 1) for c in range(vpp))
+        assert memory.peak_in_flight_bytes("interleaved", pp, pp - 1, m, vpp, last) == 1
+        assert in_flight_floor("interleaved", pp, pp - 1, m, vpp) == pytest.approx(1.0, abs=1e-9)
+        assert memory.in_flight_micro_batches("interleaved", pp, pp - 1, m, vpp) > 1
+    for r in range(pp):  # without interleaving: the uniform count, exact
+        assert in_flight_floor("1f1b", pp, r, 4 * pp, 1) == memory.in_flight_micro_batches("1f1b", pp, r, 4 * pp, 1)
+
+
+@pytest.mark.parametrize("pp,vpp", [(2, 2), (4, 2), (4, 4), (8, 3), (8, 8)])
+def test_in_flight_floor_per_micro_batch_nonincreasing(pp, vpp):
+    """floor(m)/m does not increase with m: the base memory bound (activations ~ mb x
+    floor(B/(dp mb))) does not decrease with the micro-batch size (search.py's too_big_mb)."""
+    from planner.bounds import in_flight_floor
+
+    ms = [pp * k for k in (1, 2, 3, 4, 6, 8, 16)]
+    for r in range(pp):
+        per = [in_flight_floor("interleaved", pp, r, m, vpp) / m for m in ms]
+        assert all(b <= a + 1e-12 for a, b in zip(per, per[1:], strict=False)), (r, per)
+
+
+@pytest.mark.parametrize("schedule,vpp,recompute", [("interleaved", 2, "none"), ("interleaved", 3, "selective"),
+                                                    ("interleaved", 2, "full"), ("1f1b", 1, "none")])
+def test_memory_bound_below_every_partition(schedule, vpp, recompute):
+    """bounds.memory_bound_bytes never exceeds the least peak of the fullest rank over every
+    stage partition (brute force; under full recompute every block recomputed, the least)."""
+    import itertools
+
+    from cost_model.stages import slices_from_counts
+    from planner.bounds import memory_bound_bytes
+
+    L, pp = 9, 2
+    req = {"model": {"transformer": {"num_layers": L, "hidden_size": 2048, "num_attention_heads": 16,
+                                     "num_kv_heads": 8, "ffn_hidden_size": 5504, "vocab_size": 32000,
+                                     "mlp": "swiglu"}},
+           "cluster": {"gpu": "a100-80gb", "num_gpus": 4},
+           "training": {"global_batch_size": 16, "seq_length": 4096},
+           "search": {"engine": "runtime", "schedule": schedule, "vpp": vpp, "pp": pp, "recompute": recompute,
+                      "tp": 1}}
+    prob = problem_from_request(req)
+    tables = _Tables(prob)
+    checked = 0
+    for c in list(search_module.enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space,
+                                                     prob.profile))[:4]:
+        p = stage_problem(prob, c, tables.get(c))
+        S = p.num_stages
+        bound = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, p.num_micro_batches,
+                                   p.reserved_bytes)
+        least = math.inf
+        for cuts in itertools.combinations(range(1, L), S - 1):
+            b = (0, *cuts, L)
+            counts = [b[i + 1] - b[i] for i in range(S)]
+            slices = slices_from_counts(counts, counts if p.full else [0] * S)
+            least = min(least, max(p.rank_cost(slices, r).peak_bytes for r in range(pp)))
+        assert bound <= least * (1 + 1e-12), (c, bound, least)
+        checked += 1
+    assert checked >= 2
+
+
+def _least_over_splits(vectors) -> float:
+    """min over chunk splits a (a >= 0, sum 1) of max_n sum_c n_c a_c: an LP (GLOP)."""
+    from ortools.linear_solver import pywraplp
+
+    s = pywraplp.Solver.CreateSolver("GLOP")
+    a = [s.NumVar(0.0, 1.0, f"a{c}") for c in range(len(vectors[0]))]
+    z = s.NumVar(0.0, s.infinity(), "z")
+    s.Add(sum(a) == 1.0)
+    for v in vectors:
+        s.Add(z >= sum(n * x for n, x in zip(v, a, strict=True)))
+    s.Minimize(z)
+    s.Solve()
+    return z.solution_value()
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4, 6, 8])
+def test_in_flight_floor_equals_the_least_over_splits(pp):
+    """The floor (the most micro-batches all chunks hold at one point of the order) is the
+    LP's least peak per byte over every split of the rank's bytes, within the LP's tolerance:
+    the bounds lose nothing by it; m both multiples of pp and not (no period)."""
+    from cost_model import memory
+    from planner.bounds import in_flight_floor
+
+    for vpp in (2, 3, 5):
+        for m in sorted({pp, 2 * pp, 4 * pp, pp + 1, 3}):
+            for r in range(pp):
+                lp = _least_over_splits(memory.live_chunk_vectors("interleaved", pp, r, m, vpp))
+                assert in_flight_floor("interleaved", pp, r, m, vpp) == pytest.approx(lp, abs=1e-6), (vpp, m, r)
