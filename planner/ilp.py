@@ -421,16 +421,40 @@ def polish_hint(p: StageProblem, hint: Hint) -> Hint:
     return counts, fix(counts)
 
 
+def _rounding(p: StageProblem, sc: Scale, coefs: list[BlockCoefficients], terms: int) -> tuple[float, float]:
+    """(rho, E): every partition's integer objective is at most (1 + rho) x its float one
+    (v x the step time, in units) + E, so CP-SAT's bound B gives the float bound
+    (B - E) / (1 + rho). A block's time coefficients (forward, backward = time - forward,
+    recomputation) are each off by at most one unit (half a unit per rounded coefficient),
+    at most 1/c of their value with c the least positive one in units: rho = 1/c (uniform
+    blocks, stage totals n x coefficient). Absolute errors: per objective term, a stage
+    total read as a difference of rounded prefix sums (mixed blocks: <= 1 unit each, the
+    forward, the time and the recomputation of the term's stages) and the extras
+    (embedding, output, sends: <= 4 rounded numbers), CUT_SLACK_UNITS_PER_TERM covering
+    both; the same per micro-batch of the slowest rank (m x M, <= 4 units); and the tail
+    (v x: 4 rounded per-block coefficients of <= L blocks and 8 rounded extras)."""
+    units = []
+    for c in coefs:
+        units += [c.fwd_s, c.time_s - c.fwd_s] + ([c.recompute_full_s] if p.full else [])
+    least = min((x / sc.time_unit_s for x in units if x > 0), default=math.inf)
+    rho = 1.0 / least if math.isfinite(least) else 0.0
+    v, m = p.vpp, p.num_micro_batches
+    return rho, CUT_SLACK_UNITS_PER_TERM * terms + 4.0 * v * m + v * (2.0 * p.num_layers + 8.0)
+
+
 def solve(
     p: StageProblem,
     time_limit_s: float,
     hint: Hint | None = None,
     seed: int = 0,
     lower_bound_s: float | None = None,
+    stop_at_s: float | None = None,
 ) -> StageSolution:
     """Build, hint (the greedy partition), cut, solve exactly, read back.
     `lower_bound_s`: a proven bound on the step time (bounds.py); added as a cut on the
-    objective (loosened by the rounding margin) so that a hint meeting it is proven optimal."""
+    objective (loosened by the rounding margin) so that a hint meeting it is proven optimal.
+    `stop_at_s`: the best plan's time elsewhere; CP-SAT stops once its proven bound reaches
+    it (this candidate cannot beat that plan, its own optimum is not needed)."""
     coefs = list(p.block_coefficients)
     sc = Scale(p, coefs)
     model = cp_model.CpModel()
@@ -463,12 +487,27 @@ def solve(
         # the lock-step slots are maxima of linear terms: CP-SAT's full linearization puts
         # them in its LP relaxation, which proves these models several times faster
         solver.parameters.linearization_level = INTERLEAVED_LINEARIZATION_LEVEL
+    rho, extra_units = _rounding(p, sc, coefs, terms)
+    if stop_at_s is not None and math.isfinite(stop_at_s):
+        stop_units = stop_at_s * p.vpp / sc.time_unit_s * (1 + rho) + extra_units
+
+        def on_bound(bound_units: float) -> None:
+            if bound_units >= stop_units:
+                solver.stop_search()
+
+        solver.best_bound_callback = on_bound
     status = solver.solve(model)
     name = {cp_model.OPTIMAL: STATUS_OPTIMAL, cp_model.FEASIBLE: STATUS_FEASIBLE, cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return StageSolution((), (), name, math.inf, solver.wall_time)
+        # no partition: none exists, or none found in time (its proven bound still holds)
+        bound = 0.0
+        if status == cp_model.INFEASIBLE:
+            bound = math.inf
+        elif status == cp_model.UNKNOWN:
+            bound = max(0.0, (solver.best_objective_bound - extra_units) / (1 + rho) * sc.time_unit_s / p.vpp)
+        return StageSolution((), (), name, bound, solver.wall_time)
 
     # --- read back
     counts, rcs = lay.solution(solver)
     unit = sc.time_unit_s / p.vpp
-    return StageSolution(counts, rcs, name, solver.best_objective_bound * unit, solver.wall_time)
+    return StageSolution(counts, rcs, name, (solver.best_objective_bound - extra_units) / (1 + rho) * unit, solver.wall_time)

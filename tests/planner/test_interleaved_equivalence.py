@@ -184,3 +184,39 @@ def test_planned_gpipe_step_is_the_simulated_one():
     got = plan(req)
     assert got.parallelism.schedule == "gpipe"
     assert got.schedule["simulated_step_time_s"] == pytest.approx(got.prediction.step_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("case", [0, 3])
+def test_ilp_stops_at_the_best_plan_with_a_valid_bound(case):
+    """solve(stop_at_s=t): CP-SAT stops once its proven bound reaches t (the search's best
+    plan elsewhere; possibly before it has a partition), and the bound it returns, loosened for the integer rounding
+    (ilp._rounding), is never above the brute-force optimum; a t above the optimum cannot
+    be reached, and the solve ends optimal."""
+    model, gpu, gpus, gb, seq, engine = CASES[case]
+    req = {"model": model, "cluster": {"gpu": gpu, "num_gpus": gpus},
+           "training": {"global_batch_size": gb, "seq_length": seq},
+           "search": {"engine": engine, "schedule": "interleaved", "vpp": [2, 3], "pp": [2, 4],
+                      "recompute": ["none", "full"], "tp": [1, 2]}}
+    prob = problem_from_request(req)
+    tables = _Tables(prob)
+    compared = 0
+    for c in enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile):
+        if compared >= 3:
+            break
+        p = stage_problem(prob, c, tables.get(c))
+        if p.vpp < 2 or exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 60_000:
+            continue
+        ref = exhaustive.best_partition(p)
+        if ref is None:
+            continue
+        low = solve(p, 30.0, greedy_partition(p), stop_at_s=0.9 * ref[0])
+        assert low.status in ("optimal", "feasible", "unknown")  # unknown: stopped before any partition
+        assert low.bound_s <= ref[0] * (1 + 1e-9)
+        if low.status != "optimal":
+            assert low.bound_s >= 0.9 * ref[0]  # it stopped because the bound reached t
+        high = solve(p, 30.0, greedy_partition(p), stop_at_s=1.01 * ref[0])
+        assert high.status == "optimal"
+        assert math.isclose(_float_step(p, high.stage_layers, high.recompute_layers), ref[0], rel_tol=REL)
+        assert high.bound_s <= ref[0] * (1 + 1e-9)
+        compared += 1
+    assert compared >= 2
