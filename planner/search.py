@@ -51,7 +51,7 @@ from .bounds import (
     tight_time_bound_s,
 )
 from .greedy import greedy_partition
-from .ilp import solve
+from .ilp import CUTOFF, solve
 from .space import (
     Candidate,
     DegreeGroup,
@@ -287,6 +287,9 @@ DEFER_REL = 0.01
 # Share of the time limit one first solve may take: the candidates solved at once have a
 # hint within DEFER_REL of their bound, and CP-SAT restarted on a retry redoes its work.
 FIRST_SOLVE_SHARE = 0.5
+# A retry may take this many equal shares of the time left (most take far less: CP-SAT
+# proves a capped model infeasible in a fraction of a second, and restarts from scratch).
+RETRY_SHARES = 2.0
 # Least time left worth a retry of an unproven candidate (CP-SAT rarely proves in less).
 RETRY_MIN_S = 0.5
 
@@ -319,7 +322,9 @@ def search(
     """Best-first over degree groups and candidates: each group is queued with its group
     bound; at the front it is expanded into its candidates, each queued with its base-table
     bound; a candidate at the front is refined (its own table, the tight bound) and queued
-    again; at the front once refined it is solved. Stops when the front's bound reaches the
+    again; at the front once refined it is solved (when its hint is within DEFER_REL of its
+    bound; otherwise the hint is recorded and the solve deferred until the queue is done,
+    then capped at the best plan: solve_one). Stops when the front's bound reaches the
     best plan (everything left is pruned by a bound >= the best: OPTIMAL if every solve was
     optimal), or at the deadline (FEASIBLE; the gap from the least bound left open)."""
     if exhaustive:
@@ -462,6 +467,7 @@ def search(
                 retry.add(e.order)
                 _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
                 return
+        capped = bool(found) and found[0].candidate != e.candidate
         sol = solve(p, time_s, hint, lower_bound_s=e.bound_s, stop_at_s=best_s() if found else None)
         stats.ilp_solves += 1
         stats.ilp_time_s += sol.solve_time_s
@@ -481,6 +487,11 @@ def search(
             # memory rejects one the float model takes (infeasible)
             counts, rcs, status = hint[0], hint[1], STATUS_FEASIBLE
             open_[e.order] = (e.bound_s if sol.status == "infeasible" else max(e.bound_s, sol.bound_s), e)
+            if sol.status == "unknown" and capped:
+                retry.add(e.order)  # capped at the best plan, the hint is outside the model: more time may prove it
+        elif sol.status == CUTOFF:
+            open_[e.order] = (max(e.bound_s, sol.bound_s), e)  # no faster than the best plan
+            return
         else:
             if sol.status == "unknown":
                 open_[e.order] = (max(e.bound_s, sol.bound_s), e)
@@ -548,9 +559,11 @@ def search(
         tries[e.order] = tries.get(e.order, 0) + 1
         retry.discard(e.order)
         table = tables.get(e.candidate)
-        # an equal share of the time left, most promising first: one hard candidate does not
-        # take the time the others could be proven in
-        solve_one(e, stage_problem(prob, e.candidate, table), table, max(RETRY_MIN_S, remaining / len(todo)))
+        # a share of the time left, least bound first: one hard candidate does not take the
+        # time the others could be proven in, and those left open at the end have the
+        # largest bounds (the least gap)
+        share = max(RETRY_MIN_S, RETRY_SHARES * remaining / len(todo))
+        solve_one(e._replace(bound_s=bound), stage_problem(prob, e.candidate, table), table, min(remaining, share))
     best_t = best_s()
     for b, _ in open_.values():
         if b < best_t * (1 - PROOF_TOL):
