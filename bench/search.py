@@ -7,7 +7,7 @@ Usage: python bench/search.py [--repeats N] [--time-limit S] [--only NAME] [--js
 
 --counters: also run planner.search.search once per instance and print its own counters
 (degree groups expanded / pruned whole, candidates, memory / time prunes, CP-SAT solves
-and time, candidates proven by their bound): on a shared machine they say where the time
+and time, candidates proven by their bound, solves deferred, status and gap): on a shared machine they say where the time
 goes better than the wall clock.
 """
 
@@ -75,7 +75,7 @@ def counters(case: str, time_limit: float | None) -> dict:
     return {"case": case, "search_s": time.perf_counter() - t0, "status": res.status, "gap": res.gap,
             "groups": s.groups, "groups_expanded": s.groups_expanded, "groups_pruned": s.pruned_groups,
             "candidates": s.candidates, "pruned_memory": s.pruned_memory, "pruned_time": s.pruned_time,
-            "ilp_solves": s.ilp_solves, "ilp_s": s.ilp_time_s, "proven_by_bound": s.proven_by_bound,
+            "ilp_solves": s.ilp_solves, "ilp_s": s.ilp_time_s, "proven_by_bound": s.proven_by_bound, "deferred": s.deferred,
             "timed_out": s.timed_out, "monotone_ok": s.monotone_ok}
 
 
@@ -103,11 +103,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{'y' if r['sp'] else 'n':>2s} {r['mb']:2d} {r['zero']:1d} {r['recompute']:>9s} {r['step_s']:8.3f} {r['mfu'] * 100:5.1f}")
     if extra:
         print(f"\n{'case':28s} {'search_s':>8s} {'groups':>6s} {'expand':>6s} {'g_prun':>6s} {'cands':>6s} "
-              f"{'p_mem':>6s} {'p_time':>6s} {'ilp':>4s} {'ilp_s':>6s} {'bound':>5s}")
+              f"{'p_mem':>6s} {'p_time':>6s} {'ilp':>4s} {'ilp_s':>6s} {'bound':>5s} {'defer':>5s} {'status':>8s} {'gap%':>6s}")
         for r in extra:
             print(f"{r['case']:28s} {r['search_s']:8.2f} {r['groups']:6d} {r['groups_expanded']:6d} {r['groups_pruned']:6d} "
                   f"{r['candidates']:6d} {r['pruned_memory']:6d} {r['pruned_time']:6d} {r['ilp_solves']:4d} "
-                  f"{r['ilp_s']:6.2f} {r['proven_by_bound']:5d}")
+                  f"{r['ilp_s']:6.2f} {r['proven_by_bound']:5d} {r['deferred']:5d} {r['status']:>8s} {r['gap'] * 100:6.2f}")
     return 0
 
 

@@ -84,6 +84,9 @@ RELATIVE_GAP_LIMIT = 1e-6
 # constraint, max_equality included, into the LP relaxation)
 INTERLEAVED_LINEARIZATION_LEVEL = 2
 
+# StageSolution.status when solve(stop_at_s=t) proves that no partition is faster than t
+CUTOFF = "cutoff"
+
 Hint = tuple[list[int], list[int]]  # (blocks per stage, recomputed blocks per stage)
 
 
@@ -460,16 +463,42 @@ def polish_hint(p: StageProblem, hint: Hint) -> Hint:
     return counts, fix(counts)
 
 
+def _rounding(p: StageProblem, sc: Scale, coefs: list[BlockCoefficients], terms: int) -> tuple[float, float]:
+    """(rho, E): every partition's integer objective is at most (1 + rho) x its float one
+    (v x the step time, in units) + E, so CP-SAT's bound B gives the float bound
+    (B - E) / (1 + rho). A block's time coefficients (forward, backward = time - forward,
+    recomputation) are each off by at most one unit (half a unit per rounded coefficient),
+    at most 1/c of their value with c the least positive one in units: rho = 1/c (uniform
+    blocks, stage totals n x coefficient). Absolute errors: per objective term, a stage
+    total read as a difference of rounded prefix sums (mixed blocks: <= 1 unit each, the
+    forward, the time and the recomputation of the term's stages) and the extras
+    (embedding, output, sends: <= 4 rounded numbers), CUT_SLACK_UNITS_PER_TERM covering
+    both; per micro-batch of the slowest rank (v x m x M: its v stages' time and
+    recomputation totals, <= 2 units each, and its extras); and the tail (v x: <= 3
+    rounded per-block coefficients or stage totals per block, and 8 rounded extras)."""
+    units = []
+    for c in coefs:
+        units += [c.fwd_s, c.time_s - c.fwd_s] + ([c.recompute_full_s] if p.full else [])
+    least = min((x / sc.time_unit_s for x in units if x > 0), default=math.inf)
+    rho = 1.0 / least if math.isfinite(least) else 0.0
+    v, m = p.vpp, p.num_micro_batches
+    return rho, CUT_SLACK_UNITS_PER_TERM * terms + (2.0 * v + 2.0) * v * m + v * (3.0 * p.num_layers + 8.0)
+
+
 def solve(
     p: StageProblem,
     time_limit_s: float,
     hint: Hint | None = None,
     seed: int = 0,
     lower_bound_s: float | None = None,
+    stop_at_s: float | None = None,
 ) -> StageSolution:
     """Build, hint (the greedy partition), cut, solve exactly, read back.
     `lower_bound_s`: a proven bound on the step time (bounds.py); added as a cut on the
-    objective (loosened by the rounding margin) so that a hint meeting it is proven optimal."""
+    objective (loosened by the rounding margin) so that a hint meeting it is proven optimal.
+    `stop_at_s`: the best plan's time elsewhere: only partitions faster than it are
+    searched for (status CUTOFF, bound stop_at_s, when there is none: this candidate cannot
+    beat that plan); an optimal answer is this candidate's optimum all the same."""
     coefs = list(p.block_coefficients)
     sc = Scale(p, coefs)
     model = cp_model.CpModel()
@@ -482,6 +511,8 @@ def solve(
     # --- greedy hint (polished under interleaving), then the bound as a cut
     if hint is not None and p.vpp > 1:
         hint = polish_hint(p, hint)
+    if hint is not None and stop_at_s is not None and _hint_step_s(p, *hint) >= stop_at_s:
+        hint = None  # outside the capped model (below): CP-SAT would spend its time repairing it
     if hint is not None:
         lay.add_hint(hint)
     if lower_bound_s is not None and math.isfinite(lower_bound_s):
@@ -502,12 +533,32 @@ def solve(
         # the lock-step slots are maxima of linear terms: CP-SAT's full linearization puts
         # them in its LP relaxation, which proves these models several times faster
         solver.parameters.linearization_level = INTERLEAVED_LINEARIZATION_LEVEL
+    rho, extra_units = _rounding(p, sc, coefs, terms)
+    if stop_at_s is not None and math.isfinite(stop_at_s):
+        # only a partition faster than the best plan elsewhere is of use: a cap on the
+        # objective that every such partition meets (_rounding) lets CP-SAT prove there is
+        # none by infeasibility, far sooner than by raising its bound to it
+        model.add(objective <= int(math.floor(stop_at_s * p.vpp / sc.time_unit_s * (1 + rho) + extra_units)))
     status = solver.solve(model)
+    capped = stop_at_s is not None and math.isfinite(stop_at_s)
+    if capped and status == cp_model.INFEASIBLE:
+        return StageSolution((), (), CUTOFF, stop_at_s, solver.wall_time)
     name = {cp_model.OPTIMAL: STATUS_OPTIMAL, cp_model.FEASIBLE: STATUS_FEASIBLE, cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return StageSolution((), (), name, math.inf, solver.wall_time)
+        # no partition: none exists, or none found in time (its proven bound still holds)
+        bound = 0.0
+        if status == cp_model.INFEASIBLE:
+            bound = math.inf
+        elif status == cp_model.UNKNOWN:
+            bound = max(0.0, (solver.best_objective_bound - extra_units) / (1 + rho) * sc.time_unit_s / p.vpp)
+            if capped:  # the partitions the cap leaves out are no faster than stop_at_s
+                bound = min(bound, stop_at_s)
+        return StageSolution((), (), name, bound, solver.wall_time)
 
     # --- read back
     counts, rcs = lay.solution(solver)
     unit = sc.time_unit_s / p.vpp
-    return StageSolution(counts, rcs, name, solver.best_objective_bound * unit, solver.wall_time)
+    bound = (solver.best_objective_bound - extra_units) / (1 + rho) * unit
+    if capped:  # the partitions the cap leaves out are no faster than stop_at_s
+        bound = min(bound, stop_at_s)
+    return StageSolution(counts, rcs, name, bound, solver.wall_time)

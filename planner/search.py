@@ -51,7 +51,7 @@ from .bounds import (
     tight_time_bound_s,
 )
 from .greedy import greedy_partition
-from .ilp import solve
+from .ilp import CUTOFF, solve
 from .space import (
     Candidate,
     DegreeGroup,
@@ -116,6 +116,7 @@ class SearchStats:
     pruned_groups: int = 0  # pruned by their group bound before any candidate was built
     monotone_ok: bool = True  # bounds.py's per-sample monotonicity held on every table built
     proven_by_bound: int = 0  # candidates whose hint the tight bound proved optimal (no CP-SAT)
+    deferred: int = 0  # candidates whose solve waited for the queue to be done (solve_one)
 
     def note_memory(self, gib: float, c: Candidate) -> None:
         """Keep the least memory bound seen (for the infeasibility report)."""
@@ -281,6 +282,14 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
 ENUMERATION_SHARE = 0.6
 # Relative tolerance at which a bound reaching a plan's time proves it (the pruning test's).
 PROOF_TOL = 1e-9
+# A candidate whose hint is more than this above its bound is deferred (search.solve_one).
+DEFER_REL = 0.01
+# Share of the time limit one first solve may take: the candidates solved at once have a
+# hint within DEFER_REL of their bound, and CP-SAT restarted on a retry redoes its work.
+FIRST_SOLVE_SHARE = 0.5
+# A retry may take this many equal shares of the time left (most take far less: CP-SAT
+# proves a capped model infeasible in a fraction of a second, and restarts from scratch).
+RETRY_SHARES = 2.0
 # Least time left worth a retry of an unproven candidate (CP-SAT rarely proves in less).
 RETRY_MIN_S = 0.5
 
@@ -313,7 +322,9 @@ def search(
     """Best-first over degree groups and candidates: each group is queued with its group
     bound; at the front it is expanded into its candidates, each queued with its base-table
     bound; a candidate at the front is refined (its own table, the tight bound) and queued
-    again; at the front once refined it is solved. Stops when the front's bound reaches the
+    again; at the front once refined it is solved (when its hint is within DEFER_REL of its
+    bound; otherwise the hint is recorded and the solve deferred until the queue is done,
+    then capped at the best plan: solve_one). Stops when the front's bound reaches the
     best plan (everything left is pruned by a bound >= the best: OPTIMAL if every solve was
     optimal), or at the deadline (FEASIBLE; the gap from the least bound left open)."""
     if exhaustive:
@@ -426,9 +437,14 @@ def search(
     # rarely does better with more time
     open_: dict[tuple[int, int], tuple[float, _Entry]] = {}
     retry: set[tuple[int, int]] = set()
+    tries: dict[tuple[int, int], int] = {}  # retries per candidate
 
-    def solve_one(e: _Entry, p: StageProblem, table: LayerTable, time_s: float) -> None:
-        """CP-SAT from the best hint (the hint alone if CP-SAT finds nothing in time)."""
+    def solve_one(e: _Entry, p: StageProblem, table: LayerTable, time_s: float, defer: bool = False) -> None:
+        """CP-SAT from the best hint (the hint alone if CP-SAT finds nothing in time), stopped
+        once its bound reaches the best plan. `defer`: a hint well above the candidate's
+        bound is only recorded (feasible, retried with the time left once the queue is
+        done): the candidates whose hints meet their bounds are solved first, and the best
+        plan they give prunes the others or lets CP-SAT stop early on them."""
         hint = best_hint(p)
         own = next((f for f in found if f.candidate == e.candidate), None)
         if own is not None:  # a retry: start from what the first solve found
@@ -445,22 +461,40 @@ def search(
                 _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL, k)
                 return
             e = e._replace(bound_s=bound)
-        sol = solve(p, time_s, hint, lower_bound_s=e.bound_s)
+            if defer and hint_s > bound * (1 + DEFER_REL):
+                stats.deferred += 1
+                open_[e.order] = (bound, e)
+                retry.add(e.order)
+                _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
+                return
+        capped = bool(found) and found[0].candidate != e.candidate
+        sol = solve(p, time_s, hint, lower_bound_s=e.bound_s, stop_at_s=best_s() if found else None)
         stats.ilp_solves += 1
         stats.ilp_time_s += sol.solve_time_s
         if sol.status in (STATUS_OPTIMAL, STATUS_FEASIBLE):
             counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
+            if status == STATUS_FEASIBLE:
+                own_s = _step_s(p, counts, rcs)
+                if own_s is not None and sol.bound_s >= own_s * (1 - PROOF_TOL):
+                    status = STATUS_OPTIMAL  # stopped at a bound that reaches its own plan
             if status == STATUS_FEASIBLE:
                 open_[e.order] = (max(e.bound_s, sol.bound_s), e)
                 retry.add(e.order)
             else:
                 open_.pop(e.order, None)
         elif hint is not None:
+            # CP-SAT's bound holds when it stopped without a partition, not when its rounded
+            # memory rejects one the float model takes (infeasible)
             counts, rcs, status = hint[0], hint[1], STATUS_FEASIBLE
-            open_[e.order] = (e.bound_s, e)
+            open_[e.order] = (e.bound_s if sol.status == "infeasible" else max(e.bound_s, sol.bound_s), e)
+            if sol.status == "unknown" and capped:
+                retry.add(e.order)  # capped at the best plan, the hint is outside the model: more time may prove it
+        elif sol.status == CUTOFF:
+            open_[e.order] = (max(e.bound_s, sol.bound_s), e)  # no faster than the best plan
+            return
         else:
             if sol.status == "unknown":
-                open_[e.order] = (e.bound_s, e)
+                open_[e.order] = (max(e.bound_s, sol.bound_s), e)
             else:
                 open_.pop(e.order, None)
             stats.infeasible += 1
@@ -508,7 +542,7 @@ def search(
                 queued += 1
         else:
             remaining = max(0.05, limit - (time.perf_counter() - t0))
-            solve_one(e, p, table, min(remaining, max(1.0, limit / 4)))
+            solve_one(e, p, table, min(remaining, max(1.0, limit * FIRST_SOLVE_SHARE)), defer=True)
 
     # --- retry what was solved without proof, most promising first, with the time left;
     # a candidate whose lower bound reaches the best plan needs no proof
@@ -520,10 +554,16 @@ def search(
         todo = [x for key, x in open_.items() if key in retry]
         if not todo or remaining < RETRY_MIN_S:
             break
-        bound, e = min(todo, key=lambda x: (x[0], x[1].order))
+        # the fewest tries first, then the least bound: each open candidate gets its turn
+        bound, e = min(todo, key=lambda x: (tries.get(x[1].order, 0), x[0], x[1].order))
+        tries[e.order] = tries.get(e.order, 0) + 1
         retry.discard(e.order)
         table = tables.get(e.candidate)
-        solve_one(e, stage_problem(prob, e.candidate, table), table, remaining)
+        # a share of the time left, least bound first: one hard candidate does not take the
+        # time the others could be proven in, and those left open at the end have the
+        # largest bounds (the least gap)
+        share = max(RETRY_MIN_S, RETRY_SHARES * remaining / len(todo))
+        solve_one(e._replace(bound_s=bound), stage_problem(prob, e.candidate, table), table, min(remaining, share))
     best_t = best_s()
     for b, _ in open_.values():
         if b < best_t * (1 - PROOF_TOL):

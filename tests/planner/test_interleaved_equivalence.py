@@ -19,7 +19,7 @@ from cost_model.specs import ParallelConfig
 from cost_model.stages import slices_from_counts, step_time_s
 from planner import exhaustive
 from planner.greedy import greedy_partition
-from planner.ilp import solve
+from planner.ilp import CUTOFF, solve
 from planner.search import _Tables, stage_problem
 from planner.service import plan, problem_from_request
 from planner.space import enumerate_candidates
@@ -184,3 +184,36 @@ def test_planned_gpipe_step_is_the_simulated_one():
     got = plan(req)
     assert got.parallelism.schedule == "gpipe"
     assert got.schedule["simulated_step_time_s"] == pytest.approx(got.prediction.step_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("case", [0, 3])
+def test_ilp_capped_at_the_best_plan(case):
+    """solve(stop_at_s=t) searches only for partitions faster than t (the search's best plan
+    elsewhere): below the brute-force optimum it answers CUTOFF (no partition is faster,
+    the bound t), above it the optimum as before; the bounds it returns, loosened for the
+    integer rounding (ilp._rounding), are never above the optimum."""
+    model, gpu, gpus, gb, seq, engine = CASES[case]
+    req = {"model": model, "cluster": {"gpu": gpu, "num_gpus": gpus},
+           "training": {"global_batch_size": gb, "seq_length": seq},
+           "search": {"engine": engine, "schedule": "interleaved", "vpp": [2, 3], "pp": [2, 4],
+                      "recompute": ["none", "full"], "tp": [1, 2]}}
+    prob = problem_from_request(req)
+    tables = _Tables(prob)
+    compared = 0
+    for c in enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile):
+        if compared >= 3:
+            break
+        p = stage_problem(prob, c, tables.get(c))
+        if p.vpp < 2 or exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 60_000:
+            continue
+        ref = exhaustive.best_partition(p)
+        if ref is None:
+            continue
+        low = solve(p, 30.0, greedy_partition(p), stop_at_s=0.99 * ref[0])
+        assert low.status == CUTOFF and low.bound_s == 0.99 * ref[0]
+        high = solve(p, 30.0, greedy_partition(p), stop_at_s=1.001 * ref[0])
+        assert high.status == "optimal"
+        assert math.isclose(_float_step(p, high.stage_layers, high.recompute_layers), ref[0], rel_tol=REL)
+        assert high.bound_s <= ref[0] * (1 + 1e-9)
+        compared += 1
+    assert compared >= 2
