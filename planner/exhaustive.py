@@ -116,12 +116,9 @@ def best_partition(p: StageProblem, tick: Callable[[int], None] | None = None) -
             options = itertools.product(*[range(counts[k] + 1) for k in ks]) if p.full else [tuple(0 for _ in ks)]
             best_r = None
             for combo in options:
-                rcs = list(chosen_rc)
-                for k, v in zip(ks, combo, strict=True):
-                    rcs[k] = v
-                rc = p.rank_cost(slices_from_counts(counts, rcs), r)
+                rc = _fitting_rank_cost(p, counts, chosen_rc, ks, combo, r)
                 evaluations += 1
-                if rc.peak_bytes > p.capacity_bytes:
+                if rc is None:
                     continue
                 key = (rc.time_s, rc.exposed_dp_s + rc.optimizer_s)
                 if best_r is None or key < best_r[0]:
@@ -139,6 +136,17 @@ def best_partition(p: StageProblem, tick: Callable[[int], None] | None = None) -
         if best is None or t < best[0] - 1e-15:
             best = (t, list(counts), list(chosen_rc))
     return best
+
+
+def _fitting_rank_cost(p: StageProblem, counts: list[int], base_rcs: list[int], ks: list[int],
+                       combo: tuple[int, ...], r: int):
+    """Rank r's cost with its stages ks recomputing `combo` blocks (the other stages' counts
+    from base_rcs: a rank's cost reads only its own), or None when it does not fit."""
+    rcs = list(base_rcs)
+    for k, v in zip(ks, combo, strict=True):
+        rcs[k] = v
+    rc = p.rank_cost(slices_from_counts(counts, rcs), r)
+    return None if rc.peak_bytes > p.capacity_bytes else rc
 
 
 def _best_uniform(p: StageProblem, counts: list[int], tick) -> tuple[float, list[int], list[int]] | None:
@@ -182,12 +190,9 @@ def _best_interleaved(p: StageProblem, counts: list[int], tick) -> tuple[float, 
         ks = list(p.stages_of(r))
         kept: list[tuple[tuple[float, ...], tuple[int, ...], object]] = []
         for combo in itertools.product(*[range(counts[k] + 1) for k in ks]):
-            rcs = [0] * S
-            for k, v in zip(ks, combo, strict=True):
-                rcs[k] = v
-            rc = p.rank_cost(slices_from_counts(counts, rcs), r)
+            rc = _fitting_rank_cost(p, counts, [0] * S, ks, combo, r)
             evaluations += 1
-            if rc.peak_bytes > p.capacity_bytes:
+            if rc is None:
                 continue
             key = (*rc.chunk_fwd_s, *rc.chunk_bwd_s, rc.exposed_dp_s + rc.optimizer_s)
             if any(all(a <= b for a, b in zip(o, key, strict=True)) for o, _, _ in kept):

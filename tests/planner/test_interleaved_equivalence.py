@@ -24,17 +24,9 @@ from planner.search import _Tables, stage_problem
 from planner.service import plan, problem_from_request
 from planner.space import enumerate_candidates
 
+from ._models import layers_model
+
 REL = 1e-5
-
-
-def _layers_model(L: int) -> dict:
-    """Blocks of different sizes: the mixed-block (stage boundary) CP-SAT model."""
-    out = []
-    for i in range(L):
-        p = (1 + (i * 7) % 5) * 1.5e8
-        out.append({"name": f"l{i}", "fwd_flops": 2 * p * 2048, "params": p,
-                    "activation_bytes": (2 + (i * 3) % 4) * 2**30, "output_bytes": 8 * 2**20})
-    return {"layers": out}
 
 
 def _transformer(L: int, hidden: int) -> dict:
@@ -47,9 +39,23 @@ CASES = [
     (_transformer(8, 4096), "a100-40gb", 8, 16, 2048, "megatron"),
     (_transformer(8, 4096), "a100-40gb", 8, 16, 2048, "runtime"),
     (_transformer(10, 2048), "a100-40gb", 4, 16, 4096, "runtime"),
-    (_layers_model(8), "a100-40gb", 4, 8, 2048, "runtime"),
-    (_layers_model(9), "a100-80gb", 8, 16, 2048, "megatron"),
+    (layers_model(8), "a100-40gb", 4, 8, 2048, "runtime"),
+    (layers_model(9), "a100-80gb", 8, 16, 2048, "megatron"),
 ]
+
+
+def _brute_problems(req: dict, want_vpp: bool):
+    """The candidates' stage problems of `req` within the brute force's reach (at most
+    60,000 rank evaluations; interleaved ones only when `want_vpp`), with its optimum."""
+    prob = problem_from_request(req)
+    tables = _Tables(prob)
+    for c in enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile):
+        p = stage_problem(prob, c, tables.get(c))
+        if (want_vpp and p.vpp < 2) or (not want_vpp and p.pp < 2):
+            continue
+        if exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 60_000:
+            continue
+        yield c, p, exhaustive.best_partition(p)
 
 
 def _float_step(p, counts, rcs) -> float:
@@ -66,17 +72,10 @@ def test_interleaved_ilp_matches_brute_force(case):
            "training": {"global_batch_size": gb, "seq_length": seq},
            "search": {"engine": engine, "schedule": "interleaved", "vpp": [2, 3], "pp": [2, 4],
                       "recompute": ["none", "full"], "tp": [1, 2]}}
-    prob = problem_from_request(req)
-    tables = _Tables(prob)
     compared = uneven = recomputed = 0
-    for c in enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile):
+    for c, p, ref in _brute_problems(req, want_vpp=True):
         if compared >= 6:
             break
-        table = tables.get(c)
-        p = stage_problem(prob, c, table)
-        if p.vpp < 2 or exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 60_000:
-            continue
-        ref = exhaustive.best_partition(p)
         sol = solve(p, 30.0, greedy_partition(p))
         if ref is None:
             assert sol.status == "infeasible"
@@ -156,16 +155,10 @@ def test_gpipe_ilp_matches_brute_force(case):
            "training": {"global_batch_size": gb, "seq_length": seq},
            "search": {"engine": "runtime", "schedule": "gpipe", "pp": [2, 4], "recompute": ["none", "full"],
                       "tp": [1, 2]}}
-    prob = problem_from_request(req)
-    tables = _Tables(prob)
     compared = 0
-    for c in enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile):
+    for _, p, ref in _brute_problems(req, want_vpp=False):
         if compared >= 6:
             break
-        p = stage_problem(prob, c, tables.get(c))
-        if p.pp < 2 or exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 60_000:
-            continue
-        ref = exhaustive.best_partition(p)
         sol = solve(p, 30.0, greedy_partition(p))
         if ref is None:
             assert sol.status == "infeasible"
@@ -197,16 +190,10 @@ def test_ilp_capped_at_the_best_plan(case):
            "training": {"global_batch_size": gb, "seq_length": seq},
            "search": {"engine": engine, "schedule": "interleaved", "vpp": [2, 3], "pp": [2, 4],
                       "recompute": ["none", "full"], "tp": [1, 2]}}
-    prob = problem_from_request(req)
-    tables = _Tables(prob)
     compared = 0
-    for c in enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile):
+    for _, p, ref in _brute_problems(req, want_vpp=True):
         if compared >= 3:
             break
-        p = stage_problem(prob, c, tables.get(c))
-        if p.vpp < 2 or exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 60_000:
-            continue
-        ref = exhaustive.best_partition(p)
         if ref is None:
             continue
         low = solve(p, 30.0, greedy_partition(p), stop_at_s=0.99 * ref[0])

@@ -20,6 +20,8 @@ from planner.search import _Tables, stage_problem
 from planner.service import problem_from_request
 from planner.space import enumerate_candidates
 
+from ._models import layers_model
+
 REL = 1e-5
 
 
@@ -27,16 +29,6 @@ def _transformer(L: int) -> dict:
     # a small vocabulary: the last chunk's logits do not outweigh the blocks of the other chunks
     return {"transformer": {"num_layers": L, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 8,
                             "ffn_hidden_size": 5504, "vocab_size": 2048, "mlp": "swiglu"}}
-
-
-def _layers_model(L: int) -> dict:
-    """Blocks of different sizes: the mixed-block (stage boundary) CP-SAT model."""
-    out = []
-    for i in range(L):
-        p = (1 + (i * 7) % 5) * 1.5e8
-        out.append({"name": f"l{i}", "fwd_flops": 2 * p * 2048, "params": p,
-                    "activation_bytes": (2 + (i * 3) % 4) * 2**30, "output_bytes": 8 * 2**20})
-    return {"layers": out}
 
 
 def _uniform_count_peak(p, slices, r) -> float:
@@ -55,7 +47,7 @@ def _compositions(L: int, S: int):
         yield [b[i + 1] - b[i] for i in range(S)]
 
 
-@pytest.mark.parametrize(("model", "seq"), [(_transformer(12), 4096), (_layers_model(8), 2048)])
+@pytest.mark.parametrize(("model", "seq"), [(_transformer(12), 4096), (layers_model(8), 2048)])
 def test_ilp_rejects_what_only_the_uniform_count_admits(model, seq):
     req = {"model": model, "cluster": {"gpu": "a100-80gb", "num_gpus": 4},
            "training": {"global_batch_size": 16, "seq_length": seq},
