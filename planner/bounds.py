@@ -45,8 +45,8 @@ class TableSums:
     block_states_bytes: float = 0.0  # the blocks' model states (states_bytes less the embeddings')
     one_block_kind: bool = True  # every block alike (the same states and activations)
     num_blocks: int = 0  # transformer blocks of the model (each virtual stage holds >= 1)
-    least_block_states_bytes: float = 0.0  # the least model states of one block (any kind)
-    least_block_act_bytes: dict[str, float] | None = None  # by recompute mode: one block's least
+    # per block kind: (count, one block's states, its least activations by recompute mode)
+    kind_bytes: tuple[tuple[int, float, dict[str, float]], ...] = ()
 
 
 def table_sums(table: LayerTable, gamma: float) -> TableSums:
@@ -66,12 +66,8 @@ def table_sums(table: LayerTable, gamma: float) -> TableSums:
         block_states_bytes=sum(n * b.state_bytes for b, n in blocks),
         one_block_kind=len(blocks) == 1,
         num_blocks=sum(n for _, n in blocks),
-        least_block_states_bytes=min(b.state_bytes for b, _ in blocks),
-        least_block_act_bytes={
-            RECOMPUTE_NONE: min(b.act.none for b, _ in blocks),
-            RECOMPUTE_SELECTIVE: min(b.act.selective for b, _ in blocks),
-            RECOMPUTE_FULL: min(b.act.full for b, _ in blocks),
-        },
+        kind_bytes=tuple((n, b.state_bytes, {RECOMPUTE_NONE: b.act.none, RECOMPUTE_SELECTIVE: b.act.selective,
+                                             RECOMPUTE_FULL: b.act.full}) for b, n in blocks),
     )
 
 
@@ -127,21 +123,29 @@ def in_flight_lines(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tupl
     return tuple(sorted(keep))
 
 
-def _least_fullest_rank_bytes(lines_by_rank, vpp: int, blocks: int, s: float, a: float) -> float:
-    """min over integer block counts N_r >= vpp summing to `blocks` of max_r f_r(N_r), with
-    f_r(N) = s N + a max over rank r's in_flight_lines of (slope N + intercept): each f_r is
-    nondecreasing, so adding every block where it raises the maximum least (a heap) is exact."""
+def _least_fullest_rank_bytes(lines_by_rank, start: int, blocks: int, s: float, a: float,
+                              a_chunk: float | None = None, chunks: int = 0) -> float:
+    """min over integer block counts N_r >= start summing to `blocks` of max_r f_r(N_r), with
+    f_r(N) = s N + max over rank r's in_flight_lines of (slope x held + intercept x a_chunk),
+    held = a N + a_chunk max(0, chunks - N): N blocks of a bytes each and, where they are
+    fewer than the rank's chunks, one block of at least a_chunk <= a bytes on each other
+    chunk (a_chunk = a and start = chunks: alike blocks, one or more on every chunk). Each
+    f_r is nondecreasing, so adding every block where it raises the maximum least (a heap)
+    is exact: it takes the smallest next values of the ranks' nondecreasing sequences."""
+    a_chunk = a if a_chunk is None else a_chunk
+
     def f(r: int, n: int) -> float:
-        return s * n + a * max(k * n + b for k, b in lines_by_rank[r])
+        held = a * n + a_chunk * max(0, chunks - n)
+        return s * n + max(k * held + b * a_chunk for k, b in lines_by_rank[r])
 
     pp = len(lines_by_rank)
-    if blocks < pp * vpp:
+    if blocks < pp * start:
         return 0.0  # no layout: nothing to bound (the search never asks)
-    counts = [vpp] * pp
-    top = max(f(r, vpp) for r in range(pp))
-    heap = [(f(r, vpp + 1), r) for r in range(pp)]
+    counts = [start] * pp
+    top = max(f(r, start) for r in range(pp))
+    heap = [(f(r, start + 1), r) for r in range(pp)]
     heapq.heapify(heap)
-    for _ in range(blocks - pp * vpp):
+    for _ in range(blocks - pp * start):
         nxt, r = heapq.heappop(heap)
         counts[r] += 1
         top = max(top, nxt)
@@ -178,11 +182,17 @@ def memory_bound_bytes(
         S = sums.block_states_bytes * states_scale
         if all(S + k * A > 0 for k in floors):
             best = max(best, 1.0 / sum(1.0 / (S + k * A) for k in floors))
-    if sums.num_blocks and sums.least_block_act_bytes is not None:
+    if sums.num_blocks and sums.kind_bytes:
+        v = max(1, vpp)
         lines = [in_flight_lines(schedule, pp, r, m, vpp) for r in range(pp)]
-        best = max(best, _least_fullest_rank_bytes(
-            lines, max(1, vpp), sums.num_blocks, sums.least_block_states_bytes * states_scale,
-            sums.least_block_act_bytes[recompute]))
+        s_min = min(st for _, st, _ in sums.kind_bytes) * states_scale
+        a_min = min(act[recompute] for _, _, act in sums.kind_bytes)
+        best = max(best, _least_fullest_rank_bytes(lines, v, sums.num_blocks, s_min, a_min, a_min, v))
+        if len(sums.kind_bytes) > 1:
+            for n, st, act in sums.kind_bytes:
+                # kind K's blocks alone, N_r >= 0 of them on a rank, blocks of other kinds
+                # (>= a_min each) on the chunks they leave empty
+                best = max(best, _least_fullest_rank_bytes(lines, 0, n, st * states_scale, act[recompute], a_min, v))
     return memory.peak_bytes(best, 0.0, reserved)
 
 

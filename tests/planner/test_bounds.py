@@ -355,4 +355,39 @@ def test_least_fullest_rank_equals_brute_force(pp, vpp, blocks):
             if sum(counts) == blocks:
                 least = min(least, max(rank_least(r, n) for r, n in enumerate(counts)))
         lines = [in_flight_lines("interleaved", pp, r, m, vpp) for r in range(pp)]
-        assert _least_fullest_rank_bytes(lines, vpp, blocks, s, a) == pytest.approx(least, rel=1e-12)
+        assert _least_fullest_rank_bytes(lines, vpp, blocks, s, a, a, vpp) == pytest.approx(least, rel=1e-12)
+
+
+@pytest.mark.parametrize("pp,vpp,order", [(2, 2, "SSBBBBBBB"), (2, 2, "BBBBBBBSS"), (3, 2, "SSSBBBBBBBBB"),
+                                          (2, 3, "SBBBBBBBS"), (2, 2, "BBBBBBBBBBS")])
+def test_memory_bound_with_two_block_kinds_below_every_partition(pp, vpp, order):
+    """With two block kinds (small 'S', big 'B': fewer states and activations, as DeepSeek-V3's
+    dense blocks before its MoE ones) memory_bound_bytes never exceeds the fullest rank's
+    states plus Megatron-order activations over every partition of the blocks in model order
+    into pp x vpp stages of >= 1 block (brute force), for every m tried."""
+    import itertools
+
+    from cost_model import memory
+    from planner.bounds import TableSums, memory_bound_bytes
+
+    kinds = {"S": (2.0, 3.0), "B": (7.0, 4.0)}  # (states, activations) per block
+    L, S = len(order), pp * vpp
+    sums = TableSums(
+        time_s={}, tail_s=0.0, states_bytes=sum(kinds[k][0] for k in order),
+        act_bytes={"none": sum(kinds[k][1] for k in order)},
+        block_states_bytes=sum(kinds[k][0] for k in order), one_block_kind=False, num_blocks=L,
+        kind_bytes=tuple((order.count(k), kinds[k][0], {"none": kinds[k][1]}) for k in "SB"))
+    for m in (pp, 2 * pp, 4 * pp):
+        least = math.inf
+        for cuts in itertools.combinations(range(1, L), S - 1):
+            b = (0, *cuts, L)
+            stages = [order[b[i]:b[i + 1]] for i in range(S)]
+            fullest = 0.0
+            for r in range(pp):
+                mine = stages[r::pp]  # virtual stage k on rank k % pp, chunk k // pp
+                chunk_act = tuple(sum(kinds[k][1] for k in st) for st in mine)
+                states = sum(kinds[k][0] for st in mine for k in st)
+                fullest = max(fullest, states + memory.peak_in_flight_bytes("interleaved", pp, r, m, vpp, chunk_act))
+            least = min(least, fullest)
+        bound = memory_bound_bytes(sums, "none", "interleaved", pp, vpp, m, 0.0)
+        assert bound <= memory.peak_bytes(least, 0.0, 0.0) * (1 + 1e-12), (m, bound, least)
