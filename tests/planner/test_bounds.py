@@ -320,16 +320,17 @@ def test_in_flight_lines_equal_the_least_over_block_splits(pp):
 
 @pytest.mark.parametrize("pp,vpp", [(2, 2), (4, 2), (4, 4), (8, 3), (8, 5)])
 def test_in_flight_lines_per_micro_batch_nonincreasing(pp, vpp):
-    """The lines' maximum at every block count, over m, does not increase with m (m a
-    multiple of pp, as interleaving requires): the base memory bound does not decrease with
-    the micro-batch size (search.py's too_big_mb)."""
+    """The lines' maximum at every held amount t >= vpp (in least blocks: alike blocks, or
+    several kinds' held / a_chunk), over m, does not increase with m (m a multiple of pp, as
+    interleaving requires): the base memory bound does not decrease with the micro-batch
+    size (search.py's too_big_mb)."""
     from planner.bounds import in_flight_lines
 
     ms = [pp * k for k in (1, 2, 3, 4, 5, 6, 8, 12, 16)]
     for r in range(pp):
-        for n in range(vpp, 4 * vpp + 9):
-            per = [max(a * n + b for a, b in in_flight_lines("interleaved", pp, r, m, vpp)) / m for m in ms]
-            assert all(b <= a + 1e-12 for a, b in zip(per, per[1:], strict=False)), (r, n, per)
+        for t in [vpp + q / 4 for q in range(4 * (3 * vpp + 9))]:
+            per = [max(a * t + b for a, b in in_flight_lines("interleaved", pp, r, m, vpp)) / m for m in ms]
+            assert all(b <= a + 1e-12 for a, b in zip(per, per[1:], strict=False)), (r, t, per)
 
 
 @pytest.mark.parametrize("pp,vpp,blocks", [(2, 2, 9), (3, 2, 11), (4, 3, 14), (2, 4, 12)])
