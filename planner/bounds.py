@@ -123,6 +123,29 @@ def in_flight_lines(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tupl
     return tuple(sorted(keep))
 
 
+def _below_the_least_max(coef, f, start: int, blocks: int, chunks: int) -> list[int]:
+    """Block counts from which the heap of _least_fullest_rank_bytes may start without
+    changing its answer M*: on every rank, the counts whose value is below a lower bound
+    M_lo <= M* (the heap takes every value below M*, each rank's values being
+    nondecreasing). M_lo is the least max over real counts of one line per rank (the one
+    highest at blocks/pp; each line is below f_r), where they are all equal."""
+    pp = len(coef)
+    mean = blocks / pp
+    pick = [max(row, key=lambda c: c[0] * mean + c[2]) for row in coef]
+    if any(x <= 0 for x, _, _ in pick):
+        return [start] * pp
+    m_lo = (blocks + sum(z / x for x, _, z in pick)) / sum(1 / x for x, _, _ in pick)
+    counts = []
+    for r, row in enumerate(coef):
+        n = min(math.ceil((m_lo - z) / x) - 1 for x, _, z in row)  # where every line is below m_lo
+        n = max(start, min(n, blocks))
+        while n > start and (n < chunks or f(r, n) >= m_lo):
+            n -= 1
+        counts.append(n)
+    return counts if sum(counts) <= blocks else [start] * pp
+
+
+@functools.lru_cache(maxsize=65536)
 def _least_fullest_rank_bytes(lines_by_rank, start: int, blocks: int, s: float, a: float,
                               a_chunk: float | None = None, chunks: int = 0) -> float:
     """min over integer block counts N_r >= start summing to `blocks` of max_r f_r(N_r), with
@@ -133,23 +156,26 @@ def _least_fullest_rank_bytes(lines_by_rank, start: int, blocks: int, s: float, 
     f_r is nondecreasing, so adding every block where it raises the maximum least (a heap)
     is exact: it takes the smallest next values of the ranks' nondecreasing sequences."""
     a_chunk = a if a_chunk is None else a_chunk
-
-    def f(r: int, n: int) -> float:
-        held = a * n + a_chunk * max(0, chunks - n)
-        return s * n + max(k * held + b * a_chunk for k, b in lines_by_rank[r])
-
     pp = len(lines_by_rank)
     if blocks < pp * start:
         return 0.0  # no layout: nothing to bound (the search never asks)
-    counts = [start] * pp
-    top = max(f(r, start) for r in range(pp))
-    heap = [(f(r, start + 1), r) for r in range(pp)]
+    # per rank: f(n) = max over lines of (s + k a) n + (k a_chunk max(0, chunks - n) + b a_chunk)
+    coef = [[(s + k * a, k * a_chunk, b * a_chunk) for k, b in ranks] for ranks in lines_by_rank]
+
+    def f(r: int, n: int) -> float:
+        fill = max(0, chunks - n)
+        return max(x * n + y * fill + z for x, y, z in coef[r])
+
+    counts = _below_the_least_max(coef, f, start, blocks, chunks)
+    top = max(f(r, n) for r, n in enumerate(counts))
+    heap = [(f(r, n + 1), r) for r, n in enumerate(counts)]
     heapq.heapify(heap)
-    for _ in range(blocks - pp * start):
-        nxt, r = heapq.heappop(heap)
+    for _ in range(blocks - sum(counts)):
+        nxt, r = heap[0]
         counts[r] += 1
-        top = max(top, nxt)
-        heapq.heappush(heap, (f(r, counts[r] + 1), r))
+        if nxt > top:
+            top = nxt
+        heapq.heapreplace(heap, (f(r, counts[r] + 1), r))
     return top
 
 
@@ -184,15 +210,18 @@ def memory_bound_bytes(
             best = max(best, 1.0 / sum(1.0 / (S + k * A) for k in floors))
     if sums.num_blocks and sums.kind_bytes:
         v = max(1, vpp)
-        lines = [in_flight_lines(schedule, pp, r, m, vpp) for r in range(pp)]
+        lines = tuple(in_flight_lines(schedule, pp, r, m, vpp) for r in range(pp))
         s_min = min(st for _, st, _ in sums.kind_bytes) * states_scale
         a_min = min(act[recompute] for _, _, act in sums.kind_bytes)
         best = max(best, _least_fullest_rank_bytes(lines, v, sums.num_blocks, s_min, a_min, a_min, v))
         if len(sums.kind_bytes) > 1:
             for n, st, act in sums.kind_bytes:
                 # kind K's blocks alone, N_r >= 0 of them on a rank, blocks of other kinds
-                # (>= a_min each) on the chunks they leave empty
-                best = max(best, _least_fullest_rank_bytes(lines, 0, n, st * states_scale, act[recompute], a_min, v))
+                # (>= a_min each) on the chunks they leave empty; a kind of fewer blocks
+                # than ranks leaves a rank without one (skipped: it rarely bounds more)
+                if n >= pp:
+                    best = max(best, _least_fullest_rank_bytes(lines, 0, n, st * states_scale, act[recompute],
+                                                               a_min, v))
     return memory.peak_bytes(best, 0.0, reserved)
 
 

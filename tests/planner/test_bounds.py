@@ -355,7 +355,7 @@ def test_least_fullest_rank_equals_brute_force(pp, vpp, blocks):
         for counts in itertools.product(range(vpp, blocks + 1), repeat=pp):
             if sum(counts) == blocks:
                 least = min(least, max(rank_least(r, n) for r, n in enumerate(counts)))
-        lines = [in_flight_lines("interleaved", pp, r, m, vpp) for r in range(pp)]
+        lines = tuple(in_flight_lines("interleaved", pp, r, m, vpp) for r in range(pp))
         assert _least_fullest_rank_bytes(lines, vpp, blocks, s, a, a, vpp) == pytest.approx(least, rel=1e-12)
 
 
@@ -392,3 +392,33 @@ def test_memory_bound_with_two_block_kinds_below_every_partition(pp, vpp, order)
             least = min(least, fullest)
         bound = memory_bound_bytes(sums, "none", "interleaved", pp, vpp, m, 0.0)
         assert bound <= memory.peak_bytes(least, 0.0, 0.0) * (1 + 1e-12), (m, bound, least)
+
+
+def test_least_fullest_rank_start_changes_nothing():
+    """The heap's head start (_below_the_least_max) gives the answer of the plain greedy from
+    the least counts, which the brute force above checks on small cases: larger ones here,
+    both alike blocks and one kind among others (start 0, chunks filled by a_chunk)."""
+    from planner.bounds import _least_fullest_rank_bytes, in_flight_lines
+
+    def plain(lines, start, blocks, s, a, a_chunk, chunks):
+        def f(r, n):
+            held = a * n + a_chunk * max(0, chunks - n)
+            return s * n + max(k * held + b * a_chunk for k, b in lines[r])
+        counts = [start] * len(lines)
+        top = max(f(r, start) for r in range(len(lines)))
+        for _ in range(blocks - start * len(lines)):
+            r = min(range(len(lines)), key=lambda r: f(r, counts[r] + 1))
+            counts[r] += 1
+            top = max(top, f(r, counts[r]))
+        return top
+
+    rng = random.Random(7)
+    for _ in range(60):
+        pp, vpp = rng.choice([2, 4, 8, 16]), rng.choice([2, 3, 4])
+        m = pp * rng.choice([1, 2, 4])
+        lines = tuple(in_flight_lines("interleaved", pp, r, m, vpp) for r in range(pp))
+        blocks = rng.randint(pp * vpp, pp * vpp + 60)
+        s, a = rng.uniform(0, 5), rng.uniform(0.1, 5)
+        start, a_chunk = rng.choice([(vpp, a), (0, a * rng.uniform(0.1, 1))])
+        got = _least_fullest_rank_bytes(lines, start, blocks, s, a, a_chunk, vpp)
+        assert got == pytest.approx(plain(lines, start, blocks, s, a, a_chunk, vpp), rel=1e-12)
