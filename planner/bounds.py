@@ -44,6 +44,9 @@ class TableSums:
     act_bytes: dict[str, float]  # by recompute mode: the least activation bytes of all blocks
     block_states_bytes: float = 0.0  # the blocks' model states (states_bytes less the embeddings')
     one_block_kind: bool = True  # every block alike (the same states and activations)
+    num_blocks: int = 0  # transformer blocks of the model (each virtual stage holds >= 1)
+    # per block kind: (count, one block's states, its least activations by recompute mode)
+    kind_bytes: tuple[tuple[int, float, dict[str, float]], ...] = ()
 
 
 def table_sums(table: LayerTable, gamma: float) -> TableSums:
@@ -62,6 +65,9 @@ def table_sums(table: LayerTable, gamma: float) -> TableSums:
         },
         block_states_bytes=sum(n * b.state_bytes for b, n in blocks),
         one_block_kind=len(blocks) == 1,
+        num_blocks=sum(n for _, n in blocks),
+        kind_bytes=tuple((n, b.state_bytes, {RECOMPUTE_NONE: b.act.none, RECOMPUTE_SELECTIVE: b.act.selective,
+                                             RECOMPUTE_FULL: b.act.full}) for b, n in blocks),
     )
 
 
@@ -94,21 +100,107 @@ def in_flight_floor(schedule: str, pp: int, rank: int, m: int, vpp: int) -> floa
     return memory.in_flight_micro_batches(schedule, pp, rank, m, vpp)
 
 
+@functools.lru_cache(maxsize=4096)
+def in_flight_lines(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, int], ...]:
+    """Lines (slope, intercept), in micro-batches per block, below the saved activations of
+    pipeline rank `rank` holding N >= vpp alike blocks of a bytes each (one or more on every
+    virtual stage, as the planner's layouts require): it holds at least
+    a x max over lines of (slope x N + intercept), whatever the split of N over its stages.
+    For a held vector w of Megatron's order (memory.live_chunk_vectors) and a split k_c >= 1,
+    sum_c w_c k_c = sum_c w_c + sum_c w_c (k_c - 1) >= sum_c w_c + min_c w_c (N - vpp): the
+    split that puts N - (vpp - 1) blocks on w's least held stage. Every line holds for every
+    split, so their maximum does; on pp 2-8, vpp 2-4, N up to 12 and m in {pp, 2pp, 3pp+1}
+    it equals the least over splits of max_w sum_c w_c k_c (tests/planner/test_bounds.py),
+    at N = vpp the rank's uniform count x vpp, never below in_flight_floor x N. Without
+    interleaving every stage is held alike: one line through 0."""
+    if not (schedule == SCHEDULE_INTERLEAVED and vpp > 1):
+        n = memory.in_flight_micro_batches(schedule, pp, rank, m, vpp)
+        return ((n, 0),)
+    lines = {(min(w), sum(w) - vpp * min(w)) for w in memory.live_chunk_vectors(schedule, pp, rank, m, vpp)}
+    # keep the upper envelope over N >= vpp: drop a line another is above at N = vpp and in slope
+    keep = [ln for ln in lines
+            if not any(o != ln and o[0] >= ln[0] and o[0] * vpp + o[1] >= ln[0] * vpp + ln[1] for o in lines)]
+    return tuple(sorted(keep))
+
+
+def _below_the_least_max(coef, f, start: int, blocks: int, chunks: int) -> list[int]:
+    """Block counts from which the heap of _least_fullest_rank_bytes may start without
+    changing its answer M*: on every rank, the counts whose value is below a lower bound
+    M_lo <= M* (the heap takes every value below M*, each rank's values being
+    nondecreasing). M_lo is the least max over real counts of one line per rank (the one
+    highest at blocks/pp; each line is below f_r), where they are all equal."""
+    pp = len(coef)
+    mean = blocks / pp
+    pick = [max(row, key=lambda c: c[0] * mean + c[2]) for row in coef]
+    if any(x <= 0 for x, _, _ in pick):
+        return [start] * pp
+    m_lo = (blocks + sum(z / x for x, _, z in pick)) / sum(1 / x for x, _, _ in pick)
+    counts = []
+    for r, row in enumerate(coef):
+        n = min(math.ceil((m_lo - z) / x) - 1 for x, _, z in row)  # where every line is below m_lo
+        n = max(start, min(n, blocks))
+        while n > start and (n < chunks or f(r, n) >= m_lo):
+            n -= 1
+        counts.append(n)
+    return counts if sum(counts) <= blocks else [start] * pp
+
+
+@functools.lru_cache(maxsize=65536)
+def _least_fullest_rank_bytes(lines_by_rank, start: int, blocks: int, s: float, a: float,
+                              a_chunk: float | None = None, chunks: int = 0) -> float:
+    """min over integer block counts N_r >= start summing to `blocks` of max_r f_r(N_r), with
+    f_r(N) = s N + max over rank r's in_flight_lines of (slope x held + intercept x a_chunk),
+    held = a N + a_chunk max(0, chunks - N): N blocks of a bytes each and, where they are
+    fewer than the rank's chunks, one block of at least a_chunk <= a bytes on each other
+    chunk (a_chunk = a and start = chunks: alike blocks, one or more on every chunk). Each
+    f_r is nondecreasing, so adding every block where it raises the maximum least (a heap)
+    is exact: it takes the smallest next values of the ranks' nondecreasing sequences."""
+    a_chunk = a if a_chunk is None else a_chunk
+    pp = len(lines_by_rank)
+    if blocks < pp * start:
+        return 0.0  # no layout: nothing to bound (the search never asks)
+    # per rank: f(n) = max over lines of (s + k a) n + (k a_chunk max(0, chunks - n) + b a_chunk)
+    coef = [[(s + k * a, k * a_chunk, b * a_chunk) for k, b in ranks] for ranks in lines_by_rank]
+
+    def f(r: int, n: int) -> float:
+        fill = max(0, chunks - n)
+        return max(x * n + y * fill + z for x, y, z in coef[r])
+
+    counts = _below_the_least_max(coef, f, start, blocks, chunks)
+    top = max(f(r, n) for r, n in enumerate(counts))
+    heap = [(f(r, n + 1), r) for r, n in enumerate(counts)]
+    heapq.heapify(heap)
+    for _ in range(blocks - sum(counts)):
+        nxt, r = heap[0]
+        counts[r] += 1
+        if nxt > top:
+            top = nxt
+        heapq.heapreplace(heap, (f(r, counts[r] + 1), r))
+    return top
+
+
 def memory_bound_bytes(
     sums: TableSums, recompute: str, schedule: str, pp: int, vpp: int, m: int, reserved: float, states_scale: float = 1.0
 ) -> float:
     """Rank r holds its model states and at least kappa_r = in_flight_floor(r) x its blocks'
-    least activations (block inputs under full recompute), whatever its chunks hold. Two
-    lower bounds of the fullest rank follow, the larger is returned:
+    least activations (block inputs under full recompute), whatever its chunks hold. Lower
+    bounds of the fullest rank follow, the largest is returned:
       the mean over ranks: 1/p of the model states (times `states_scale`) and of the blocks'
       activations times the least kappa_r (the last rank's);
       with every block alike (states s, activations a each): rank r holding a share x_r of
       the blocks holds x_r (S + kappa_r A), and the least max over shares summing to 1 is
       1 / sum_r 1/(S + kappa_r A) (the embeddings' states left out), above the mean's
-      (S + min kappa A)/p when the kappas differ (interleaving).
-    Both are nondecreasing in the micro-batch size at fixed global batch and degrees: A
-    scales with it and kappa_r(m)/m does not increase with m = B/(dp mb) (search.py's
-    too_big_mb rests on this; tests/planner/test_bounds.py checks the kappas)."""
+      (S + min kappa A)/p when the kappas differ (interleaving);
+      every block at least the least block (states s, activations a), each rank holding
+      N_r >= v whole blocks: rank r holds at least f_r(N_r) = s N_r + a x in_flight_lines'
+      maximum at N_r, and the fullest rank at least the least max_r f_r(N_r) over counts
+      summing to the model's blocks (_least_fullest_rank_bytes). Interleaved this is what
+      the kappas leave out: no rank can put all its activations on its least held chunk,
+      each other chunk holds a block.
+    All are nondecreasing in the micro-batch size at fixed global batch and degrees: A and a
+    scale with it and kappa_r(m)/m and the lines' values at every N over m do not increase
+    with m = B/(dp mb) (search.py's too_big_mb rests on this; tests/planner/test_bounds.py
+    checks both)."""
     floors = [in_flight_floor(schedule, pp, r, m, vpp) for r in range(pp)]
     A = sums.act_bytes[recompute]
     best = sums.states_bytes * states_scale / pp + A / pp * min(floors)
@@ -116,6 +208,20 @@ def memory_bound_bytes(
         S = sums.block_states_bytes * states_scale
         if all(S + k * A > 0 for k in floors):
             best = max(best, 1.0 / sum(1.0 / (S + k * A) for k in floors))
+    if sums.num_blocks and sums.kind_bytes:
+        v = max(1, vpp)
+        lines = tuple(in_flight_lines(schedule, pp, r, m, vpp) for r in range(pp))
+        s_min = min(st for _, st, _ in sums.kind_bytes) * states_scale
+        a_min = min(act[recompute] for _, _, act in sums.kind_bytes)
+        best = max(best, _least_fullest_rank_bytes(lines, v, sums.num_blocks, s_min, a_min, a_min, v))
+        if len(sums.kind_bytes) > 1:
+            for n, st, act in sums.kind_bytes:
+                # kind K's blocks alone, N_r >= 0 of them on a rank, blocks of other kinds
+                # (>= a_min each) on the chunks they leave empty; a kind of fewer blocks
+                # than ranks leaves a rank without one (skipped: it rarely bounds more)
+                if n >= pp:
+                    best = max(best, _least_fullest_rank_bytes(lines, 0, n, st * states_scale, act[recompute],
+                                                               a_min, v))
     return memory.peak_bytes(best, 0.0, reserved)
 
 

@@ -212,17 +212,20 @@ def test_in_flight_floor_per_micro_batch_nonincreasing(pp, vpp):
         assert all(b <= a + 1e-12 for a, b in zip(per, per[1:], strict=False)), (r, per)
 
 
-@pytest.mark.parametrize("schedule,vpp,recompute", [("interleaved", 2, "none"), ("interleaved", 3, "selective"),
-                                                    ("interleaved", 2, "full"), ("1f1b", 1, "none")])
-def test_memory_bound_below_every_partition(schedule, vpp, recompute):
+@pytest.mark.parametrize("schedule,vpp,recompute,L,pp", [("interleaved", 2, "none", 9, 2),
+                                                         ("interleaved", 3, "selective", 9, 2),
+                                                         ("interleaved", 2, "full", 9, 2), ("1f1b", 1, "none", 9, 2),
+                                                         ("interleaved", 2, "none", 12, 4),
+                                                         ("interleaved", 3, "none", 7, 2)])
+def test_memory_bound_below_every_partition(schedule, vpp, recompute, L, pp):
     """bounds.memory_bound_bytes never exceeds the least peak of the fullest rank over every
-    stage partition (brute force; under full recompute every block recomputed, the least)."""
+    stage partition (brute force; under full recompute every block recomputed, the least),
+    down to one block on most chunks (L = 7 over 2 x 3 stages)."""
     import itertools
 
     from cost_model.stages import slices_from_counts
     from planner.bounds import memory_bound_bytes
 
-    L, pp = 9, 2
     req = {"model": {"transformer": {"num_layers": L, "hidden_size": 2048, "num_attention_heads": 16,
                                      "num_kv_heads": 8, "ffn_hidden_size": 5504, "vocab_size": 32000,
                                      "mlp": "swiglu"}},
@@ -278,3 +281,144 @@ def test_in_flight_floor_equals_the_least_over_splits(pp):
             for r in range(pp):
                 lp = _least_over_splits(memory.live_chunk_vectors("interleaved", pp, r, m, vpp))
                 assert in_flight_floor("interleaved", pp, r, m, vpp) == pytest.approx(lp, abs=1e-6), (vpp, m, r)
+
+
+def _block_splits(n: int, v: int):
+    """Every split of n blocks over v virtual stages, each holding >= 1 (the planner's layouts)."""
+    import itertools
+
+    for cuts in itertools.combinations(range(1, n), v - 1):
+        b = (0, *cuts, n)
+        yield [b[i + 1] - b[i] for i in range(v)]
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4, 6, 8])
+def test_in_flight_lines_equal_the_least_over_block_splits(pp):
+    """A rank holding N alike blocks, >= 1 on each chunk, holds at least the lines' maximum
+    at N (x one block's bytes) in Megatron's order whatever the split, and some split holds
+    exactly that: brute force over every split, N up to 12; never below the floor x N, and
+    at N = vpp the uniform count x vpp (one block per chunk: every chunk alike)."""
+    from cost_model import memory
+    from planner.bounds import in_flight_floor, in_flight_lines
+
+    for vpp in (2, 3, 4):
+        for m in sorted({pp, 2 * pp, 3 * pp + 1}):
+            for r in range(pp):
+                vectors = memory.live_chunk_vectors("interleaved", pp, r, m, vpp)
+                lines = in_flight_lines("interleaved", pp, r, m, vpp)
+                for n in range(vpp, 13):
+                    least = min(max(sum(w * k for w, k in zip(v, split, strict=True)) for v in vectors)
+                                for split in _block_splits(n, vpp))
+                    bound = max(a * n + b for a, b in lines)
+                    assert bound == least, (pp, vpp, m, r, n)
+                    assert bound >= in_flight_floor("interleaved", pp, r, m, vpp) * n
+                at_v = max(a * vpp + b for a, b in lines)
+                assert at_v == pytest.approx(memory.in_flight_micro_batches("interleaved", pp, r, m, vpp) * vpp)
+    for r in range(pp):  # without interleaving: the uniform count per block
+        assert in_flight_lines("1f1b", pp, r, 4 * pp, 1) == ((memory.in_flight_micro_batches("1f1b", pp, r, 4 * pp, 1), 0),)
+
+
+@pytest.mark.parametrize("pp,vpp", [(2, 2), (4, 2), (4, 4), (8, 3), (8, 5)])
+def test_in_flight_lines_per_micro_batch_nonincreasing(pp, vpp):
+    """The lines' maximum at every held amount t >= vpp (in least blocks: alike blocks, or
+    several kinds' held / a_chunk), over m, does not increase with m (m a multiple of pp, as
+    interleaving requires): the base memory bound does not decrease with the micro-batch
+    size (search.py's too_big_mb)."""
+    from planner.bounds import in_flight_lines
+
+    ms = [pp * k for k in (1, 2, 3, 4, 5, 6, 8, 12, 16)]
+    for r in range(pp):
+        for t in [vpp + q / 4 for q in range(4 * (3 * vpp + 9))]:
+            per = [max(a * t + b for a, b in in_flight_lines("interleaved", pp, r, m, vpp)) / m for m in ms]
+            assert all(b <= a + 1e-12 for a, b in zip(per, per[1:], strict=False)), (r, t, per)
+
+
+@pytest.mark.parametrize("pp,vpp,blocks", [(2, 2, 9), (3, 2, 11), (4, 3, 14), (2, 4, 12)])
+def test_least_fullest_rank_equals_brute_force(pp, vpp, blocks):
+    """_least_fullest_rank_bytes is the least over every per-rank block count (>= vpp each) of
+    the fullest rank's states plus its least activations over every split of its blocks over
+    its chunks (brute force over both), so it is below every partition's true peak."""
+    import itertools
+
+    from cost_model import memory
+    from planner.bounds import _least_fullest_rank_bytes, in_flight_lines
+
+    s, a = 3.0, 5.0
+    for m in (pp, 2 * pp, 3 * pp):
+        vectors = [memory.live_chunk_vectors("interleaved", pp, r, m, vpp) for r in range(pp)]
+
+        def rank_least(r: int, n: int, vectors=vectors) -> float:
+            return s * n + a * min(max(sum(w * k for w, k in zip(v, split, strict=True)) for v in vectors[r])
+                                   for split in _block_splits(n, vpp))
+
+        least = math.inf
+        for counts in itertools.product(range(vpp, blocks + 1), repeat=pp):
+            if sum(counts) == blocks:
+                least = min(least, max(rank_least(r, n) for r, n in enumerate(counts)))
+        lines = tuple(in_flight_lines("interleaved", pp, r, m, vpp) for r in range(pp))
+        assert _least_fullest_rank_bytes(lines, vpp, blocks, s, a, a, vpp) == pytest.approx(least, rel=1e-12)
+
+
+@pytest.mark.parametrize("pp,vpp,order", [(2, 2, "SSBBBBBBB"), (2, 2, "BBBBBBBSS"), (3, 2, "SSSBBBBBBBBB"),
+                                          (2, 3, "SBBBBBBBS"), (2, 2, "BBBBBBBBBBS")])
+def test_memory_bound_with_two_block_kinds_below_every_partition(pp, vpp, order):
+    """With two block kinds (small 'S', big 'B': fewer states and activations, as DeepSeek-V3's
+    dense blocks before its MoE ones) memory_bound_bytes never exceeds the fullest rank's
+    states plus Megatron-order activations over every partition of the blocks in model order
+    into pp x vpp stages of >= 1 block (brute force), for every m tried."""
+    import itertools
+
+    from cost_model import memory
+    from planner.bounds import TableSums, memory_bound_bytes
+
+    kinds = {"S": (2.0, 3.0), "B": (7.0, 4.0)}  # (states, activations) per block
+    L, S = len(order), pp * vpp
+    sums = TableSums(
+        time_s={}, tail_s=0.0, states_bytes=sum(kinds[k][0] for k in order),
+        act_bytes={"none": sum(kinds[k][1] for k in order)},
+        block_states_bytes=sum(kinds[k][0] for k in order), one_block_kind=False, num_blocks=L,
+        kind_bytes=tuple((order.count(k), kinds[k][0], {"none": kinds[k][1]}) for k in "SB"))
+    for m in (pp, 2 * pp, 4 * pp):
+        least = math.inf
+        for cuts in itertools.combinations(range(1, L), S - 1):
+            b = (0, *cuts, L)
+            stages = [order[b[i]:b[i + 1]] for i in range(S)]
+            fullest = 0.0
+            for r in range(pp):
+                mine = stages[r::pp]  # virtual stage k on rank k % pp, chunk k // pp
+                chunk_act = tuple(sum(kinds[k][1] for k in st) for st in mine)
+                states = sum(kinds[k][0] for st in mine for k in st)
+                fullest = max(fullest, states + memory.peak_in_flight_bytes("interleaved", pp, r, m, vpp, chunk_act))
+            least = min(least, fullest)
+        bound = memory_bound_bytes(sums, "none", "interleaved", pp, vpp, m, 0.0)
+        assert bound <= memory.peak_bytes(least, 0.0, 0.0) * (1 + 1e-12), (m, bound, least)
+
+
+def test_least_fullest_rank_start_changes_nothing():
+    """The heap's head start (_below_the_least_max) gives the answer of the plain greedy from
+    the least counts, which the brute force above checks on small cases: larger ones here,
+    both alike blocks and one kind among others (start 0, chunks filled by a_chunk)."""
+    from planner.bounds import _least_fullest_rank_bytes, in_flight_lines
+
+    def plain(lines, start, blocks, s, a, a_chunk, chunks):
+        def f(r, n):
+            held = a * n + a_chunk * max(0, chunks - n)
+            return s * n + max(k * held + b * a_chunk for k, b in lines[r])
+        counts = [start] * len(lines)
+        top = max(f(r, start) for r in range(len(lines)))
+        for _ in range(blocks - start * len(lines)):
+            r = min(range(len(lines)), key=lambda r: f(r, counts[r] + 1))
+            counts[r] += 1
+            top = max(top, f(r, counts[r]))
+        return top
+
+    rng = random.Random(7)
+    for _ in range(60):
+        pp, vpp = rng.choice([2, 4, 8, 16]), rng.choice([2, 3, 4])
+        m = pp * rng.choice([1, 2, 4])
+        lines = tuple(in_flight_lines("interleaved", pp, r, m, vpp) for r in range(pp))
+        blocks = rng.randint(pp * vpp, pp * vpp + 60)
+        s, a = rng.uniform(0, 5), rng.uniform(0.1, 5)
+        start, a_chunk = rng.choice([(vpp, a), (0, a * rng.uniform(0.1, 1))])
+        got = _least_fullest_rank_bytes(lines, start, blocks, s, a, a_chunk, vpp)
+        assert got == pytest.approx(plain(lines, start, blocks, s, a, a_chunk, vpp), rel=1e-12)
