@@ -33,6 +33,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from planner.report import scaling_svg
     from planner.sweep import sweep, table
 
     gpus, batches = args.gpus or [], args.global_batch or []
@@ -45,15 +46,10 @@ def run(args: argparse.Namespace) -> int:
     if not values:
         raise SpecError("--gpus", "give the GPU counts (or batch sizes) to sweep, e.g. --gpus 64,128,256")
     result = sweep(req, axis, values, load_profile_arg(args))
-    try:
-        from planner.report import scaling_svg
-    except ImportError as exc:  # pictures are part of planner; say so rather than fail the sweep
-        print(f"no picture written: {exc}", file=sys.stderr)
-    else:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(scaling_svg(result))
-        print(f"wrote {out}", file=sys.stderr)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(scaling_svg(result))
+    print(f"wrote {out}", file=sys.stderr)
     if args.json:
         print_json(result)
     else:

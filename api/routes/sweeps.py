@@ -54,16 +54,11 @@ def _run_point(req: dict, axis: str, value: int, limit_s: float) -> dict[str, An
 
 
 def _finish(result: dict[str, Any]) -> dict[str, Any]:
+    from planner.report import scaling_svg
     from planner.sweep import table
 
     result["table"] = table(result)
-    try:
-        from planner.report import scaling_svg
-    except ImportError as exc:
-        result["svg"] = None
-        result["svg_missing"] = f"pictures are not available in this service: {exc}"
-    else:
-        result["svg"] = scaling_svg(result)
+    result["svg"] = scaling_svg(result)
     return result
 
 

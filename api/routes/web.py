@@ -4,13 +4,11 @@ gives only the plan section, which the form page injects), `GET /v1/plans/{id}/{
 and the page's assets under `/assets/` (package data of planner.report: nothing is fetched
 from a CDN or the network).
 
-The pictures need `planner.report`; a service without it still answers every API call and
-the page says what is missing."""
+The pictures are `planner.report`'s (hand-written SVG, part of the planner package)."""
 
 from __future__ import annotations
 
 import json
-from html import escape
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
@@ -18,6 +16,8 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.vocab import Engine, values
+from planner import report
+from planner.report import page
 
 from ..catalog import gpus_table, models_table
 from ..deps import StoreDep
@@ -34,36 +34,8 @@ SVG = {"content": {"image/svg+xml": {"schema": {"type": "string"}}}, "descriptio
 ASSET_TYPES = {"report.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
 
 
-def _report():
-    """planner.report, or (None, why) when this service was installed without it."""
-    try:
-        from planner import report
-
-        return report, None
-    except ImportError as exc:
-        return None, f"pictures are not available in this service: {exc} (install the planner package)"
-
-
-def _page():
-    try:
-        from planner.report import page
-
-        return page
-    except ImportError:
-        return None
-
-
-def _bare_page(body: str) -> str:
-    return f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>parallel-planner</title></head><body>{body}</body></html>"
-
-
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 async def index() -> HTMLResponse:
-    page = _page()
-    if page is None:
-        _, why = _report()
-        return HTMLResponse(_bare_page(f"<h1>parallel-planner</h1><p>{escape(why or '')}</p>"
-                                       "<p>The REST API is at <a href=\"/docs\">/docs</a>.</p>"))
     form = page.form_html(models_table(), gpus_table(), values(Engine))
     body = (f"{form}<div id=\"result\" aria-live=\"polite\"></div>"
             "<p class=\"muted\">REST API: <a href=\"/docs\">/docs</a> · <a href=\"/openapi.json\">/openapi.json</a></p>")
@@ -72,8 +44,7 @@ async def index() -> HTMLResponse:
 
 @router.get("/assets/{name}", include_in_schema=False)
 async def assets(name: str) -> Response:
-    page = _page()
-    if page is None or name not in ASSET_TYPES:
+    if name not in ASSET_TYPES:
         raise ApiError(404, "not_found", f"no asset {name!r}", {"name": name})
     return Response(page.asset(name), media_type=ASSET_TYPES[name], headers={"Cache-Control": "public, max-age=3600"})
 
@@ -94,25 +65,16 @@ async def plan_report(
 ) -> HTMLResponse:
     """The plan with its pictures, reasons and launch artifacts, as a web page."""
     plan = await _stored(store, plan_id)
-    report, why = _report()
-    if report is None:
-        body = f"<p>{escape(why or '')}</p><pre>{escape(str(plan.get('parallelism')))}</pre>"
-        return HTMLResponse(body if fragment else _bare_page(body))
-    from planner.report.page import page_html, plan_section
-
-    section = await run_in_threadpool(plan_section, plan)
+    section = await run_in_threadpool(page.plan_section, plan)
     if fragment:
         return HTMLResponse(section)
-    return HTMLResponse(page_html(section, title=f"plan {plan_id}", subtitle="plan report"))
+    return HTMLResponse(page.page_html(section, title=f"plan {plan_id}", subtitle="plan report"))
 
 
 @v1.get("/plans/{plan_id}/{picture}.svg", response_class=Response,
-        responses={200: SVG, **NOT_FOUND, 503: {"model": ErrorBody, "description": "pictures unavailable in this service"}})
+        responses={200: SVG, **NOT_FOUND})
 async def plan_picture(plan_id: str, picture: str, store: StoreDep) -> Response:
     """One picture of a stored plan: timeline, breakdown, memory or alternatives."""
-    report, why = _report()
-    if report is None:
-        raise ApiError(503, "pictures_unavailable", why or "pictures unavailable", {})
     if picture not in report.PICTURES:
         raise ApiError(404, "not_found", f"no picture {picture!r}", {"allowed": list(report.PICTURES)})
     plan = await _stored(store, plan_id)
