@@ -257,16 +257,31 @@ def _rank_time_fn(p: StageProblem, r: int):
     cannot fit. Exact for uniform blocks without interleaving; with several block kinds
     each coefficient takes its most favourable kind (least time and memory, most memory
     saved by recompute). Interleaved, the rank's saved activations (stages.rank_cost: the
-    most over Megatron's order of sum_c n_c x chunk c's bytes) are at least in_flight_floor
-    x their total, whatever its chunks hold: a linear lower bound in the blocks."""
+    most over Megatron's order of sum_c w_c B_c, B_c the bytes chunk c holds per micro-batch)
+    are at least each of these, whatever its chunks hold:
+      in_flight_floor x their total;
+      for each of in_flight_lines' (slope k = min_c w_c, intercept b = sum_c w_c - vpp k):
+      k x their total + b x the least block's (after full recompute), once N >= vpp puts a
+      block on every chunk: sum_c w_c B_c = k sum_c B_c + sum_c (w_c - k) B_c with
+      w_c - k >= 0 and B_c at least one block. Below vpp blocks only k x the total is used.
+    Each is linear in the blocks and in the recomputed blocks' savings (at most k x the
+    most one block saves each), so every one must fit."""
     kinds = p.kind_coefficients
     budget = p.allocatable_bytes
     ex = p.extras[r]
-    inflight = in_flight_floor(p.schedule, p.pp, r, p.num_micro_batches, p.vpp)
+    floor = in_flight_floor(p.schedule, p.pp, r, p.num_micro_batches, p.vpp)
+    lines = {(float(k), float(b)) for k, b in in_flight_lines(p.schedule, p.pp, r, p.num_micro_batches, p.vpp)}
+    lines.add((floor, 0.0))
     e_r = ex.time_s
-    const_mem = ex.state_bytes + inflight * ex.act_bytes
-    per_block = min(b.state_bytes + inflight * b.act_bytes for b in kinds)
-    save = max(inflight * b.act_saved_bytes for b in kinds)
+    # a block's least saved activations, recomputed or not (B_c is at least one of them)
+    least_act = min(b.act_bytes - (b.act_saved_bytes if p.full else 0.0) for b in kinds)
+    # per line: (bytes per block, constant bytes with / without the intercept, most saved per recomputed block)
+    rows = []
+    for k, b in sorted(lines):
+        per_block = min(x.state_bytes + k * x.act_bytes for x in kinds)
+        const = ex.state_bytes + k * ex.act_bytes
+        rows.append((per_block, const + b * least_act, const, max(k * x.act_saved_bytes for x in kinds)))
+    v = p.vpp
     c = min(b.time_s for b in kinds)
     c_rc = min(b.recompute_full_s for b in kinds)
     # the rank's transient without / with a fully recomputed block (stages.rank_cost)
@@ -274,13 +289,18 @@ def _rank_time_fn(p: StageProblem, r: int):
     peak = p.recompute_transient_bytes + ex.transient_bytes
 
     def t(n: int) -> float:
-        need = per_block * n + const_mem + z3
-        if need <= budget:
+        needs = [(pb * n + (cb if n >= v else c0), save) for pb, cb, c0, save in rows]
+        if all(need + z3 <= budget for need, _ in needs):
             return c * n + e_r
-        if not p.full or save <= 0:
+        if not p.full:
             return math.inf
-        need = per_block * n + const_mem + max(z3, peak)
-        rmin = max(1, math.ceil((need - budget) / save - 1e-9))
+        rmin = 1
+        for need, save in needs:
+            over = need + max(z3, peak) - budget
+            if over > 0:
+                if save <= 0:
+                    return math.inf
+                rmin = max(rmin, math.ceil(over / save - 1e-9))
         if rmin > n:
             return math.inf
         return c * n + c_rc * rmin + e_r
