@@ -12,6 +12,9 @@ T_r is nondecreasing, so the least achievable max_r T_r over integer N_r >= v wi
 found by water-filling (add each block where it raises the maximum least). Then
     step >= (m - 1/v) M* + max(c*L + sum_r e_r, M*)/v + min_N max_r tail_r(N_r),
 the last term by the same bisection over the per-rank tail lines (min_max_tail_s).
+LP bound (one block kind, interleaved, before a candidate's solve): the LP relaxation of the
+ILP's model (lp_time_bound_s); it prices a rank's uneven chunks in the lock-step slots,
+which the rank-wise tight bound cannot see.
 """
 
 from __future__ import annotations
@@ -623,7 +626,7 @@ def group_time_bound_s(global_batch_size: int, dp: int, pp: int, per_sample_s: f
 LP_BOUND_REL_MARGIN = 1e-6
 
 
-def lp_time_bound_s(p: StageProblem) -> float:
+def lp_time_bound_s(p: StageProblem) -> float | None:
     """The LP relaxation of ilp.py's model for one block kind under interleaving (v > 1),
     in float seconds and bytes: blocks n_k >= 1 and fully recomputed blocks 0 <= rc_k <= n_k
     per virtual stage taken real, sum n_k = L; per stage its forward F_k and backward B_k
