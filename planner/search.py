@@ -45,14 +45,13 @@ from .bounds import (
     cheap_time_bound_s,
     group_bound_applies,
     group_time_bound_s,
-    lp_time_bound_s,
     memory_bound_bytes,
     per_sample_time_s,
     table_sums,
     tight_time_bound_s,
 )
 from .greedy import greedy_partition
-from .ilp import CUTOFF, solve
+from .ilp import CUTOFF, lp_time_bound_s, solve
 from .space import (
     Candidate,
     DegreeGroup,
@@ -439,7 +438,7 @@ def search(
     open_: dict[tuple[int, int], tuple[float, _Entry]] = {}
     retry: set[tuple[int, int]] = set()
     tries: dict[tuple[int, int], int] = {}  # retries per candidate
-    lp_bounds: dict[tuple[int, int], float | None] = {}  # order -> bounds.lp_time_bound_s
+    lp_bounds: dict[tuple[int, int], float | None] = {}  # order -> ilp.lp_time_bound_s
 
     def solve_one(e: _Entry, p: StageProblem, table: LayerTable, time_s: float, defer: bool = False) -> None:
         """CP-SAT from the best hint (the hint alone if CP-SAT finds nothing in time), stopped

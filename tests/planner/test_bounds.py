@@ -19,11 +19,11 @@ from planner import search as search_module
 from planner.bounds import (
     base_time_bound_s,
     group_time_bound_s,
-    lp_time_bound_s,
     per_sample_time_s,
     table_sums,
     tight_time_bound_s,
 )
+from planner.ilp import lp_time_bound_s
 from planner.search import _Tables, search, stage_problem
 from planner.service import problem_from_request
 from planner.space import (
@@ -462,7 +462,7 @@ def test_least_fullest_rank_start_changes_nothing():
 
 def test_lp_bound_interleaved_never_above_the_brute_force_optimum():
     """One block kind, interleaved (vpp 2-3) with memory binding: the LP relaxation of the
-    lock-step model (bounds.lp_time_bound_s) stays below the best partition of the float
+    lock-step model (ilp.lp_time_bound_s) stays below the best partition of the float
     model, is math.inf only where nothing fits, and is above the rank-wise tight bound on
     some candidate (it prices a rank's uneven chunks in the lock-step slots)."""
     rng = random.Random(20261203)
