@@ -38,6 +38,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from cost_model.rank_costs import (
@@ -562,3 +563,100 @@ def solve(
     if capped:  # the partitions the cap leaves out are no faster than stop_at_s
         bound = min(bound, stop_at_s)
     return StageSolution(counts, rcs, name, bound, solver.wall_time)
+
+
+# Relative margin taken off the LP bound's value: GLOP's optimum is exact only up to its
+# feasibility tolerances (1e-7 on the scaled rows), far below the search's 1% gap.
+LP_BOUND_REL_MARGIN = 1e-6
+
+
+def lp_time_bound_s(p: StageProblem) -> float | None:
+    """A lower bound of the candidate's step time for planner/search.py (beside the rank-wise
+    bounds of planner/bounds.py; here because this module is the one that imports OR-Tools):
+    the LP relaxation of this module's model for one block kind under interleaving (v > 1),
+    in float seconds and bytes: blocks n_k >= 1 and fully recomputed blocks 0 <= rc_k <= n_k
+    per virtual stage taken real, sum n_k = L; per stage its forward F_k and backward B_k
+    (stages.rank_cost's chunk times), per distinct lock-step slot D_g >= F + B of every op
+    in it (stages.lockstep_slots), the pipeline above both the lock-step sum and SC'21's
+    form, the tail above every rank's exposed DP sync + optimizer, and every rank's memory
+    rows (one per held vector of Megatron's order, memory.live_chunk_vectors) within the
+    allocatable bytes; the recompute buffer is taken with weight u_r in [0, 1],
+    u_r >= rc_k / (L - S + 1) (1 on any rank that recomputes). Every partition the float
+    model takes is a point of this LP with its own step time (stages.step_time_s: the
+    pipeline is the larger of the two forms, the tail the slowest rank's), so the LP's
+    least is a lower bound of the candidate's optimum. Unlike the rank-wise tight bound it
+    sees the lock-step price of uneven chunks: a rank cannot put its blocks on its least
+    held chunk for free. math.inf when the LP has no point (nothing fits); None when it
+    does not apply (several block kinds, no interleaving) or the LP solver fails."""
+    if p.vpp <= 1 or len(p.table.block_kinds) != 1:
+        return None
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    if solver is None:
+        return None
+    (coef,) = p.kind_coefficients
+    L, S, pp, v, m = p.num_layers, p.num_stages, p.pp, p.vpp, p.num_micro_batches
+    hi = L - (S - 1)
+    full = p.full
+    cap = p.allocatable_bytes
+    inf = solver.infinity()
+    n = [solver.NumVar(1, hi, f"n{k}") for k in range(S)]
+    rc = [solver.NumVar(0, hi if full else 0, f"rc{k}") for k in range(S)]
+    for a, b in zip(n, rc, strict=True):
+        solver.Add(b <= a)
+    solver.Add(solver.Sum(n) == L)
+    slowest = solver.NumVar(0, inf, "slowest")
+    tail = solver.NumVar(0, inf, "tail")
+    pipe = solver.NumVar(0, inf, "pipe")
+    T = []
+    for r in range(pp):
+        ex = p.extras[r]
+        ks = list(p.stages_of(r))
+        blocks = solver.Sum(n[k] for k in ks)
+        rcs = solver.Sum(rc[k] for k in ks)
+        t_r = coef.time_s * blocks + coef.recompute_full_s * rcs + ex.time_s
+        T.append(t_r)
+        solver.Add(slowest >= t_r)
+        dp = coef.dp_sync_s * blocks + ex.dp_sync_s
+        hidden = coef.dp_hidden_s * blocks + ex.dp_hidden_s
+        window = coef.dp_window_s * blocks + ex.dp_window_s
+        opt = coef.optimizer_s * blocks + ex.optimizer_s
+        solver.Add(tail >= dp - window + opt)
+        solver.Add(tail >= hidden + opt)
+        # memory rows, in units of the allocatable bytes (GLOP's tolerances are absolute)
+        states = coef.state_bytes * blocks + ex.state_bytes
+        fixed = ex.transient_bytes + p.block_transient_bytes
+        if full:
+            u = solver.NumVar(0, 1, f"u{r}")
+            for k in ks:
+                solver.Add(rc[k] <= hi * u)
+            extra_transient = max(0.0, p.recompute_transient_bytes - p.block_transient_bytes) * u
+        else:
+            extra_transient = 0
+        chunk_act = [coef.act_bytes * n[k] - (coef.act_saved_bytes * rc[k] if full else 0) + p.stage_extras[k].act_bytes
+                     for k in ks]
+        for live in p.memory_rows(r):
+            held = solver.Sum(w * a for w, a in zip(live, chunk_act, strict=True) if w)
+            solver.Add((states + fixed + extra_transient + held) * (1.0 / cap) <= 1.0)
+    solver.Add(pipe >= m * slowest + (solver.Sum(T) - slowest) * (1.0 / v))
+    F, B = [], []
+    for k in range(S):
+        se = p.stage_extras[k]
+        f = coef.fwd_s * n[k] + se.fwd_s
+        t_k = coef.time_s * n[k] + (coef.recompute_full_s * rc[k] if full else 0) + se.time_s
+        F.append(f)
+        B.append(t_k - f)
+    lock = []
+    for cnt, ops in lockstep_slots(pp, v, m):
+        d = solver.NumVar(0, inf, "d")  # a slot lasts at least 0 (stages.pipeline_time_s)
+        for r, cf, cb in ops:
+            work = (F[cf * pp + r] if cf >= 0 else 0) + (B[cb * pp + r] if cb >= 0 else 0)
+            solver.Add(d >= work)
+        lock.append(cnt * d)
+    solver.Add(pipe >= solver.Sum(lock))
+    solver.Minimize(pipe + tail)
+    status = solver.Solve()
+    if status == pywraplp.Solver.INFEASIBLE:
+        return math.inf
+    if status != pywraplp.Solver.OPTIMAL:
+        return None
+    return solver.Objective().Value() * (1 - LP_BOUND_REL_MARGIN)

@@ -51,7 +51,7 @@ from .bounds import (
     tight_time_bound_s,
 )
 from .greedy import greedy_partition
-from .ilp import CUTOFF, solve
+from .ilp import CUTOFF, lp_time_bound_s, solve
 from .space import (
     Candidate,
     DegreeGroup,
@@ -438,6 +438,7 @@ def search(
     open_: dict[tuple[int, int], tuple[float, _Entry]] = {}
     retry: set[tuple[int, int]] = set()
     tries: dict[tuple[int, int], int] = {}  # retries per candidate
+    lp_bounds: dict[tuple[int, int], float | None] = {}  # order -> ilp.lp_time_bound_s
 
     def solve_one(e: _Entry, p: StageProblem, table: LayerTable, time_s: float, defer: bool = False) -> None:
         """CP-SAT from the best hint (the hint alone if CP-SAT finds nothing in time), stopped
@@ -455,12 +456,24 @@ def search(
             # the bound at full precision: when it reaches the hint, the hint is optimal and
             # CP-SAT has nothing to prove (and otherwise its cut is the tighter)
             bound = max(bound, tight_time_bound_s(p, tables.get_sums(e.candidate), rel=PROOF_REL))
+            if bound < hint_s * (1 - PROOF_TOL):
+                # interleaved: the LP of the lock-step model prices uneven chunks, which the
+                # rank-wise bound lets a rank use to fit its memory for free (None: no LP;
+                # math.inf would contradict the hint's fit, a numerical artefact: not used)
+                if e.order not in lp_bounds:  # a retry asks again: solved once per candidate
+                    lp_bounds[e.order] = lp_time_bound_s(p)
+                lp = lp_bounds[e.order]
+                if lp is not None and lp < math.inf:
+                    bound = max(bound, lp)
             if bound >= hint_s * (1 - PROOF_TOL):
                 open_.pop(e.order, None)
                 stats.proven_by_bound += 1
                 _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL, k)
                 return
             e = e._replace(bound_s=bound)
+            if found and bound >= best_s() * (1 - PROOF_TOL):
+                open_[e.order] = (bound, e)  # no faster than the best plan (dropped once the queue is done)
+                return
             if defer and hint_s > bound * (1 + DEFER_REL):
                 stats.deferred += 1
                 open_[e.order] = (bound, e)
