@@ -79,12 +79,9 @@ def test_tight_bound_never_above_the_brute_force_optimum():
     assert checked >= 20 and two_kinds >= 10
 
 
-def test_tight_bound_interleaved_memory_lines_never_above_the_brute_force_optimum():
-    """One block kind, interleaved (vpp 2-3) with memory binding: the rank model's memory-fit
-    step through in_flight_lines (bounds._rank_time_fn) stays below the best partition under
-    the per-chunk memory model, and some candidate is infeasible or needs recompute."""
-    rng = random.Random(20261202)
-    checked = binding = 0
+def _interleaved_within_reach(rng: random.Random):
+    """Random small one-kind models (vpp 2-3) whose memory often binds: up to 6 sampled
+    interleaved candidates of each, within the brute force's reach, with its optimum."""
     for _ in range(10):
         L = rng.choice([6, 8, 9, 12])
         hidden = rng.choice([4096, 6144, 8192])
@@ -103,14 +100,23 @@ def test_tight_bound_interleaved_memory_lines_never_above_the_brute_force_optimu
             p = stage_problem(prob, c, tables.get(c))
             if exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 200_000:
                 continue
-            ref = exhaustive.best_partition(p)
-            bound = tight_time_bound_s(p, tables.get_sums(c))
-            if ref is None:
-                binding += 1
-                continue  # infeasible: any bound is valid
-            binding += any(ref[2] or [])
-            assert bound <= ref[0] * (1 + REL), (c, bound, ref[0])
-            checked += 1
+            yield c, p, exhaustive.best_partition(p), tables
+
+
+def test_tight_bound_interleaved_memory_lines_never_above_the_brute_force_optimum():
+    """One block kind, interleaved (vpp 2-3) with memory binding: the rank model's memory-fit
+    step through in_flight_lines (bounds._rank_time_fn) stays below the best partition under
+    the per-chunk memory model, and some candidate is infeasible or needs recompute."""
+    rng = random.Random(20261202)
+    checked = binding = 0
+    for c, p, ref, tables in _interleaved_within_reach(rng):
+        bound = tight_time_bound_s(p, tables.get_sums(c))
+        if ref is None:
+            binding += 1
+            continue  # infeasible: any bound is valid
+        binding += any(ref[2] or [])
+        assert bound <= ref[0] * (1 + REL), (c, bound, ref[0])
+        checked += 1
     assert checked >= 10 and binding >= 1
 
 
@@ -467,30 +473,12 @@ def test_lp_bound_interleaved_never_above_the_brute_force_optimum():
     some candidate (it prices a rank's uneven chunks in the lock-step slots)."""
     rng = random.Random(20261203)
     checked = tighter = 0
-    for _ in range(10):
-        L = rng.choice([6, 8, 9, 12])
-        hidden = rng.choice([4096, 6144, 8192])
-        req = {"model": {"transformer": {
-                   "num_layers": L, "hidden_size": hidden, "num_attention_heads": 32, "num_kv_heads": 8,
-                   "ffn_hidden_size": hidden * 8 // 3 // 64 * 64, "vocab_size": 32000, "mlp": "swiglu"}},
-               "cluster": {"gpu": rng.choice(["a100-40gb", "a100-80gb"]), "num_gpus": rng.choice([2, 4])},
-               "training": {"global_batch_size": rng.choice([8, 16, 32]), "seq_length": rng.choice([2048, 4096, 8192])},
-               "search": {"vpp": [2, 3]}}
-        prob = problem_from_request(req)
-        tables = _Tables(prob)
-        cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
-                 for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
-                 if c.pp > 1 and c.vpp > 1]
-        for c in rng.sample(cands, min(6, len(cands))):
-            p = stage_problem(prob, c, tables.get(c))
-            if exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 200_000:
-                continue
-            ref = exhaustive.best_partition(p)
-            lp = lp_time_bound_s(p)
-            assert lp is not None
-            if ref is None:
-                continue  # infeasible: any bound is valid
-            assert lp <= ref[0] * (1 + REL), (c, lp, ref[0])
-            tighter += lp > tight_time_bound_s(p, tables.get_sums(c)) * (1 + 1e-6)
-            checked += 1
+    for c, p, ref, tables in _interleaved_within_reach(rng):
+        lp = lp_time_bound_s(p)
+        assert lp is not None
+        if ref is None:
+            continue  # infeasible: any bound is valid
+        assert lp <= ref[0] * (1 + REL), (c, lp, ref[0])
+        tighter += lp > tight_time_bound_s(p, tables.get_sums(c)) * (1 + 1e-6)
+        checked += 1
     assert checked >= 10 and tighter >= 1
