@@ -904,7 +904,9 @@ def _block_cost(
     dense, expert = _block_params(m, cfg, geo.moe_layer)
     st = _block_states(cluster, t, cfg, dense, expert, c, fits)
     b = cfg.micro_batch_size
-    act = memory.block_activation_bytes(m, t, b, cfg.tp, cfg.cp, cfg.sequence_parallel, geo.moe_layer, cfg.engine)
+    load = moe.layout(m, t, cfg).imbalance if geo.moe_layer and m.moe is not None else 1.0
+    act = memory.block_activation_bytes(m, t, b, cfg.tp, cfg.cp, cfg.sequence_parallel, geo.moe_layer, cfg.engine,
+                                        expert_load=load)
     working_set = memory.block_working_set_bytes(m, t, cfg, geo.moe_layer, dense + expert)
     model_f = 3.0 * flops.block_flops(m, b * t.seq_length, t.seq_length, geo.moe_layer, index=index,
                                       causal=True).total / (cfg.tp * cfg.cp)

@@ -195,8 +195,12 @@ def block_activation_bytes(
     sequence_parallel: bool,
     moe_layer: bool,
     engine: str | None = None,
+    expert_load: float = 1.0,
 ) -> ActivationBytes:
     """Korthikanti et al. 2022 §4.1 term by term, generalised (see module docstring).
+    `expert_load`: the busiest EP rank's routed tokens over the mean (moe.routing_imbalance,
+    the factor its time is priced at): that rank saves the expert activations of the tokens
+    it receives, so its routed part is counted at that load, never at the mean.
 
     Sharding (§4.2): tensors inside attention and MLP are split by tp; LayerNorm inputs,
     the QKV/MLP inputs and the dropout masks on the residual path are split only with
@@ -243,7 +247,7 @@ def block_activation_bytes(
         f = e.ffn_hidden_size
         routed_tokens = e.top_k
         per_expert_token = (3 if m.mlp == MLP_SWIGLU else 2) * dt * f + dt * h  # acts + permuted input
-        mlp_sharded = s * b * per_expert_token * (routed_tokens + e.num_shared_experts)
+        mlp_sharded = s * b * per_expert_token * (routed_tokens * expert_load + e.num_shared_experts)
         mlp_sharded += 4.0 * s * b * e.num_experts / max(1, tp)  # fp32 router logits
     else:
         f = m.ffn_hidden_size

@@ -269,3 +269,24 @@ def test_expert_buffers_last_bucket_hand_count():
     # no expert-DP group (ep = all data-parallel ranks), or no experts: nothing
     assert L._expert_last_bucket_s(m, c, t, replace(cfg, ep=64), None) == 0.0
     assert L._expert_last_bucket_s(get_preset("llama3-8b"), c, t, cfg, None) == 0.0
+
+
+def test_busiest_expert_rank_saves_its_received_tokens_activations():
+    """The routed experts' saved activations are counted at the busiest EP rank's load
+    (moe.routing_imbalance), as its time is: the hand count of the routed part is
+    s*b*top_k*(3*f + h)*dt, SwiGLU, no shared experts, times the load."""
+    from cost_model import memory
+
+    m = get_preset("mixtral-8x7b")
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    cfg = ParallelConfig(dp=8, ep=8, micro_batch_size=1)
+    load = moe.layout(m, t, cfg).imbalance
+    assert load > 1.0
+    mean = memory.block_activation_bytes(m, t, 1, 1, 1, False, True, cfg.engine)
+    busiest = memory.block_activation_bytes(m, t, 1, 1, 1, False, True, cfg.engine, expert_load=load)
+    e, dt = m.moe, 2
+    routed = 4096 * 1 * e.top_k * (3 * e.ffn_hidden_size + m.hidden_size) * dt
+    assert busiest.none - mean.none == pytest.approx(routed * (load - 1.0), rel=1e-12)
+    # the layer table uses it: an ep=8 MoE block saves more than the same block at its mean load
+    table = layer_table(m, _cluster(n=8), t, cfg)
+    assert table.blocks[0].act.none == pytest.approx(busiest.none, rel=1e-12)
