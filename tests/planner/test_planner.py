@@ -138,7 +138,10 @@ def test_time_limit_returns_feasible_with_gap():
 def test_time_limit_large_moe_returns_a_plan():
     t0 = time.perf_counter()
     plan = service.plan(with_search(LARGE_MOE, time_limit_s=0.5))
-    assert time.perf_counter() - t0 < 3.0
+    # the search's own clock stops near its limit; the wall time also holds the request's
+    # parsing and the plan's assembly, slower while other work shares the 2 cores
+    assert plan["search"]["solve_time_s"] < 2.0
+    assert time.perf_counter() - t0 < 6.0
     assert plan["status"] == "feasible" and plan["fits"]
 
 
