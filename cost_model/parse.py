@@ -102,17 +102,37 @@ def parse_model(d: Any) -> ModelSpec:
     return model_spec(rq.validate_as(rq.Model, d, "model"))
 
 
+def job_nvlink_segment(fabric_gpus: int, gpus_per_node: int, num_gpus: int) -> int:
+    """The GPUs of one job that share an NVLink fabric: the largest whole number of nodes
+    (trays) that fits the fabric and divides the job, so the job lies in equal NVLink
+    segments. A rack-scale fabric is larger than the blocks jobs are laid out in: a
+    GB200/GB300 NVL72 rack holds 18 trays of 4 GPUs, and a 256-GPU job runs as four
+    64-GPU segments of 16 trays (Slurm's topology/block plugin places a job in equal
+    blocks, `--segment`; NVIDIA's DGX GB200 recipes run EP64 per rack: Megatron-LM
+    docs/discussions/deepseek-v3-gb200-optimization @eb0783b6d3). Within one node this is
+    the node (or the whole job when it is smaller)."""
+    if num_gpus <= gpus_per_node or fabric_gpus <= gpus_per_node:
+        return min(fabric_gpus, num_gpus)
+    for nodes in range(min(fabric_gpus, num_gpus) // gpus_per_node, 0, -1):
+        if num_gpus % (nodes * gpus_per_node) == 0:
+            return nodes * gpus_per_node
+    return gpus_per_node
+
+
 def cluster_spec(c: rq.Cluster) -> ClusterSpec:
     gpu = resolve_gpu(c.gpu if isinstance(c.gpu, str) else c.gpu.model_dump())
+    gpus_per_node = c.gpus_per_node or min(gpu.gpus_per_node, c.num_gpus)
+    # the fabric the request names, else the part's (an NVL72 GPU: its rack), else the node
+    fabric = c.nvlink_domain or gpu.nvlink_domain or gpus_per_node
     spec = ClusterSpec(
         gpu=gpu,
         num_gpus=c.num_gpus,
-        gpus_per_node=c.gpus_per_node or min(gpu.gpus_per_node, c.num_gpus),
+        gpus_per_node=gpus_per_node,
         intra_node_gb_s=gpu.nvlink_gb_s if c.intra_node_gb_s is None else c.intra_node_gb_s,
         inter_node_gb_s=gpu.network_gb_s if c.inter_node_gb_s is None else c.inter_node_gb_s,
         intra_node_latency_s=gpu.intra_node_latency_s if c.intra_node_latency_s is None else c.intra_node_latency_s,
         inter_node_latency_s=gpu.inter_node_latency_s if c.inter_node_latency_s is None else c.inter_node_latency_s,
-        nvlink_domain=c.nvlink_domain,
+        nvlink_domain=job_nvlink_segment(fabric, gpus_per_node, c.num_gpus),
     )
     validate_cluster(spec)
     return spec

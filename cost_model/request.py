@@ -260,7 +260,7 @@ class Cluster(_Strict):
     gpu: GpuField = Field(description="GPU name (GET /v1/gpus), or an object {base?, ...} overriding numbers", examples=["h100-sxm"])
     num_gpus: int = Field(ge=1, le=MAX_GPUS, examples=[64])
     gpus_per_node: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE, description="default: the GPU's node size, capped by num_gpus", examples=[8])
-    nvlink_domain: int | None = Field(None, ge=1, le=MAX_GPUS, description="GPUs on one NVLink fabric (NVL72: 72); default gpus_per_node", examples=[8])
+    nvlink_domain: int | None = Field(None, ge=1, le=MAX_GPUS, description="GPUs on one NVLink fabric (NVL72: 72); default the part's (catalog nvlink_domain, else gpus_per_node); the job uses its largest share of whole nodes that divides num_gpus (256 GPUs of NVL72 racks: 64)", examples=[8])
     intra_node_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="NVLink GB/s per GPU per direction; default the GPU's", examples=[450.0])
     inter_node_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="network GB/s per GPU per direction; default the GPU's", examples=[50.0])
     intra_node_latency_s: float | None = Field(None, ge=0, le=1.0, description="collective latency inside a node; default the GPU's", examples=[5e-6])

@@ -111,7 +111,15 @@ def matching_preset(row: dict) -> str | None:
 
 def model_block(row: dict) -> dict:
     """The preset of the same model where one matches exactly (matching_preset), else the
-    row's dimensions as a transformer block."""
+    row's dimensions as a transformer block. A row whose dimension columns are empty names
+    its model by preset in `arch` (validation/published_runs_bridge.csv: the engine's own
+    recipes of models the presets carry with every architectural detail)."""
+    if not (row.get("layers") or "").strip():
+        name = row["arch"].strip().lower()
+        if name not in PRESETS:
+            raise SpecError(f"row {row['id']}: arch", "the dimension columns are empty and this is not a preset",
+                            allowed=sorted(PRESETS))
+        return {"name": name}
     name = matching_preset(row)
     return {"name": name} if name else _columns_block(row)
 
@@ -167,10 +175,12 @@ def device_for_row(row: dict) -> str | dict:
 def cluster_block(row: dict) -> dict:
     gpu = device_for_row(row)
     c: dict = {"gpu": gpu, "num_gpus": _int(row["num_gpus"])}
-    if gpu == "gb200":
-        # one NVL72 rack: 4 GPUs per tray, the NVLink fabric spans up to 72
-        c["gpus_per_node"] = min(4, _int(row["num_gpus"]))
-        c["nvlink_domain"] = min(72, _int(row["num_gpus"]))
+    spec = get_gpu(gpu) if isinstance(gpu, str) else None
+    if spec is not None and (spec.nvlink_domain or 0) > spec.gpus_per_node:
+        # a rack-scale part (GB200/GB300 NVL72): the catalog's GPUs per tray, the NVLink
+        # fabric spanning the rack (at most the job's GPUs)
+        c["gpus_per_node"] = min(spec.gpus_per_node, _int(row["num_gpus"]))
+        c["nvlink_domain"] = min(spec.nvlink_domain, _int(row["num_gpus"]))
         return c
     if _int(row.get("gpus_per_node")):
         c["gpus_per_node"] = _int(row["gpus_per_node"])
@@ -263,6 +273,14 @@ def predict(row: dict) -> dict:
     }
 
 
+def is_moe(row: dict) -> bool:
+    """An MoE row: its expert columns, or the preset it names."""
+    if _int(row.get("moe_experts")):
+        return True
+    name = model_block(row).get("name")
+    return bool(name) and PRESETS[name].moe is not None
+
+
 def _pct(pred: float | None, ref: float | None) -> float | None:
     if pred is None or ref is None:
         return None
@@ -285,7 +303,7 @@ def run(csv_path: Path) -> dict:
         published_s = _float(row["published_step_s"])
         published_gib = _float(row.get("peak_mem_gib"))
         r: dict = {"id": row["id"], "engine": engine_of(row), "mode": row["mode"].strip(),
-                   "moe": bool(_int(row.get("moe_experts"))),
+                   "moe": is_moe(row),
                    "published_s": published_s, "published_gib": published_gib}
         try:
             r.update(predict(row))

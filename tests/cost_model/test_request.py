@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from cost_model.catalog import CATALOG, resolve_gpu
+from cost_model.catalog import CATALOG, get_gpu, resolve_gpu
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
@@ -55,13 +55,41 @@ def test_new_knobs_are_carried_and_cost_nothing():
     c = parse_cluster({"gpu": "h100-sxm", "num_gpus": 16})
     assert c.nvlink_domain == c.gpus_per_node == 8
     c72 = parse_cluster({"gpu": "h100-sxm", "num_gpus": 16, "nvlink_domain": 72})
-    assert c72.nvlink_domain == 72
+    assert c72.nvlink_domain == 16  # the job's share of the 72-GPU fabric (job_nvlink_segment)
     p = parse_parallelism({"tp": 2, "dp": 8, "etp": 2, "cp_comm": "p2p"})
     assert (p.etp, p.cp_comm) == (2, "p2p")
     m, t = parse_model({"name": "llama3-8b"}), parse_training({"global_batch_size": 32, "seq_length": 2048})
-    base = estimate(m, c, t, dataclasses.replace(p, etp=1, cp_comm=None))
-    assert estimate(m, c72, t, p).prediction == base.prediction
+    for cl in (c, c72):  # a dense model: the expert-TP and CP-variant knobs change nothing
+        base = estimate(m, cl, t, dataclasses.replace(p, etp=1, cp_comm=None))
+        assert estimate(m, cl, t, p).prediction == base.prediction
     s = parse_search({"engine": "torchtitan", "etp": [1, 2], "cp_comm": "a2a", "tp": 4})
     assert s.allowed["engine"] == ("torchtitan",) and s.allowed["etp"] == (1, 2)
     assert s.allowed["cp_comm"] == ("a2a",) and s.allowed["tp"] == (4,)
     assert "ranks" in parse_search(None).targets
+
+
+@pytest.mark.parametrize(("gpu", "num_gpus", "given", "segment"), [
+    # an NVL72 rack (18 trays of 4): jobs lie in equal blocks of whole trays
+    ("gb200", 256, None, 64), ("gb200", 128, None, 64), ("gb200", 64, None, 64), ("gb200", 72, None, 72),
+    ("gb200", 144, None, 72), ("gb300", 1024, None, 64), ("gb200", 8, None, 8), ("gb200", 2, None, 2),
+    # an HGX node is its own fabric; a stated fabric is cut to what divides the job
+    ("h100-sxm", 64, None, 8), ("h100-sxm", 4, None, 4), ("h100-sxm", 48, 32, 24), ("b200", 64, 72, 64),
+])
+def test_job_nvlink_segment(gpu, num_gpus, given, segment):
+    c = parse_cluster({"gpu": gpu, "num_gpus": num_gpus, **({"nvlink_domain": given} if given else {})})
+    assert c.nvlink_domain == segment
+    # brute force: the largest multiple of the node that fits the fabric and divides the job
+    fabric = given or get_gpu(gpu).nvlink_domain or c.gpus_per_node
+    best = max((k for k in range(c.gpus_per_node, min(fabric, num_gpus) + 1, c.gpus_per_node)
+                if num_gpus % k == 0), default=min(fabric, num_gpus))
+    assert c.nvlink_domain == (best if num_gpus > c.gpus_per_node else min(fabric, num_gpus))
+
+
+def test_rack_scale_expert_all_to_all_stays_on_nvlink():
+    """DeepSeek-V3's EP64 on 256 GB200 (Megatron-Bridge 26.02): the EP group is one 64-GPU
+    rack segment, so the dispatch runs at the NVLink rate, not the tray's network."""
+    from cost_model import comm
+
+    c = parse_cluster({"gpu": "gb200", "num_gpus": 256})
+    assert comm.group_link(c, 64, 1).level == "intra"
+    assert comm.group_link(c, 2, 64).level == "inter"
