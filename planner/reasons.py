@@ -111,7 +111,21 @@ def engine_restrictions(engine: str, space=None, pp: int | None = None) -> list[
     return rules
 
 
-def infeasible_details(stats, capacity_gib: float, headroom: float, space=None) -> tuple[str, dict]:
+def _pinned_chunk_rule(space, num_layers: int | None) -> str | None:
+    """Why pinned pipeline degrees leave no layout: every model chunk (pp x vpp of them)
+    holds at least one transformer block."""
+    if space is None or num_layers is None:
+        return None
+    pps, vpps = space.allowed.get("pp") or (), space.allowed.get("vpp") or ()
+    if pps and vpps and min(pps) * min(vpps) > num_layers:
+        return (f"pp x vpp = {min(pps)} x {min(vpps)} = {min(pps) * min(vpps)} model chunks for {num_layers} blocks: "
+                "each chunk holds at least one block (layouts that count the embedding and the loss as "
+                "pipeline layers, Megatron's --account-for-embedding/loss-in-pipeline-split, are not planned)")
+    return None
+
+
+def infeasible_details(stats, capacity_gib: float, headroom: float, space=None,
+                       num_layers: int | None = None) -> tuple[str, dict]:
     c = stats.min_memory_config
     details = {
         "capacity_gib": round(capacity_gib, 2),
@@ -127,16 +141,26 @@ def infeasible_details(stats, capacity_gib: float, headroom: float, space=None) 
         details["engine_rules"] = rules
     if stats.candidates == 0:
         msg = "no configuration satisfies the divisibility rules and the search restrictions"
+        if (chunk_rule := _pinned_chunk_rule(space, num_layers)) is not None:
+            details["binding"] = "search space"
+            details["suggestions"] = ["a smaller search.vpp or search.pp"]
+            return f"{msg}: {chunk_rule}", details
         if rules:
             msg += f"; the engine {engine} restricts the search: " + "; ".join(rules)
         details["binding"] = "search space"
         details["suggestions"] = ["relax the pinned knobs in `search`", "check that global_batch_size is divisible by some dp x micro-batch"]
         return msg, details
     usable = capacity_gib * (1 - headroom)
-    msg = (
-        f"no configuration fits: the least memory any candidate needs is {stats.min_memory_gib:.1f} GiB per GPU "
-        f"(lower bound) vs {usable:.1f} GiB usable"
-    )
+    if stats.min_memory_gib <= usable:
+        # the per-candidate bound fits, but no stage partition of any candidate does
+        msg = (f"no configuration fits: no stage partition of any candidate fits {usable:.1f} GiB usable "
+               f"(the least lower bound over the candidates is {stats.min_memory_gib:.1f} GiB; the fullest "
+               "pipeline rank of every partition needs more)")
+    else:
+        msg = (
+            f"no configuration fits: the least memory any candidate needs is {stats.min_memory_gib:.1f} GiB per GPU "
+            f"(lower bound) vs {usable:.1f} GiB usable"
+        )
     if c is not None:
         details["least_memory_config"] = {k: getattr(c, k) for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero", "recompute")}
     details["binding"] = "memory per GPU"

@@ -165,6 +165,18 @@ def test_infeasible_explains_with_numbers():
     assert "GiB" in ei.value.message
 
 
+def test_infeasible_names_the_pinned_chunk_count():
+    """Llama 3.1 405B (126 blocks) pinned to pp16 x vpp8 = 128 chunks (a Megatron-Bridge
+    layout that counts the embedding and the loss as layers): the message says why."""
+    req = {"model": {"name": "llama3-405b"}, "cluster": {"gpu": "gb200", "num_gpus": 256},
+           "training": {"global_batch_size": 1536, "seq_length": 8192},
+           "search": {"tp": 4, "pp": 16, "vpp": 8, "targets": []}}
+    with pytest.raises(Infeasible) as ei:
+        service.plan(req)
+    assert "16 x 8 = 128 model chunks for 126 blocks" in ei.value.message
+    assert ei.value.details["binding"] == "search space"
+
+
 def test_infeasible_cli_exit_1(tmp_path):
     p = tmp_path / "req.json"
     p.write_text(json.dumps(INFEASIBLE))
