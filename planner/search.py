@@ -401,11 +401,14 @@ def search(
                 too_big_mb[mb_key] = min(c.micro_batch_size, too_big_mb.get(mb_key, math.inf))
                 continue
             bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
-            heapq.heappush(queue, _Entry(bound, (gi, j), "base_bound", c))
+            heapq.heappush(queue, _Entry(_fit_key(c) if rescue else bound, (gi, j), "base_bound", c))
             queued += 1
 
     found: list[Found] = []
     optimal_all = True
+    # past the deadline with no plan: the queue is re-keyed by _fit_key (the most sharded
+    # first) so that the first plan that fits comes soon; the bounds left were kept for the gap
+    rescue = False
     report = _Reporter(progress, t0, progress_after_s, progress_every_s)
 
     def best_s() -> float:
@@ -527,8 +530,17 @@ def search(
         out_of_time = time.perf_counter() - t0 > limit
         if out_of_time and found:
             stats.timed_out = True
-            stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
+            if not rescue:
+                stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
             break
+        if out_of_time and not rescue:
+            rescue = True
+            stats.timed_out = True
+            optimal_all = False
+            stats.lower_bound_s = min(stats.lower_bound_s, min(x.bound_s for x in queue))
+            queue[:] = [x._replace(bound_s=_fit_key(x.candidate)) for x in queue]
+            heapq.heapify(queue)
+            continue
         heapq.heappop(queue)
         if e.stage == "group":
             stats.groups_expanded += 1
@@ -539,9 +551,7 @@ def search(
         table = tables.get(c)
         p = stage_problem(prob, c, table)
         if out_of_time:
-            # nothing found yet: take the best-bounded candidates' greedy partitions until one fits
-            stats.timed_out = True
-            stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
+            # nothing found yet: the most sharded candidates' greedy partitions until one fits
             hint = best_hint(p)
             if hint is not None:
                 _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
@@ -593,6 +603,17 @@ def search(
     stats.monotone_ok = monotone_ok
     stats.solve_time_s = time.perf_counter() - t0
     return SearchResult(found, stats, status, gap)
+
+
+def _fit_key(c: Candidate | DegreeGroup) -> float:
+    """Rescue order once the deadline passed with no plan (smallest first): the most model
+    parallelism first, since tp, pp, cp, ep and etp each shard some of the model states a
+    GPU holds; among a group's candidates full recomputation, more ZeRO sharding and the
+    smaller micro-batch first (the least activation and state memory)."""
+    split = float(c.tp * c.pp * c.cp * c.ep * c.etp)
+    if isinstance(c, DegreeGroup):
+        return -split
+    return -(split + 0.5 * (c.recompute == RECOMPUTE_FULL) + 0.1 * c.zero) + 1e-4 * c.micro_batch_size
 
 
 def _count_left(stats: SearchStats, queue: list[_Entry]) -> None:
