@@ -535,8 +535,7 @@ def search(
             break
         if out_of_time and not rescue:
             rescue = True
-            stats.timed_out = True
-            optimal_all = False
+            stats.timed_out = True  # the status is FEASIBLE from here on
             stats.lower_bound_s = min(stats.lower_bound_s, min(x.bound_s for x in queue))
             queue[:] = [x._replace(bound_s=_fit_key(x.candidate)) for x in queue]
             heapq.heapify(queue)

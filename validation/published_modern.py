@@ -177,10 +177,8 @@ def cluster_block(row: dict) -> dict:
     c: dict = {"gpu": gpu, "num_gpus": _int(row["num_gpus"])}
     spec = get_gpu(gpu) if isinstance(gpu, str) else None
     if spec is not None and (spec.nvlink_domain or 0) > spec.gpus_per_node:
-        # a rack-scale part (GB200/GB300 NVL72): the catalog's GPUs per tray, the NVLink
-        # fabric spanning the rack (at most the job's GPUs)
-        c["gpus_per_node"] = min(spec.gpus_per_node, _int(row["num_gpus"]))
-        c["nvlink_domain"] = min(spec.nvlink_domain, _int(row["num_gpus"]))
+        # a rack-scale part (GB200/GB300 NVL72): the catalog's trays and rack, as the service
+        # defaults them (parse.cluster_spec), not the row's 8-GPU node of the mapped b200
         return c
     if _int(row.get("gpus_per_node")):
         c["gpus_per_node"] = _int(row["gpus_per_node"])
@@ -302,10 +300,10 @@ def run(csv_path: Path) -> dict:
     for row in csv.DictReader(csv_path.open()):
         published_s = _float(row["published_step_s"])
         published_gib = _float(row.get("peak_mem_gib"))
-        r: dict = {"id": row["id"], "engine": engine_of(row), "mode": row["mode"].strip(),
-                   "moe": is_moe(row),
+        r: dict = {"id": row["id"], "engine": engine_of(row), "mode": row["mode"].strip(), "moe": False,
                    "published_s": published_s, "published_gib": published_gib}
         try:
+            r["moe"] = is_moe(row)
             r.update(predict(row))
         except (SpecError, Infeasible) as exc:
             r["error"] = str(exc)
