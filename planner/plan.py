@@ -104,6 +104,9 @@ class ClusterEcho(Record):
     num_gpus: int
     gpus_per_node: int
     num_nodes: int | None = None
+    # GPUs of the job on one NVLink fabric, as priced (parse.job_nvlink_segment): the node,
+    # or on rack-scale NVLink (GB200/GB300 NVL72) the equal segment of trays the job lies in
+    nvlink_domain: int | None = None
     intra_node_gb_s: float | None = None
     inter_node_gb_s: float | None = None
 

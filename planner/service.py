@@ -111,7 +111,7 @@ def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, pr
         training=TrainingEcho(**asdict(prob.training)),
         cluster=ClusterEcho(
             gpu=c.gpu.name, num_gpus=c.num_gpus, gpus_per_node=c.gpus_per_node, num_nodes=c.num_nodes,
-            intra_node_gb_s=c.intra_node_gb_s, inter_node_gb_s=c.inter_node_gb_s,
+            nvlink_domain=c.nvlink_domain, intra_node_gb_s=c.intra_node_gb_s, inter_node_gb_s=c.inter_node_gb_s,
         ),
         parallelism=_parallelism(best.config, best.estimate.num_micro_batches),
         stages=list(best.estimate.stages),

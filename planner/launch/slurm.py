@@ -1,4 +1,5 @@
-"""Slurm sbatch script (Slurm 22.05+, `srun` one task per node, each running torchrun).
+"""Slurm sbatch script (Slurm 22.05+, `srun` one task per node, each running torchrun; plans
+priced on rack-scale NVLink segments also ask topology/block for them, Slurm 24.05+).
 
 GPU plans request `--gpus-per-node` and start Megatron; plans for the `cpu` device request
 no generic resources (a GPU-less node refuses any gres: "Invalid generic resource (gres)
@@ -15,6 +16,22 @@ from planner.launch._common import RDZV_PORT, join, node_layout, plan_id, torchr
 from planner.launch.torchrun import entry, env, is_cpu
 
 SLURM_VERSION = "22.05"
+# Rack-scale NVLink: the plan prices each NVLink segment of the job (cluster.nvlink_domain
+# GPUs, whole trays) as one fabric, so the allocation must come in such segments. Slurm's
+# topology/block places a job in segments of `--segment` nodes, each inside one block (an
+# NVL72 rack); the option came with Slurm 24.05 (Slurm Topology Guide, "User Options":
+# "--segment=<segment_size> ... defines the size of the segments that will be used to create
+# the job allocation"; the node count must be a multiple of it).
+SEGMENT_SLURM_VERSION = "24.05"
+
+
+def segment_nodes(plan: dict) -> int | None:
+    """Nodes per NVLink segment when the plan's fabric spans several nodes, else None."""
+    cluster = plan.get("cluster") or {}
+    domain, per_node = cluster.get("nvlink_domain"), cluster.get("gpus_per_node")
+    if not domain or not per_node or domain <= per_node:
+        return None
+    return domain // per_node
 
 
 def emit(plan: dict) -> dict:
@@ -26,6 +43,9 @@ def emit(plan: dict) -> dict:
     exports = "\n".join(f"export {k}={v}" for k, v in env(plan).items())
     # CPU plans: each torchrun process is one "device"; ask for a core per process.
     resources = f"#SBATCH --cpus-per-task={nproc}" if cpu else f"#SBATCH --gpus-per-node={nproc}\n#SBATCH --exclusive"
+    segment = None if cpu else segment_nodes(plan)
+    if segment is not None:
+        resources += f"\n#SBATCH --segment={segment}"
     script = f"""#!/bin/bash
 #SBATCH --job-name=pp-{plan_id(plan)}
 #SBATCH --nodes={nnodes}
@@ -45,7 +65,8 @@ srun --nodes={nnodes} --ntasks-per-node=1 bash -c {shlex.quote(join(argv))}
         "nnodes": nnodes,
         "gpus_per_node": 0 if cpu else nproc,
         "processes_per_node": nproc,
-        "targets": [f"Slurm >= {SLURM_VERSION}"],
+        "targets": [f"Slurm >= {SEGMENT_SLURM_VERSION if segment else SLURM_VERSION}"
+                    + (" with topology/block (--segment)" if segment else "")],
         "notes": ["submit from the directory holding plan.json (the runtime reads it)"] if cpu else [],
     }
     out["notes"] = [*out["notes"], "targets: " + "; ".join(out["targets"])]

@@ -469,3 +469,27 @@ def test_megatron_fp8_param_gather_with_a_sharded_optimizer():
     assert "--fp8-param-gather" not in emit(z0, ["megatron"])["megatron"]["args"]
     assert "--fp8-param-gather" not in emit(PLANS["llama_gqa"], ["megatron"])["megatron"]["args"]
     assert "--fp8-param-gather" in data.names("megatron_flags.txt")
+
+
+@pytest.mark.parametrize(("gpu", "num_gpus", "segment"), [("gb200", 256, 16), ("gb300", 128, 16), ("h100-sxm", 64, None)])
+def test_slurm_asks_for_the_nvlink_segments_the_plan_is_priced_on(gpu, num_gpus, segment):
+    """A plan priced on 64-GPU NVLink segments of NVL72 racks (parse.job_nvlink_segment)
+    asks Slurm's topology/block for segments of those 16 trays; Slurm requires the node
+    count to be a multiple of the segment (Topology Guide, --segment). HGX nodes: nothing."""
+    from planner import service
+
+    req = {"model": {"name": "llama3-8b"}, "cluster": {"gpu": gpu, "num_gpus": num_gpus},
+           "training": {"global_batch_size": num_gpus, "seq_length": 4096},
+           "search": {"tp": 1, "pp": 1, "micro_batch_size": 1, "targets": ["slurm"]}}
+    plan = service.plan(req)
+    slurm = plan["launch"]["slurm"]
+    lines = slurm["script"].splitlines()
+    nnodes = int(next(x for x in lines if x.startswith("#SBATCH --nodes=")).split("=")[1])
+    given = [x for x in lines if x.startswith("#SBATCH --segment=")]
+    if segment is None:
+        assert not given and slurm["targets"] == ["Slurm >= 22.05"]
+        assert plan["cluster"]["nvlink_domain"] == 8
+        return
+    assert given == [f"#SBATCH --segment={segment}"] and nnodes % segment == 0
+    assert plan["cluster"]["nvlink_domain"] == segment * plan["cluster"]["gpus_per_node"]
+    assert slurm["targets"] == ["Slurm >= 24.05 with topology/block (--segment)"]
