@@ -34,6 +34,7 @@ from .vocab import (
     DTYPE_BF16,
     DTYPE_BYTES,
     DTYPE_FP8,
+    DTYPE_FP16,
     DTYPE_FP32,
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
@@ -147,6 +148,9 @@ class EngineSupport:
     loss: LossImpl
     overlap: tuple[OverlapSwitch, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # the overlapped 1F1B expert all-to-all (ParallelConfig.moe_a2a_overlap), where the
+    # engine has it: the source of its rules (engine_supports)
+    moe_a2a_overlap: Source | None = None
 
     def zero_levels(self, pipeline: bool = False) -> tuple[int, ...]:
         return tuple(sorted({m.zero for m in self.sharding if m.with_pipeline or not pipeline}))
@@ -158,6 +162,12 @@ class EngineSupport:
 _MG_ARGS = "megatron/training/arguments.py"
 _MG_TC = "megatron/core/transformer/transformer_config.py"
 _MG_DOC_DO = "docs/user-guide/features/dist_optimizer.md"
+
+# Read in megatron-core 0.16.1 (the release the emitted launch targets): the asserts of
+# TransformerConfig.__post_init__ under `if self.overlap_moe_expert_parallel_comm`, the
+# schedules in pipeline_parallel/combined_1f1b.py and models/common/model_chunk_schedule_plan.py
+_MG_A2A_OVERLAP = Source("NVIDIA/Megatron-LM", "megatron-core 0.16.1", _MG_TC,
+                         "__post_init__: overlap_moe_expert_parallel_comm asserts")
 
 MEGATRON = EngineSupport(
     engine=ENGINE_MEGATRON,
@@ -248,12 +258,16 @@ MEGATRON = EngineSupport(
                           "parallelism is enabled'")),
         OverlapSwitch("overlap_p2p_comm", "PP send/recv with compute (interleaved schedule only; "
                       "--no-overlap-p2p-communication turns it off)", True, _mg(_MG_ARGS)),
+        OverlapSwitch("--overlap-moe-expert-parallel-comm", "MoE dispatch / combine all-to-alls of one micro-batch "
+                      "with the compute of another (combined 1F1B steps); emitted and priced where the plan's "
+                      "moe_a2a_overlap holds", False, _MG_A2A_OVERLAP),
     ),
     notes=(
         "interleaved needs pp > 1 (pp > 2 when --no-overlap-p2p-communication)",
         "sequence parallelism is switched off (with a warning) when tp == 1",
         "Megatron-FSDP v1 forces --use-distributed-optimizer",
     ),
+    moe_a2a_overlap=_MG_A2A_OVERLAP,
 )
 
 _TT_CFG = "torchtitan/config/configs.py"
@@ -481,11 +495,19 @@ def engine_supports(
     sequence_parallel: bool = False,
     fp8: bool = False,
     fp8_recipe: str | None = None,
+    moe_a2a_overlap: bool = False,
+    dtype: str | None = None,
+    mtp_layers: int = 0,
 ) -> str | None:
     """None when `engine` can run these engine-neutral knobs; otherwise the reason, quoting
     the engine's rule and where it was read. `etp` None means 'expert TP = tp' (Megatron's
-    default); `cp_variant` / `fp8_recipe` None means 'any the engine has'."""
+    default); `cp_variant` / `fp8_recipe` None means 'any the engine has'; `dtype` None and
+    `mtp_layers` 0 check nothing of the training dtype or the MTP layers."""
     e = get_engine(engine)
+    if moe_a2a_overlap:
+        rule = _a2a_overlap_rule(e, engine, ep, pp, vpp, recompute, dtype, mtp_layers)
+        if rule is not None:
+            return rule
 
     mode = e.sharding_mode(zero)
     if mode is None:
@@ -534,6 +556,31 @@ def engine_supports(
             return f"{engine} has no fp8 training recipe ({e.fp8_source})"
         if fp8_recipe is not None and fp8_recipe not in e.fp8_recipes:
             return f"{engine} fp8 recipes are {', '.join(e.fp8_recipes)}, not {fp8_recipe!r} ({e.fp8_source})"
+    return None
+
+
+def _a2a_overlap_rule(e: EngineSupport, engine: str, ep: int, pp: int, vpp: int, recompute: str, dtype: str | None,
+                      mtp_layers: int) -> str | None:
+    """The overlapped 1F1B expert all-to-all's rules, in the engine's words (Megatron-Core's
+    asserts, megatron-core 0.16.1 transformer_config.py; the emitted launch uses the
+    alltoall dispatcher they allow and no CUDA graphs or shared-expert overlap)."""
+    src = e.moe_a2a_overlap
+    if src is None:
+        return f"{engine} has no overlapped 1F1B expert all-to-all (moe_a2a_overlap is Megatron-Core's)"
+    if ep <= 1:
+        return f"overlap_moe_expert_parallel_comm is only supported with expert model parallelism (ep={ep}) ({src})"
+    if pp > 1 and vpp <= 1:
+        return ("If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
+                f"pipeline_model_parallel_size > 1 (pp={pp}, vpp={vpp}) ({src})")
+    if recompute == RECOMPUTE_FULL:
+        return f"disable full recomputation when enabling overlap_moe_expert_parallel_comm ({src})"
+    if dtype is not None and dtype not in (DTYPE_BF16, DTYPE_FP16, DTYPE_FP8):
+        return f"overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 model (dtype {dtype}) ({src})"
+    if mtp_layers > 1:
+        return f"MTP layernum only supports 1 when enabling overlap_moe_expert_parallel_comm ({mtp_layers}) ({src})"
+    if mtp_layers == 1 and pp <= 1:
+        return ("Pipeline model parallel size must be larger than 1 when enabling overlap_moe_expert_parallel_comm "
+                f"with MTP layer (pp={pp}) ({src})")
     return None
 
 

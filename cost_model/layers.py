@@ -87,6 +87,11 @@ class LayerCost:
     # live only while the layer runs: a block's backward working set, the output layer's loss
     # transient (memory.block_working_set_bytes, memory.loss_transient_bytes)
     transient_bytes: float = 0.0
+    # with the overlapped 1F1B all-to-all (ParallelConfig.moe_a2a_overlap): ep_comm_s is what
+    # stays exposed when this layer's forward and backward each run combined with another
+    # micro-batch's (moe.combined_pair_s); a forward or backward run alone (pipeline warm-up,
+    # cool-down) exposes half of this more each (stages.rank_cost)
+    ep_unpaired_s: float = 0.0
 
     @property
     def time_s(self) -> float:
@@ -107,6 +112,10 @@ class LayerTable:
     output: LayerCost  # final norm + logits + loss, on the last pipeline stage
     p2p_s: float  # one activation send/recv between adjacent stages (per direction)
     sources: dict[str, str] = field(default_factory=dict)
+    # priced for Megatron-Core's overlapped 1F1B all-to-all (ParallelConfig.moe_a2a_overlap):
+    # the blocks' ep_comm_s are their combined-step exposure, ep_unpaired_s what a forward or
+    # backward run alone adds; the schedule holds one more warm-up forward (stages.rank_cost)
+    combined_1f1b: bool = False
 
     @cached_property
     def _kinds(self) -> tuple[tuple[LayerCost, ...], tuple[int, ...]]:
@@ -400,6 +409,7 @@ class _Gemms:
     weight_elems: float  # weight elements of all GEMMs (fp8 weight casts)
     out_s: float = 0.0  # the row-parallel attention output projection (hides its reduce-scatter
     down_s: float = 0.0  # the MLP's row-parallel down projection        under --tp-comm-overlap)
+    experts_s: float = 0.0  # the routed experts' grouped GEMMs (MoE blocks; the overlapped 1F1B's mlp node)
 
 
 def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> _Gemms:
@@ -442,7 +452,8 @@ def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, 
         grad_out += n_up * fs / tp + h
         weights += (n_up + 1) * fs * h / tp
     # the expert GEMMs hide no TP collective (their tokens arrive by all-to-all): up_s 0
-    return _Gemms(qkv_s + out_s + moe_s, f_elem, qkv_s, 0.0, act_in, grad_out, weights)
+    experts_s = moe.expert_gemms_fwd_s(m, gpu, t, moe.layout(m, t, cfg))
+    return _Gemms(qkv_s + out_s + moe_s, f_elem, qkv_s, 0.0, act_in, grad_out, weights, experts_s=experts_s)
 
 
 def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
@@ -617,6 +628,7 @@ class _BlockCompute:
     up_s: float = 0.0  # forward time of the MLP up projection
     out_s: float = 0.0  # forward time of the row-parallel attention output projection
     down_s: float = 0.0  # forward time of the MLP down projection (0 in MoE blocks: expert GEMMs)
+    experts_s: float = 0.0  # forward time of the routed experts' GEMMs (MoE blocks)
 
 
 def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry,
@@ -640,7 +652,7 @@ def _block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig
     fwd_p, bwd_p, source = _profiled(profile, kind, cfg, t, fwd, bwd)
     scale = fwd_p / max(1e-12, fwd) if source != "analytic" else 1.0
     return _BlockCompute(fwd_p, bwd_p, core_s * scale, core_bwd_s, source, g.qkv_s * scale, g.up_s * scale,
-                         g.out_s * scale, g.down_s * scale)
+                         g.out_s * scale, g.down_s * scale, g.experts_s * scale)
 
 
 def _tp_overlap(cluster, cfg: ParallelConfig, geo: _BlockGeometry) -> kernels.TpCommOverlap | None:
@@ -901,6 +913,7 @@ def _block_cost(
     tp_fwd = _block_tp_fwd_s(m, cluster, cfg, geo, c, fits)
     tp_bwd = _block_tp_bwd_s(m, cluster, cfg, geo, c, fits)
     ep_comm = _block_ep_s(m, cluster, t, cfg, geo, fits)
+    unpaired = _combined_saving_s(m, cluster, t, cfg, geo, c, tp_fwd, tp_bwd, ep_comm, fits)
     dense, expert = _block_params(m, cfg, geo.moe_layer)
     st = _block_states(cluster, t, cfg, dense, expert, c, fits)
     b = cfg.micro_batch_size
@@ -916,7 +929,7 @@ def _block_cost(
         fwd_s=c.fwd_s,
         tp_comm_s=tp_fwd + tp_bwd,
         cp_comm_s=_block_cp_s(m, cluster, cfg, geo, c, fits),
-        ep_comm_s=ep_comm,
+        ep_comm_s=ep_comm - unpaired,
         zero3_comm_s=st.zero3_comm_s,
         recompute_full_s=c.fwd_s + tp_fwd + (ep_comm / 2),
         recompute_selective_s=c.core_fwd_s if t.attention == ATTENTION_EAGER else 0.0,
@@ -928,7 +941,32 @@ def _block_cost(
         optimizer_s=st.optimizer_s,
         flops_model=model_f,
         transient_bytes=working_set,
+        ep_unpaired_s=unpaired,
     )
+
+
+def _combined_saving_s(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry,
+                       c: _BlockCompute, tp_fwd: float, tp_bwd: float, ep_comm: float, fits) -> float:
+    """What the overlapped 1F1B all-to-all (cfg.moe_a2a_overlap, Megatron-Core
+    --overlap-moe-expert-parallel-comm) saves on an MoE block's forward + backward when both
+    run combined with another micro-batch's (moe.combined_saving_s; 0 otherwise). The nodes:
+    mlp = the routed experts' GEMMs, forward c.experts_s, backward twice it (input and weight
+    gradients, one GEMM each per forward one: Narayanan et al. SC'21 §5.1); attn = the rest
+    of the block's compute with its TP and CP collectives (on the compute stream), its
+    weight-gradient part the attention projections' forward time; dispatch and combine =
+    half the all-to-all communication each way (moe.ep_comm_fwd_s: the two all-to-alls move
+    the same bytes)."""
+    if not (cfg.moe_a2a_overlap and geo.moe_layer and cfg.ep > 1 and ep_comm > 0):
+        return 0.0
+    share = c.fwd_s / (c.fwd_s + c.bwd_s) if c.fwd_s + c.bwd_s > 0 else 0.5
+    cp = _block_cp_s(m, cluster, cfg, geo, c, fits)
+    experts = c.experts_s
+    a2a = ep_comm / 4  # one all-to-all (with its expert-TP collective) of one direction
+    fwd = moe.PassParts(attn=c.fwd_s - experts + tp_fwd + share * cp, mlp=experts, dispatch=a2a, combine=a2a)
+    attn_w = c.qkv_s + c.out_s
+    bwd = moe.PassParts(attn=max(0.0, c.bwd_s - 2 * experts - attn_w) + tp_bwd + (1 - share) * cp, mlp=experts,
+                        dispatch=a2a, combine=a2a, attn_wgrad=attn_w, mlp_wgrad=experts)
+    return moe.combined_saving_s(fwd, bwd, cluster.gpu.overlap_interference)
 
 
 def _profiled(profile, kind: str, cfg: ParallelConfig, t: TrainingSpec, fwd: float, bwd: float):
@@ -1234,4 +1272,5 @@ def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
         output=output,
         p2p_s=_p2p_s(model.hidden_size, cluster, training, cfg, profile),
         sources=sources,
+        combined_1f1b=cfg.moe_a2a_overlap,
     )

@@ -423,7 +423,7 @@ def logits_activation_bytes(
 # --------------------------------------------------------------------------- in flight
 
 
-def interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+def interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra: int = 0) -> tuple[tuple[int, ...], ...]:
     """The micro-batches each of a rank's vpp virtual stages holds, at every point of Megatron's
     interleaved 1F1B where the total can peak (after each forward), Pareto-maximal vectors only.
     Megatron's order (megatron/core/pipeline_parallel/schedules.py @d98e8a64ddf3,
@@ -433,16 +433,21 @@ def interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int) -> tuple[tuple
     backwards the same groups from chunk vpp-1 down. A rank whose virtual stages hold
     different activations (embedding / loss accounting, uneven stages) peaks at
     max over these vectors of sum_c n_c * act_c, which the uniform count
-    `in_flight_micro_batches` x the rank's total can under-state (see peak_in_flight_bytes)."""
-    return _interleaved_live_chunks(pp, rank, m, vpp)
+    `in_flight_micro_batches` x the rank's total can under-state (see peak_in_flight_bytes).
+    `warmup_extra`: forwards added to the warm-up (1 under the overlapped 1F1B all-to-all:
+    get_pp_rank_microbatches, "we schedule one extra micro-batch forward step before the
+    1f1b stages", schedules.py, megatron-core 0.16.1). A combined step's forward and backward
+    run layer by layer, the forward's chunk filling while the backward's empties; counting
+    both whole (after the forward, before the backward) bounds it from above."""
+    return _interleaved_live_chunks(pp, rank, m, vpp, warmup_extra)
 
 
 @lru_cache(maxsize=1024)
-def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra: int = 0) -> tuple[tuple[int, ...], ...]:
     from .schedule_sim import interleaved_table  # Megatron's get_schedule_table (no import cycle)
 
     total = m * vpp
-    warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp)
+    warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp + warmup_extra)
     # chunk of the k-th forward: groups of pp micro-batches per chunk, the last group the
     # remainder when pp does not divide m (get_schedule_table)
     chunks = [c for _, c in interleaved_table(m, vpp, pp)]
@@ -500,28 +505,32 @@ def interleaved_floor(pp: int, rank: int, m: int, vpp: int) -> int:
     return best
 
 
-def live_chunk_vectors(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+def live_chunk_vectors(schedule: str, pp: int, rank: int, m: int, vpp: int,
+                       warmup_extra: int = 0) -> tuple[tuple[int, ...], ...]:
     """The micro-batches each of a rank's vpp virtual stages holds at the points where its
     saved activations can peak: interleaved 1F1B, Megatron's order (interleaved_live_chunks);
     every other schedule holds all of a rank's stages alike, in_flight_micro_batches of each
     (one vector). A rank whose stage c saves a_c per micro-batch peaks at
     max over these vectors of sum_c n_c * a_c (peak_in_flight_bytes; the planner's ILP
-    writes one memory row per vector)."""
+    writes one memory row per vector). `warmup_extra` as in interleaved_live_chunks (the
+    interleaved order only: without pipelining the overlapped 1F1B holds one micro-batch and
+    one block more, stages.combined_extra_bytes)."""
     if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
-        return interleaved_live_chunks(pp, rank, m, vpp)
+        return interleaved_live_chunks(pp, rank, m, vpp, warmup_extra)
     n = in_flight_micro_batches(schedule, pp, rank, m, vpp)
     assert n == int(n)  # without interleaving a whole number of micro-batches
     return ((int(n),) * max(1, vpp),)
 
 
-def memory_row_vectors(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+def memory_row_vectors(schedule: str, pp: int, rank: int, m: int, vpp: int,
+                       warmup_extra: int = 0) -> tuple[tuple[int, ...], ...]:
     """live_chunk_vectors less those a segment between two others covers (v <= t w1 +
     (1 - t) w2 componentwise for some t in [0, 1]): for bytes a >= 0 such a v never holds
     more than the better of w1 and w2, so the maximum of sum_c n_c a_c over the rest is the
     same. Megatron's order moves the held micro-batches one chunk at a time between a few
     extremes, so most of its Pareto vectors lie on such segments (pp 8 x vpp 8: 26-32 -> 8),
     and each one removed is one memory row less in the planner's ILP."""
-    return _without_segment_points(live_chunk_vectors(schedule, pp, rank, m, vpp))
+    return _without_segment_points(live_chunk_vectors(schedule, pp, rank, m, vpp, warmup_extra))
 
 
 @lru_cache(maxsize=1024)
@@ -556,13 +565,14 @@ def _on_segment(v: tuple[int, ...], w1: tuple[int, ...], w2: tuple[int, ...]) ->
     return True
 
 
-def peak_in_flight_bytes(schedule: str, pp: int, rank: int, m: int, vpp: int, chunk_bytes: tuple[float, ...]) -> float:
+def peak_in_flight_bytes(schedule: str, pp: int, rank: int, m: int, vpp: int, chunk_bytes: tuple[float, ...],
+                         warmup_extra: int = 0) -> float:
     """Peak saved activations of one pipeline rank whose virtual stage c saves chunk_bytes[c]
     per micro-batch: the maximum over live_chunk_vectors of sum_c n_c * chunk_bytes[c] (for
     interleaved 1F1B Megatron's order; otherwise in_flight_micro_batches x their sum, every
     stage of a rank being held alike). With equal chunks this is in_flight_micro_batches x
     their sum for interleaving too (the largest vector sums to its warm-up + 1)."""
-    vectors = live_chunk_vectors(schedule, pp, rank, m, vpp)
+    vectors = live_chunk_vectors(schedule, pp, rank, m, vpp, warmup_extra)
     assert len(chunk_bytes) == len(vectors[0])
     return max(sum(n * a for n, a in zip(v, chunk_bytes, strict=True)) for v in vectors)
 

@@ -31,14 +31,19 @@ runs them after each per-layer device-to-host sync of the token counts (token_di
 _maybe_dtoh_and_synchronize), the first bottleneck NVIDIA names for MoE on GB200
 (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization @eb0783b6d3 section 2);
 fp8 dispatch (fused_a2a.py at the same commit: "Currently, we do not support fp8 dispatch");
-the overlapped 1F1B all-to-all (`--overlap-moe-expert-parallel-comm`, off by default and not
-emitted): the all-to-alls are exposed; `--recompute-modules moe_act` (not emitted), which
+`--recompute-modules moe_act` (not emitted), which
 would drop the clamped activation's saved tensors (GPT-OSS's clamp, TransformerSpec.swiglu_limit,
 is priced per engine in kernels.GluClamp, memory.glu_clamp_bytes and layers._glu_clamp_s);
 node-limited routing
 (DeepSeek-V3 §2.1.2, at most 4 nodes per token) saves inter-node bytes only with a
 de-duplicating dispatcher, so with Megatron's alltoall dispatcher every routed copy crosses
 the link to its expert's rank.
+
+The all-to-alls are exposed, unless the plan switches on Megatron-Core's overlapped 1F1B
+(`--overlap-moe-expert-parallel-comm`, ParallelConfig.moe_a2a_overlap): then in every
+steady-state step the forward of one micro-batch and the backward of another run layer by
+layer on two CUDA streams, each one's dispatch and combine under the other's compute
+(`combined_pair_s`); warm-up forwards and cool-down backwards run alone, exposed.
 """
 
 from __future__ import annotations
@@ -279,3 +284,83 @@ def ep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig,
         gathered = tok_bytes * cfg.etp
         a2a += comm.all_gather_s(gathered, cfg.etp, link, fits) + comm.reduce_scatter_s(gathered, cfg.etp, link, fits)
     return a2a
+
+
+# --------------------------------------------------------------------------- overlapped 1F1B
+
+
+@dataclass(frozen=True)
+class PassParts:
+    """One MoE block's forward or backward for one micro-batch, split as Megatron-Core's
+    fine-grained schedule splits it into nodes (megatron/core/models/gpt/
+    fine_grained_callables.py, megatron-core 0.16.1): `attn` (attention, its TP / CP
+    collectives, router, permutation and shared experts: submodule_attn_forward), `mlp` (the
+    routed experts: submodule_moe_forward), `dispatch` and `combine` (the all-to-alls and the
+    expert-TP gather / reduce-scatter, on the communication stream). A backward's `attn` and
+    `mlp` split further into input-gradient (`*_dgrad`) and weight-gradient (`*_wgrad`) parts
+    (backward_dw runs the latter)."""
+
+    attn: float
+    mlp: float
+    dispatch: float
+    combine: float
+    attn_wgrad: float = 0.0
+    mlp_wgrad: float = 0.0
+
+    @property
+    def alone_s(self) -> float:
+        return self.attn + self.mlp + self.dispatch + self.combine + self.attn_wgrad + self.mlp_wgrad
+
+
+# layers of the chain simulated by combined_pair_s: the steady per-layer time is the
+# difference of the ends after PAIR_CHAIN_LAYERS and after one layer, per layer between
+PAIR_CHAIN_LAYERS = 4
+
+
+def combined_pair_s(f: PassParts, b: PassParts, interference: float) -> float:
+    """Seconds one layer of a combined forward (f) and backward (b) step takes in Megatron-
+    Core's overlapped 1F1B, steady state of a chain of such layers. The order is the
+    engine's (TransformerLayerSchedulePlan.run, megatron/core/models/common/
+    model_chunk_schedule_plan.py, megatron-core 0.16.1):
+        comm stream: combine_bwd | dispatch_fwd -> dispatch_bwd      | combine_fwd
+        comp stream: attn_fwd    | mlp_bwd -> mlp_bwd_dw -> mlp_fwd  | attn_bwd (-> attn_bwd_dw)
+    each node waiting for its input: mlp_bwd for combine_bwd, dispatch_fwd for attn_fwd,
+    dispatch_bwd for mlp_bwd's input gradient, mlp_fwd for dispatch_fwd, combine_fwd for
+    mlp_fwd, attn_bwd for dispatch_bwd, and the next layer's attn_fwd for this combine_fwd,
+    its combine_bwd for this attn_bwd's input gradient. Each stream runs its nodes in that
+    order (earliest start). The communication hidden under compute still slows it by
+    `interference` x the hidden part (GPUSpec.overlap_interference, the rule of
+    layers.overlapped_s). Deviation: the SM share the all-to-all kernels take is that one
+    constant, not a per-kernel model."""
+
+    def chain(n: int) -> float:
+        comp = comm = 0.0  # when each stream is free
+        f_in = b_in = 0.0  # when this layer's forward input / backward input gradient is ready
+        for _ in range(n):
+            cb = max(comm, b_in) + b.combine
+            comm = cb
+            af = max(comp, f_in) + f.attn
+            mbd = max(af, cb) + b.mlp
+            df = max(comm, af) + f.dispatch
+            mbw = mbd + b.mlp_wgrad
+            db = max(df, mbd) + b.dispatch
+            mf = max(mbw, df) + f.mlp
+            cf = max(db, mf) + f.combine
+            abd = max(mf, db) + b.attn
+            comp = abd + b.attn_wgrad
+            comm = cf
+            f_in, b_in = cf, abd
+        return max(comp, comm)
+
+    per_layer = (chain(PAIR_CHAIN_LAYERS) - chain(1)) / (PAIR_CHAIN_LAYERS - 1)
+    compute = f.attn + f.mlp + b.attn + b.mlp + b.attn_wgrad + b.mlp_wgrad
+    comm = f.dispatch + f.combine + b.dispatch + b.combine
+    hidden = max(0.0, min(comm, compute + comm - per_layer))
+    return per_layer + interference * hidden
+
+
+def combined_saving_s(f: PassParts, b: PassParts, interference: float) -> float:
+    """What running this layer's forward and backward as one combined step saves over running
+    them apart (the all-to-alls exposed): never negative, never more than the all-to-alls."""
+    comm = f.dispatch + f.combine + b.dispatch + b.combine
+    return min(comm, max(0.0, f.alone_s + b.alone_s - combined_pair_s(f, b, interference)))

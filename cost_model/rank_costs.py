@@ -29,7 +29,16 @@ from typing import NamedTuple
 from . import memory
 from .layers import LayerCost, LayerTable, dp_window_factor, overlap_hidden_s, overlap_window_s
 from .results import GIB
-from .stages import RankCost, StageSlice, layer_fwd_s, rank_cost, stage_sends, transient_bytes
+from .stages import (
+    RankCost,
+    StageSlice,
+    combined_extra_bytes,
+    layer_fwd_s,
+    rank_cost,
+    stage_sends,
+    transient_bytes,
+    warmup_extra,
+)
 from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 
 
@@ -81,13 +90,18 @@ class StageProblem:
     @property
     def block_transient_bytes(self) -> float:
         """The block in flight's transient when the rank recomputes no whole block
-        (stages.transient_bytes)."""
-        return transient_bytes(self.table, self.recompute, False)
+        (stages.transient_bytes; with the overlapped 1F1B without interleaving, the block it
+        holds beside a micro-batch, stages.combined_extra_bytes)."""
+        return transient_bytes(self.table, self.recompute, False) + self._combined_extra_bytes
 
     @property
     def recompute_transient_bytes(self) -> float:
         """The same when the rank fully recomputes some block."""
-        return transient_bytes(self.table, self.recompute, True)
+        return transient_bytes(self.table, self.recompute, True) + self._combined_extra_bytes
+
+    @cached_property
+    def _combined_extra_bytes(self) -> float:
+        return combined_extra_bytes(self.table, self.recompute, self.schedule, self.vpp)
 
     def inflight(self, rank: int) -> float:
         """Micro-batches in flight in units of the rank's whole activations, as if its
@@ -97,12 +111,14 @@ class StageProblem:
     def live_chunks(self, rank: int) -> tuple[tuple[int, ...], ...]:
         """memory.live_chunk_vectors of `rank`: per vector, the micro-batches each of its
         virtual stages (in chunk order) holds at a point where its activations can peak."""
-        return memory.live_chunk_vectors(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp)
+        return memory.live_chunk_vectors(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp,
+                                         warmup_extra(self.table))
 
     def memory_rows(self, rank: int) -> tuple[tuple[int, ...], ...]:
         """live_chunks(rank) less the vectors that never hold the most (memory.memory_row_vectors):
         the ILP's memory rows."""
-        return memory.memory_row_vectors(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp)
+        return memory.memory_row_vectors(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp,
+                                         warmup_extra(self.table))
 
     @cached_property
     def kind_coefficients(self) -> tuple[BlockCoefficients, ...]:
@@ -160,6 +176,7 @@ class BlockCoefficients(NamedTuple):
     act_bytes: float  # per micro-batch held, not fully recomputed
     act_saved_bytes: float  # per micro-batch held, saved by full recompute
     fwd_s: float  # the forward's part of time_s (stages.layer_fwd_s)
+    unpaired_s: float = 0.0  # what its forward, and again its backward, adds run alone (RankCost.chunk_unpaired_s)
 
 
 def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
@@ -175,6 +192,7 @@ def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
         act_bytes=act,
         act_saved_bytes=act - b.act.full,
         fwd_s=layer_fwd_s(b),
+        unpaired_s=b.ep_unpaired_s / 2,
     )
 
 

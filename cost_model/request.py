@@ -317,6 +317,8 @@ class Search(_Strict):
     schedule: _choice(Schedule, [SCHEDULE_1F1B, SCHEDULE_INTERLEAVED], "pipeline schedule")
     sequence_parallel: _choice(bool, [True], "Megatron sequence parallelism")
     cp_comm: _choice(CpComm, [CP_P2P], "context-parallel communication")
+    moe_a2a_overlap: _choice(bool, [True], "Megatron-Core overlapped 1F1B expert all-to-all "
+                             "(--overlap-moe-expert-parallel-comm; MoE with ep > 1)")
     memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom)", examples=[0.05])
     top_k: int = Field(3, ge=1, le=MAX_TOP_K, description="plans to keep (best + alternatives)", examples=[3])
     time_limit_s: float | None = Field(None, gt=0, le=MAX_TIME_LIMIT_S,
@@ -348,6 +350,9 @@ class Parallelism(_Strict):
     cp_comm: CpComm | None = Field(None, description="context-parallel communication (carried, not priced yet)", examples=[CP_P2P])
     engine: Engine = Field(ENGINE_MEGATRON, description="the engine that runs this configuration (check: default search.engine)",
                            examples=[ENGINE_MEGATRON])
+    moe_a2a_overlap: bool = Field(False, description="Megatron-Core's overlapped 1F1B: each steady step's forward and "
+                                  "backward combined, one's expert all-to-alls under the other's compute "
+                                  "(--overlap-moe-expert-parallel-comm)", examples=[False])
     stage_layers: list[Annotated[int, Field(ge=1, le=MAX_LAYERS)]] | None = Field(
         None, max_length=MAX_LAYERS, description="blocks per (virtual) stage, pp*vpp entries; default balanced", examples=[[16, 16]])
     recompute_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(

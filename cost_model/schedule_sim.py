@@ -66,6 +66,9 @@ class StageTimes:
     recompute_s: float = 0.0  # re-run forward before the backward (activation recomputation)
     send_fwd_s: float = 0.0  # activations to the next stage (0 on the last stage)
     send_bwd_s: float = 0.0  # gradients to the previous stage (0 on the first stage)
+    # overlapped 1F1B all-to-all: fwd_s / bwd_s are combined-step times, and a forward or a
+    # backward outside the steady 1F1B pairs (warm-up, cool-down) takes this much longer
+    unpaired_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -123,19 +126,23 @@ def interleaved_table(m: int, vpp: int, group: int) -> list[tuple[int, int]]:
     return table
 
 
-def rank_order(schedule: str, pp: int, rank: int, m: int, vpp: int = 1, group: int | None = None) -> list[tuple[str, int, int]]:
-    """The op sequence of one pipeline rank: (F|B, micro-batch, chunk)."""
+def rank_order(schedule: str, pp: int, rank: int, m: int, vpp: int = 1, group: int | None = None,
+               warmup_extra: int = 0) -> list[tuple[str, int, int]]:
+    """The op sequence of one pipeline rank: (F|B, micro-batch, chunk). `warmup_extra`
+    forwards are added to the warm-up (memory.interleaved_live_chunks; without pipelining
+    Megatron's combined_1f1b_schedule_for_no_pipelining runs the first forward alone, then
+    each forward with the previous micro-batch's backward)."""
     if schedule == SCHEDULE_GPIPE:
         return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
     if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
         group = group or pp
         table = interleaved_table(m, vpp, group)
         total = m * vpp
-        warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * group)
+        warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * group + warmup_extra)
         fwd = [("F", mb, c) for mb, c in table]
         bwd = [("B", mb, vpp - 1 - c) for mb, c in table]
     else:
-        warm = min(m, pp - rank - 1)
+        warm = min(m, pp - rank - 1 + warmup_extra)  # pp = 1: the first forward alone, then (F i+1, B i)
         total = m
         fwd = [("F", i, 0) for i in range(m)]
         bwd = [("B", i, 0) for i in range(m)]
@@ -159,15 +166,27 @@ def simulate(
     tails: Sequence[RankTail] | None = None,
     group: int | None = None,
     record: bool = True,
+    warmup_extra: int = 0,
 ) -> Simulation:
     """Run the schedule; `stages` has pp * vpp entries, stage s on rank s % pp. With
-    record=False only the times are kept (no events): what the plan's summary needs."""
+    record=False only the times are kept (no events): what the plan's summary needs.
+    Overlapped 1F1B all-to-all (`warmup_extra` 1, StageTimes.unpaired_s): Megatron's order
+    with one more warm-up forward, each steady forward running combined with the backward
+    after it; the forwards before the first backward and the backwards after the last
+    forward run alone (+ unpaired_s)."""
     n_stages = len(stages)
     if n_stages != pp * max(1, vpp):
         raise ValueError(f"need pp*vpp = {pp * vpp} stage times, got {n_stages}")
     m = num_micro_batches
     v = max(1, vpp)
-    orders = [rank_order(schedule, pp, r, m, v, group) for r in range(pp)]
+    orders = [rank_order(schedule, pp, r, m, v, group, warmup_extra) for r in range(pp)]
+    # per rank, the span of its order the steady combined steps cover (after the warm-up
+    # forwards, before the cool-down backwards)
+    paired = []
+    for o in orders:
+        first_b = next(i for i, op in enumerate(o) if op[0] == "B")
+        last_f = max(i for i, op in enumerate(o) if op[0] == "F")
+        paired.append(range(first_b - 1, last_f + 2) if last_f > first_b else range(0))
     pos = [0] * pp
     free = [0.0] * pp
     busy = [0.0] * pp
@@ -192,27 +211,30 @@ def simulate(
                 if dep is None:
                     break
                 t = max(free[r], dep)
+                extra = st.unpaired_s if pos[r] not in paired[r] else 0.0
                 if kind == "F":
+                    fwd = st.fwd_s + extra
                     if events is not None:
-                        events.append(Event(r, "forward", mb, s, t, t + st.fwd_s))
-                    t += st.fwd_s
+                        events.append(Event(r, "forward", mb, s, t, t + fwd))
+                    t += fwd
                     fwd_end[(s, mb)] = t
                     if s < n_stages - 1:
                         t = _send(events, r, (s + 1) % pp, mb, s, t, st.send_fwd_s)
                         fwd_ready[(s + 1, mb)] = t
-                    busy[r] += st.fwd_s + (st.send_fwd_s if s < n_stages - 1 else 0.0)
+                    busy[r] += fwd + (st.send_fwd_s if s < n_stages - 1 else 0.0)
                 else:
                     if st.recompute_s > 0:
                         if events is not None:
                             events.append(Event(r, "recompute", mb, s, t, t + st.recompute_s))
                         t += st.recompute_s
+                    bwd = st.bwd_s + extra
                     if events is not None:
-                        events.append(Event(r, "backward", mb, s, t, t + st.bwd_s))
-                    t += st.bwd_s
+                        events.append(Event(r, "backward", mb, s, t, t + bwd))
+                    t += bwd
                     if s > 0:
                         t = _send(events, r, (s - 1) % pp, mb, s, t, st.send_bwd_s)
                         bwd_ready[(s - 1, mb)] = t
-                    busy[r] += st.recompute_s + st.bwd_s + (st.send_bwd_s if s > 0 else 0.0)
+                    busy[r] += st.recompute_s + bwd + (st.send_bwd_s if s > 0 else 0.0)
                 free[r] = t
                 pos[r] += 1
                 remaining -= 1
@@ -268,6 +290,7 @@ def stage_times(table, slices, cfg) -> list[StageTimes]:
             recompute_s=c.recompute_s,
             send_fwd_s=send_fwd,
             send_bwd_s=send_bwd,
+            unpaired_s=c.chunk_unpaired_s[0],
         ))
     return out
 
@@ -276,6 +299,7 @@ def simulate_config(model, cluster, training, cfg, profile=None) -> Simulation:
     """Simulate the schedule of one fully given configuration with the cost model's times."""
     from .estimate import rank_costs, resolve_slices
     from .layers import layer_table
+    from .stages import warmup_extra
     from .validate import validate_config
 
     validate_config(model, cluster, training, cfg)
@@ -284,4 +308,5 @@ def simulate_config(model, cluster, training, cfg, profile=None) -> Simulation:
     m = cfg.num_micro_batches(training.global_batch_size)
     ranks = rank_costs(table, slices, cfg, m, cluster)
     tails = [RankTail(r.exposed_dp_s, r.optimizer_s, r.dp_sync_s) for r in ranks]
-    return simulate(stage_times(table, slices, cfg), cfg.pp, m, cfg.schedule, cfg.vpp, tails)
+    return simulate(stage_times(table, slices, cfg), cfg.pp, m, cfg.schedule, cfg.vpp, tails,
+                    warmup_extra=warmup_extra(table))

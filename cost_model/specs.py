@@ -310,7 +310,10 @@ class ParallelConfig(ParallelSizes):
     the balanced split.
     etp: expert tensor-parallel degree (carried for the MoE model). cp_comm: the
     context-parallel communication kind (layers._block_cp_s prices each; None = the
-    engine's default ring).
+    engine's default ring). moe_a2a_overlap: Megatron-Core's overlapped 1F1B, each steady
+    step's forward and backward combined so that one's expert all-to-alls run under the
+    other's compute (--overlap-moe-expert-parallel-comm; moe.combined_pair_s), one more
+    warm-up forward (memory.live_chunk_vectors).
     """
 
     dp: int = 1
@@ -329,6 +332,7 @@ class ParallelConfig(ParallelSizes):
     etp: int = 1
     cp_comm: CpComm | None = None
     engine: Engine = ENGINE_MEGATRON  # the engine that runs it, and so how it is priced
+    moe_a2a_overlap: bool = False
 
     def num_micro_batches(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch_size)

@@ -65,7 +65,7 @@ from functools import lru_cache
 
 from . import memory
 from .layers import LayerTable, dp_window_factor, overlapped_s
-from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE
+from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,9 @@ class RankCost:
     # backward (+ recomputation + gradient send) of one micro-batch; they add up to time_s
     chunk_fwd_s: tuple[float, ...] = ()
     chunk_bwd_s: tuple[float, ...] = ()
+    # per virtual stage: what its forward, and again its backward, adds when it runs alone
+    # rather than combined with another micro-batch's (overlapped 1F1B all-to-all; else 0)
+    chunk_unpaired_s: tuple[float, ...] = ()
 
     @property
     def exposed_dp_s(self) -> float:
@@ -204,10 +207,11 @@ def rank_cost(
     chunk_fwd: list[float] = []
     chunk_time: list[float] = []
     chunk_act: list[float] = []  # per virtual stage of this rank: bytes one micro-batch leaves
+    chunk_unpaired: list[float] = []
     for sl in slices:
         if sl.index % pp != rank:
             continue
-        fwd_k = time_k = act_k = 0.0
+        fwd_k = time_k = act_k = unpaired_k = 0.0
         layers = [(table.blocks[i], i - sl.first) for i in range(sl.first, sl.last + 1)]
         if sl.index == 0:
             layers.insert(0, (table.embedding, -1))
@@ -239,16 +243,20 @@ def rank_cost(
             g += lc.grads_bytes
             o += lc.optimizer_bytes
             act_k += a
+            unpaired_k += lc.ep_unpaired_s / 2
         ppc += stage_sends(sl.index, n_stages) * table.p2p_s
         chunk_act.append(act_k)
+        chunk_unpaired.append(unpaired_k)
         chunk_fwd.append(fwd_k + (table.p2p_s if sl.index < n_stages - 1 else 0.0))
         chunk_time.append(time_k + stage_sends(sl.index, n_stages) * table.p2p_s)
     time = comp + rc + tp + cp + ep + z3 + ppc
     transient = rank_transient_bytes(transient_bytes(table, recompute_mode, recomputes), extra_transient)
+    transient += combined_extra_bytes(table, recompute_mode, schedule, vpp)
     # saved activations at the rank's peak: per virtual stage, the micro-batches the schedule
     # holds there (Megatron's interleaved order holds its chunks unequally) x that stage's
     # bytes (memory.peak_in_flight_bytes)
-    act = memory.peak_in_flight_bytes(schedule, pp, rank, num_micro_batches, vpp, tuple(chunk_act))
+    act = memory.peak_in_flight_bytes(schedule, pp, rank, num_micro_batches, vpp, tuple(chunk_act),
+                                      warmup_extra(table))
     return RankCost(
         rank=rank,
         time_s=time,
@@ -272,7 +280,29 @@ def rank_cost(
         overlap_interference=overlap_interference,
         chunk_fwd_s=tuple(chunk_fwd),
         chunk_bwd_s=tuple(t - f for t, f in zip(chunk_time, chunk_fwd, strict=True)),
+        chunk_unpaired_s=tuple(chunk_unpaired),
     )
+
+
+def warmup_extra(table: LayerTable) -> int:
+    """Forwards Megatron adds to the interleaved warm-up under the overlapped 1F1B all-to-all
+    (memory.interleaved_live_chunks)."""
+    return 1 if table.combined_1f1b else 0
+
+
+def combined_extra_bytes(table: LayerTable, recompute_mode: str, schedule: str, vpp: int) -> float:
+    """Activations the overlapped 1F1B holds beyond the schedule's count without interleaving
+    (pp = 1, Megatron-Core combined_1f1b_schedule_for_no_pipelining, megatron-core 0.16.1
+    pipeline_parallel/combined_1f1b.py): micro-batch i+1's forward runs layer by layer
+    beside micro-batch i's backward, which pops the layers in reverse
+    (TransformerModelChunkSchedulePlan.run), so when the forward has saved layer l the
+    backward still holds layers l..L-1: one micro-batch and one block. Interleaved, the
+    extra warm-up forward is counted whole instead (warmup_extra)."""
+    if not table.combined_1f1b or (schedule == SCHEDULE_INTERLEAVED and vpp > 1):
+        return 0.0
+    if recompute_mode == RECOMPUTE_SELECTIVE:
+        return max((b.act.selective for b in table.blocks), default=0.0)
+    return max((b.act.none for b in table.blocks), default=0.0)
 
 
 def _forward_slot(entry: int, rank: int, pp: int, vpp: int) -> int:
@@ -319,16 +349,26 @@ def lockstep_slots(pp: int, vpp: int, num_micro_batches: int) -> tuple[Slot, ...
 
 
 def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequence[Sequence[float]],
-                    num_micro_batches: int, vpp: int, schedule: str) -> float:
+                    num_micro_batches: int, vpp: int, schedule: str,
+                    chunk_unpaired_s: Sequence[Sequence[float]] | None = None) -> float:
     """T_pipe of the module docstring; chunk_fwd_s[r][c] (chunk_bwd_s[r][c]) is the forward
-    (backward) of chunk c of rank r for one micro-batch (RankCost.chunk_fwd_s)."""
+    (backward) of chunk c of rank r for one micro-batch (RankCost.chunk_fwd_s).
+    chunk_unpaired_s[r][c] (overlapped 1F1B all-to-all, RankCost.chunk_unpaired_s): the times
+    above are those of a forward or backward combined with another micro-batch's, and one
+    run alone takes this much more. Interleaved, the lock-step slots holding a forward only
+    (warm-up) or a backward only (cool-down) add it. Without interleaving, the warm-up and
+    cool-down cross every rank once each way: sum_r of a rank's forward and backward extra
+    (pp = 1: the first forward and the last backward, combined_1f1b_schedule_for_no_pipelining).
+    Deviation: Megatron's extra warm-up forward shifts which chunks share a slot; the slots
+    here keep the order without it."""
     m, v = num_micro_batches, max(1, vpp)
+    alone = chunk_unpaired_s or [[0.0] * len(f) for f in chunk_fwd_s]
     if v == 1:
         times = [sum(f) + sum(b) for f, b in zip(chunk_fwd_s, chunk_bwd_s, strict=True)]
         if schedule == SCHEDULE_GPIPE:
             return sum(times) + (m - 1) * (max(map(sum, chunk_fwd_s)) + max(map(sum, chunk_bwd_s)))
         slowest = max(times)
-        return m * slowest + sum(times) - slowest
+        return m * slowest + sum(times) - slowest + 2 * sum(map(sum, alone))
     times = [sum(f) + sum(b) for f, b in zip(chunk_fwd_s, chunk_bwd_s, strict=True)]
     slowest = max(times)
     total = 0.0
@@ -336,6 +376,8 @@ def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequenc
         longest = 0.0
         for r, f, b in ops:
             d = (chunk_fwd_s[r][f] if f >= 0 else 0.0) + (chunk_bwd_s[r][b] if b >= 0 else 0.0)
+            if f < 0 or b < 0:  # a forward or a backward alone: not combined
+                d += alone[r][max(f, b)]
             longest = max(longest, d)
         total += n * longest
     return max(total, m * slowest + (sum(times) - slowest) / v)
@@ -343,8 +385,9 @@ def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequenc
 
 def rank_pipeline_time_s(ranks: Sequence[RankCost], num_micro_batches: int, vpp: int, schedule: str) -> float:
     """pipeline_time_s of the ranks' chunk times."""
+    unpaired = [r.chunk_unpaired_s or (0.0,) * len(r.chunk_fwd_s) for r in ranks]
     return pipeline_time_s([r.chunk_fwd_s for r in ranks], [r.chunk_bwd_s for r in ranks], num_micro_batches, vpp,
-                           schedule)
+                           schedule, unpaired)
 
 
 def step_time_s(ranks: list[RankCost], num_micro_batches: int, vpp: int, schedule: str) -> float:

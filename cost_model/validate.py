@@ -113,6 +113,8 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
     if p.recompute_layers is not None:
         if len(p.recompute_layers) != n_stages or any(r < 0 for r in p.recompute_layers):
             raise SpecError("parallelism.recompute_layers", f"needs {n_stages} non-negative counts", allowed=f"{n_stages} entries")
+    if p.moe_a2a_overlap:
+        _validate_a2a_overlap(m, t, p)
     if p.sequence_parallel and p.tp == 1:
         raise SpecError("parallelism.sequence_parallel", "needs tp > 1", allowed=[False])
     if isinstance(m, specs.TransformerSpec):
@@ -167,3 +169,17 @@ def _validate_expert_layout(m: specs.TransformerSpec, p: specs.ParallelConfig) -
     dense = p.tp * p.cp * p.dp
     raise SpecError("parallelism.ep", err,
                     allowed=[x for x in divisors(dense) if x % p.etp == 0 and e.num_experts % (x // p.etp) == 0])
+
+
+def _validate_a2a_overlap(m: specs.ModelSpec, t: specs.TrainingSpec, p: specs.ParallelConfig) -> None:
+    """The overlapped 1F1B expert all-to-all: an MoE model and the engine's own rules
+    (engines.engine_supports, which quotes them)."""
+    from .engines import engine_supports  # engines' tables, kept out of the import of every request
+
+    if not isinstance(m, specs.TransformerSpec) or m.moe is None:
+        raise SpecError("parallelism.moe_a2a_overlap", "needs an MoE model (there is no expert all-to-all to overlap)",
+                        allowed=[False])
+    rule = engine_supports(p.engine, moe_a2a_overlap=True, ep=p.ep, pp=p.pp, vpp=p.vpp, recompute=p.recompute,
+                           dtype=t.dtype, mtp_layers=m.num_nextn_predict_layers)
+    if rule is not None:
+        raise SpecError("parallelism.moe_a2a_overlap", rule, allowed=[False])

@@ -17,6 +17,8 @@ GPipe (v = 1): (m-1) * (MF + MB) + sum_r T[r] + tail, MF >= F[r], MB >= B[r] (be
 Interleaved (v > 1), per virtual stage k and per distinct slot g of stages.lockstep_slots:
   F[k], B[k]    stage k's forward and backward of one micro-batch (rank_costs' fwd_s split)
   D[g] >= F[k_f] + B[k_b]  for each rank's forward chunk k_f and backward chunk k_b in g
+                (a forward or backward alone under the overlapped 1F1B all-to-all: + U[k], the
+                stage's rank_costs unpaired_s; without interleaving + 2 sum_r U_r, a constant)
   P >= v * sum_g n_g * D[g]                                  (the lock-step form)
 How a stage's block totals are written depends on the blocks (`_Layout`):
   uniform blocks  n[k] blocks on stage k, rc[k] of them fully recomputed: totals are linear,
@@ -329,7 +331,11 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
             model.add(slowest_b >= b)
         return (m - 1) * (slowest_f + slowest_b) + sum(T) + tail, 2 * p.pp + 1
     if v == 1:
-        return sc21 + tail, p.pp + 1
+        # overlapped 1F1B all-to-all: warm-up and cool-down run each rank's forward and
+        # backward alone once (stages.pipeline_time_s); a constant of the model
+        alone = sum(lay.total(r, "unpaired", lambda c: c.unpaired_s, sc.t) for r in range(p.pp)) \
+            if p.table.combined_1f1b else 0
+        return sc21 + 2 * alone + tail, p.pp + 1 + (p.pp if p.table.combined_1f1b else 0)
     pipe = model.new_int_var(0, VAR_MAX_UNITS, "pipeline")
     model.add(pipe >= sc21)
     model.add(pipe >= v * _lockstep(model, p, sc, lay))
@@ -403,6 +409,8 @@ def _lockstep(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout)
         d = model.new_int_var(0, VAR_MAX_UNITS, f"D{g}")
         for r, cf, cb in ops:
             work = (F[cf * p.pp + r] if cf >= 0 else 0) + (B[cb * p.pp + r] if cb >= 0 else 0)
+            if p.table.combined_1f1b and (cf < 0 or cb < 0):  # run alone: not combined (stages.pipeline_time_s)
+                work += lay.stage_total(max(cf, cb) * p.pp + r, "unpaired", lambda c: c.unpaired_s, sc.t)
             model.add(d >= work)
         objective += n * d
     return objective

@@ -54,6 +54,8 @@ class Parallelism(ParallelSizes, Record):
     num_micro_batches: int = Field(1, ge=1)
     recompute: Recompute = RECOMPUTE_NONE
     schedule: Schedule = SCHEDULE_1F1B
+    moe_a2a_overlap: bool = Field(False, description="overlapped 1F1B expert all-to-all (Megatron-Core "
+                                  "--overlap-moe-expert-parallel-comm)")
     stage_layers: list[int] | None = Field(None, description="blocks per virtual stage, model order")
     recompute_layers: list[int] | None = Field(None, description="recomputed blocks per virtual stage (recompute=full)")
 

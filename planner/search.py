@@ -54,6 +54,7 @@ from .greedy import greedy_partition
 from .ilp import CUTOFF, lp_time_bound_s, solve
 from .space import (
     Candidate,
+    a2a_overlap_values,
     DegreeGroup,
     SearchSpace,
     degree_groups,
@@ -147,7 +148,7 @@ def _to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
         zero=c.zero, micro_batch_size=c.micro_batch_size, recompute=c.recompute,
         recompute_layers=tuple(rcs) if rcs is not None and c.recompute == RECOMPUTE_FULL else None,
         schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None, engine=c.engine,
-        etp=c.etp,
+        etp=c.etp, moe_a2a_overlap=c.moe_a2a_overlap,
     )
 
 
@@ -185,8 +186,12 @@ class _Tables:
         sums = self.sums.get(key)
         if sums is not None:  # the common case: no config to build
             return self.cache[key], sums
+        # priced with the overlapped 1F1B all-to-all where the space holds it: its blocks'
+        # times (the combined steps' exposure) are below those without it, so the bounds
+        # of this table hold for candidates with and without it
+        overlap = True in a2a_overlap_values(self.prob.model, self.prob.space, engine, ep)
         cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
-                             engine=engine)
+                             engine=engine, moe_a2a_overlap=overlap)
         table = self._build(key, cfg)
         return table, self._sums(key, table)
 
@@ -384,7 +389,8 @@ def search(
         gi, g = e.order[0], e.candidate
         for j, c in enumerate(group_candidates(prob.model, prob.training, prob.space, g, prob.profile)):
             stats.candidates += 1
-            mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute)
+            mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute,
+                      c.moe_a2a_overlap)
             if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):
                 stats.pruned_memory += 1
                 continue
@@ -706,4 +712,5 @@ def _normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
 
 def _tiebreak(c: Candidate) -> tuple:
     """Among equal times prefer simpler plans: less model parallelism, less sharding."""
-    return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.recompute != RECOMPUTE_NONE, c.micro_batch_size)
+    return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.recompute != RECOMPUTE_NONE, c.micro_batch_size,
+            c.moe_a2a_overlap)

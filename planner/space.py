@@ -37,7 +37,7 @@ MAX_CP = 64  # context-parallel degrees beyond this are not searched unless aske
 MAX_VPP = 8
 # the knobs of a `search` block that pin values (the others are settings)
 _PINNED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "zero", "schedule",
-           "sequence_parallel", "cp_comm")
+           "sequence_parallel", "cp_comm", "moe_a2a_overlap")
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,13 @@ class Candidate:
     recompute: str
     engine: str = ENGINE_MEGATRON  # the engine the plan is priced for (search.engine)
     etp: int = 1  # expert tensor-parallel degree (expert layers only, folded over tp*cp*dp)
+    moe_a2a_overlap: bool = False  # Megatron-Core's overlapped 1F1B all-to-all (ParallelConfig)
 
     @property
     def table_key(self) -> tuple:
         """What the per-layer cost table depends on."""
         return (self.dp, self.tp, self.cp, self.ep, self.sequence_parallel, self.zero, self.micro_batch_size, self.engine,
-                self.etp)
+                self.etp, self.moe_a2a_overlap)
 
 
 def search_space(d: rq.Search) -> SearchSpace:
@@ -276,10 +277,23 @@ def engine_zeros(engine: str, zeros: list[int], pp: int) -> list[int]:
     return [z for z in zeros if engine_supports(engine, zero=z, pp=pp) is None]
 
 
-def engine_rule(engine: str, c: Candidate, fp8: bool) -> str | None:
+def engine_rule(engine: str, c: Candidate, fp8: bool, dtype: str | None = None, mtp_layers: int = 0) -> str | None:
     """engines.engine_supports for every knob of a candidate (None = runnable)."""
     return engine_supports(engine, zero=c.zero, recompute=c.recompute, schedule=c.schedule, pp=c.pp, vpp=c.vpp,
-                           tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel, fp8=fp8)
+                           tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel, fp8=fp8,
+                           moe_a2a_overlap=c.moe_a2a_overlap, dtype=dtype, mtp_layers=mtp_layers)
+
+
+def a2a_overlap_values(model: ModelSpec, space: SearchSpace, engine: str, ep: int) -> list[bool]:
+    """Settings of the overlapped 1F1B expert all-to-all to search: on and off for an MoE
+    model with ep > 1 on an engine that has it (the engine's other rules are checked per
+    candidate, engine_rule); off otherwise. Neither dominates: on hides the all-to-alls of
+    the steady 1F1B steps and holds one more warm-up micro-batch (stages.py)."""
+    out = [False]
+    if (isinstance(model, TransformerSpec) and model.moe is not None and ep > 1
+            and engine_supports(engine, moe_a2a_overlap=True, ep=ep) is None):
+        out.append(True)
+    return [v for v in out if space.ok("moe_a2a_overlap", v)]
 
 
 def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=None, fitted_collectives=False,
@@ -290,7 +304,12 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
     # the engine first, so that dominance never drops a level for one the engine lacks
     zeros = engine_zeros(engine, zeros, pp)
     recomputes = [r for r in recomputes if engine_supports(engine, recompute=r) is None]
+    # the overlapped 1F1B all-to-all excludes full recompute, which dominates no recompute
+    # only when both may run: its candidates take the other modes, dominance applied to them
+    ov_recomputes = [r for r in recomputes if r != RECOMPUTE_FULL]
     if dominance:
+        ov_recomputes = dominant_options(model, training, tp, dp, cp, ov_recomputes, zeros, sps,
+                                         fitted_collectives, engine)[0]
         recomputes, zeros, sps = dominant_options(model, training, tp, dp, cp, recomputes, zeros, sps,
                                                   fitted_collectives, engine)
     schedules: list[tuple[str, int]] = []
@@ -308,6 +327,9 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
         if space.ok("schedule", SCHEDULE_INTERLEAVED):
             for v in _vpp_values(space, pp, L):
                 schedules.append((SCHEDULE_INTERLEAVED, v))
+    overlaps = a2a_overlap_values(model, space, engine, ep)
+    dtype = getattr(training, "dtype", None)
+    mtp = getattr(model, "num_nextn_predict_layers", 0)
     for mb in micro_batch_values(space, B, dp):
         m = B // (dp * mb)
         for sched, v in schedules:
@@ -315,7 +337,8 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                 continue
             for sp in sps:
                 for zero in zeros:
-                    for rc in recomputes:
-                        c = Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine, etp)
-                        if engine_rule(engine, c, fp8) is None:
-                            yield c
+                    for ov in overlaps:
+                        for rc in ov_recomputes if ov else recomputes:
+                            c = Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine, etp, ov)
+                            if engine_rule(engine, c, fp8, dtype, mtp) is None:
+                                yield c

@@ -239,6 +239,11 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     if overlap_tp(plan):
         # TE userbuffers: TP all-gathers / reduce-scatters under the GEMMs, as priced
         a += ["--tp-comm-overlap"]
+    if m.get("moe") and p.moe_a2a_overlap:
+        # combined 1F1B steps: one micro-batch's expert all-to-alls under another's compute, as
+        # priced (cost_model/moe.py combined_pair_s); the engine's rules were checked when the
+        # plan was validated (cost_model/engines.py _a2a_overlap_rule)
+        a += ["--overlap-moe-expert-parallel-comm"]
     layout, n = pipeline_layout(plan)
     a += layout
     notes += n

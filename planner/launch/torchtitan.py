@@ -105,6 +105,12 @@ def layout_problems(plan: dict) -> list[str]:
             f"ep={p['ep']} must divide dp_shard*cp*tp={shard * p['cp'] * p['tp']} "
             "(parallel_dims.py: EP borrows ranks from FSDP and TP)"
         )
+    if p.moe_a2a_overlap:
+        out.append(
+            "moe_a2a_overlap: the plan is priced with Megatron-Core's overlapped 1F1B (each steady step's "
+            "forward and backward combined, the expert all-to-alls of one under the other's compute); "
+            "torchtitan's pipeline schedules run the all-to-alls exposed, slower than the plan says"
+        )
     sizes = stage_sizes(plan)
     if p["pp"] > 1 and len(sizes) != p["pp"] * p["vpp"]:
         out.append(f"plan has {len(sizes)} stages, expected pp*vpp={p['pp'] * p['vpp']}")
