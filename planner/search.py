@@ -54,9 +54,9 @@ from .greedy import greedy_partition
 from .ilp import CUTOFF, lp_time_bound_s, solve
 from .space import (
     Candidate,
-    a2a_overlap_values,
     DegreeGroup,
     SearchSpace,
+    a2a_overlap_values,
     degree_groups,
     enumerate_candidates,
     group_candidates,
