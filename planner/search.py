@@ -118,6 +118,7 @@ class SearchStats:
     monotone_ok: bool = True  # bounds.py's per-sample monotonicity held on every table built
     proven_by_bound: int = 0  # candidates whose hint the tight bound proved optimal (no CP-SAT)
     deferred: int = 0  # candidates whose solve waited for the queue to be done (solve_one)
+    dives: int = 0  # greedy plans recorded while none was found (DIVE_AFTER_SHARE)
 
     def note_memory(self, gib: float, c: Candidate) -> None:
         """Keep the least memory bound seen (for the infeasibility report)."""
@@ -179,17 +180,21 @@ class _Tables:
         return self._sums(c.table_key, self.get(c))
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
-        return self.base_at(c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine)
+        return self.base_at(c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine,
+                            c.moe_a2a_overlap)
 
-    def base_at(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mb: int, engine: str) -> tuple[LayerTable, TableSums]:
-        key = ("base", tp, cp, ep, etp, sp, mb, engine)
+    def base_at(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mb: int, engine: str,
+                overlap: bool | None = None) -> tuple[LayerTable, TableSums]:
+        """The base table of a candidate with the overlapped 1F1B all-to-all `overlap`; None
+        (a degree group's bound, for candidates with and without it): priced with it where
+        the space holds it, its blocks' times (the combined steps' exposure) being below
+        those without it."""
+        if overlap is None:
+            overlap = True in a2a_overlap_values(self.prob.model, self.prob.space, engine, ep)
+        key = ("base", tp, cp, ep, etp, sp, mb, engine, overlap)
         sums = self.sums.get(key)
         if sums is not None:  # the common case: no config to build
             return self.cache[key], sums
-        # priced with the overlapped 1F1B all-to-all where the space holds it: its blocks'
-        # times (the combined steps' exposure) are below those without it, so the bounds
-        # of this table hold for candidates with and without it
-        overlap = True in a2a_overlap_values(self.prob.model, self.prob.space, engine, ep)
         cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
                              engine=engine, moe_a2a_overlap=overlap)
         table = self._build(key, cfg)
@@ -297,6 +302,15 @@ FIRST_SOLVE_SHARE = 0.5
 RETRY_SHARES = 2.0
 # Least time left worth a retry of an unproven candidate (CP-SAT rarely proves in less).
 RETRY_MIN_S = 0.5
+# After this share of the time limit, the best-first loop records now and then the greedy
+# partition of the refined candidate with the least bound (a "dive"): at once while no plan
+# is found, then once every DIVE_EVERY_SHARE of the limit while that bound is below the
+# best plan. A plan to prune against, where best-first alone would refine candidates whose
+# bounds sit below the optimum for the whole limit (a large MoE space: thousands of
+# candidates, each refinement tens of milliseconds). A dived candidate stays queued for its
+# exact solve.
+DIVE_AFTER_SHARE = 0.1
+DIVE_EVERY_SHARE = 0.02
 
 # What a queued entry is: a degree group bounded as a whole (bounds.group_time_bound_s), a
 # candidate with its base-table bound (cheap, every candidate of an expanded group), or a
@@ -448,6 +462,33 @@ def search(
     retry: set[tuple[int, int]] = set()
     tries: dict[tuple[int, int], int] = {}  # retries per candidate
     lp_bounds: dict[tuple[int, int], float | None] = {}  # order -> ilp.lp_time_bound_s
+    refined_heap: list[_Entry] = []  # refined entries, least bound first: the dive's choice
+    last_dive = -math.inf
+
+    def dive_due(now: float) -> bool:
+        if not refined_heap or now - t0 < DIVE_AFTER_SHARE * limit:
+            return False
+        if not found:
+            return True
+        return (now - last_dive >= DIVE_EVERY_SHARE * limit
+                and refined_heap[0].bound_s < best_s() * (1 - PROOF_TOL))
+
+    def dive() -> None:
+        """Record the greedy partition of the least-bound refined candidate (DIVE_AFTER_SHARE);
+        while no plan is found, the next ones until one has a partition that fits."""
+        nonlocal last_dive
+        last_dive = time.perf_counter()
+        while refined_heap:
+            e = heapq.heappop(refined_heap)
+            c = e.candidate
+            table = tables.get(c)
+            hint = best_hint(stage_problem(prob, c, table))
+            if hint is not None:
+                stats.dives += 1
+                _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
+                return
+            if found:
+                return
 
     def solve_one(e: _Entry, p: StageProblem, table: LayerTable, time_s: float, defer: bool = False) -> None:
         """CP-SAT from the best hint (the hint alone if CP-SAT finds nothing in time), stopped
@@ -546,6 +587,9 @@ def search(
             queue[:] = [x._replace(bound_s=_fit_key(x.candidate)) for x in queue]
             heapq.heapify(queue)
             continue
+        if dive_due(time.perf_counter()):
+            dive()
+            continue
         heapq.heappop(queue)
         if e.stage == "group":
             stats.groups_expanded += 1
@@ -567,6 +611,7 @@ def search(
                 stats.pruned_memory += 1
             else:
                 heapq.heappush(queue, refined)
+                heapq.heappush(refined_heap, refined)
                 queued += 1
         else:
             remaining = max(0.05, limit - (time.perf_counter() - t0))
