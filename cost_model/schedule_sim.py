@@ -126,6 +126,18 @@ def interleaved_table(m: int, vpp: int, group: int) -> list[tuple[int, int]]:
     return table
 
 
+def warmup_forwards(schedule: str, pp: int, rank: int, m: int, vpp: int = 1, group: int | None = None,
+                    warmup_extra: int = 0) -> tuple[int, int]:
+    """(warm-up forwards, forwards in all) of one rank in rank_order: its steady 1F1B pairs
+    are the forward of entry warm + k with the backward of entry k, k < total - warm."""
+    if schedule == SCHEDULE_GPIPE:
+        return m, m
+    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
+        total = m * vpp
+        return min(total, 2 * (pp - rank - 1) + (vpp - 1) * (group or pp) + warmup_extra), total
+    return min(m, pp - rank - 1 + warmup_extra), m
+
+
 def rank_order(schedule: str, pp: int, rank: int, m: int, vpp: int = 1, group: int | None = None,
                warmup_extra: int = 0) -> list[tuple[str, int, int]]:
     """The op sequence of one pipeline rank: (F|B, micro-batch, chunk). `warmup_extra`
@@ -134,16 +146,12 @@ def rank_order(schedule: str, pp: int, rank: int, m: int, vpp: int = 1, group: i
     each forward with the previous micro-batch's backward)."""
     if schedule == SCHEDULE_GPIPE:
         return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    warm, total = warmup_forwards(schedule, pp, rank, m, vpp, group, warmup_extra)
     if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
-        group = group or pp
-        table = interleaved_table(m, vpp, group)
-        total = m * vpp
-        warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * group + warmup_extra)
+        table = interleaved_table(m, vpp, group or pp)
         fwd = [("F", mb, c) for mb, c in table]
         bwd = [("B", mb, vpp - 1 - c) for mb, c in table]
-    else:
-        warm = min(m, pp - rank - 1 + warmup_extra)  # pp = 1: the first forward alone, then (F i+1, B i)
-        total = m
+    else:  # pp = 1 with warmup_extra: the first forward alone, then (F i+1, B i)
         fwd = [("F", i, 0) for i in range(m)]
         bwd = [("B", i, 0) for i in range(m)]
     order = fwd[:warm]
@@ -183,10 +191,9 @@ def simulate(
     # per rank, the span of its order the steady combined steps cover (after the warm-up
     # forwards, before the cool-down backwards)
     paired = []
-    for o in orders:
-        first_b = next(i for i, op in enumerate(o) if op[0] == "B")
-        last_f = max(i for i, op in enumerate(o) if op[0] == "F")
-        paired.append(range(first_b - 1, last_f + 2) if last_f > first_b else range(0))
+    for r in range(pp):
+        warm, total = warmup_forwards(schedule, pp, r, m, v, group, warmup_extra)
+        paired.append(range(warm, warm + 2 * (total - warm)))
     pos = [0] * pp
     free = [0.0] * pp
     busy = [0.0] * pp

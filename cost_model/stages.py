@@ -108,6 +108,7 @@ class RankCost:
     # per virtual stage: what its forward, and again its backward, adds when it runs alone
     # rather than combined with another micro-batch's (overlapped 1F1B all-to-all; else 0)
     chunk_unpaired_s: tuple[float, ...] = ()
+    warmup_extra: int = 0  # forwards added to the warm-up (stages.warmup_extra)
 
     @property
     def exposed_dp_s(self) -> float:
@@ -281,6 +282,7 @@ def rank_cost(
         chunk_fwd_s=tuple(chunk_fwd),
         chunk_bwd_s=tuple(t - f for t, f in zip(chunk_time, chunk_fwd, strict=True)),
         chunk_unpaired_s=tuple(chunk_unpaired),
+        warmup_extra=warmup_extra(table),
     )
 
 
@@ -305,21 +307,22 @@ def combined_extra_bytes(table: LayerTable, recompute_mode: str, schedule: str, 
     return max((b.act.none for b in table.blocks), default=0.0)
 
 
-def _forward_slot(entry: int, rank: int, pp: int, vpp: int) -> int:
-    return entry - (vpp - 1) * pp - (pp - 1 - rank)
+def _forward_slot(entry: int, rank: int, pp: int, vpp: int, warmup_extra: int = 0) -> int:
+    return entry - (vpp - 1) * pp - (pp - 1 - rank) - warmup_extra
 
 
 def _backward_slot(entry: int, rank: int, pp: int) -> int:
     return entry + (pp - 1 - rank)
 
 
-def lockstep_slot(kind: str, rank: int, micro_batch: int, chunk: int, pp: int, vpp: int, num_micro_batches: int) -> int:
+def lockstep_slot(kind: str, rank: int, micro_batch: int, chunk: int, pp: int, vpp: int, num_micro_batches: int,
+                  warmup_extra: int = 0) -> int:
     """The lock-step slot of one op of schedule_sim.rank_order ("F"/"B", micro-batch, chunk)."""
     from .schedule_sim import interleaved_table
 
     table = interleaved_table(num_micro_batches, vpp, pp)
     if kind == "F":
-        return _forward_slot(table.index((micro_batch, chunk)), rank, pp, vpp)
+        return _forward_slot(table.index((micro_batch, chunk)), rank, pp, vpp, warmup_extra)
     return _backward_slot(table.index((micro_batch, vpp - 1 - chunk)), rank, pp)
 
 
@@ -327,11 +330,15 @@ Slot = tuple[int, tuple[tuple[int, int, int], ...]]  # (how many slots, ((rank, 
 
 
 @lru_cache(maxsize=256)
-def lockstep_slots(pp: int, vpp: int, num_micro_batches: int) -> tuple[Slot, ...]:
+def lockstep_slots(pp: int, vpp: int, num_micro_batches: int, warmup_extra: int = 0) -> tuple[Slot, ...]:
     """The distinct slots of the interleaved lock-step form (module docstring) with their
     multiplicity: per slot, each busy rank's forward chunk and backward chunk (-1: none).
     The forward of Megatron's schedule-table entry j (chunk(j)) sits in slot
-    j - (v-1)p - (p-1-r), the backward of entry k (chunk v-1-chunk(k)) in slot k + (p-1-r)."""
+    j - (v-1)p - (p-1-r), the backward of entry k (chunk v-1-chunk(k)) in slot k + (p-1-r).
+    `warmup_extra` forwards more in the warm-up (the overlapped 1F1B all-to-all) move every
+    forward that many slots earlier: the order's steady pairs (forward of entry warm + k,
+    backward of entry k) still share a slot, and every dependency still points to an
+    earlier slot or, for the loss's backward, a forward one slot earlier still."""
     from .schedule_sim import interleaved_table  # the schedule's own table (no import cycle)
 
     p, v, m = pp, vpp, num_micro_batches
@@ -339,7 +346,7 @@ def lockstep_slots(pp: int, vpp: int, num_micro_batches: int) -> tuple[Slot, ...
     slots: dict[int, dict[int, list[int]]] = {}
     for r in range(p):
         for j, c in enumerate(chunks):
-            slots.setdefault(_forward_slot(j, r, p, v), {}).setdefault(r, [-1, -1])[0] = c
+            slots.setdefault(_forward_slot(j, r, p, v, warmup_extra), {}).setdefault(r, [-1, -1])[0] = c
             slots.setdefault(_backward_slot(j, r, p), {}).setdefault(r, [-1, -1])[1] = v - 1 - c
     counts: dict[tuple[tuple[int, int, int], ...], int] = {}
     for g in sorted(slots):
@@ -350,7 +357,7 @@ def lockstep_slots(pp: int, vpp: int, num_micro_batches: int) -> tuple[Slot, ...
 
 def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequence[Sequence[float]],
                     num_micro_batches: int, vpp: int, schedule: str,
-                    chunk_unpaired_s: Sequence[Sequence[float]] | None = None) -> float:
+                    chunk_unpaired_s: Sequence[Sequence[float]] | None = None, warmup_extra: int = 0) -> float:
     """T_pipe of the module docstring; chunk_fwd_s[r][c] (chunk_bwd_s[r][c]) is the forward
     (backward) of chunk c of rank r for one micro-batch (RankCost.chunk_fwd_s).
     chunk_unpaired_s[r][c] (overlapped 1F1B all-to-all, RankCost.chunk_unpaired_s): the times
@@ -359,8 +366,7 @@ def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequenc
     (warm-up) or a backward only (cool-down) add it. Without interleaving, the warm-up and
     cool-down cross every rank once each way: sum_r of a rank's forward and backward extra
     (pp = 1: the first forward and the last backward, combined_1f1b_schedule_for_no_pipelining).
-    Deviation: Megatron's extra warm-up forward shifts which chunks share a slot; the slots
-    here keep the order without it."""
+    `warmup_extra`: the extra warm-up forwards of that schedule (lockstep_slots)."""
     m, v = num_micro_batches, max(1, vpp)
     alone = chunk_unpaired_s or [[0.0] * len(f) for f in chunk_fwd_s]
     if v == 1:
@@ -372,7 +378,7 @@ def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequenc
     times = [sum(f) + sum(b) for f, b in zip(chunk_fwd_s, chunk_bwd_s, strict=True)]
     slowest = max(times)
     total = 0.0
-    for n, ops in lockstep_slots(len(chunk_fwd_s), v, m):
+    for n, ops in lockstep_slots(len(chunk_fwd_s), v, m, warmup_extra):
         longest = 0.0
         for r, f, b in ops:
             d = (chunk_fwd_s[r][f] if f >= 0 else 0.0) + (chunk_bwd_s[r][b] if b >= 0 else 0.0)
@@ -387,7 +393,7 @@ def rank_pipeline_time_s(ranks: Sequence[RankCost], num_micro_batches: int, vpp:
     """pipeline_time_s of the ranks' chunk times."""
     unpaired = [r.chunk_unpaired_s or (0.0,) * len(r.chunk_fwd_s) for r in ranks]
     return pipeline_time_s([r.chunk_fwd_s for r in ranks], [r.chunk_bwd_s for r in ranks], num_micro_batches, vpp,
-                           schedule, unpaired)
+                           schedule, unpaired, max((r.warmup_extra for r in ranks), default=0))
 
 
 def step_time_s(ranks: list[RankCost], num_micro_batches: int, vpp: int, schedule: str) -> float:

@@ -48,7 +48,7 @@ from cost_model.rank_costs import (
     StageProblem,
     uniform_recompute_counts,
 )
-from cost_model.stages import lockstep_slots, slices_from_counts, step_time_s
+from cost_model.stages import lockstep_slots, slices_from_counts, step_time_s, warmup_extra
 from cost_model.vocab import SCHEDULE_GPIPE, STATUS_FEASIBLE, STATUS_OPTIMAL
 
 # Scaling: the whole model's time (every block, fully recomputed, plus the extras) maps to
@@ -339,7 +339,8 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
     pipe = model.new_int_var(0, VAR_MAX_UNITS, "pipeline")
     model.add(pipe >= sc21)
     model.add(pipe >= v * _lockstep(model, p, sc, lay))
-    return pipe + v * tail, v * (sum(n for n, _ in lockstep_slots(p.pp, v, m)) + p.pp + 1)
+    slots = lockstep_slots(p.pp, v, m, warmup_extra(p.table))
+    return pipe + v * tail, v * (sum(n for n, _ in slots) + p.pp + 1)
 
 
 def _memory_rows(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout, r: int, cap_units: int) -> None:
@@ -405,7 +406,7 @@ def _lockstep(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout)
     """sum_g n_g * D[g] of the module docstring (stages.pipeline_time_s, v > 1)."""
     F, B = _stage_fwd_bwd(model, p, sc, lay)
     objective = 0
-    for g, (n, ops) in enumerate(lockstep_slots(p.pp, p.vpp, p.num_micro_batches)):
+    for g, (n, ops) in enumerate(lockstep_slots(p.pp, p.vpp, p.num_micro_batches, warmup_extra(p.table))):
         d = model.new_int_var(0, VAR_MAX_UNITS, f"D{g}")
         for r, cf, cb in ops:
             work = (F[cf * p.pp + r] if cf >= 0 else 0) + (B[cb * p.pp + r] if cb >= 0 else 0)
@@ -654,7 +655,7 @@ def lp_time_bound_s(p: StageProblem) -> float | None:
         F.append(f)
         B.append(t_k - f)
     lock = []
-    for cnt, ops in lockstep_slots(pp, v, m):
+    for cnt, ops in lockstep_slots(pp, v, m, warmup_extra(p.table)):
         d = solver.NumVar(0, inf, "d")  # a slot lasts at least 0 (stages.pipeline_time_s)
         for r, cf, cb in ops:
             work = (F[cf * pp + r] if cf >= 0 else 0) + (B[cb * pp + r] if cb >= 0 else 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -69,18 +70,24 @@ def test_uniform_stages_equal_sc21():
             assert pipeline_time_s(f, b, m, v, "interleaved") == pytest.approx(m + (pp - 1) / v, rel=1e-12)
 
 
-@pytest.mark.parametrize(("pp", "vpp"), [(p, v) for p in (2, 3, 4, 5, 8) for v in (2, 3, 4)])
-def test_lockstep_respects_every_dependency(pp, vpp):
+@pytest.mark.parametrize(("pp", "vpp", "extra"), [(p, v, e) for p in (2, 3, 4, 5, 8) for v in (2, 3, 4) for e in (0, 1)])
+def test_lockstep_respects_every_dependency(pp, vpp, extra):
     """The lock-step slots are a valid execution of Megatron's interleaved order: on each rank
     its ops are in slot order (a forward before the backward of the same slot), a forward's
     input comes from an earlier slot, a backward's gradient from an earlier slot, and the
-    loss's backward follows its forward in the same slot on the same rank."""
+    loss's backward follows its forward in the same slot on the same rank (one slot earlier
+    with the overlapped 1F1B's extra warm-up forward, `extra`, whose steady pairs share a slot)."""
     for m in (pp, 2 * pp, 4 * pp):
         where = {}
         for r in range(pp):
             last = None
-            for kind, mb, c in rank_order("interleaved", pp, r, m, vpp):
-                key = (lockstep_slot(kind, r, mb, c, pp, vpp, m), kind == "B")
+            order = rank_order("interleaved", pp, r, m, vpp, warmup_extra=extra)
+            first_b = next(i for i, op in enumerate(order) if op[0] == "B")
+            if first_b < len(order) - 1 and order[first_b + 1][0] == "F":  # a steady pair: F just before B
+                f, b = order[first_b - 1], order[first_b]
+                assert lockstep_slot("F", r, f[1], f[2], pp, vpp, m, extra) == lockstep_slot("B", r, b[1], b[2], pp, vpp, m, extra)
+            for kind, mb, c in order:
+                key = (lockstep_slot(kind, r, mb, c, pp, vpp, m, extra), kind == "B")
                 assert last is None or key > last
                 last = key
                 where[(kind, c * pp + r, mb)] = key
@@ -91,9 +98,9 @@ def test_lockstep_respects_every_dependency(pp, vpp):
             if kind == "B" and s < n - 1:
                 assert where[("B", s + 1, mb)][0] < g
             if kind == "B" and s == n - 1:
-                assert where[("F", s, mb)][0] == g
+                assert where[("F", s, mb)][0] == g - extra
         # and lockstep_slots counts every slot once
-        assert sum(cnt for cnt, _ in lockstep_slots(pp, vpp, m)) == len({g for g, _ in where.values()})
+        assert sum(cnt for cnt, _ in lockstep_slots(pp, vpp, m, extra)) == len({g for g, _ in where.values()})
 
 
 def _random_stages(rng: random.Random, pp: int, v: int, even: bool) -> list[StageTimes]:
@@ -133,6 +140,29 @@ def test_uneven_interleaved_closed_form_bounds_the_simulation(even):
         over.append(closed / sim - 1)
     mean, worst = sum(over) / len(over), max(over)
     assert mean < (0.04 if even else 0.12) and worst < (0.25 if even else 0.4)
+
+
+def test_overlapped_all_to_all_closed_form_bounds_the_simulation():
+    """The overlapped 1F1B all-to-all's schedule (one more warm-up forward, a forward or
+    backward outside the steady pairs taking unpaired_s more): on random partitions the closed
+    form with its shifted slots stays at or above the simulation of that order, and without
+    interleaving (pp = 1) it equals it: the first forward and the last backward alone."""
+    rng = random.Random(20261202)
+    for _ in range(150):
+        pp, v = rng.randint(2, 6), rng.randint(2, 4)
+        m = pp * rng.choice([1, 2, 4])
+        st = [replace(x, unpaired_s=rng.uniform(0, 0.5)) for x in _random_stages(rng, pp, v, rng.random() < 0.5)]
+        sim = simulate(st, pp, m, "interleaved", v, record=False, warmup_extra=1).pipeline_time_s
+        fwd = [[st[c * pp + r].fwd_s + st[c * pp + r].send_fwd_s for c in range(v)] for r in range(pp)]
+        bwd = [[st[c * pp + r].bwd_s + st[c * pp + r].send_bwd_s for c in range(v)] for r in range(pp)]
+        alone = [[st[c * pp + r].unpaired_s for c in range(v)] for r in range(pp)]
+        closed = pipeline_time_s(fwd, bwd, m, v, "interleaved", alone, warmup_extra=1)
+        assert closed >= sim * (1 - 1e-12)
+    for m in (1, 2, 5):
+        st = [StageTimes(1.0, 2.0, unpaired_s=0.4)]
+        sim = simulate(st, 1, m, "1f1b", 1, record=False, warmup_extra=1).pipeline_time_s
+        assert sim == pytest.approx(m * 3.0 + 2 * 0.4)
+        assert pipeline_time_s([[1.0]], [[2.0]], m, 1, "1f1b", [[0.4]]) == pytest.approx(sim)
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])

@@ -43,8 +43,12 @@ RULE_REQUESTS = {
     # MoE parallel folding: ep*etp = 16 > dp*cp = 4, valid only when experts fold over tp*cp*dp
     "mixtral-8x7b-fold@64": {**REQUESTS["mixtral-8x7b@64"],
                              "search": {"tp": 4, "pp": 4, "cp": 1, "ep": 8, "etp": 2}},
+    # the overlapped 1F1B expert all-to-all pinned on (Megatron-Core --overlap-moe-expert-parallel-comm)
+    "mixtral-8x7b-a2a-overlap@64": {**REQUESTS["mixtral-8x7b@64"],
+                                    "search": {"ep": [2, 4, 8], "moe_a2a_overlap": True}},
 }
 FOLD_CASES = ["mixtral-8x7b-fold@64"]
+OVERLAP_CASES = ["mixtral-8x7b-a2a-overlap@64"]
 CASES = sorted(REQUESTS)
 
 

@@ -17,7 +17,7 @@ import shlex
 
 import pytest
 
-from .conftest import CASES, FOLD_CASES, fake_world, group_containing, planned
+from .conftest import CASES, FOLD_CASES, OVERLAP_CASES, fake_world, group_containing, planned
 
 pytest.importorskip("megatron.core", reason="the `engines` extra (megatron-core) is not installed")
 
@@ -125,7 +125,7 @@ def test_launch_is_multiprocess_torchrun(name):
     assert (art["env"].get("CUDA_DEVICE_MAX_CONNECTIONS") == "1") == ((p["tp"] > 1 or p["cp"] > 1) and p["zero"] < 2)
 
 
-@pytest.mark.parametrize("name", CASES + FOLD_CASES)
+@pytest.mark.parametrize("name", CASES + FOLD_CASES + OVERLAP_CASES)
 def test_parallel_state_groups_and_layout_equal_plan(name):
     from megatron.core import parallel_state as ps
     from megatron.core.transformer import TransformerConfig
@@ -292,3 +292,59 @@ def test_megatron_lm_validates_fp8_bf16_grads_and_tp_overlap(tmp_path):
     got = json.loads(res.stdout.split("PARSED ", 1)[1])
     assert got["fp8_param_gather"] and got["tp_comm_overlap"] and got["sequence_parallel"]
     assert got["accumulate_allreduce_grads_in_fp32"] is False
+
+
+@pytest.mark.parametrize("name", OVERLAP_CASES)
+def test_a2a_overlap_plan_is_megatron_cores_combined_1f1b(name):
+    """A plan priced with the overlapped 1F1B all-to-all switches it on, and megatron-core's
+    TransformerConfig (whose __post_init__ asserts the overlap's rules) accepts the arguments."""
+    from megatron.core.transformer import TransformerConfig
+
+    plan, art, flags = _megatron(name)
+    p = plan["parallelism"]
+    assert p["moe_a2a_overlap"] and p["ep"] > 1
+    assert flags.get("overlap_moe_expert_parallel_comm") is True
+    cfg = TransformerConfig(**transformer_kwargs(flags))
+    assert cfg.overlap_moe_expert_parallel_comm and cfg.moe_token_dispatcher_type == "alltoall"
+    assert cfg.recompute_granularity != "full"
+    assert p["pp"] == 1 or (cfg.virtual_pipeline_model_parallel_size or 1) == p["vpp"] > 1
+    # the same plan without the overlap emits no switch
+    import copy
+
+    from planner.launch import emit
+
+    off = copy.deepcopy(plan)
+    off["parallelism"]["moe_a2a_overlap"] = False
+    assert "--overlap-moe-expert-parallel-comm" not in emit(off, ["megatron"])["megatron"]["args"]
+
+
+@pytest.mark.parametrize("pp,vpp,ep,recompute,dtype", [
+    (1, 1, 4, "none", "bf16"), (2, 2, 4, "none", "bf16"), (2, 1, 4, "none", "bf16"), (1, 1, 1, "none", "bf16"),
+    (2, 2, 4, "full", "bf16"), (2, 2, 4, "selective", "bf16"), (4, 2, 8, "none", "fp32"), (1, 1, 2, "none", "fp8"),
+])
+def test_a2a_overlap_rule_is_megatron_cores(pp, vpp, ep, recompute, dtype):
+    """engines.engine_supports(moe_a2a_overlap=True) accepts exactly what megatron-core's
+    TransformerConfig accepts with overlap_moe_expert_parallel_comm on."""
+    import torch
+    from megatron.core.transformer import TransformerConfig
+
+    from cost_model.engines import engine_supports
+
+    ours_ok = engine_supports("megatron", moe_a2a_overlap=True, ep=ep, pp=pp, vpp=vpp, recompute=recompute,
+                              dtype=dtype) is None
+    kw = dict(num_layers=8, hidden_size=64, num_attention_heads=4, num_moe_experts=8, moe_router_topk=2,
+              moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True, expert_model_parallel_size=ep,
+              pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
+              overlap_moe_expert_parallel_comm=True)
+    if dtype in ("bf16", "fp8"):  # Megatron trains fp8 on a bf16 model (--bf16 --fp8-format)
+        kw.update(bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16)
+    if recompute == "full":
+        kw.update(recompute_granularity="full", recompute_method="block", recompute_num_layers=1)
+    elif recompute == "selective":
+        kw.update(recompute_granularity="selective")
+    try:
+        TransformerConfig(**kw)
+        theirs_ok = True
+    except (AssertionError, ValueError):
+        theirs_ok = False
+    assert ours_ok == theirs_ok
