@@ -311,6 +311,7 @@ RETRY_MIN_S = 0.5
 # exact solve.
 DIVE_AFTER_SHARE = 0.1
 DIVE_EVERY_SHARE = 0.02
+DIVE_POOL = 16  # candidates a dive prices with their own tables before it picks one
 
 # What a queued entry is: a degree group bounded as a whole (bounds.group_time_bound_s), a
 # candidate with its base-table bound (cheap, every candidate of an expanded group), or a
@@ -422,6 +423,8 @@ def search(
                 continue
             bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
             heapq.heappush(queue, _Entry(_fit_key(c) if rescue else bound, (gi, j), "base_bound", c))
+            if not rescue:
+                heapq.heappush(pool, _Entry(bound, (gi, j), "base_bound", c))
             queued += 1
 
     found: list[Found] = []
@@ -462,32 +465,46 @@ def search(
     retry: set[tuple[int, int]] = set()
     tries: dict[tuple[int, int], int] = {}  # retries per candidate
     lp_bounds: dict[tuple[int, int], float | None] = {}  # order -> ilp.lp_time_bound_s
-    refined_heap: list[_Entry] = []  # refined entries, least bound first: the dive's choice
+    pool: list[_Entry] = []  # every queued candidate entry, least bound first: the dives' choice
+    dived: set[tuple[int, int]] = set()
     last_dive = -math.inf
 
     def dive_due(now: float) -> bool:
-        if not refined_heap or now - t0 < DIVE_AFTER_SHARE * limit:
+        if not pool or now - t0 < DIVE_AFTER_SHARE * limit:
             return False
         if not found:
             return True
-        return (now - last_dive >= DIVE_EVERY_SHARE * limit
-                and refined_heap[0].bound_s < best_s() * (1 - PROOF_TOL))
+        return now - last_dive >= DIVE_EVERY_SHARE * limit and pool[0].bound_s < best_s() * (1 - PROOF_TOL)
 
     def dive() -> None:
-        """Record the greedy partition of the least-bound refined candidate (DIVE_AFTER_SHARE);
-        while no plan is found, the next ones until one has a partition that fits."""
+        """Record a greedy plan (DIVE_AFTER_SHARE): of the DIVE_POOL least-bound candidates,
+        the one whose own table's cheap bound is least and that has a partition that fits; the
+        others go back to the pool with that bound."""
         nonlocal last_dive
         last_dive = time.perf_counter()
-        while refined_heap:
-            e = heapq.heappop(refined_heap)
+        picks: list[_Entry] = []
+        while pool and len(picks) < DIVE_POOL:
+            e = heapq.heappop(pool)
+            if e.order in dived:
+                continue
             c = e.candidate
-            table = tables.get(c)
-            hint = best_hint(stage_problem(prob, c, table))
+            table, sums = tables.get(c), tables.get_sums(c)
+            m = B // (c.dp * c.micro_batch_size)
+            dived.add(e.order)
+            if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m,
+                                  memory.reserved_bytes(_to_config(c))) > cap:
+                continue
+            picks.append(e._replace(bound_s=max(e.bound_s, cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m))))
+        picks.sort()
+        for i, e in enumerate(picks):
+            table = tables.get(e.candidate)
+            hint = best_hint(stage_problem(prob, e.candidate, table))
             if hint is not None:
                 stats.dives += 1
-                _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
-                return
-            if found:
+                _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
+                for x in picks[i + 1:]:
+                    dived.discard(x.order)
+                    heapq.heappush(pool, x)
                 return
 
     def solve_one(e: _Entry, p: StageProblem, table: LayerTable, time_s: float, defer: bool = False) -> None:
@@ -611,7 +628,8 @@ def search(
                 stats.pruned_memory += 1
             else:
                 heapq.heappush(queue, refined)
-                heapq.heappush(refined_heap, refined)
+                if refined.order not in dived:
+                    heapq.heappush(pool, refined)
                 queued += 1
         else:
             remaining = max(0.05, limit - (time.perf_counter() - t0))
