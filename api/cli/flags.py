@@ -4,7 +4,8 @@ take (`add_flags(parser, "problem", "config", ...)`), so `--tp` or `--json` is t
 flag everywhere.
 
 Configuration flags (`--tp --pp --dp --cp --ep --etp --vpp --micro-batch --recompute --zero
---schedule --cp-comm`) take a comma-separated list: in `estimate` / `check` exactly one
+--schedule --cp-comm`) take a comma-separated list (`--[no-]sequence-parallel` and
+`--[no-]moe-a2a-overlap` one setting): in `estimate` / `check` exactly one
 value, the configuration (`parallelism.*`); in `plan` the values the search may use
 (`search.*`, a pin: `--tp 2,4`); in `profile` the shapes to measure.
 `--seq-len` is always the training sequence length (`training.seq_length`), before context
@@ -102,6 +103,9 @@ FLAGS: tuple[Flag, ...] = (
     _knob("cp-comm", "cp_comm", str, "context-parallel communication", V.values(V.CpComm)),
     Flag("--sequence-parallel", "config", "Megatron sequence parallelism on (--no-sequence-parallel: off)",
          action=argparse.BooleanOptionalAction, field="sequence_parallel"),
+    Flag("--moe-a2a-overlap", "config", "Megatron-Core's overlapped 1F1B expert all-to-all on "
+         "(--overlap-moe-expert-parallel-comm; --no-moe-a2a-overlap: off)",
+         action=argparse.BooleanOptionalAction, field="moe_a2a_overlap"),
     # ---- the search
     Flag("--engine", "search", "engine the plan is priced for and emitted to (default megatron)", choices=V.values(V.Engine),
          field="search.engine"),
