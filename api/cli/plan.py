@@ -22,6 +22,7 @@ def print_plan(plan: dict) -> None:
         f"plan {plan['id']} ({plan['status']}): dp={par['dp']} tp={par['tp']} pp={par['pp']} cp={par['cp']} ep={par['ep']} "
         f"vpp={par['vpp']} sp={'on' if par['sequence_parallel'] else 'off'} zero={par['zero']} "
         f"micro-batch={par['micro_batch_size']} x {par['num_micro_batches']} recompute={par['recompute']} schedule={par['schedule']}"
+        + (" moe-a2a-overlap" if par.get("moe_a2a_overlap") else "")
     )
     m = pred["memory"]
     print(
