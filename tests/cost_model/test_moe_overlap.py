@@ -11,22 +11,17 @@ from dataclasses import replace
 import pytest
 
 from cost_model import moe
-from cost_model.catalog import get_gpu
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate
 from cost_model.layers import layer_table
 from cost_model.memory import interleaved_live_chunks, peak_in_flight_bytes
 from cost_model.presets import get_preset
 from cost_model.schedule_sim import rank_order, simulate_config
-from cost_model.specs import ClusterSpec, ParallelConfig, TrainingSpec
+from cost_model.specs import ParallelConfig, TrainingSpec
 from cost_model.stages import rank_cost, slices_from_counts
 from cost_model.validate import validate_config
 
-
-def _cluster(gpu="h100-sxm", n=64, gpn=8) -> ClusterSpec:
-    g = get_gpu(gpu)
-    return ClusterSpec(g, n, gpn, g.nvlink_gb_s, g.network_gb_s, g.intra_node_latency_s, g.inter_node_latency_s)
-
+from .test_moe import _cluster
 
 QWEN30 = get_preset("qwen3-30b-a3b")
 T = TrainingSpec(global_batch_size=256, seq_length=4096)
@@ -75,14 +70,14 @@ def _cfg(**kw) -> ParallelConfig:
 def test_layer_keeps_the_total_all_to_all_time():
     """With the overlap, an MoE block's exposed all-to-all (combined) plus what running alone
     adds back is the exposed time without it; dense blocks and ep = 1 have nothing to hide."""
-    off = layer_table(QWEN30, _cluster(), T, _cfg())
-    on = layer_table(QWEN30, _cluster(), T, _cfg(moe_a2a_overlap=True))
+    off = layer_table(QWEN30, _cluster(n=64), T, _cfg())
+    on = layer_table(QWEN30, _cluster(n=64), T, _cfg(moe_a2a_overlap=True))
     assert on.combined_1f1b and not off.combined_1f1b
     b_off, b_on = off.blocks[0], on.blocks[0]
     assert b_on.ep_unpaired_s > 0.1 * b_off.ep_comm_s
     assert b_on.ep_comm_s + b_on.ep_unpaired_s == pytest.approx(b_off.ep_comm_s)
     assert b_on.compute_s == b_off.compute_s
-    one = layer_table(QWEN30, _cluster(), T, _cfg(ep=1, moe_a2a_overlap=True))
+    one = layer_table(QWEN30, _cluster(n=64), T, _cfg(ep=1, moe_a2a_overlap=True))
     assert one.blocks[0].ep_unpaired_s == 0.0
 
 
@@ -91,7 +86,7 @@ def test_pp1_step_pays_the_first_forward_and_last_backward_alone():
     (F i+1, B i) combined, micro-batch m-1's backward alone. So the step is the one without
     the overlap less (m - 1) x the saving of the model's blocks; the schedule simulation of
     that order gives the same pipeline time."""
-    cl = _cluster()
+    cl = _cluster(n=64)
     cfg = _cfg()
     m = cfg.num_micro_batches(T.global_batch_size)
     on_cfg = replace(cfg, moe_a2a_overlap=True)
@@ -154,10 +149,10 @@ def test_validator_refuses_what_the_engine_refuses(kw, match):
     if cfg.pp > 1:
         cfg = replace(cfg, dp=4)
     with pytest.raises(SpecError, match=match) as err:
-        validate_config(QWEN30, _cluster(), T, cfg)
+        validate_config(QWEN30, _cluster(n=64), T, cfg)
     assert err.value.field == "parallelism.moe_a2a_overlap"
 
 
 def test_validator_refuses_a_dense_model():
     with pytest.raises(SpecError, match="needs an MoE model"):
-        validate_config(get_preset("llama3-8b"), _cluster(), T, _cfg(ep=1, moe_a2a_overlap=True))
+        validate_config(get_preset("llama3-8b"), _cluster(n=64), T, _cfg(ep=1, moe_a2a_overlap=True))
