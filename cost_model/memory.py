@@ -442,7 +442,7 @@ def interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra: 
     return _interleaved_live_chunks(pp, rank, m, vpp, warmup_extra)
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=16384)
 def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra: int = 0) -> tuple[tuple[int, ...], ...]:
     from .schedule_sim import interleaved_table  # Megatron's get_schedule_table (no import cycle)
 

@@ -395,6 +395,7 @@ def search(
     # out every larger one is too, without building its table. Keyed by the candidate
     # with its micro-batch size blanked.
     too_big_mb: dict[tuple, int] = {}
+    mem_lbs: dict[Candidate, float] = {}  # base memory bound per candidate (overlap setting off)
     monotone_ok = True  # per-sample monotonicity held on every base table built
     queued = 0  # candidate entries in the queue
 
@@ -404,8 +405,9 @@ def search(
         gi, g = e.order[0], e.candidate
         for j, c in enumerate(group_candidates(prob.model, prob.training, prob.space, g, prob.profile)):
             stats.candidates += 1
-            mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute,
-                      c.moe_a2a_overlap)
+            # the base memory bound does not depend on the overlapped all-to-all (its extra
+            # warm-up micro-batch is left out of the bound): the two settings share it
+            mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute)
             if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):
                 stats.pruned_memory += 1
                 continue
@@ -414,8 +416,11 @@ def search(
             least = per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel))
             if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
                 monotone_ok = False  # the group bounds may have pruned too much: claim nothing
-            reserved = memory.reserved_bytes(_to_config(c))
-            mem_lb = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
+            twin = replace(c, moe_a2a_overlap=False)
+            mem_lb = mem_lbs.get(twin)
+            if mem_lb is None:
+                reserved = memory.reserved_bytes(_to_config(c))
+                mem_lb = mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
             stats.note_memory(mem_lb / GIB, c)
             if mem_lb > cap:
                 stats.pruned_memory += 1
