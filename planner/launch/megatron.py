@@ -9,7 +9,11 @@ TP/SP/CP overlap relies on one hardware queue so communication kernels are issue
 compute they overlap with (megatron/core/tensor_parallel/layers.py comments), and
 megatron/training/arguments.py validate_args refuses tp/cp > 1 without it on GPUs before
 Blackwell ("Using tensor model parallelism or context parallelism require setting the
-environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1").
+environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1"); 8 with the overlapped 1F1B
+all-to-all (--overlap-moe-expert-parallel-comm), whose communication stream runs beside the
+compute stream (megatron/core/transformer/moe/README.md: "CUDA_DEVICE_MAX_CONNECTIONS > 1";
+validate_args then only warns about tp/cp > 1 before Blackwell, and the plan still prices
+TP's backward collectives under the weight-gradient GEMMs there: a deviation).
 Overlap: the cost model hides the DP gradient sync behind the last backward
 (cost_model/stages.py), which Megatron does with --overlap-grad-reduce; with the distributed
 optimizer the parameter all-gather overlaps the next forward (--overlap-param-gather, which

@@ -26,6 +26,14 @@ def env(plan: dict) -> dict[str, str]:
         # validate_args asserts "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset" and
         # only warns about TP/CP beside it (megatron/training/arguments.py @d98e8a64ddf3).
         out["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    if is_transformer(plan) and not is_cpu(plan) and p.moe_a2a_overlap:
+        # The overlapped 1F1B all-to-all runs the communication stream beside the compute
+        # stream: more than one hardware queue ("Requirements for EP A2A Overlap: ...
+        # CUDA_DEVICE_MAX_CONNECTIONS > 1", megatron/core/transformer/moe/README.md
+        # @d98e8a64ddf3); validate_args then only warns about tp/cp > 1 beside it before
+        # Blackwell. 8: Megatron-Bridge's value for it with the alltoall dispatcher
+        # (scripts/performance/utils/overrides.py @067f987df).
+        out["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
     return out
 
 
