@@ -192,12 +192,13 @@ sys.argv = ["pretrain_gpt.py", *json.loads(sys.argv[1])]
 args = A.parse_args()
 A.validate_args(args, {})
 print("PARSED", json.dumps({k: getattr(args, k) for k in (
-    "data_parallel_size", "overlap_grad_reduce", "overlap_param_gather", "virtual_pipeline_model_parallel_size")}))
+    "data_parallel_size", "overlap_grad_reduce", "overlap_param_gather", "virtual_pipeline_model_parallel_size",
+    "overlap_moe_expert_parallel_comm")}))
 """
 
 
 @pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", CASES + OVERLAP_CASES)
 def test_megatron_lm_parse_and_validate_args(name, tmp_path):
     """Megatron-LM's own parse_args + validate_args, in the environment megatron.sh exports."""
     import json
@@ -216,6 +217,7 @@ def test_megatron_lm_parse_and_validate_args(name, tmp_path):
     assert got["data_parallel_size"] == p["dp"]
     assert got["overlap_grad_reduce"] == (p["dp"] * p["cp"] > 1)
     assert (got["virtual_pipeline_model_parallel_size"] or 1) == p["vpp"]
+    assert got["overlap_moe_expert_parallel_comm"] == p["moe_a2a_overlap"]
 
 
 @pytest.mark.parametrize("tp,pp,ep,etp", [(2, 2, 4, 1), (2, 2, 8, 1), (1, 2, 8, 2), (4, 1, 8, 2), (2, 1, 16, 2), (2, 4, 4, 2)])
@@ -287,7 +289,7 @@ def test_megatron_lm_validates_fp8_bf16_grads_and_tp_overlap(tmp_path):
     plan["training"]["dtype"], plan["training"]["grad_dtype"] = "fp8", "bf16"
     art = emit(plan, ["megatron"])["megatron"]
     keys = '"fp8_param_gather", "accumulate_allreduce_grads_in_fp32", "tp_comm_overlap", "sequence_parallel")'
-    script = _PARSE.replace('"virtual_pipeline_model_parallel_size")', '"virtual_pipeline_model_parallel_size", ' + keys)
+    script = _PARSE.replace('"overlap_moe_expert_parallel_comm")', '"overlap_moe_expert_parallel_comm", ' + keys)
     env = {**os.environ, **art["env"], "PYTHONPATH": MEGATRON_LM, "WORLD_SIZE": str(plan["ranks"]["world_size"]),
            "RANK": "0", "LOCAL_RANK": "0"}
     res = subprocess.run([sys.executable, "-c", script, json.dumps(art["args"])], env=env, capture_output=True,
