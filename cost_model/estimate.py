@@ -67,6 +67,8 @@ def compose(
     breakdown = TimeBreakdown(
         compute_s=m * crit.compute_s,
         recompute_s=m * crit.recompute_s,
+        # fill and drain; with the overlapped 1F1B all-to-all also the all-to-alls that the
+        # warm-up forwards and cool-down backwards, run alone, expose (LayerCost.ep_unpaired_s)
         bubble_s=t_pipe - m * crit.time_s,
         tp_comm_s=m * crit.tp_comm_s,
         cp_comm_s=m * crit.cp_comm_s,
