@@ -416,6 +416,10 @@ def search(
             least = per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel))
             if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
                 monotone_ok = False  # the group bounds may have pruned too much: claim nothing
+            bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
+            if found and bound >= best_s() * (1 - PROOF_TOL):
+                stats.pruned_time += 1  # no faster than the best plan: its memory bound is not needed
+                continue
             twin = replace(c, moe_a2a_overlap=False)
             mem_lb = mem_lbs.get(twin)
             if mem_lb is None:
@@ -426,7 +430,6 @@ def search(
                 stats.pruned_memory += 1
                 too_big_mb[mb_key] = min(c.micro_batch_size, too_big_mb.get(mb_key, math.inf))
                 continue
-            bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
             heapq.heappush(queue, _Entry(_fit_key(c) if rescue else bound, (gi, j), "base_bound", c))
             if not rescue:
                 heapq.heappush(pool, _Entry(bound, (gi, j), "base_bound", c))
