@@ -439,7 +439,7 @@ def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, 
         weights += (n_up + 1) * f * h / tp
         return _Gemms(qkv_s + out_s + up_s + down_s, f, qkv_s, up_s, act_in, grad_out, weights, out_s, down_s)
     e = m.moe
-    moe_s, f_elem = _moe_fwd_s(m, gpu, t, cfg, geo)
+    moe_s, f_elem, experts_s = _moe_fwd_s(m, gpu, t, cfg, geo)
     f = e.ffn_hidden_size
     n_local = max(1, e.num_experts // cfg.ep)
     # elements the fp8 casts touch (_fp8_casts_s): each token's top_k expert inputs/outputs
@@ -452,26 +452,27 @@ def _gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, 
         grad_out += n_up * fs / tp + h
         weights += (n_up + 1) * fs * h / tp
     # the expert GEMMs hide no TP collective (their tokens arrive by all-to-all): up_s 0
-    experts_s = moe.expert_gemms_fwd_s(m, gpu, t, moe.layout(m, t, cfg))
     return _Gemms(qkv_s + out_s + moe_s, f_elem, qkv_s, 0.0, act_in, grad_out, weights, experts_s=experts_s)
 
 
-def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> tuple[float, float]:
+def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig,
+               geo: _BlockGeometry) -> tuple[float, float, float]:
     """The expert part of an MoE block's forward (moe.py): grouped expert GEMMs on the
     tokens each local expert receives, shared experts, router, token (un)permutation, the
     kernel launches, and the experts' output bias where the engine adds it outside the GEMM.
     Returns (seconds, FFN width the activation function touches per token, as
     _elementwise_fwd_s counts it: top_k routed copies at the busiest rank's load plus the
-    shared experts)."""
+    shared experts, and the routed experts' grouped GEMMs alone: the overlapped 1F1B's mlp
+    node, _combined_saving_s)."""
     e = m.moe
     lay = moe.layout(m, t, cfg)
-    s = moe.expert_gemms_fwd_s(m, gpu, t, lay)
-    s += moe.shared_expert_gemms_fwd_s(m, gpu, t, cfg, geo.tokens)
+    experts = moe.expert_gemms_fwd_s(m, gpu, t, lay)
+    s = experts + moe.shared_expert_gemms_fwd_s(m, gpu, t, cfg, geo.tokens)
     s += moe.router_fwd_s(m, gpu, t, lay, geo.act_dt)
     s += moe.permute_fwd_s(m, gpu, lay, geo.act_dt)
     s += moe.launch_overhead_fwd_s(m, gpu, cfg, lay, geo.fp8)
     s += moe.expert_bias_fwd_s(m, gpu, lay, geo.kernels.expert_bias)
-    return s, e.ffn_hidden_size * e.top_k * lay.imbalance + e.shared_ffn * e.num_shared_experts
+    return s, e.ffn_hidden_size * e.top_k * lay.imbalance + e.shared_ffn * e.num_shared_experts, experts
 
 
 def _fp8_casts_s(gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry, g: _Gemms) -> tuple[float, float]:
@@ -913,7 +914,8 @@ def _block_cost(
     tp_fwd = _block_tp_fwd_s(m, cluster, cfg, geo, c, fits)
     tp_bwd = _block_tp_bwd_s(m, cluster, cfg, geo, c, fits)
     ep_comm = _block_ep_s(m, cluster, t, cfg, geo, fits)
-    unpaired = _combined_saving_s(m, cluster, t, cfg, geo, c, tp_fwd, tp_bwd, ep_comm, fits)
+    cp_comm = _block_cp_s(m, cluster, cfg, geo, c, fits)
+    unpaired = _combined_saving_s(cluster, cfg, geo, c, tp_fwd, tp_bwd, cp_comm, ep_comm)
     dense, expert = _block_params(m, cfg, geo.moe_layer)
     st = _block_states(cluster, t, cfg, dense, expert, c, fits)
     b = cfg.micro_batch_size
@@ -928,7 +930,7 @@ def _block_cost(
         compute_s=c.fwd_s + c.bwd_s,
         fwd_s=c.fwd_s,
         tp_comm_s=tp_fwd + tp_bwd,
-        cp_comm_s=_block_cp_s(m, cluster, cfg, geo, c, fits),
+        cp_comm_s=cp_comm,
         ep_comm_s=ep_comm - unpaired,
         zero3_comm_s=st.zero3_comm_s,
         recompute_full_s=c.fwd_s + tp_fwd + (ep_comm / 2),
@@ -945,8 +947,8 @@ def _block_cost(
     )
 
 
-def _combined_saving_s(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry,
-                       c: _BlockCompute, tp_fwd: float, tp_bwd: float, ep_comm: float, fits) -> float:
+def _combined_saving_s(cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: _BlockCompute, tp_fwd: float,
+                       tp_bwd: float, cp: float, ep_comm: float) -> float:
     """What the overlapped 1F1B all-to-all (cfg.moe_a2a_overlap, Megatron-Core
     --overlap-moe-expert-parallel-comm) saves on an MoE block's forward + backward when both
     run combined with another micro-batch's (moe.combined_saving_s; 0 otherwise). The nodes:
@@ -959,7 +961,6 @@ def _combined_saving_s(m: TransformerSpec, cluster, t: TrainingSpec, cfg: Parall
     if not (cfg.moe_a2a_overlap and geo.moe_layer and cfg.ep > 1 and ep_comm > 0):
         return 0.0
     share = c.fwd_s / (c.fwd_s + c.bwd_s) if c.fwd_s + c.bwd_s > 0 else 0.5
-    cp = _block_cp_s(m, cluster, cfg, geo, c, fits)
     experts = c.experts_s
     a2a = ep_comm / 4  # one all-to-all (with its expert-TP collective) of one direction
     fwd = moe.PassParts(attn=c.fwd_s - experts + tp_fwd + share * cp, mlp=experts, dispatch=a2a, combine=a2a)

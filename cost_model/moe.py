@@ -296,9 +296,9 @@ class PassParts:
     fine_grained_callables.py, megatron-core 0.16.1): `attn` (attention, its TP / CP
     collectives, router, permutation and shared experts: submodule_attn_forward), `mlp` (the
     routed experts: submodule_moe_forward), `dispatch` and `combine` (the all-to-alls and the
-    expert-TP gather / reduce-scatter, on the communication stream). A backward's `attn` and
-    `mlp` split further into input-gradient (`*_dgrad`) and weight-gradient (`*_wgrad`) parts
-    (backward_dw runs the latter)."""
+    expert-TP gather / reduce-scatter, on the communication stream). In a backward, `attn` and
+    `mlp` are the input-gradient parts and `attn_wgrad` / `mlp_wgrad` the weight-gradient
+    parts (backward_dw runs them)."""
 
     attn: float
     mlp: float

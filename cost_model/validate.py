@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 from . import request as rq
 from . import specs
+from .engines import engine_supports
 from .errors import SpecError
 from .model_checks import check_architecture
 from .request import divisors
@@ -174,8 +175,6 @@ def _validate_expert_layout(m: specs.TransformerSpec, p: specs.ParallelConfig) -
 def _validate_a2a_overlap(m: specs.ModelSpec, t: specs.TrainingSpec, p: specs.ParallelConfig) -> None:
     """The overlapped 1F1B expert all-to-all: an MoE model and the engine's own rules
     (engines.engine_supports, which quotes them)."""
-    from .engines import engine_supports  # engines' tables, kept out of the import of every request
-
     if not isinstance(m, specs.TransformerSpec) or m.moe is None:
         raise SpecError("parallelism.moe_a2a_overlap", "needs an MoE model (there is no expert all-to-all to overlap)",
                         allowed=[False])

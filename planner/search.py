@@ -118,7 +118,7 @@ class SearchStats:
     monotone_ok: bool = True  # bounds.py's per-sample monotonicity held on every table built
     proven_by_bound: int = 0  # candidates whose hint the tight bound proved optimal (no CP-SAT)
     deferred: int = 0  # candidates whose solve waited for the queue to be done (solve_one)
-    dives: int = 0  # greedy plans recorded while none was found (DIVE_AFTER_SHARE)
+    dives: int = 0  # greedy plans recorded by dives (DIVE_AFTER_SHARE)
 
     def note_memory(self, gib: float, c: Candidate) -> None:
         """Keep the least memory bound seen (for the infeasibility report)."""
@@ -302,10 +302,11 @@ FIRST_SOLVE_SHARE = 0.5
 RETRY_SHARES = 2.0
 # Least time left worth a retry of an unproven candidate (CP-SAT rarely proves in less).
 RETRY_MIN_S = 0.5
-# After this share of the time limit, the best-first loop records now and then the greedy
-# partition of the refined candidate with the least bound (a "dive"): at once while no plan
-# is found, then once every DIVE_EVERY_SHARE of the limit while that bound is below the
-# best plan. A plan to prune against, where best-first alone would refine candidates whose
+# After this share of the time limit, the best-first loop records now and then a greedy
+# partition (a "dive"): of the DIVE_POOL least-bound queued candidates, the one whose own
+# table's cheap bound is least and that has a partition that fits; at once while no plan is
+# found, then once every DIVE_EVERY_SHARE of the limit while the least queued bound is below
+# the best plan. A plan to prune against, where best-first alone would refine candidates whose
 # bounds sit below the optimum for the whole limit (a large MoE space: thousands of
 # candidates, each refinement tens of milliseconds). A dived candidate stays queued for its
 # exact solve.
@@ -451,16 +452,22 @@ def search(
                 f"{stats.groups - stats.groups_expanded:,} of {stats.groups:,} degree groups unexpanded, "
                 f"{stats.ilp_solves} solved, best step {best}, {time.perf_counter() - t0:.1f} s elapsed")
 
+    def own_cheap_bound(c: Candidate, table: LayerTable, m: int, reserved: float) -> float | None:
+        """The cheap time bound of the candidate's own table; None when its memory bound
+        rules it out."""
+        sums = tables.get_sums(c)
+        if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) > cap:
+            return None
+        return cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
+
     def refine(e: _Entry, p: StageProblem, table: LayerTable, best_t: float) -> _Entry | None:
         """The candidate's own-table bounds; None when memory rules it out."""
         c = e.candidate
-        sums = tables.get_sums(c)
-        m = p.num_micro_batches
-        if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, p.reserved_bytes) > cap:
+        refined = own_cheap_bound(c, table, p.num_micro_batches, p.reserved_bytes)
+        if refined is None:
             return None
-        refined = cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
         if refined < best_t:
-            refined = max(refined, tight_time_bound_s(p, sums, cutoff=best_t))
+            refined = max(refined, tight_time_bound_s(p, tables.get_sums(c), cutoff=best_t))
         if refined == math.inf:
             return None
         return _Entry(max(e.bound_s, refined), e.order, "refined", c)
@@ -496,13 +503,11 @@ def search(
             if e.order in dived:
                 continue
             c = e.candidate
-            table, sums = tables.get(c), tables.get_sums(c)
-            m = B // (c.dp * c.micro_batch_size)
             dived.add(e.order)
-            if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m,
-                                  memory.reserved_bytes(_to_config(c))) > cap:
-                continue
-            picks.append(e._replace(bound_s=max(e.bound_s, cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m))))
+            own = own_cheap_bound(c, tables.get(c), B // (c.dp * c.micro_batch_size),
+                                  memory.reserved_bytes(_to_config(c)))
+            if own is not None:
+                picks.append(e._replace(bound_s=max(e.bound_s, own)))
         picks.sort()
         for i, e in enumerate(picks):
             table = tables.get(e.candidate)

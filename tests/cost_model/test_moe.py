@@ -181,7 +181,7 @@ def test_launch_overhead_spreads_the_uncharged_kernels_over_fwd_and_bwd():
     from cost_model import layers as L
 
     geo = L._geometry(q, t, cfg, 0)
-    with_launch, _ = L._moe_fwd_s(q, g, t, cfg, geo)
+    with_launch, _, _ = L._moe_fwd_s(q, g, t, cfg, geo)
     without = with_launch - moe.launch_overhead_fwd_s(q, g, cfg, lay, True)
     assert 3 * (with_launch - without) == pytest.approx(190 * g.kernel_overhead_s)
 
@@ -233,9 +233,9 @@ def test_expert_bias_hand_count_gpt_oss_ep8():
     from cost_model import layers as L
 
     geo = L._geometry(m, t, cfg, 0)
-    with_bias, _ = L._moe_fwd_s(m, g, t, cfg, geo)
+    with_bias, _, _ = L._moe_fwd_s(m, g, t, cfg, geo)
     no_bias = replace(m, moe=replace(m.moe, expert_bias=False))
-    without, _ = L._moe_fwd_s(no_bias, g, t, cfg, L._geometry(no_bias, t, cfg, 0))
+    without, _, _ = L._moe_fwd_s(no_bias, g, t, cfg, L._geometry(no_bias, t, cfg, 0))
     assert 3 * (with_bias - without) == pytest.approx(fwd + bwd)
     # nothing without expert biases, nor where an engine fuses the bias (no ExpertBias)
     assert moe.expert_bias_s(no_bias, g, lay, kern) == (0.0, 0.0)
