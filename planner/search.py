@@ -50,7 +50,7 @@ from .bounds import (
     table_sums,
     tight_time_bound_s,
 )
-from .greedy import greedy_partition
+from .greedy import greedy_partition, repair_partition
 from .ilp import CUTOFF, lp_time_bound_s, solve
 from .space import (
     Candidate,
@@ -755,13 +755,19 @@ def _count_patterns(L: int, S: int) -> list[list[int]]:
 
 
 def best_hint(p: StageProblem) -> tuple[list[int], list[int]] | None:
-    """The best of greedy_partition and the patterns of `_count_patterns` (each with its
-    least recompute) under the float model: the CP-SAT hint, and the fallback plan when
+    """The best of greedy_partition, repair_partition and the patterns of `_count_patterns`
+    (each with its least recompute) under the float model: the CP-SAT hint, and the fallback plan when
     CP-SAT returns nothing in time. Only a starting point: optimality is CP-SAT's to prove."""
     tried = []
     g = greedy_partition(p)
     if g is not None:
         tried.append(g)
+    if g is None or not p.full:
+        # balanced stages do not fit without recompute, or recompute is not an option:
+        # moving blocks off the full ranks may fit them at no recompute
+        fixed = repair_partition(p)
+        if fixed is not None:
+            tried.append(fixed)
     for counts in _count_patterns(p.num_layers, p.num_stages):
         rcs = _least_recompute(p, counts)
         if rcs is not None:
