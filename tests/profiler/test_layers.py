@@ -65,11 +65,13 @@ def test_larger_shapes_cost_more(profile):
     assert big["activation_bytes"] == pytest.approx(4 * small["activation_bytes"], rel=0.05)
     # a TP shard keeps fewer heads and FFN columns, so it saves less
     assert _row(profile, "block", 2, 4)["activation_bytes"] < big["activation_bytes"]
-    # 4x the tokens: clearly more time, with and without TP
+    # 4x the tokens: clearly more time, with and without TP. Not 4x: at 64-256 tokens of width
+    # 128 the per-op overhead is a large share (measured here 1.95-2.06x at tp 1 and
+    # 1.64-1.88x at tp 2, once 1.47x under a loaded CI run), so the floor is 1.25x
     for tp in (1, 2):
         t1 = _row(profile, "block", tp, 1)["fwd_s"] + _row(profile, "block", tp, 1)["bwd_s"]
         t4 = _row(profile, "block", tp, 4)["fwd_s"] + _row(profile, "block", tp, 4)["bwd_s"]
-        assert t4 > 1.5 * t1
+        assert t4 > 1.25 * t1
     assert profile["clock"] == "process_time"
 
 
