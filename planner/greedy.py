@@ -36,10 +36,10 @@ def repair_partition(p: StageProblem) -> tuple[list[int], list[int]] | None:
     its capacity, one block leaves the stage of the fullest rank whose loss frees the most
     memory (under interleaving its most held chunk, stages.rank_cost) for the stage, on
     another rank that still fits with it or on the same rank with a lower peak, that gives
-    the least step time among the REPAIR_RECEIVERS holding the fewest blocks. Where activations make the first pipeline
-    ranks the fullest, balanced stages fit nowhere without recompute and greedy_partition
-    has none to offer; the blocks these ranks cannot hold must go where the lock-step
-    slots they lengthen cost least. None when no move fits or after REPAIR_MOVES x pp moves."""
+    the least step time among the REPAIR_RECEIVERS holding the fewest blocks. Where
+    activations make the first pipeline ranks the fullest, balanced stages fit nowhere
+    without recompute and greedy_partition has none to offer; the blocks these ranks cannot
+    hold must go where the lock-step slots they lengthen cost least. None when no move fits or after REPAIR_MOVES x pp moves."""
     counts = balanced_stage_layers(p.num_layers, p.num_stages)
     zeros = [0] * p.num_stages
     cap = p.capacity_bytes

@@ -755,16 +755,17 @@ def _count_patterns(L: int, S: int) -> list[list[int]]:
 
 
 def best_hint(p: StageProblem) -> tuple[list[int], list[int]] | None:
-    """The best of greedy_partition, repair_partition and the patterns of `_count_patterns`
-    (each with its least recompute) under the float model: the CP-SAT hint, and the fallback plan when
-    CP-SAT returns nothing in time. Only a starting point: optimality is CP-SAT's to prove."""
+    """The best of greedy_partition (else repair_partition) and the patterns of
+    `_count_patterns` (each with its least recompute) under the float model: the CP-SAT hint,
+    and the fallback plan when CP-SAT returns nothing in time. Only a starting point: optimality is CP-SAT's to prove."""
     tried = []
     g = greedy_partition(p)
     if g is not None:
         tried.append(g)
-    if g is None or not p.full:
-        # balanced stages do not fit without recompute, or recompute is not an option:
-        # moving blocks off the full ranks may fit them at no recompute
+    if g is None:
+        # balanced stages fit nowhere, not even with recompute where that is an option:
+        # moving blocks off the full ranks may fit them (without recompute, where balanced
+        # stages fit, the repair would return greedy_partition's partition again)
         fixed = repair_partition(p)
         if fixed is not None:
             tried.append(fixed)
