@@ -60,6 +60,13 @@ MEMORY_UNITS_PER_GPU = 1e8
 # ~1e9 units (m * 2e6 time units, 1e8 memory units), and v*m*M stays far below CP-SAT's
 # int64 limit (2**63).
 VAR_MAX_UNITS = 2**50
+# ... and of every per-micro-batch time (a rank's, a stage's forward or backward, a lock-step
+# slot's): each is at most the whole model's time, TIME_UNITS_PER_MODEL units. CP-SAT refuses
+# a linear row whose sum of |coefficient| x domain bound can exceed 2**62, half the int64
+# range (MODEL_INVALID, "Possible integer overflow": ortools/sat/cp_model_checker.cc): the
+# lock-step sum weighs each slot by v x its count, which with VAR_MAX_UNITS domains overflows
+# from a weight of 2**12 (pp 8, vpp 8, 64 micro-batches: 4,656); with these, from 2**22.
+OP_MAX_UNITS = 2**40
 # Memory rounding margin: on the mixed-block model a stage's total of each memory quantity
 # (states, activations, recompute savings) is a difference of two rounded prefix sums, off
 # by less than one unit each, plus the rank's rounded constant: 4 units per stage cover them.
@@ -292,7 +299,7 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
     number of rounded terms (for the cut's slack)."""
     full = p.full
     cap_units = int(math.floor(p.allocatable_bytes / sc.mem_unit_bytes)) - ROUNDING_UNITS_PER_STAGE * p.num_stages
-    slowest = model.new_int_var(0, VAR_MAX_UNITS, "slowest_rank")
+    slowest = model.new_int_var(0, OP_MAX_UNITS, "slowest_rank")
     tail = model.new_int_var(0, VAR_MAX_UNITS, "tail")
     T = []
     for r in range(p.pp):
@@ -302,7 +309,7 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
         time = lay.total(r, "time", lambda c: c.time_s, sc.t) + sc.t(ex.time_s)
         if full:
             time += lay.total(r, "rc", lambda c: c.recompute_full_s, sc.t, recomputed=True)
-        T_r = model.new_int_var(0, VAR_MAX_UNITS, f"T{r}")
+        T_r = model.new_int_var(0, OP_MAX_UNITS, f"T{r}")
         model.add(T_r == time)
         model.add(slowest >= T_r)
         T.append(T_r)
@@ -324,8 +331,8 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
     sc21 = v * m * slowest + sum(T) - slowest  # v * SC'21's form
     if v == 1 and p.schedule == SCHEDULE_GPIPE:
         F, B = _stage_fwd_bwd(model, p, sc, lay)  # one stage per rank
-        slowest_f = model.new_int_var(0, VAR_MAX_UNITS, "slowest_forward")
-        slowest_b = model.new_int_var(0, VAR_MAX_UNITS, "slowest_backward")
+        slowest_f = model.new_int_var(0, OP_MAX_UNITS, "slowest_forward")
+        slowest_b = model.new_int_var(0, OP_MAX_UNITS, "slowest_backward")
         for f, b in zip(F, B, strict=True):
             model.add(slowest_f >= f)
             model.add(slowest_b >= b)
@@ -393,9 +400,9 @@ def _stage_fwd_bwd(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _La
         time = lay.stage_total(k, "time", lambda c: c.time_s, sc.t) + sc.t(se.time_s)
         if p.full:
             time += lay.stage_total(k, "rc", lambda c: c.recompute_full_s, sc.t, recomputed=True)
-        f = model.new_int_var(0, VAR_MAX_UNITS, f"F{k}")
+        f = model.new_int_var(0, OP_MAX_UNITS, f"F{k}")
         model.add(f == lay.stage_total(k, "fwd", lambda c: c.fwd_s, sc.t) + sc.t(se.fwd_s))
-        b = model.new_int_var(-VAR_MAX_UNITS, VAR_MAX_UNITS, f"B{k}")  # rounding may dip below 0
+        b = model.new_int_var(-OP_MAX_UNITS, OP_MAX_UNITS, f"B{k}")  # rounding may dip below 0
         model.add(b == time - f)
         F.append(f)
         B.append(b)
@@ -407,7 +414,7 @@ def _lockstep(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout)
     F, B = _stage_fwd_bwd(model, p, sc, lay)
     objective = 0
     for g, (n, ops) in enumerate(lockstep_slots(p.pp, p.vpp, p.num_micro_batches, warmup_extra(p.table))):
-        d = model.new_int_var(0, VAR_MAX_UNITS, f"D{g}")
+        d = model.new_int_var(0, OP_MAX_UNITS, f"D{g}")
         for r, cf, cb in ops:
             work = (F[cf * p.pp + r] if cf >= 0 else 0) + (B[cb * p.pp + r] if cb >= 0 else 0)
             if p.table.combined_1f1b and (cf < 0 or cb < 0):  # run alone: not combined (stages.pipeline_time_s)
@@ -550,6 +557,10 @@ def solve(
         # none by infeasibility, far sooner than by raising its bound to it
         model.add(objective <= int(math.floor(stop_at_s * p.vpp / sc.time_unit_s * (1 + rho) + extra_units)))
     status = solver.solve(model)
+    if status == cp_model.MODEL_INVALID:
+        # a defect of this module, not of the request: never a silent "no partition"
+        raise RuntimeError(f"stage ILP rejected by CP-SAT (pp {p.pp}, vpp {p.vpp}, "
+                           f"{p.num_micro_batches} micro-batches): {model.validate()[:200]}")
     capped = stop_at_s is not None and math.isfinite(stop_at_s)
     if capped and status == cp_model.INFEASIBLE:
         return StageSolution((), (), CUTOFF, stop_at_s, solver.wall_time)

@@ -61,3 +61,29 @@ def test_uniform_and_boundary_layouts_agree(pins):
             compared += 1
             assert times[0] == pytest.approx(times[1], rel=1e-6)
     assert compared >= 1
+
+
+@pytest.mark.parametrize("vpp, m", [(8, 64), (8, 1024), (4, 4096)])
+def test_many_slots_stay_within_cp_sat_integers(vpp, m):
+    """pp 8 x vpp 8 at 64 micro-batches and beyond: the lock-step sum weighs each slot by
+    vpp x its count; with 2**50-unit domains on those times CP-SAT refused the model
+    (MODEL_INVALID: a row's |coefficient| x bound sum above 2**62), which
+    the search took for "no partition found" and retried hundreds of times. The model must
+    solve: optimal, and no slower than the balanced partition (a point of the model)."""
+    from cost_model.stages import balanced_stage_layers, lockstep_slots
+    from planner.ilp import OP_MAX_UNITS
+
+    prob = problem_from_request(request(64, 8, pp=8, schedule="interleaved", tp=1, vpp=2))
+    c = next(iter(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)))
+    p = replace(stage_problem(prob, c, _Tables(prob).get(c)), vpp=vpp, num_micro_batches=m)
+    weight = vpp * sum(n for n, _ in lockstep_slots(p.pp, vpp, m))
+    assert weight * 2**50 > 2**62 > weight * OP_MAX_UNITS  # overflowed before, fits now
+    sol = solve(p, 20.0)
+    assert sol.status == "optimal"
+    balanced = balanced_stage_layers(p.num_layers, p.num_stages)
+
+    def step(counts, rcs):
+        ranks = [p.rank_cost(slices_from_counts(counts, rcs), r) for r in range(p.pp)]
+        return step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
+
+    assert step(sol.stage_layers, sol.recompute_layers) <= step(balanced, [0] * p.num_stages) * (1 + 1e-9)
