@@ -621,58 +621,80 @@ def lp_time_bound_s(p: StageProblem) -> float | None:
     inf = solver.infinity()
     n = [solver.NumVar(1, hi, f"n{k}") for k in range(S)]
     rc = [solver.NumVar(0, hi if full else 0, f"rc{k}") for k in range(S)]
-    for a, b in zip(n, rc, strict=True):
-        solver.Add(b <= a)
-    solver.Add(solver.Sum(n) == L)
     slowest = solver.NumVar(0, inf, "slowest")
     tail = solver.NumVar(0, inf, "tail")
     pipe = solver.NumVar(0, inf, "pipe")
-    T = []
+
+    # Rows are written as lb <= sum of (variable, coefficient) terms <= ub through the
+    # solver's row API: the natural API's expression trees cost ~10x more to build, and an
+    # LP has ~pp x (distinct lock-step slots) rows (a repeated variable's coefficients add).
+    def row(lb: float, ub: float, terms) -> None:
+        coefs: dict[int, list] = {}
+        for x, a in terms:
+            if a:
+                e = coefs.setdefault(x.index(), [x, 0.0])
+                e[1] += a
+        ct = solver.Constraint(lb, ub)
+        for x, a in coefs.values():
+            ct.SetCoefficient(x, a)
+
+    for a, b in zip(n, rc, strict=True):
+        row(-inf, 0.0, ((b, 1.0), (a, -1.0)))  # rc_k <= n_k
+    row(L, L, ((x, 1.0) for x in n))
+    T_terms, T_const = [], 0.0  # sum_r T_r
     for r in range(pp):
         ex = p.extras[r]
         ks = list(p.stages_of(r))
-        blocks = solver.Sum(n[k] for k in ks)
-        rcs = solver.Sum(rc[k] for k in ks)
-        t_r = coef.time_s * blocks + coef.recompute_full_s * rcs + ex.time_s
-        T.append(t_r)
-        solver.Add(slowest >= t_r)
-        dp = coef.dp_sync_s * blocks + ex.dp_sync_s
-        hidden = coef.dp_hidden_s * blocks + ex.dp_hidden_s
-        window = coef.dp_window_s * blocks + ex.dp_window_s
-        opt = coef.optimizer_s * blocks + ex.optimizer_s
-        solver.Add(tail >= dp - window + opt)
-        solver.Add(tail >= hidden + opt)
-        # memory rows, in units of the allocatable bytes (GLOP's tolerances are absolute)
-        states = coef.state_bytes * blocks + ex.state_bytes
-        fixed = ex.transient_bytes + p.block_transient_bytes
+        # T_r = time x blocks + recompute x recomputed + extras (one micro-batch)
+        t_r = [(n[k], coef.time_s) for k in ks] + [(rc[k], coef.recompute_full_s) for k in ks]
+        T_terms += t_r
+        T_const += ex.time_s
+        row(ex.time_s, inf, [(slowest, 1.0)] + [(x, -a) for x, a in t_r])  # slowest >= T_r
+        # tail >= exposed DP sync + optimizer: both pieces of the overlap rule
+        lin = coef.dp_sync_s - coef.dp_window_s + coef.optimizer_s
+        row(ex.dp_sync_s - ex.dp_window_s + ex.optimizer_s, inf, [(tail, 1.0)] + [(n[k], -lin) for k in ks])
+        lin = coef.dp_hidden_s + coef.optimizer_s
+        row(ex.dp_hidden_s + ex.optimizer_s, inf, [(tail, 1.0)] + [(n[k], -lin) for k in ks])
+        # memory rows, in units of the allocatable bytes (GLOP's tolerances are absolute):
+        # states + transient (+ the recompute buffer x u_r) + held activations <= 1
+        fixed = (ex.state_bytes + ex.transient_bytes + p.block_transient_bytes) / cap
+        states = [(n[k], coef.state_bytes / cap) for k in ks]
         if full:
             u = solver.NumVar(0, 1, f"u{r}")
             for k in ks:
-                solver.Add(rc[k] <= hi * u)
-            extra_transient = max(0.0, p.recompute_transient_bytes - p.block_transient_bytes) * u
-        else:
-            extra_transient = 0
-        chunk_act = [coef.act_bytes * n[k] - (coef.act_saved_bytes * rc[k] if full else 0) + p.stage_extras[k].act_bytes
-                     for k in ks]
+                row(-inf, 0.0, ((rc[k], 1.0), (u, -hi)))  # rc_k <= hi x u_r
+            states.append((u, max(0.0, p.recompute_transient_bytes - p.block_transient_bytes) / cap))
         for live in p.memory_rows(r):
-            held = solver.Sum(w * a for w, a in zip(live, chunk_act, strict=True) if w)
-            solver.Add((states + fixed + extra_transient + held) * (1.0 / cap) <= 1.0)
-    solver.Add(pipe >= m * slowest + (solver.Sum(T) - slowest) * (1.0 / v))
+            held, held_const = [], 0.0
+            for w, k in zip(live, ks, strict=True):
+                if w:
+                    held += [(n[k], w * coef.act_bytes / cap)]
+                    if full:
+                        held += [(rc[k], -w * coef.act_saved_bytes / cap)]
+                    held_const += w * p.stage_extras[k].act_bytes / cap
+            row(-inf, 1.0 - fixed - held_const, states + held)
+    # pipe >= m x slowest + (sum_r T_r - slowest) / v  (SC'21's form)
+    row(T_const / v, inf, [(pipe, 1.0), (slowest, 1.0 / v - m)] + [(x, -a / v) for x, a in T_terms])
+    # per stage: F_k = forward of its blocks + extras; B_k = its time - F_k
     F, B = [], []
     for k in range(S):
         se = p.stage_extras[k]
-        f = coef.fwd_s * n[k] + se.fwd_s
-        t_k = coef.time_s * n[k] + (coef.recompute_full_s * rc[k] if full else 0) + se.time_s
-        F.append(f)
-        B.append(t_k - f)
+        F.append(([(n[k], coef.fwd_s)], se.fwd_s))
+        b = [(n[k], coef.time_s - coef.fwd_s)] + ([(rc[k], coef.recompute_full_s)] if full else [])
+        B.append((b, se.time_s - se.fwd_s))
     lock = []
     for cnt, ops in lockstep_slots(pp, v, m, warmup_extra(p.table)):
         d = solver.NumVar(0, inf, "d")  # a slot lasts at least 0 (stages.pipeline_time_s)
         for r, cf, cb in ops:
-            work = (F[cf * pp + r] if cf >= 0 else 0) + (B[cb * pp + r] if cb >= 0 else 0)
-            solver.Add(d >= work)
-        lock.append(cnt * d)
-    solver.Add(pipe >= solver.Sum(lock))
+            terms, const = [(d, 1.0)], 0.0
+            for part, c in ((F, cf), (B, cb)):
+                if c >= 0:
+                    t, k0 = part[c * pp + r]
+                    terms += [(x, -a) for x, a in t]
+                    const += k0
+            row(const, inf, terms)  # d >= F + B of every op in the slot
+        lock.append((d, -float(cnt)))
+    row(0.0, inf, [(pipe, 1.0)] + lock)  # pipe >= the lock-step sum
     solver.Minimize(pipe + tail)
     status = solver.Solve()
     if status == pywraplp.Solver.INFEASIBLE:
