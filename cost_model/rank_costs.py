@@ -22,7 +22,7 @@ the stage's share of T_r (its blocks, recomputation and stage_extras[k].time).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
@@ -64,6 +64,9 @@ class StageProblem:
     # recomputing min(n, its blocks) (Megatron --recompute-num-layers with method block;
     # engines.EngineSupport.recompute_per_stage_counts == "uniform")
     uniform_recompute: bool = False
+    # rank_cost's results by what they depend on (_rank_key): the greedy and repaired
+    # partitions, the hint's polish and the step prices re-cost the same rank many times
+    _rank_costs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def num_stages(self) -> int:
@@ -142,9 +145,23 @@ class StageProblem:
         return tuple(rank_extras(self, r) for r in range(self.pp))
 
     def rank_cost(self, slices: list[StageSlice], rank: int) -> RankCost:
-        """The float model's time and memory of `rank` under a partition."""
-        return rank_cost(self.table, slices, rank, self.pp, self.recompute, self.schedule,
-                         self.num_micro_batches, self.vpp, self.reserved_bytes, self.interference)
+        """The float model's time and memory of `rank` under a partition (memoised: equal
+        keys sum the same floats in the same order, so the result is the one computed)."""
+        key = self._rank_key(slices, rank)
+        rc = self._rank_costs.get(key)
+        if rc is None:
+            rc = self._rank_costs[key] = rank_cost(
+                self.table, slices, rank, self.pp, self.recompute, self.schedule, self.num_micro_batches,
+                self.vpp, self.reserved_bytes, self.interference)
+        return rc
+
+    def _rank_key(self, slices: list[StageSlice], rank: int) -> tuple:
+        """What stages.rank_cost reads of a partition for `rank`: per virtual stage of the
+        rank, its index (the embedding, output layer and sends), its recompute count and its
+        blocks' kinds in order (blocks of one kind cost alike, LayerTable.block_kinds)."""
+        kinds = self.table.block_kind_index
+        return (rank, len(slices), *((sl.index, sl.recompute_layers, kinds[sl.first:sl.last + 1])
+                                     for sl in slices if sl.index % self.pp == rank))
 
 
 def uniform_recompute_counts(counts, n: int) -> list[int]:
