@@ -24,6 +24,10 @@ How a stage's block totals are written depends on the blocks (`_Layout`):
   uniform blocks  n[k] blocks on stage k, rc[k] of them fully recomputed: totals are linear,
                   n[k] * c (2 * pp * vpp variables; an engine taking one recompute count
                   adds it, rc[k] = min(count, n[k]))
+  a leading run   D blocks of one kind, then blocks of another (D < pp * vpp): n[k] and
+                  rc[k] as above, with lead[k] = min(n[k], max(0, D - sum_{j<k} n[j])) of
+                  the first kind and min(rc[k], lead[k]) of its recomputed ones: totals
+                  stay linear (`_LeadingRunLayout`)
   mixed blocks    start[k], the first block of virtual stage k, and rc[k], its fully
                   recomputed blocks (the first rc[k]); with P_x[i] the prefix sum of block
                   quantity x, a stage's total is P_x[start[k+1]] - P_x[start[k]] (an
@@ -288,9 +292,72 @@ class _BoundaryLayout(_Layout):
         return counts, tuple(solver.value(rc) for rc in self.rc)
 
 
+class _LeadingRunLayout(_UniformLayout):
+    """Two kinds, the first D blocks of one and the rest of the other (DeepSeek-V3's and
+    Kimi-K2's dense blocks before their MoE blocks, `first_k_dense_replace`), D below the
+    number of stages: n[k] and rc[k] as in the uniform layout, and of stage k's blocks
+    lead[k] = min(n[k], max(0, D - sum_{j<k} n[j])) of the leading kind, of its rc[k] fully
+    recomputed ones (its first) min(rc[k], lead[k]); stages from D on hold none (each stage
+    holds >= 1 block). A stage's totals are then linear in (lead, rest) with one rounded
+    coefficient per kind, without the boundary layout's element constraints, which CP-SAT
+    searches far more slowly (tests/planner/test_ilp_layouts.py compares the two)."""
+
+    def __init__(self, model: cp_model.CpModel, p: StageProblem, lead: BlockCoefficients, rest: BlockCoefficients,
+                 lead_blocks: int):
+        super().__init__(model, p, rest)
+        self.lead_coef, self.D = lead, lead_blocks
+        self.lead, self.lead_rc, self._aux = [], [], []
+        before = 0  # blocks on the stages before k (a linear expression)
+        for k in range(p.num_stages):
+            if k >= lead_blocks:
+                self.lead.append(0)
+                self.lead_rc.append(0)
+                continue
+            left = model.new_int_var(0, lead_blocks, f"lead_left{k}")  # max(0, D - before)
+            model.add_max_equality(left, [0, lead_blocks - before])
+            a = model.new_int_var(0, lead_blocks, f"lead{k}")
+            model.add_min_equality(a, [self.n[k], left])
+            ar = model.new_int_var(0, lead_blocks, f"lead_rc{k}")
+            model.add_min_equality(ar, [self.rc[k], a])
+            self.lead.append(a)
+            self.lead_rc.append(ar)
+            self._aux.append((k, left, a, ar))
+            before = before + self.n[k]
+
+    def stage_total(self, k, label, x, conv, recomputed=False):
+        a, b = conv(x(self.lead_coef)), conv(x(self.coef))
+        if recomputed:
+            return a * self.lead_rc[k] + b * (self.rc[k] - self.lead_rc[k])
+        return a * self.lead[k] + b * (self.n[k] - self.lead[k])
+
+    def add_hint(self, hint):
+        super().add_hint(hint)
+        counts, rcs = hint
+        for k, left, a, ar in self._aux:
+            lv = max(0, self.D - sum(counts[:k]))
+            self.model.add_hint(left, lv)
+            self.model.add_hint(a, min(counts[k], lv))
+            self.model.add_hint(ar, min(rcs[k] if self.p.full else 0, counts[k], lv))
+
+
+def _leading_run(p: StageProblem) -> int | None:
+    """D when the blocks are D of one kind followed by the rest of another, 0 < D < the
+    number of stages (_LeadingRunLayout); else None."""
+    kinds = p.table.block_kind_index
+    if len(p.table.block_kinds) != 2:
+        return None
+    D = kinds.index(kinds[-1])
+    if not 0 < D < p.num_stages or any(i != kinds[-1] for i in kinds[D:]):
+        return None
+    return D
+
+
 def _layout(model: cp_model.CpModel, p: StageProblem, coefs: list[BlockCoefficients]) -> _Layout:
     if len(p.table.block_kinds) == 1:
         return _UniformLayout(model, p, coefs[0])
+    D = _leading_run(p)
+    if D is not None:
+        return _LeadingRunLayout(model, p, coefs[0], coefs[-1], D)
     return _BoundaryLayout(model, p, coefs)
 
 

@@ -87,3 +87,53 @@ def test_many_slots_stay_within_cp_sat_integers(vpp, m):
         return step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
 
     assert step(sol.stage_layers, sol.recompute_layers) <= step(balanced, [0] * p.num_stages) * (1 + 1e-9)
+
+
+def _lead_table(table: LayerTable, lead: int) -> LayerTable:
+    """`table` with its first `lead` blocks of another kind: less compute and fewer states,
+    more saved activations (a dense block before MoE blocks is lighter in weights)."""
+    from cost_model.memory import ActivationBytes
+
+    def dense(b):
+        return replace(b, name="dense", compute_s=b.compute_s * 0.6, fwd_s=b.fwd_s * 0.6,
+                       recompute_full_s=b.recompute_full_s * 0.6, weights_bytes=b.weights_bytes * 0.3,
+                       grads_bytes=b.grads_bytes * 0.3, optimizer_bytes=b.optimizer_bytes * 0.3,
+                       dp_sync_s=b.dp_sync_s * 0.3,
+                       act=ActivationBytes(b.act.none * 1.5, b.act.selective * 1.5, b.act.full))
+
+    blocks = tuple(dense(b) if i < lead else b for i, b in enumerate(table.blocks))
+    return LayerTable(blocks, table.embedding, table.output, table.p2p_s, dict(table.sources))
+
+
+@pytest.mark.parametrize("pins, lead, headroom", [
+    (dict(pp=4, recompute="full", tp=1), 1, 0.05),
+    (dict(pp=4, recompute="full", tp=1), 3, 0.9),  # recomputation needed to fit
+    (dict(pp=4, recompute="none", tp=1), 2, 0.05),
+    (dict(pp=2, schedule="interleaved", tp=2), 3, 0.05),
+    (dict(pp=2, schedule="interleaved", tp=2, recompute="full"), 2, 0.93),  # the same
+])
+def test_leading_run_layout_matches_brute_force(pins, lead, headroom):
+    """Blocks of one kind after a short run of another (DeepSeek-V3's dense blocks) take the
+    linear leading-run layout; its optimum is the brute-force optimum (exhaustive.py, every
+    partition and recompute count under the float model), memory binding or not."""
+    from planner import exhaustive
+    from planner.ilp import _leading_run
+
+    prob = problem_from_request({**request(8, 16, **pins), "search": {**pins, "memory_headroom": headroom}})
+    cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
+    tables = _Tables(prob)
+    compared = 0
+    for c in cands[:3]:
+        p = stage_problem(prob, c, _lead_table(tables.get(c), lead))
+        assert _leading_run(p) == lead
+        ref = exhaustive.best_partition(p)
+        sol = solve(p, 20.0)
+        if ref is None:
+            assert sol.status == "infeasible"
+            continue
+        assert sol.status == "optimal"
+        ranks = [p.rank_cost(slices_from_counts(sol.stage_layers, sol.recompute_layers), r) for r in range(p.pp)]
+        assert all(rc.peak_bytes <= p.capacity_bytes for rc in ranks)
+        assert step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule) == pytest.approx(ref[0], rel=1e-6)
+        compared += 1
+    assert compared >= 1
