@@ -15,6 +15,7 @@ distrib_optimizer.md: fp16/bf16 param + fp32 grad = 6 bytes + 12/d optimizer byt
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -465,7 +466,7 @@ def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra:
     uniq = sorted(set(states), key=sum, reverse=True)
     keep: list[tuple[int, ...]] = []
     for v in uniq:
-        if not any(all(x >= y for x, y in zip(k, v, strict=True)) for k in keep):
+        if not any(all(map(operator.ge, k, v)) for k in keep):  # equal lengths: vpp each
             keep.append(v)
     return tuple(keep)
 

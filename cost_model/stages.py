@@ -62,16 +62,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from . import memory
 from .layers import LayerTable, dp_window_factor, overlapped_s
 from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 
 
-@dataclass(frozen=True)
-class StageSlice:
+class StageSlice(NamedTuple):
     """One (virtual) pipeline stage: blocks first..last inclusive, of which the first
-    `recompute_layers` are fully recomputed when the recompute mode is "full"."""
+    `recompute_layers` are fully recomputed when the recompute mode is "full". A NamedTuple:
+    the search builds one per stage for every partition it prices."""
 
     index: int
     first: int
