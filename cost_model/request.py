@@ -81,6 +81,7 @@ MAX_SEQ = 1 << 24  # tokens per sequence
 MAX_GB_S = 1e6  # link bandwidth, GB/s
 MAX_TOP_K = 50
 MAX_TIME_LIMIT_S = 3600.0
+MAX_GAP_LIMIT = 0.5  # search.gap_limit: beyond half, a "plan" would promise nothing
 DEFAULT_TIME_LIMIT_S = 10.0
 DEFAULT_HEADROOM = 0.05
 
@@ -324,6 +325,9 @@ class Search(_Strict):
     time_limit_s: float | None = Field(None, gt=0, le=MAX_TIME_LIMIT_S,
                                        description=f"search time limit (default {DEFAULT_TIME_LIMIT_S:g} s); the service caps it by PLANNER_SOLVE_TIME_LIMIT_S",
                                        examples=[10])
+    gap_limit: float = Field(0.0, ge=0, le=MAX_GAP_LIMIT,
+                             description="stop once the best plan is proven within this fraction of the optimum "
+                             "(the reported gap); 0 proves optimality", examples=[0.01])
     targets: list[Target] = Field(list(values(Target)), max_length=16, description="launch artifacts to emit", examples=[list(values(Target))[:2]])
     use_all_gpus: bool = Field(True, description="only degrees whose product is num_gpus", examples=[True])
     tp_within_node: bool = Field(True, description="tensor parallelism stays inside a node", examples=[True])

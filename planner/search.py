@@ -360,6 +360,15 @@ def search(
     k = prob.space.top_k
     B = prob.training.global_batch_size
     engine = (prob.space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
+    # a bound at or above keep x the best plan is not searched further (search.gap_limit; CP-SAT
+    # is capped there too, which proves far sooner); the least such bound below the best plan
+    # is kept for the reported gap (`set_aside`), which stays within the limit
+    keep = 1 - max(PROOF_TOL, prob.space.gap_limit)
+    aside = [math.inf]
+
+    def set_aside(bound: float) -> None:
+        if bound < best_s() * (1 - PROOF_TOL):
+            aside[0] = min(aside[0], bound)
 
     # --- degree groups, bounded per (tp, cp, ep, etp) from one base table per SP setting at
     # the largest micro-batch size any of their groups may take (bounds.py, degree groups)
@@ -418,7 +427,8 @@ def search(
             if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
                 monotone_ok = False  # the group bounds may have pruned too much: claim nothing
             bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
-            if found and bound >= best_s() * (1 - PROOF_TOL):
+            if found and bound >= best_s() * keep:
+                set_aside(bound)
                 stats.pruned_time += 1  # no faster than the best plan: its memory bound is not needed
                 continue
             twin = replace(c, moe_a2a_overlap=False)
@@ -489,7 +499,7 @@ def search(
             return False
         if not found:
             return True
-        return now - last_dive >= DIVE_EVERY_SHARE * limit and pool[0].bound_s < best_s() * (1 - PROOF_TOL)
+        return now - last_dive >= DIVE_EVERY_SHARE * limit and pool[0].bound_s < best_s() * keep
 
     def dive() -> None:
         """Record a greedy plan (DIVE_AFTER_SHARE): of the DIVE_POOL least-bound candidates,
@@ -551,7 +561,11 @@ def search(
                 _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL, k)
                 return
             e = e._replace(bound_s=bound)
-            if found and bound >= best_s() * (1 - PROOF_TOL):
+            if bound >= hint_s * keep:  # the hint is within the gap limit of its bound
+                open_[e.order] = (bound, e)
+                _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
+                return
+            if found and bound >= best_s() * keep:
                 open_[e.order] = (bound, e)  # no faster than the best plan (dropped once the queue is done)
                 return
             if defer and hint_s > bound * (1 + DEFER_REL):
@@ -561,7 +575,7 @@ def search(
                 _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
                 return
         capped = bool(found) and found[0].candidate != e.candidate
-        sol = solve(p, time_s, hint, lower_bound_s=e.bound_s, stop_at_s=best_s() if found else None)
+        sol = solve(p, time_s, hint, lower_bound_s=e.bound_s, stop_at_s=best_s() * min(1.0, keep / (1 - PROOF_TOL)) if found else None)
         stats.ilp_solves += 1
         stats.ilp_time_s += sol.solve_time_s
         if sol.status in (STATUS_OPTIMAL, STATUS_FEASIBLE):
@@ -601,7 +615,8 @@ def search(
         e = queue[0]
         # prune against the best plan: alternatives are the runners-up among what was solved
         best_t = found[0].estimate.prediction.step_time_s if found else math.inf
-        if e.bound_s >= best_t * (1 - PROOF_TOL):
+        if e.bound_s >= best_t * keep:
+            set_aside(e.bound_s)  # the least bound of what is left
             _count_left(stats, queue)
             break
         out_of_time = time.perf_counter() - t0 > limit
@@ -655,7 +670,7 @@ def search(
         for key in [key for key, (b, _) in open_.items() if b >= best_t * (1 - PROOF_TOL)]:
             del open_[key]
         remaining = limit - (time.perf_counter() - t0)
-        todo = [x for key, x in open_.items() if key in retry]
+        todo = [x for key, x in open_.items() if key in retry and x[0] < best_t * keep]
         if not todo or remaining < RETRY_MIN_S:
             break
         # the fewest tries first, then the least bound: each open candidate gets its turn
@@ -669,7 +684,7 @@ def search(
         share = max(RETRY_MIN_S, RETRY_SHARES * remaining / len(todo))
         solve_one(e._replace(bound_s=bound), stage_problem(prob, e.candidate, table), table, min(remaining, share))
     best_t = best_s()
-    for b, _ in open_.values():
+    for b in [b for b, _ in open_.values()] + aside:
         if b < best_t * (1 - PROOF_TOL):
             optimal_all = False
             stats.lower_bound_s = min(stats.lower_bound_s, b)

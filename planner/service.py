@@ -19,7 +19,7 @@ from cost_model.parse import (
 )
 from cost_model.results import Estimate
 from cost_model.specs import LayerListSpec
-from cost_model.vocab import ENGINE_MEGATRON, TARGET_RANKS
+from cost_model.vocab import ENGINE_MEGATRON, STATUS_OPTIMAL, TARGET_RANKS
 
 from .hashing import request_hash
 from .plan import (
@@ -102,6 +102,9 @@ def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, pr
         reasons.append(line)
     if res.stats.timed_out:
         reasons.append(f"time limit reached: best plan found so far, within {res.gap * 100:.1f}% of the lower bound")
+    elif res.status != STATUS_OPTIMAL and 0 < res.gap <= prob.space.gap_limit:
+        reasons.append(f"gap limit reached: the best plan is within {res.gap * 100:.2f}% of the optimum "
+                       f"(search.gap_limit {prob.space.gap_limit * 100:g}%)")
     c = prob.cluster
     return Plan(
         id=plan_id or f"p_{rh[:16]}",

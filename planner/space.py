@@ -52,6 +52,9 @@ class SearchSpace:
     targets: tuple[str, ...] = values(Target)
     use_all_gpus: bool = True
     tp_within_node: bool = True
+    # the search stops once its best plan is proven within this relative gap of the optimum
+    # (search.py: bounds at or above (1 - gap_limit) x the best plan are not searched further)
+    gap_limit: float = 0.0
 
     def ok(self, knob: str, value: Any) -> bool:
         allowed = self.allowed.get(knob)
@@ -90,7 +93,7 @@ def search_space(d: rq.Search) -> SearchSpace:
     allowed["engine"] = (d.engine,)
     limit = DEFAULT_TIME_LIMIT_S if d.time_limit_s is None else float(d.time_limit_s)
     return SearchSpace(allowed, float(d.memory_headroom), d.top_k, limit, tuple(d.targets), d.use_all_gpus,
-                       d.tp_within_node)
+                       d.tp_within_node, float(d.gap_limit))
 
 
 def parse_search(d: Any) -> SearchSpace:

@@ -111,6 +111,8 @@ FLAGS: tuple[Flag, ...] = (
          field="search.engine"),
     Flag("--time-limit", "search", "search time limit in seconds (default 10)", type=float, metavar="S",
          field="search.time_limit_s"),
+    Flag("--gap-limit", "search", "stop once the best plan is proven within this fraction of the optimum "
+         "(default 0: prove it optimal)", type=float, metavar="F", field="search.gap_limit"),
     Flag("--top-k", "plan", "plans to keep: the best and alternatives (default 3)", type=int, metavar="N",
          field="search.top_k"),
     Flag("--headroom", "plan", "memory headroom fraction (default 0.05)", type=float, metavar="F",

@@ -152,6 +152,27 @@ def test_time_limit_argument_overrides():
     assert plan["status"] in ("feasible", "optimal")
 
 
+def test_gap_limit_bounds_the_plan_by_the_exact_optimum():
+    """search.gap_limit g stops once every unsearched bound is >= (1 - g) x the best plan: the
+    plan is within g of the exact search's optimum, never below it, and the reported gap is
+    a true one (the optimum is >= (1 - gap) x the plan)."""
+    req = {"model": {"name": "llama3-70b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 64},
+           "training": {"global_batch_size": 128, "seq_length": 8192}}
+    exact = service.plan(with_search(req, time_limit_s=60))
+    assert exact["status"] == "optimal"
+    t_opt = exact["prediction"]["step_time_s"]
+    g = 0.02
+    loose = service.plan(with_search(req, time_limit_s=60, gap_limit=g))
+    t, gap = loose["prediction"]["step_time_s"], loose["search"]["gap"]
+    assert not loose["search"]["timed_out"]
+    assert 0 <= gap <= g + 1e-12
+    assert t_opt * (1 - 1e-9) <= t <= t_opt / (1 - g)
+    assert t * (1 - gap) <= t_opt * (1 + 1e-9)
+    assert loose["search"]["solve_time_s"] < exact["search"]["solve_time_s"]
+    if gap > 0:
+        assert any(r.startswith("gap limit reached") for r in loose["reasons"])
+
+
 # --------------------------------------------------------------------------- infeasible
 
 
@@ -233,7 +254,7 @@ def test_use_all_gpus_false():
     ("tp", "two"), ("tp", [2, "x"]), ("pp", -1), ("tp", True), ("tp", []), ("recompute", "some"),
     ("schedule", "zigzag"), ("zero", 4), ("sequence_parallel", "yes"), ("memory_headroom", 1.5),
     ("top_k", 0), ("time_limit_s", 0), ("time_limit_s", "fast"), ("targets", ["nemo"]),
-    ("use_all_gpus", "no"),
+    ("use_all_gpus", "no"), ("gap_limit", -0.01), ("gap_limit", 0.6), ("gap_limit", "1%"),
 ])
 def test_bad_search_value_names_the_knob(knob, value):
     with pytest.raises(SpecError) as ei:
