@@ -182,6 +182,18 @@ def _least_fullest_rank_bytes(lines_by_rank, start: int, blocks: int, s: float, 
     return top
 
 
+@functools.lru_cache(maxsize=4096)
+def _rank_floors(schedule: str, pp: int, m: int, vpp: int) -> tuple[float, ...]:
+    """in_flight_floor of every rank (memory_bound_bytes prices every candidate with them)."""
+    return tuple(in_flight_floor(schedule, pp, r, m, vpp) for r in range(pp))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rank_lines(schedule: str, pp: int, m: int, vpp: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """in_flight_lines of every rank."""
+    return tuple(in_flight_lines(schedule, pp, r, m, vpp) for r in range(pp))
+
+
 def memory_bound_bytes(
     sums: TableSums, recompute: str, schedule: str, pp: int, vpp: int, m: int, reserved: float, states_scale: float = 1.0
 ) -> float:
@@ -204,7 +216,7 @@ def memory_bound_bytes(
     scale with it and kappa_r(m)/m and the lines' values at every N over m do not increase
     with m = B/(dp mb) (search.py's too_big_mb rests on this; tests/planner/test_bounds.py
     checks both)."""
-    floors = [in_flight_floor(schedule, pp, r, m, vpp) for r in range(pp)]
+    floors = _rank_floors(schedule, pp, m, vpp)
     A = sums.act_bytes[recompute]
     best = sums.states_bytes * states_scale / pp + A / pp * min(floors)
     if sums.one_block_kind:
@@ -213,7 +225,7 @@ def memory_bound_bytes(
             best = max(best, 1.0 / sum(1.0 / (S + k * A) for k in floors))
     if sums.num_blocks and sums.kind_bytes:
         v = max(1, vpp)
-        lines = tuple(in_flight_lines(schedule, pp, r, m, vpp) for r in range(pp))
+        lines = _rank_lines(schedule, pp, m, vpp)
         s_min = min(st for _, st, _ in sums.kind_bytes) * states_scale
         a_min = min(act[recompute] for _, _, act in sums.kind_bytes)
         best = max(best, _least_fullest_rank_bytes(lines, v, sums.num_blocks, s_min, a_min, a_min, v))

@@ -312,6 +312,10 @@ RETRY_MIN_S = 0.5
 # exact solve.
 DIVE_AFTER_SHARE = 0.1
 DIVE_EVERY_SHARE = 0.02
+# ... and once a plan is found, only while the dives have taken less than this share of the
+# time so far: each prices up to DIVE_POOL tables and partitions (~0.1 s on a large MoE space),
+# which at a 10 s limit would otherwise take half of it
+DIVE_TIME_SHARE = 0.1
 DIVE_POOL = 16  # candidates a dive prices with their own tables before it picks one
 
 # What a queued entry is: a degree group bounded as a whole (bounds.group_time_bound_s), a
@@ -493,13 +497,15 @@ def search(
     pool: list[_Entry] = []  # every queued candidate entry, least bound first: the dives' choice
     dived: set[tuple[int, int]] = set()
     last_dive = -math.inf
+    dive_s = [0.0]  # time the dives took
 
     def dive_due(now: float) -> bool:
         if not pool or now - t0 < DIVE_AFTER_SHARE * limit:
             return False
         if not found:
             return True
-        return now - last_dive >= DIVE_EVERY_SHARE * limit and pool[0].bound_s < best_s() * keep
+        return (now - last_dive >= DIVE_EVERY_SHARE * limit and pool[0].bound_s < best_s() * keep
+                and dive_s[0] < DIVE_TIME_SHARE * (now - t0))
 
     def dive() -> None:
         """Record a greedy plan (DIVE_AFTER_SHARE): of the DIVE_POOL least-bound candidates,
@@ -536,10 +542,11 @@ def search(
         bound is only recorded (feasible, retried with the time left once the queue is
         done): the candidates whose hints meet their bounds are solved first, and the best
         plan they give prunes the others or lets CP-SAT stop early on them."""
-        hint = best_hint(p)
         own = next((f for f in found if f.candidate == e.candidate), None)
         if own is not None:  # a retry: start from what the first solve found
             hint = (list(own.config.stage_layers), list(own.config.recompute_layers or [0] * len(own.config.stage_layers)))
+        else:
+            hint = best_hint(p)
         hint_s = _step_s(p, *hint) if hint is not None else None
         bound = e.bound_s
         if hint_s is not None:
@@ -632,8 +639,10 @@ def search(
             queue[:] = [x._replace(bound_s=_fit_key(x.candidate)) for x in queue]
             heapq.heapify(queue)
             continue
-        if dive_due(time.perf_counter()):
+        now = time.perf_counter()
+        if dive_due(now):
             dive()
+            dive_s[0] += time.perf_counter() - now
             continue
         heapq.heappop(queue)
         if e.stage == "group":
