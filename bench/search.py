@@ -3,7 +3,9 @@
 Times `planner.service.plan` N times per instance and prints the median wall time, status, gap,
 search counters and the chosen plan.
 
-Usage: python bench/search.py [--repeats N] [--time-limit S] [--only NAME] [--json] [--counters]
+Usage: python bench/search.py [--repeats N] [--time-limit S] [--gap-limit F] [--only NAME] [--json] [--counters]
+
+--gap-limit: search.gap_limit (default 0: the search proves its plan optimal).
 
 --counters: also run planner.search.search once per instance and print its own counters
 (degree groups expanded / pruned whole, candidates, memory / time prunes, CP-SAT solves
@@ -35,21 +37,22 @@ CASES = {
 }
 
 
-def request(case: str, time_limit: float | None) -> dict:
+def request(case: str, time_limit: float | None, gap_limit: float | None = None) -> dict:
     model, gpu, n, batch, seq = CASES[case]
     req = {"model": model, "cluster": {"gpu": gpu, "num_gpus": n},
            "training": {"global_batch_size": batch, "seq_length": seq}}
-    if time_limit is not None:
-        req["search"] = {"time_limit_s": time_limit}
+    knobs = {"time_limit_s": time_limit, "gap_limit": gap_limit}
+    if any(v is not None for v in knobs.values()):
+        req["search"] = {k: v for k, v in knobs.items() if v is not None}
     return req
 
 
-def run_case(case: str, repeats: int, time_limit: float | None) -> dict:
+def run_case(case: str, repeats: int, time_limit: float | None, gap_limit: float | None = None) -> dict:
     walls, plan, err = [], None, None
     for _ in range(repeats):
         t0 = time.perf_counter()
         try:
-            plan = service.plan(request(case, time_limit))
+            plan = service.plan(request(case, time_limit, gap_limit))
         except Infeasible as exc:
             err = exc.message
         walls.append(time.perf_counter() - t0)
@@ -67,10 +70,10 @@ def run_case(case: str, repeats: int, time_limit: float | None) -> dict:
     return row
 
 
-def counters(case: str, time_limit: float | None) -> dict:
+def counters(case: str, time_limit: float | None, gap_limit: float | None = None) -> dict:
     """The search's own counters for one instance (one run)."""
     t0 = time.perf_counter()
-    res = search(problem_from_request(request(case, time_limit)))
+    res = search(problem_from_request(request(case, time_limit, gap_limit)))
     s = res.stats
     return {"case": case, "search_s": time.perf_counter() - t0, "status": res.status, "gap": res.gap,
             "groups": s.groups, "groups_expanded": s.groups_expanded, "groups_pruned": s.pruned_groups,
@@ -83,12 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--time-limit", type=float, help="search.time_limit_s (default: the planner's 10 s)")
+    ap.add_argument("--gap-limit", type=float, help="search.gap_limit (default: 0, prove optimality)")
     ap.add_argument("--only", choices=sorted(CASES), action="append")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--counters", action="store_true", help="also print the search's own counters")
     args = ap.parse_args(argv)
-    rows = [run_case(c, args.repeats, args.time_limit) for c in (args.only or CASES)]
-    extra = [counters(c, args.time_limit) for c in (args.only or CASES)] if args.counters else []
+    rows = [run_case(c, args.repeats, args.time_limit, args.gap_limit) for c in (args.only or CASES)]
+    extra = [counters(c, args.time_limit, args.gap_limit) for c in (args.only or CASES)] if args.counters else []
     if args.json:
         print(json.dumps({"rows": rows, "counters": extra} if args.counters else rows, indent=1))
         return 0
