@@ -368,11 +368,13 @@ def search(
     # is capped there too, which proves far sooner); the least such bound below the best plan
     # is kept for the reported gap (`set_aside`), which stays within the limit
     keep = 1 - max(PROOF_TOL, prob.space.gap_limit)
-    aside = [math.inf]
+    stop_share = 1 - prob.space.gap_limit  # CP-SAT searches only below this x the best plan
+    aside = math.inf
 
     def set_aside(bound: float) -> None:
+        nonlocal aside
         if bound < best_s() * (1 - PROOF_TOL):
-            aside[0] = min(aside[0], bound)
+            aside = min(aside, bound)
 
     # --- degree groups, bounded per (tp, cp, ep, etp) from one base table per SP setting at
     # the largest micro-batch size any of their groups may take (bounds.py, degree groups)
@@ -497,7 +499,7 @@ def search(
     pool: list[_Entry] = []  # every queued candidate entry, least bound first: the dives' choice
     dived: set[tuple[int, int]] = set()
     last_dive = -math.inf
-    dive_s = [0.0]  # time the dives took
+    dive_s = 0.0  # time the dives took
 
     def dive_due(now: float) -> bool:
         if not pool or now - t0 < DIVE_AFTER_SHARE * limit:
@@ -505,7 +507,7 @@ def search(
         if not found:
             return True
         return (now - last_dive >= DIVE_EVERY_SHARE * limit and pool[0].bound_s < best_s() * keep
-                and dive_s[0] < DIVE_TIME_SHARE * (now - t0))
+                and dive_s < DIVE_TIME_SHARE * (now - t0))
 
     def dive() -> None:
         """Record a greedy plan (DIVE_AFTER_SHARE): of the DIVE_POOL least-bound candidates,
@@ -582,7 +584,7 @@ def search(
                 _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
                 return
         capped = bool(found) and found[0].candidate != e.candidate
-        sol = solve(p, time_s, hint, lower_bound_s=e.bound_s, stop_at_s=best_s() * min(1.0, keep / (1 - PROOF_TOL)) if found else None)
+        sol = solve(p, time_s, hint, lower_bound_s=e.bound_s, stop_at_s=best_s() * stop_share if found else None)
         stats.ilp_solves += 1
         stats.ilp_time_s += sol.solve_time_s
         if sol.status in (STATUS_OPTIMAL, STATUS_FEASIBLE):
@@ -642,7 +644,7 @@ def search(
         now = time.perf_counter()
         if dive_due(now):
             dive()
-            dive_s[0] += time.perf_counter() - now
+            dive_s += time.perf_counter() - now
             continue
         heapq.heappop(queue)
         if e.stage == "group":
@@ -693,7 +695,7 @@ def search(
         share = max(RETRY_MIN_S, RETRY_SHARES * remaining / len(todo))
         solve_one(e._replace(bound_s=bound), stage_problem(prob, e.candidate, table), table, min(remaining, share))
     best_t = best_s()
-    for b in [b for b, _ in open_.values()] + aside:
+    for b in [b for b, _ in open_.values()] + [aside]:
         if b < best_t * (1 - PROOF_TOL):
             optimal_all = False
             stats.lower_bound_s = min(stats.lower_bound_s, b)
