@@ -60,9 +60,9 @@ from cost_model.vocab import SCHEDULE_GPIPE, STATUS_FEASIBLE, STATUS_OPTIMAL
 # rounding is far below the model's precision and products stay small.
 TIME_UNITS_PER_MODEL = 2e6
 MEMORY_UNITS_PER_GPU = 1e8
-# Domain upper bound of every time / memory variable, in units: real values stay below
-# ~1e9 units (m * 2e6 time units, 1e8 memory units), and v*m*M stays far below CP-SAT's
-# int64 limit (2**63).
+# Domain upper bound of the per-step time variables (the pipeline, the tail) and the memory
+# variables, in units: real values stay below ~1e9 units (m * 2e6 time units, 1e8 memory
+# units).
 VAR_MAX_UNITS = 2**50
 # ... and of every per-micro-batch time (a rank's, a stage's forward or backward, a lock-step
 # slot's): each is at most the whole model's time, TIME_UNITS_PER_MODEL units. CP-SAT refuses
