@@ -144,22 +144,23 @@ def test_rows_at_micro_batch_1_price_micro_batch_4(profile):
     # so whether the fit lands nearer than the catalog's assumed CPU varies from one measured
     # profile to the next (the fit's accuracy is checked on synthetic profiles,
     # tests/cost_model/test_calibration.py). That the rows drive the price is checked
-    # exactly: the same rows measured 1.25x slower price micro-batch 4 1.25x higher (a CI
+    # exactly: the same rows measured 0.8x as long price micro-batch 4 0.8x as high (a CI
     # profile once landed within 0.02% of the catalog's own price, so "differs from the
-    # catalog" is no test of it).
+    # catalog" is no test of it). Faster, not slower: the backward's measured / analytic
+    # ratio has been seen near 8 here, and 1.25x that would reach layers.SCALE_RANGE's 10.
     rows = [r for r in profile["layers"] if r["micro_batch_size"] == 1]
     cut = profile_from_dict({**profile, "layers": rows})
-    slower = profile_from_dict({**profile, "layers": [
-        {**r, "fwd_s": 1.25 * r["fwd_s"], "bwd_s": 1.25 * r["bwd_s"]} if r["kind"] == "block" else r for r in rows]})
+    faster = profile_from_dict({**profile, "layers": [
+        {**r, "fwd_s": 0.8 * r["fwd_s"], "bwd_s": 0.8 * r["bwd_s"]} if r["kind"] == "block" else r for r in rows]})
     model, cluster, training = _specs(DIMS)
     for tp in (1, 2):
         cfg = ParallelConfig(tp=tp, dp=2 // tp, micro_batch_size=4)
         table = layer_table(model, cluster, training, cfg, cut)
         assert table.sources["block"] == "profile-fit"
         block = table.blocks[0]
-        scaled = layer_table(model, cluster, training, cfg, slower).blocks[0]
-        assert scaled.fwd_s == pytest.approx(1.25 * block.fwd_s, rel=1e-9)
-        assert scaled.compute_s == pytest.approx(1.25 * block.compute_s, rel=1e-9)
+        scaled = layer_table(model, cluster, training, cfg, faster).blocks[0]
+        assert scaled.fwd_s == pytest.approx(0.8 * block.fwd_s, rel=1e-9)
+        assert scaled.compute_s == pytest.approx(0.8 * block.compute_s, rel=1e-9)
         row = _row(profile, "block", tp, 4)
         measured = row["fwd_s"] + row["bwd_s"]
         assert abs(math.log(block.compute_s / measured)) < math.log(3.0)
