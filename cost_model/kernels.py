@@ -247,6 +247,10 @@ class EngineKernels:
     # reads and writes the fp32 output (8); torch's _SDPAMerger runs ~4 eager fp32 ops
     # (sigmoid, sub, mul, sub over out, plus the lse update: r/w 4 B each, 32)
     ring_merge_bytes: float = 8.0
+    # how much longer the attention kernels of a context-parallel ring take than the same
+    # calls alone (the ring's NCCL send/recv and stream waits between its steps; 1.0: priced
+    # as the calls alone): measured end to end, CP_RING_SLOWDOWN_SOURCE below
+    ring_attention_slowdown: float = 1.0
     # the routed experts' output bias where the engine adds it outside the GEMM
     # (ExpertBias); None: fused into the GEMM epilogue, or the engine has no expert bias
     expert_bias: ExpertBias | None = None
@@ -261,11 +265,26 @@ class EngineKernels:
         return self.fp8_compiled if compiled else self.fp8
 
 
+# Megatron-Core's ring (Transformer Engine AttnFuncWithCPAndKVP2P, --cp-comm-type p2p and the
+# ring part of a2a+p2p): the NeMo long-sequence tables (validation/published_runs_long_context.csv,
+# Llama 3 8B on B200 and Llama 2 7B on H100, CP 2-32, 8K-64K tokens per rank) take a constant
+# ~1.4x the single-call kernel time for attention under CP at every CP degree and length,
+# while their CP = 1 rows match the kernel model (validation/fit_attention.py: the fit, and
+# the rows by CP degree). The ring's kernels and K/V bytes are priced and hide under the
+# attention (layers._block_cp_s); what the factor holds is the rest of a fine-grained NCCL
+# ring, which NVIDIA measured at up to 36% of a long-context step when it replaced NCCL's
+# send/recv by NVSHMEM in the same ring (NVIDIA Technical Blog, "Optimizing Context
+# Parallelism in JAX with NVSHMEM", 2025). torchtitan's ring is left at 1.0: its SDPA
+# efficiency was calibrated with its CP 8 row included (catalog.py).
+MEGATRON_RING_ATTENTION_SLOWDOWN = 1.4
+CP_RING_SLOWDOWN_SOURCE = "validation/fit_attention.py on validation/published_runs_long_context.csv"
+
 KERNELS: dict[str, EngineKernels] = {
     ENGINE_MEGATRON: EngineKernels(
         ENGINE_MEGATRON, ATTN_FUSED, FUSED, FUSED, TE_CASTS, TE_CASTS, tp_bwd_overlap=True, sp_regather=True,
         source="megatron/core/models/gpt/gpt_layer_specs.py, megatron/core/tensor_parallel/layers.py @d98e8a6",
         tp_overlap=TE_USERBUFFERS, expert_bias=MEGATRON_EXPERT_BIAS, glu_clamp=MEGATRON_GLU_CLAMP,
+        ring_attention_slowdown=MEGATRON_RING_ATTENTION_SLOWDOWN,
     ),
     ENGINE_TORCHTITAN: EngineKernels(
         ENGINE_TORCHTITAN, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,

@@ -520,6 +520,10 @@ def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelCon
     (kernels.py) at the efficiency compute.attention_efficiency gives for the keys per
     call and the head dim; backward FLASH_BWD_FACTOR x the forward FLOPs at the backward
     kernel's efficiency. FP8 recipes keep attention in bf16 (_attention_dtype).
+    Under a context-parallel ring (calls > 1) the kernels take the engine's
+    ring_attention_slowdown times as long (kernels.MEGATRON_RING_ATTENTION_SLOWDOWN: measured
+    end to end on NeMo's long-sequence tables; the ring's K/V sends are priced apart, in
+    _block_cp_s, and hide under this time).
     Attention sinks (GPT-OSS, Megatron softmax_type "learnable") and (left, 0) sliding
     windows stay on the fused kernel under Megatron: Transformer Engine disables only
     FlashAttention for a non-vanilla softmax and runs cuDNN's F16_arbitrary_seqlen backend
@@ -545,6 +549,9 @@ def _attention_core_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelCon
     kern = geo.kernels.attention
     fwd = compute.flash_attention_time_s(gpu, dt, core_flops, keys, hd, kern, calls=calls)
     bwd = compute.flash_attention_time_s(gpu, dt, FLASH_BWD_FACTOR * core_flops, keys, hd, kern, backward=True, calls=calls)
+    if calls > 1:  # the kernels of a ring run slower than alone (kernels.MEGATRON_RING_ATTENTION_SLOWDOWN)
+        fwd *= geo.kernels.ring_attention_slowdown
+        bwd *= geo.kernels.ring_attention_slowdown
     act_dt = DTYPE_BYTES[dt]
     q_elems = geo.tokens * m.num_attention_heads * hd / cfg.tp
     # each backward call's dot(dO, O) preprocess and fp32 dQ accumulate/convert passes
