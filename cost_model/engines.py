@@ -121,6 +121,7 @@ class LossImpl:
     vocab_parallel_under_tp: bool
     description: str
     source: Source
+    default_chunks: int = 1  # sequence chunks the engine's model configs run the loss in
 
 
 @dataclass(frozen=True)
@@ -335,13 +336,17 @@ TORCHTITAN = EngineSupport(
                    "Float8LinearConverter recipe_name rowwise|rowwise_with_gw_hp; mx.py MXFP8; tensorwise "
                    "dynamic scaling at 9dec370"),
     loss=LossImpl(
-        "torch cross_entropy over full logits", fused=False, chunked=False, vocab_parallel_under_tp=True,
+        "torch cross_entropy in sequence chunks", fused=False, chunked=True, vocab_parallel_under_tp=True,
         description=(
-            "F.cross_entropy(pred.float(), reduction=sum): the bf16 logits, an fp32 copy, fp32 log-softmax "
-            "saved for backward, fp32 gradient; under TP the same on the local vocab shard "
-            "(_LossParallelCrossEntropy). The trainer deletes pred after the loss"
+            "ChunkedLossWrapper (the llama3 config functions' loss, num_chunks 8, --loss.num_chunks): per "
+            "chunk of the sequence the output layer and F.cross_entropy(pred.float(), reduction=sum) run "
+            "forward and backward at once, the hidden-state gradient accumulating in fp32; "
+            "torch.compile'd with the model (compile.components ['model', 'loss']); under TP the same on "
+            "the local vocab shard (_LossParallelCrossEntropy)"
         ),
-        source=_tt("torchtitan/components/loss.py", "cross_entropy_loss; trainer.py del pred"),
+        source=_tt("torchtitan/components/loss.py", "ChunkedLossWrapper, BaseLoss._maybe_compile, "
+                   "cross_entropy_loss; models/llama3/config_registry.py"),
+        default_chunks=8,
     ),
     overlap=(
         OverlapSwitch("FSDP2 implicit prefetch", "next block's all-gather with the current block's compute "
@@ -475,6 +480,18 @@ def get_engine(engine: str) -> EngineSupport:
 
 
 # --------------------------------------------------------------------------- support check
+
+
+def loss_chunks_rule(engine: str, chunks: int | None) -> str | None:
+    """None when `engine` can run its loss in `chunks` sequence chunks (training.loss_chunks;
+    None or 1 is the whole micro-batch, which every engine runs), else the reason."""
+    if not chunks or chunks <= 1:
+        return None
+    e = get_engine(engine)
+    if e.loss.chunked:
+        return None
+    return (f"{engine} runs its loss over the whole micro-batch ({e.loss.name}, {e.loss.source}); "
+            "loss_chunks > 1 is torchtitan's ChunkedLossWrapper")
 
 
 def engine_supports(

@@ -352,32 +352,47 @@ def loss_reserved_bytes(
 ) -> float:
     """What the loss adds to the reserved peak over the block in flight's transient
     (stages.rank_transient_bytes sums them). The blocks' forward temporaries, freed, stay in
-    the caching allocator's segments; the loss reuses them only if its tensors (the fp32
-    logits, 4 x tokens x V/tp) fit in those segments, else it reserves new ones beside them
+    the caching allocator's segments; the loss reuses them only if its tensors (its largest:
+    the fp32 logits, 4 x tokens x V/tp, of a whole micro-batch or of a chunk; engine_loss)
+    fit in those segments, else it reserves new ones beside them
     (PyTorch "CUDA semantics: memory management": a cached block is split, never merged
     with another segment). `block_cache_bytes`: what a block's forward leaves cached."""
-    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
-    logits = 4.0 * tokens * m.vocab_size / cfg.tp
+    logits = engine_loss(m, t, cfg.micro_batch_size, cfg.tp, cfg.cp, cfg.engine).largest_tensor
     if logits > block_largest_tensor_bytes(m, t, cfg):
         return loss_bytes
     return max(0.0, loss_bytes - block_cache_bytes)
+
+
+def loss_chunks(t: TrainingSpec, engine: str) -> int:
+    """Sequence chunks the output layer and loss run in: the request's, else the engine's
+    model configs' default (engines.LossImpl.default_chunks: torchtitan 8, the others 1)."""
+    return t.loss_chunks or engines.get_engine(engine).loss.default_chunks
+
+
+def engine_loss(m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int,
+                engine: str) -> transients.LossTransient:
+    """The engine's logits + cross-entropy memory on one rank (transients.loss_transient_bytes
+    of transients.engine_loss_impl, in the engine's chunks: transients.chunked_loss_transient,
+    whose fp32 hidden-state gradient is tokens x hidden, the hidden states being replicated
+    over TP ranks before the chunks)."""
+    tokens = micro_batch * t.seq_length / cp
+    impl = transients.engine_loss_impl(engine, tp=tp, compiled=t.compile_loss)
+    vocab_shard = m.vocab_size / tp  # every engine here runs a vocab-parallel loss under tp
+    lt = transients.loss_transient_bytes(tokens, vocab_shard, impl, activation_dtype_bytes(t))
+    return transients.chunked_loss_transient(lt, loss_chunks(t, engine), 4.0 * tokens * m.hidden_size)
 
 
 def loss_transient_bytes(
     m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, output_params: float
 ) -> float:
     """What the last stage holds at the loss beyond the saved activations that
-    `logits_activation_bytes` prices: the engine's cross-entropy working memory over the
-    saved fp32 softmax (transients.loss_transient_bytes by transients.engine_loss_impl:
-    torch's CE 10 B forward / 12 B backward per logit against 4 saved) and, with parameters
-    sharded at rest, the gathered output-layer weight (16-bit) with its unsharded gradient
-    and reduce copy. Live while the loss runs, not with the blocks' backward."""
-    tokens = cfg.micro_batch_size * t.seq_length / cfg.cp
-    impl = transients.engine_loss_impl(cfg.engine, tp=cfg.tp)
-    vocab_shard = m.vocab_size / cfg.tp  # every engine here runs a vocab-parallel loss under tp
-    lt = transients.loss_transient_bytes(tokens, vocab_shard, impl, activation_dtype_bytes(t))
-    extra = max(0.0, lt.peak - 4.0 * tokens * vocab_shard)
-    return extra + _gathered_bytes(t, cfg, output_params, prefetch_blocks=0)
+    `logits_activation_bytes` prices: the engine's cross-entropy working memory over what it
+    saves (engine_loss: torch's CE 10 B forward / 12 B backward per logit against 4 saved;
+    in chunks nothing saved and one chunk's working memory) and, with parameters sharded at
+    rest, the gathered output-layer weight (16-bit) with its unsharded gradient and reduce
+    copy. Live while the loss runs, not with the blocks' backward."""
+    lt = engine_loss(m, t, cfg.micro_batch_size, cfg.tp, cfg.cp, cfg.engine)
+    return max(0.0, lt.peak - lt.saved) + _gathered_bytes(t, cfg, output_params, prefetch_blocks=0)
 
 
 def korthikanti_table2_bytes(
@@ -405,10 +420,12 @@ def embedding_activation_bytes(
 
 
 def logits_activation_bytes(
-    m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int, sp: bool, engine: str | None = None
+    m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int, sp: bool, engine: str = ENGINE_MEGATRON
 ) -> float:
     """Last stage (Korthikanti §4.3): final-norm input and output-layer input (2 x d*sbh,
-    /t with SP) plus the fp32 logits the vocab-parallel cross-entropy keeps, 4*s*b*V/t.
+    /t with SP) plus what the engine's cross-entropy keeps for its backward (engine_loss:
+    the fp32 logits of the vocab-parallel CE, 4*s*b*V/t; torch.compile's CE the 16-bit
+    logits; nothing when the loss runs in chunks, each chunk's backward at once).
     torchtitan's output layer is a DTensor ColwiseParallel(input_layouts=Shard(1)): its
     input is all-gathered over the sequence and the linear saves the gathered tensor
     (torchtitan models/llama3/parallelize.py), where Megatron's sequence-parallel linear
@@ -418,7 +435,7 @@ def logits_activation_bytes(
     sbh = s * micro_batch * m.hidden_size
     rep = tp if sp else 1
     out_input = dt * sbh / (1 if engine == ENGINE_TORCHTITAN else rep)
-    return dt * sbh / rep + out_input + 4.0 * s * micro_batch * m.vocab_size / tp
+    return dt * sbh / rep + out_input + engine_loss(m, t, micro_batch, tp, cp, engine).saved
 
 
 # --------------------------------------------------------------------------- in flight

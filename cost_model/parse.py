@@ -143,7 +143,11 @@ def parse_cluster(d: Any) -> ClusterSpec:
 
 
 def training_spec(t: rq.Training) -> TrainingSpec:
-    return TrainingSpec(**t.model_dump())
+    """The training block; `compile` true compiles the model and the loss (torchtitan's
+    default compile.components), "model" the model alone."""
+    d = t.model_dump()
+    compile_ = d.pop("compile")
+    return TrainingSpec(**d, compile=bool(compile_), compile_loss=compile_ is True)
 
 
 def parse_training(d: Any) -> TrainingSpec:

@@ -19,7 +19,7 @@ values or range, the same path the REST 422 carries (api/errors.py uses `spec_er
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -78,6 +78,7 @@ MAX_GPUS = 1 << 20
 MAX_GPUS_PER_NODE = 1024
 MAX_BATCH = 1 << 24  # sequences per step
 MAX_SEQ = 1 << 24  # tokens per sequence
+MAX_LOSS_CHUNKS = 1024  # sequence chunks of the loss (torchtitan ChunkedLossWrapper)
 MAX_GB_S = 1e6  # link bandwidth, GB/s
 MAX_TOP_K = 50
 MAX_TIME_LIMIT_S = 3600.0
@@ -272,6 +273,14 @@ class Cluster(_Strict):
 # ------------------------------------------------------------------ training
 
 
+def _compile_setting(v: Any) -> Any:
+    """training.compile: true, false or "model" (one message naming the three, not one per
+    member of the union)."""
+    if v is True or v is False or v == "model":
+        return v
+    raise _rule("", f"must be true, false or \"model\", got {v!r}", [True, False, "model"])
+
+
 class Training(_Strict):
     global_batch_size: int = Field(ge=1, le=MAX_BATCH, description="sequences per step", examples=[128])
     seq_length: int = Field(ge=1, le=MAX_SEQ, description="tokens per sequence (the whole sequence, before CP splits it)", examples=[8192])
@@ -280,7 +289,13 @@ class Training(_Strict):
     master_weights_dtype: Dtype = Field(DTYPE_FP32, description="optimizer's master copy of the weights", examples=[DTYPE_FP32])
     grad_dtype: Dtype = Field(DTYPE_FP32, description="gradient accumulation / reduction dtype", examples=[DTYPE_FP32])
     attention: Attention = Field(ATTENTION_FLASH, description="flash: O(s) attention memory; eager: s^2 scores stored", examples=[ATTENTION_FLASH])
-    compile: bool = Field(False, description="torch.compile the model (torchtitan compile.enable): fused memory-bound kernels", examples=[False])
+    compile: Annotated[bool | Literal["model"], BeforeValidator(_compile_setting)] = Field(
+        False, description="torch.compile (torchtitan compile.enable): fused memory-bound kernels; true compiles the "
+        "model and the loss (torchtitan's default compile.components), \"model\" the model alone", examples=[False])
+    loss_chunks: int | None = Field(
+        None, ge=1, le=MAX_LOSS_CHUNKS, description="sequence chunks the output layer and loss run in, each chunk's "
+        "backward at once (torchtitan --loss.num_chunks); null: the engine's default (torchtitan 8, others 1)",
+        examples=[None])
 
 
 # ------------------------------------------------------------------ search

@@ -262,7 +262,9 @@ class TrainingSpec:
     master_weights_dtype: Dtype = DTYPE_FP32
     grad_dtype: Dtype = DTYPE_FP32  # gradient accumulation/reduction dtype
     attention: Attention = ATTENTION_FLASH  # flash: O(s) attention memory; eager: s^2 scores stored
-    compile: bool = False  # torch.compile (engines that have it fuse memory-bound kernels)
+    compile: bool = False  # torch.compile the model (engines that have it fuse memory-bound kernels)
+    compile_loss: bool = False  # ... and the loss (torchtitan compile.components "loss")
+    loss_chunks: int | None = None  # sequence chunks of the output layer + loss; None: the engine's default
 
     @property
     def tokens_per_step(self) -> int:

@@ -37,6 +37,7 @@ class LossTransient:
     forward_peak: float
     backward_peak: float
     source: str
+    largest_tensor: float = 0.0  # the largest single tensor the loss allocates (allocator reuse)
 
     @property
     def peak(self) -> float:
@@ -70,9 +71,21 @@ def loss_transient_bytes(tokens: float, vocab_shard: float, impl: str, logits_by
     """
     n = float(tokens) * float(vocab_shard)
     lb = float(logits_bytes)
+    if impl == V.LOSS_TORCH_COMPILED:
+        # torch.compile of the same F.cross_entropy(pred.float()) (torchtitan compiles the loss
+        # with the model: components ["model", "loss"], torchtitan/components/loss.py
+        # BaseLoss._maybe_compile @b5bcd76, build_cross_entropy_loss since 2025-04 bbb1b616):
+        # Inductor fuses the upcast, log-softmax and nll into row reductions, and the
+        # partitioner saves the bf16 logits (the graph input) with a per-row log-sum-exp; the
+        # backward recomputes the softmax in one kernel writing the bf16 gradient: 2 saved,
+        # 2 + 2 at the backward's peak.
+        return LossTransient(
+            saved=lb * n, forward_peak=lb * n, backward_peak=2.0 * lb * n, largest_tensor=lb * n,
+            source="pytorch/torchtitan torchtitan/components/loss.py @b5bcd76 (torch.compile(cross_entropy_loss))",
+        )
     if impl == V.LOSS_TORCH:
         return LossTransient(
-            saved=4.0 * n, forward_peak=(lb + 4.0 + 4.0) * n, backward_peak=12.0 * n,
+            saved=4.0 * n, forward_peak=(lb + 4.0 + 4.0) * n, backward_peak=12.0 * n, largest_tensor=4.0 * n,
             source="pytorch/torchtitan torchtitan/components/loss.py @b5bcd76 (F.cross_entropy(pred.float()))",
         )
     if impl == V.LOSS_TORCH_PARALLEL:
@@ -82,32 +95,52 @@ def loss_transient_bytes(tokens: float, vocab_shard: float, impl: str, logits_by
         # _nll_loss_and_log_softmax_backward returns (zeros_like(x) + exp(x)) * grad with the
         # saved output, grad_input, the exp/sum and the product live: 4 x 4 = 16.
         return LossTransient(
-            saved=4.0 * n, forward_peak=(lb + 12.0) * n, backward_peak=16.0 * n,
+            saved=4.0 * n, forward_peak=(lb + 12.0) * n, backward_peak=16.0 * n, largest_tensor=4.0 * n,
             source="pytorch/pytorch torch/distributed/tensor/parallel/loss.py (_log_softmax, "
                    "_nll_loss_and_log_softmax_backward)",
         )
     if impl in (V.LOSS_MEGATRON, V.LOSS_MEGATRON_FUSED):
         return LossTransient(
-            saved=4.0 * n, forward_peak=(lb + 4.0) * n, backward_peak=(4.0 + lb) * n,
+            saved=4.0 * n, forward_peak=(lb + 4.0) * n, backward_peak=(4.0 + lb) * n, largest_tensor=4.0 * n,
             source="NVIDIA/Megatron-LM megatron/core/tensor_parallel/cross_entropy.py @d98e8a6",
         )
     if impl == V.LOSS_TE:
         row = 12.0 * float(tokens)
         return LossTransient(
-            saved=lb * n + row, forward_peak=lb * n + row, backward_peak=lb * n + row,
+            saved=lb * n + row, forward_peak=lb * n + row, backward_peak=lb * n + row, largest_tensor=lb * n,
             source="NVIDIA/TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py @02965d2",
         )
     if impl == V.LOSS_FP32_RUNTIME:
-        return LossTransient(saved=4.0 * n, forward_peak=8.0 * n, backward_peak=8.0 * n,
+        return LossTransient(saved=4.0 * n, forward_peak=8.0 * n, backward_peak=8.0 * n, largest_tensor=4.0 * n,
                              source="planner/runtime/tensor_parallel.py (fp32)")
     raise ValueError(f"unknown loss implementation {impl!r}; known: {LOSS_IMPLS}")
 
 
-def engine_loss_impl(engine: str, cross_entropy_fusion: str | None = None, tp: int = 1) -> str:
+def chunked_loss_transient(whole: LossTransient, chunks: int, accumulator_bytes: float) -> LossTransient:
+    """The loss run in `chunks` pieces along the sequence, each piece's output layer and loss
+    forward and backward at once (torchtitan ChunkedLossWrapper, torchtitan/components/loss.py
+    @b5bcd76, the llama3 config functions' default of 8 chunks): no logits are kept from the
+    loss to the step's backward (saved 0); the peak is one piece's (`whole`'s peaks over
+    `chunks`) beside the fp32 gradient of the hidden states the pieces accumulate into
+    (GradAccumulator(dtype=torch.float32), `accumulator_bytes`), live through every piece."""
+    if chunks <= 1:
+        return whole
+    k = float(chunks)
+    return LossTransient(
+        saved=0.0, forward_peak=whole.forward_peak / k + accumulator_bytes,
+        backward_peak=whole.backward_peak / k + accumulator_bytes, largest_tensor=whole.largest_tensor / k,
+        source=whole.source + f"; in {chunks} chunks (torchtitan/components/loss.py ChunkedLossWrapper)",
+    )
+
+
+def engine_loss_impl(engine: str, cross_entropy_fusion: str | None = None, tp: int = 1,
+                     compiled: bool = False) -> str:
     """The loss implementation an engine runs (cost_model/engines.py LossImpl): Megatron's
     default is the unfused vocab-parallel CE (--cross-entropy-loss-fusion off), 'te' with
     --cross-entropy-fusion-impl te; torchtitan torch's CE, under loss_parallel when tp > 1
-    (parallelism.disable_loss_parallel is off by default); DeepSpeed torch's CE; the runtime fp32."""
+    (parallelism.disable_loss_parallel is off by default), compiled with the model when
+    `compiled` (compile.components holds "loss"; the vocab-parallel autograd Function under TP
+    is priced as run eagerly); DeepSpeed torch's CE; the runtime fp32."""
     if engine == V.ENGINE_MEGATRON:
         # Megatron's --cross-entropy-fusion-impl choices (megatron/training/arguments.py): "native"
         # (its own fused kernel) and "te" (Transformer Engine's, our LOSS_TE)
@@ -116,6 +149,8 @@ def engine_loss_impl(engine: str, cross_entropy_fusion: str | None = None, tp: i
         return V.LOSS_FP32_RUNTIME
     if engine == V.ENGINE_TORCHTITAN and tp > 1:
         return V.LOSS_TORCH_PARALLEL
+    if engine == V.ENGINE_TORCHTITAN and compiled:
+        return V.LOSS_TORCH_COMPILED
     return V.LOSS_TORCH
 
 

@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from . import request as rq
 from . import specs
-from .engines import engine_supports
+from .engines import engine_supports, loss_chunks_rule
 from .errors import SpecError
 from .model_checks import check_architecture
 from .request import divisors
@@ -54,8 +54,16 @@ def validate_cluster(c: specs.ClusterSpec) -> None:
         )
 
 
+def training_request(t: specs.TrainingSpec) -> dict:
+    """The request's training block of a TrainingSpec (parse.training_spec's inverse)."""
+    d = asdict(t)
+    compile_loss = d.pop("compile_loss")
+    d["compile"] = (True if compile_loss else "model") if d["compile"] else False
+    return d
+
+
 def validate_training(t: specs.TrainingSpec) -> None:
-    rq.validate_as(rq.Training, asdict(t), "training")
+    rq.validate_as(rq.Training, training_request(t), "training")
 
 
 def _validate_parallelism(p: specs.ParallelConfig) -> None:
@@ -71,6 +79,9 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
     validate_cluster(c)
     validate_training(t)
     _validate_parallelism(p)
+    rule = loss_chunks_rule(p.engine, t.loss_chunks)
+    if rule is not None:
+        raise SpecError("training.loss_chunks", rule, allowed=[1])
     if p.world_size > c.num_gpus:
         raise SpecError(
             "parallelism",

@@ -47,7 +47,7 @@ LinkLevel = Literal["intra", "inter"]
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 SolverStatus = Literal["optimal", "feasible"]
 # the logits + cross-entropy implementation an engine runs (cost_model/transients.py)
-LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused", "te", "fp32_runtime"]
+LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused", "te", "fp32_runtime", "torch_compiled"]
 
 # Named members, so code says `RECOMPUTE_FULL` and never re-types the word.
 (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL) = get_args(Recompute)
@@ -73,6 +73,7 @@ LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused
 (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV) = get_args(Collective)
 (
     LOSS_TORCH, LOSS_TORCH_PARALLEL, LOSS_MEGATRON, LOSS_MEGATRON_FUSED, LOSS_TE, LOSS_FP32_RUNTIME,
+    LOSS_TORCH_COMPILED,
 ) = get_args(LossKernel)
 
 DTYPE_BYTES: dict[str, int] = dict(zip(get_args(Dtype), (4, 4, 2, 2, 1), strict=True))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
+from cost_model.engines import loss_chunks_rule
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate as estimate_config
 from cost_model.flops import active_params, total_params
@@ -50,13 +51,17 @@ class Infeasible(Exception):
 def problem_from_request(req: dict, profile=None) -> Problem:
     if not isinstance(req, dict):
         raise SpecError("request", "must be an object")
-    return Problem(
+    prob = Problem(
         model=parse_model(req.get("model")),
         cluster=parse_cluster(req.get("cluster")),
         training=parse_training(req.get("training")),
         space=parse_search(req.get("search")),
         profile=profile,
     )
+    rule = loss_chunks_rule(_engine(prob), prob.training.loss_chunks)
+    if rule is not None:
+        raise SpecError("training.loss_chunks", rule, allowed=[1])
+    return prob
 
 
 def _parallelism(cfg, num_micro_batches: int) -> Parallelism:

@@ -204,14 +204,35 @@ def grad_dtype(row: dict) -> str:
     return V.DTYPE_BF16 if "megatron-bridge" in row["framework"].lower() else V.DTYPE_FP32
 
 
+# torchtitan's loss at the commits the published rows ran (the `source` column names it):
+# 9dec370 (2024-12) left torch.compile of the loss commented out (train.py: "# if
+# job_config.training.compile: loss_fn = torch.compile(loss_fn)"), so `compile` is the model
+# alone; from 2025-04 (bbb1b616, build_cross_entropy_loss) the loss compiles with the model.
+# Every published torchtitan row predates ChunkedLossWrapper (786e26f8, 2026-04): one chunk.
+TORCHTITAN_MODEL_ONLY_COMPILE = ("9dec370",)
+
+
+def compile_setting(row: dict) -> bool | str:
+    """training.compile for the row: false, true (model and loss), or "model" where the
+    row's torchtitan compiled the model alone (TORCHTITAN_MODEL_ONLY_COMPILE)."""
+    if not compiled(row):
+        return False
+    if engine_of(row) == V.ENGINE_TORCHTITAN and any(c in row.get("source", "") for c in TORCHTITAN_MODEL_ONLY_COMPILE):
+        return "model"
+    return True
+
+
 def training_block(row: dict) -> dict:
-    return {
+    t = {
         "global_batch_size": _int(row["global_batch_seqs"]),
         "seq_length": _int(row["seq_len"]),
         "dtype": row["dtype"].strip() or V.DTYPE_BF16,
         "grad_dtype": grad_dtype(row),
-        "compile": compiled(row),
+        "compile": compile_setting(row),
     }
+    if engine_of(row) == V.ENGINE_TORCHTITAN:
+        t["loss_chunks"] = 1  # every published torchtitan row predates ChunkedLossWrapper
+    return t
 
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "zero")

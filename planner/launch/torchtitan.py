@@ -4,8 +4,9 @@ Targets (field lists kept as data, each with the commit it was read from):
   * 0.3.0, the latest release (PyPI), data/torchtitan_fields_0.3.0.txt;
   * main at the commit in data/torchtitan_fields_main.txt.
 Both take a Python config function (--module/--config) and tyro command-line overrides:
-`--section.field VALUE`, booleans as a bare flag or its `no_` form, list[list[str]] as one
-comma-joined token per inner list, and activation checkpointing as the subcommand
+`--section.field VALUE`, booleans as a bare flag or its `no_` form, list[str] as one
+comma-joined token (compile.components), list[list[str]] as one comma-joined token per inner
+list, and activation checkpointing as the subcommand
 `activation-checkpoint:{none,selective,full}` after the flags (torchtitan/trainer.py,
 Trainer.Config.activation_checkpoint). The two differ only in the batch fields (0.3.0:
 local/global batch and pp micro-batch size in sequences; main: token counts and
@@ -17,11 +18,18 @@ fastest, the same rank order as Megatron's tp-cp-dp-pp, so the dense groups equa
 dp_shard*cp*tp: EP borrows TP ranks and experts are not TP-sharded, which is MoE parallel
 folding with etp = 1 (the plan's EP groups are then consecutive ranks, the same groups). A
 plan with etp > 1 (experts TP-sharded, EP groups strided by etp) is refused.
+
+What the config functions fix in Python is written explicitly where the CLI can (torch.compile,
+its components and async TP: llama3_405b switches compile and async TP on; the loss chunks of
+their ChunkedLossWrapper) and refused where it cannot (the float8 converters of model_spec:
+FLOAT8_CONFIGS), so that the run is the program the plan was priced as.
 """
 
 from __future__ import annotations
 
+from cost_model import engines
 from cost_model.vocab import (
+    DTYPE_FP8,
     ENGINE_TORCHTITAN,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
@@ -51,6 +59,15 @@ PRESETS = {
     "llama3-70b": ("llama3", "llama3_70b"),
     "llama3-405b": ("llama3", "llama3_405b"),
 }
+# Config functions whose model_spec converts the linear layers to float8 (Float8LinearConverter,
+# filter_fqns ["lm_head"]: the output layer stays bf16, as the cost model prices torchtitan's
+# fp8). The converters are set in Python, not on the command line (Trainer.Config.model_spec is
+# tyro.conf.Suppress), so the dtype a plan can run is the config function's:
+# torchtitan/models/llama3/config_registry.py at both targets.
+FLOAT8_CONFIGS = frozenset({"llama3_405b"})
+# torchtitan's default loss chunks for the llama3 config functions (ChunkedLossWrapper.Config
+# num_chunks); the plan's training.loss_chunks, else this, is written explicitly
+DEFAULT_LOSS_CHUNKS = engines.get_engine(ENGINE_TORCHTITAN).loss.default_chunks
 
 
 def module_fqns(plan: dict) -> list[list[str]]:
@@ -117,6 +134,33 @@ def layout_problems(plan: dict) -> list[str]:
     return out
 
 
+def _dtype_problems(plan: dict, config: str) -> list[str]:
+    """Why the config function cannot run the plan's precision: its float8 conversion is fixed
+    in Python (FLOAT8_CONFIGS), so an fp8 plan needs a converting function and a bf16 plan one
+    without."""
+    fp8 = (plan.get("training") or {}).get("dtype") == DTYPE_FP8
+    if fp8 and config not in FLOAT8_CONFIGS:
+        return [f"the plan is priced with float8 linear layers, and {config} (config_registry) converts none "
+                "(model_spec converters are not command-line fields): write a config function with "
+                "Float8LinearConverter.Config(filter_fqns=['lm_head'])"]
+    if not fp8 and config in FLOAT8_CONFIGS:
+        return [f"{config} (config_registry) converts the linear layers to float8, which this "
+                f"{(plan.get('training') or {}).get('dtype', 'bf16')} plan is not priced with "
+                "(model_spec converters are not command-line fields)"]
+    return []
+
+
+def compile_values(plan: dict) -> dict[str, object]:
+    """torch.compile as priced: on or off; the loss compiled with the model (torchtitan's default
+    components) or the model alone; async TP (not priced) off. Written explicitly, since the
+    config functions differ (llama3_405b switches compile and async TP on)."""
+    t = plan.get("training") or {}
+    v: dict[str, object] = {"compile.enable": bool(t.get("compile")), "compile.enable_async_tensor_parallel": False}
+    if t.get("compile"):
+        v["compile.components"] = ("model", "loss") if t.get("compile_loss") else ("model",)
+    return v
+
+
 def applicable(plan: dict) -> tuple[str, str]:
     """(module, config) for the plan, or NotApplicable with every reason."""
     require_transformer(plan, TARGET_TORCHTITAN)
@@ -128,6 +172,8 @@ def applicable(plan: dict) -> tuple[str, str]:
             f"(known here: {sorted(PRESETS)}); write one (module.config_registry:function) and launch "
             "with --module/--config and these overrides"
         )
+    else:
+        problems += _dtype_problems(plan, PRESETS[name][1])
     if problems:
         raise NotApplicable("torchtitan: " + "; ".join(problems))
     return PRESETS[name]
@@ -174,6 +220,8 @@ def values(plan: dict, version: str) -> tuple[dict[str, object], list[str]]:
         # Trainer.Config._validate_cuda_graphs refuses pp > 1, and EP with the default
         # token dispatcher, unless CUDA graphs are off.
         v["training.disable_cuda_graphs"] = True
+    v.update(compile_values(plan))
+    v["loss.num_chunks"] = int((plan.get("training") or {}).get("loss_chunks") or DEFAULT_LOSS_CHUNKS)
     return v, notes
 
 
@@ -186,7 +234,9 @@ def argv(plan: dict, version: str) -> tuple[list[str], list[str]]:
         section, field = key.split(".", 1)
         if isinstance(x, bool):
             out.append(f"--{key}" if x else f"--{section}.no_{field}")
-        elif isinstance(x, list):
+        elif isinstance(x, tuple):  # list[str]: one comma-joined token (torchtitan's CLI splits it)
+            out += [f"--{key}", ",".join(x)]
+        elif isinstance(x, list):  # list[list[str]]: one comma-joined token per inner list
             out += [f"--{key}", *(",".join(chunk) for chunk in x)]
         else:
             out += [f"--{key}", str(x)]

@@ -93,3 +93,27 @@ def test_rack_scale_expert_all_to_all_stays_on_nvlink():
     c = parse_cluster({"gpu": "gb200", "num_gpus": 256})
     assert comm.group_link(c, 64, 1).level == "intra"
     assert comm.group_link(c, 2, 64).level == "inter"
+
+
+def test_compile_setting_and_loss_chunks():
+    """training.compile: true (model and loss), "model" (the model alone) or false, one message
+    for anything else; loss_chunks > 1 only on an engine that chunks its loss (torchtitan)."""
+    from cost_model.presets import get_preset
+    from cost_model.specs import ClusterSpec
+    from cost_model.validate import training_request, validate_config
+
+    both = parse_training({"global_batch_size": 8, "seq_length": 1024, "compile": True})
+    model = parse_training({"global_batch_size": 8, "seq_length": 1024, "compile": "model", "loss_chunks": 4})
+    assert (both.compile, both.compile_loss, both.loss_chunks) == (True, True, None)
+    assert (model.compile, model.compile_loss, model.loss_chunks) == (True, False, 4)
+    assert training_request(model)["compile"] == "model" and training_request(both)["compile"] is True
+    with pytest.raises(SpecError) as e:
+        parse_training({"global_batch_size": 8, "seq_length": 1024, "compile": "yes"})
+    assert e.value.field == "training.compile"
+    m = get_preset("llama3-8b")
+    g = get_gpu("h100-sxm")
+    cl = ClusterSpec(g, 8, 8, g.nvlink_gb_s, g.network_gb_s, g.intra_node_latency_s, g.inter_node_latency_s)
+    validate_config(m, cl, model, parse_parallelism({"dp": 8, "engine": "torchtitan"}))
+    with pytest.raises(SpecError) as e:
+        validate_config(m, cl, model, parse_parallelism({"dp": 8, "engine": "megatron"}))
+    assert e.value.field == "training.loss_chunks" and "ChunkedLossWrapper" in e.value.message

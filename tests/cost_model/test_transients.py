@@ -8,6 +8,7 @@ from cost_model.transients import (
     MIB,
     backward_working_set_bytes,
     block_activation_grad_bytes,
+    chunked_loss_transient,
     engine_loss_impl,
     fixed_overheads_bytes,
     loss_transient_bytes,
@@ -37,8 +38,31 @@ def test_megatron_and_te_cross_entropy():
     assert te.extra_over_saved == 0
 
 
+def test_compiled_cross_entropy():
+    """torch.compile of F.cross_entropy(pred.float()): the bf16 logits saved (the graph input),
+    the fp32 upcast and log-softmax fused away, the bf16 gradient written in one kernel."""
+    lt = loss_transient_bytes(T, V, "torch_compiled")
+    assert (lt.saved, lt.forward_peak, lt.backward_peak) == (2 * N, 2 * N, 4 * N)
+    assert lt.extra_over_saved == 2 * N and lt.largest_tensor == 2 * N
+
+
+def test_chunked_loss_holds_one_chunk_and_the_fp32_hidden_gradient():
+    """torchtitan's ChunkedLossWrapper in 8 chunks over eager CE: nothing kept for the step's
+    backward, one chunk's 12 B per logit at the peak, beside the fp32 gradient of the 16384
+    hidden states of 4096 (GradAccumulator dtype float32)."""
+    acc = 4 * T * 4096
+    lt = chunked_loss_transient(loss_transient_bytes(T, V, "torch"), 8, acc)
+    assert lt.saved == 0
+    assert lt.backward_peak == 12 * N / 8 + acc and lt.forward_peak == 10 * N / 8 + acc
+    assert lt.peak == 3_420_454_912  # 3.19 GiB, against 23.48 GiB whole
+    assert chunked_loss_transient(loss_transient_bytes(T, V, "torch"), 1, acc) == loss_transient_bytes(T, V, "torch")
+
+
 def test_engine_loss_impl():
     assert engine_loss_impl("torchtitan") == "torch"
+    assert engine_loss_impl("torchtitan", compiled=True) == "torch_compiled"
+    assert engine_loss_impl("torchtitan", tp=8, compiled=True) == "torch_loss_parallel"
+    assert engine_loss_impl("megatron", compiled=True) == "megatron"
     assert engine_loss_impl("megatron") == "megatron"
     assert engine_loss_impl("megatron", "te") == "te"
     with pytest.raises(ValueError):

@@ -52,6 +52,14 @@ def _expect(plan: dict, version: str) -> dict[str, object]:
     }
     if p["tp"] > 1:
         out["parallelism.enable_sequence_parallel"] = p["sequence_parallel"]
+    # torch.compile as priced (training.compile / compile_loss), async TP (not priced) off, and
+    # the loss chunks (training.loss_chunks, else torchtitan's llama3 configs' 8)
+    t = plan["training"]
+    out["compile.enable"] = bool(t.get("compile"))
+    out["compile.enable_async_tensor_parallel"] = False
+    if t.get("compile"):
+        out["compile.components"] = ["model", "loss"] if t.get("compile_loss") else ["model"]
+    out["loss.num_chunks"] = t.get("loss_chunks") or 8
     if version == "0.3.0":
         out["training.seq_len"] = seq
         out["training.global_batch_size"] = gbs
@@ -136,10 +144,13 @@ def test_each_version_field_list_matches_its_parser(config_manager):
     (read from torchtitan's dataclasses, not from the data file)."""
     import dataclasses
 
-    from torchtitan.config.configs import ParallelismConfig, TrainingConfig
+    from torchtitan.components.loss import ChunkedLossWrapper
+    from torchtitan.config.configs import CompileConfig, ParallelismConfig, TrainingConfig
 
     real = {f"parallelism.{f.name}" for f in dataclasses.fields(ParallelismConfig)}
     real |= {f"training.{f.name}" for f in dataclasses.fields(TrainingConfig)}
+    real |= {f"compile.{f.name}" for f in dataclasses.fields(CompileConfig)}
+    real |= {f"loss.{f.name}" for f in dataclasses.fields(ChunkedLossWrapper.Config)}
     from planner.launch import data
 
     listed = {n for n in data.names(tt_emit.FIELDS_FILES[INSTALLED]) if not n.startswith("activation-checkpoint:")}
@@ -161,6 +172,8 @@ def test_main_config_manager_parses_emitted_command(name):
         "c = ConfigManager().parse_args(json.loads(sys.argv[1]))\n"
         "print('PARSED', json.dumps({'p': {k: getattr(c.parallelism, k) for k in c.parallelism.__dataclass_fields__},"
         " 't': {k: getattr(c.training, k) for k in c.training.__dataclass_fields__},"
+        " 'compile': {k: getattr(c.compile, k) for k in c.compile.__dataclass_fields__},"
+        " 'loss': {'num_chunks': getattr(c.loss, 'num_chunks', None)},"
         " 'ac': type(c.activation_checkpoint).__qualname__.split('.')[0]}, default=str))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([MAIN, *os.environ.get("PYTHONPATH", "").split(os.pathsep)])}
@@ -170,7 +183,7 @@ def test_main_config_manager_parses_emitted_command(name):
     doc = json.loads(res.stdout.split("PARSED ", 1)[1])
     for key, want in _expect(plan, "main").items():
         section, field = key.split(".")
-        assert doc["p" if section == "parallelism" else "t"][field] == want, key
+        assert doc[{"parallelism": "p", "training": "t"}.get(section, section)][field] == want, key
     assert doc["ac"] == _AC_CLASS[plan["parallelism"]["recompute"]]
 
 
@@ -205,3 +218,40 @@ def test_expert_groups_of_moe_plans(name, same):
     want = {r: group_containing(plan["ranks"]["groups"]["ep"], r) for r in got}
     assert (got == want) is same
     assert ("etp=" in plan["launch"].get("skipped", {}).get("torchtitan", "")) is (not same)
+
+
+@pytest.mark.parametrize("compile_, chunks", [("model", 2), (True, None), (False, 1)])
+def test_compile_and_loss_chunks_as_priced(compile_, chunks, config_manager):
+    """torch.compile (the model alone, or with the loss: torchtitan's default components) and
+    the loss chunks reach torchtitan's own parser as the plan was priced; async TP, which is
+    not priced, is switched off explicitly."""
+    from planner.launch import emit
+
+    req = {"model": {"name": "llama3-8b"}, "cluster": {"gpu": "h100-sxm", "gpus_per_node": 8, "num_gpus": 8},
+           "training": {"global_batch_size": 16, "seq_length": 4096, "compile": compile_, "loss_chunks": chunks},
+           "search": {"engine": "torchtitan", "tp": 1, "pp": 1, "cp": 1}}
+    from planner.service import plan as make_plan
+
+    p = make_plan(req).model_dump(mode="json")
+    art = emit({k: v for k, v in p.items() if k != "launch"}, ["torchtitan"])["torchtitan"]
+    cfg = config_manager().parse_args(_train_argv(art["versions"][INSTALLED]["command"]))
+    _check_parsed(cfg, p, INSTALLED)
+    assert cfg.compile.enable is bool(compile_) and cfg.compile.enable_async_tensor_parallel is False
+    if compile_:
+        assert cfg.compile.components == (["model", "loss"] if compile_ is True else ["model"])
+    assert cfg.loss.num_chunks == (chunks or 8)
+
+
+def test_fp8_plan_needs_a_float8_config_function():
+    """The llama3 config functions fix float8 in Python: llama3_8b converts nothing, so an fp8
+    plan is refused for torchtitan with the reason (and a bf16 llama3_405b plan likewise)."""
+    from planner.launch import emit
+    from planner.service import plan as make_plan
+
+    req = {"model": {"name": "llama3-8b"}, "cluster": {"gpu": "h100-sxm", "gpus_per_node": 8, "num_gpus": 8},
+           "training": {"global_batch_size": 16, "seq_length": 4096, "dtype": "fp8"},
+           "search": {"engine": "torchtitan", "tp": 1, "pp": 1, "cp": 1}}
+    p = make_plan(req).model_dump(mode="json")
+    out = emit({k: v for k, v in p.items() if k != "launch"}, ["torchtitan"])
+    assert "torchtitan" not in out and "float8" in out["skipped"]["torchtitan"]
+    assert "llama3_8b" in out["skipped"]["torchtitan"]
