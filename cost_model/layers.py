@@ -293,18 +293,22 @@ def _zero3_s(
     bwd_compute_s: float,
     fits,
 ) -> float:
-    """ZeRO-3 per micro-batch: all-gather 16-bit params for forward and for backward,
-    reduce-scatter gradients; prefetch overlaps them with the layer's compute. Plus the
-    buffer copies around them, which run on the compute stream and are not hidden: the
-    gathered flat buffer is copied out into the layer's parameters after each gather, and
-    the gradients into the flat reduce-scatter input (torch FSDP2, fully_shard
+    """ZeRO-3 per micro-batch: all-gather the parameters for forward and for backward,
+    reduce-scatter gradients; prefetch overlaps them with the layer's compute. Gathered in
+    16 bits (FSDP2 param_dtype bf16, DeepSpeed's 16-bit copy; fp8 where Megatron gathers FP8
+    parameters, --fp8-param-gather, emitted with fp8), reduced in the engine's reduce dtype
+    (memory.reduce_bytes: torchtitan's FSDP2 mixed_precision_reduce is float32, its only
+    choice in 0.3.0). Plus the buffer copies around them, which run on the compute stream and
+    are not hidden: the gathered flat buffer is copied out into the layer's parameters after
+    each gather, and the gradients into the flat reduce-scatter input (torch FSDP2, fully_shard
     _fsdp_collectives.py: foreach_all_gather_copy_out, foreach_reduce; DeepSpeed ZeRO-3
     flattens and copies likewise): one read and one write of 2 W + G bytes."""
     if size <= 1 or cfg.zero < 3:
         return 0.0
     link = comm.group_link(cluster, size, stride)
-    wbytes = params * DTYPE_BYTES[t.dtype]
-    gbytes = params * DTYPE_BYTES[t.dtype]  # reduced in 16-bit then accumulated into fp32 shards
+    gather = DTYPE_BYTES[t.dtype] if cfg.engine == ENGINE_MEGATRON else memory.activation_dtype_bytes(t)
+    wbytes = params * gather
+    gbytes = params * memory.reduce_bytes(t, cfg.engine)
     fwd = comm.all_gather_s(wbytes, size, link, fits)
     bwd = comm.all_gather_s(wbytes, size, link, fits) + comm.reduce_scatter_s(gbytes, size, link, fits)
     gamma = cluster.gpu.overlap_interference

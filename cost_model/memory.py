@@ -323,11 +323,11 @@ def _gathered_bytes(t: TrainingSpec, cfg: ParallelConfig, params: float, prefetc
         return (live + min(params, transients.DEEPSPEED_REDUCE_BUCKET_ELEMENTS)) * dt
     ws = transients.backward_working_set_bytes(
         0.0, block_params=params, gathered=True, param_bytes=dt, grad_bytes=dt,
-        reduce_bytes=_reduce_bytes(t, cfg.engine), prefetch_blocks=prefetch_blocks)
+        reduce_bytes=reduce_bytes(t, cfg.engine), prefetch_blocks=prefetch_blocks)
     return ws.total
 
 
-def _reduce_bytes(t: TrainingSpec, engine: str) -> int:
+def reduce_bytes(t: TrainingSpec, engine: str) -> int:
     """The dtype data-parallel gradients are reduced in: torchtitan fp32
     (mixed_precision_reduce default float32), DeepSpeed the 16-bit dtype, Megatron grad_dtype."""
     if engine == ENGINE_TORCHTITAN:

@@ -60,10 +60,12 @@ PRESETS = {
     "llama3-405b": ("llama3", "llama3_405b"),
 }
 # Config functions whose model_spec converts the linear layers to float8 (Float8LinearConverter,
-# filter_fqns ["lm_head"]: the output layer stays bf16, as the cost model prices torchtitan's
-# fp8). The converters are set in Python, not on the command line (Trainer.Config.model_spec is
-# tyro.conf.Suppress), so the dtype a plan can run is the config function's:
-# torchtitan/models/llama3/config_registry.py at both targets.
+# filter_fqns ["lm_head"], with its default recipe "rowwise": torchtitan/components/quantization/
+# float8.py, whose recipes are rowwise and rowwise_with_gw_hp). The converters are set in
+# Python, not on the command line (Trainer.Config.model_spec is tyro.conf.Suppress), so the
+# precision a plan can run is the config function's (torchtitan/models/llama3/config_registry.py
+# at both targets), and the cost model prices torchao's tensorwise scaling (kernels.TORCHAO_CASTS),
+# not rowwise: no config function runs a priced fp8 plan.
 FLOAT8_CONFIGS = frozenset({"llama3_405b"})
 # torchtitan's default loss chunks for the llama3 config functions (ChunkedLossWrapper.Config
 # num_chunks); the plan's training.loss_chunks, else this, is written explicitly
@@ -140,11 +142,13 @@ def _dtype_problems(plan: dict, config: str) -> list[str]:
     without."""
     fp8 = (plan.get("training") or {}).get("dtype") == DTYPE_FP8
     if fp8 and config not in FLOAT8_CONFIGS:
-        return [f"the plan is priced with float8 linear layers, and {config} (config_registry) converts none "
-                "(model_spec converters are not command-line fields): write a config function with "
-                "Float8LinearConverter.Config(filter_fqns=['lm_head'])"]
-    if not fp8 and config in FLOAT8_CONFIGS:
-        return [f"{config} (config_registry) converts the linear layers to float8, which this "
+        return [f"the plan is priced with float8 linear layers (torchao tensorwise scaling), and {config} "
+                "(config_registry) converts none (model_spec converters are not command-line fields)"]
+    if fp8:
+        return [f"the plan is priced with torchao's tensorwise float8 scaling, and {config} (config_registry) "
+                "converts with Float8LinearConverter's rowwise recipe, which is not priced"]
+    if config in FLOAT8_CONFIGS:
+        return [f"{config} (config_registry) converts the linear layers to float8 (rowwise), which this "
                 f"{(plan.get('training') or {}).get('dtype', 'bf16')} plan is not priced with "
                 "(model_spec converters are not command-line fields)"]
     return []

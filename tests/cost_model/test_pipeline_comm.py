@@ -148,8 +148,9 @@ def test_group_placement():
 
 def test_zero3_gathers_scatter_and_buffer_copies():
     """ZeRO-3 per micro-batch, one generic layer with no compute to hide behind (fwd_flops
-    0): forward all-gather, backward all-gather + reduce-scatter of the 16-bit parameters,
-    all exposed, plus the copy-out / copy-in of 2 W + G bytes at HBM speed (3 kernels)."""
+    0): forward all-gather, backward all-gather of the 16-bit parameters + reduce-scatter of
+    the gradients in the engine's reduce dtype (Megatron: grad_dtype, fp32 here), all
+    exposed, plus the copy-out / copy-in of 2 W + G bytes at HBM speed (3 kernels)."""
     c = _cluster(n=8, per_node=8)
     params = 1e9
     layer = LayerSpec("blk", fwd_flops=0.0, params=params, activation_bytes=1e6, output_bytes=0.0)
@@ -157,14 +158,15 @@ def test_zero3_gathers_scatter_and_buffer_copies():
     cfg = ParallelConfig(dp=8, zero=3, micro_batch_size=1)
     lc = layer_table(LayerListSpec("m", (layer,)), c, t, cfg).blocks[0]
     w = 2 * params  # bf16 bytes
+    gr = 4 * params  # fp32 gradients
     link = comm.group_link(c, 8, 1)
-    gathers = 2 * comm.all_gather_s(w, 8, link) + comm.reduce_scatter_s(w, 8, link)
+    gathers = 2 * comm.all_gather_s(w, 8, link) + comm.reduce_scatter_s(gr, 8, link)
     g = c.gpu
-    copies = 2 * (2 * w + w) / (g.hbm_gb_s * 1e9 * g.memory_bound_efficiency) + 3 * g.kernel_overhead_s
+    copies = 2 * (2 * w + gr) / (g.hbm_gb_s * 1e9 * g.memory_bound_efficiency) + 3 * g.kernel_overhead_s
     # the layer's forward is one kernel launch (kernel_overhead_s) and hides a little
     hidden_fwd, hidden_bwd = lc.fwd_s, lc.compute_s - lc.fwd_s
     gamma = g.overlap_interference
     exposed = (comm.all_gather_s(w, 8, link) - (1 - gamma) * hidden_fwd) + \
-              (comm.all_gather_s(w, 8, link) + comm.reduce_scatter_s(w, 8, link) - (1 - gamma) * hidden_bwd)
+              (comm.all_gather_s(w, 8, link) + comm.reduce_scatter_s(gr, 8, link) - (1 - gamma) * hidden_bwd)
     assert lc.zero3_comm_s == pytest.approx(exposed + copies, rel=1e-9)
     assert copies > 0.1 * gathers  # not negligible: 6 W bytes through HBM vs 3 W over NVLink
