@@ -486,7 +486,16 @@ def _two_kind_slowest_s(p: StageProblem, lo_s: float, enough_s: float = math.inf
         ex, inflight = p.extras[r], in_flight_floor(p.schedule, p.pp, r, p.num_micro_batches, p.vpp)
         ranks.append((ex.time_s, ex.state_bytes + inflight * ex.act_bytes, ex.transient_bytes, inflight))
 
+    seen: dict[tuple[int, int, int], float] = {}  # the bisections ask the same counts again and again
+
     def rank_time(r: int, n1: int, n2: int) -> float:
+        key = (r, n1, n2)
+        got = seen.get(key)
+        if got is None:
+            got = seen[key] = _rank_time(r, n1, n2)
+        return got
+
+    def _rank_time(r: int, n1: int, n2: int) -> float:
         e_t, e_mem, e_tr, inflight = ranks[r]
         t = n1 * k1.time_s + n2 * k2.time_s + e_t
         held = n1 * (k1.state_bytes + inflight * k1.act_bytes) + n2 * (k2.state_bytes + inflight * k2.act_bytes) + e_mem
