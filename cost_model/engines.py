@@ -22,6 +22,7 @@ Sources (read with git from the snapshots, commit given per entry):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .vocab import (
     COUNTS_ANY,
@@ -494,6 +495,7 @@ def loss_chunks_rule(engine: str, chunks: int | None) -> str | None:
             "loss_chunks > 1 is torchtitan's ChunkedLossWrapper")
 
 
+@lru_cache(maxsize=65536)  # a pure function of its knobs, asked per candidate of a search
 def engine_supports(
     engine: str,
     *,

@@ -460,15 +460,22 @@ def interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra: 
     return _interleaved_live_chunks(pp, rank, m, vpp, warmup_extra)
 
 
-@lru_cache(maxsize=16384)
-def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra: int = 0) -> tuple[tuple[int, ...], ...]:
+@lru_cache(maxsize=1024)
+def _chunk_order(m: int, vpp: int, pp: int) -> tuple[int, ...]:
+    """The model chunk of each forward of Megatron's interleaved order (get_schedule_table),
+    shared by every rank of a (m, vpp, pp): the walks below read it once per rank."""
     from .schedule_sim import interleaved_table  # Megatron's get_schedule_table (no import cycle)
 
+    return tuple(c for _, c in interleaved_table(m, vpp, pp))
+
+
+@lru_cache(maxsize=16384)
+def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra: int = 0) -> tuple[tuple[int, ...], ...]:
     total = m * vpp
     warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp + warmup_extra)
     # chunk of the k-th forward: groups of pp micro-batches per chunk, the last group the
     # remainder when pp does not divide m (get_schedule_table)
-    chunks = [c for _, c in interleaved_table(m, vpp, pp)]
+    chunks = _chunk_order(m, vpp, pp)
 
     live = [0] * vpp
     states: list[tuple[int, ...]] = []
@@ -509,9 +516,7 @@ def interleaved_floor(pp: int, rank: int, m: int, vpp: int) -> int:
     distinct steps only (`_distinct_steps`), cheap enough for every candidate."""
     total = m * vpp
     warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp)
-    from .schedule_sim import interleaved_table
-
-    chunks = [c for _, c in interleaved_table(m, vpp, pp)]
+    chunks = _chunk_order(m, vpp, pp)
     live = [0] * vpp
     best = b = 0
     for step in range(_distinct_steps(pp, m, vpp, total, warm)):
