@@ -249,7 +249,7 @@ class EngineKernels:
     ring_merge_bytes: float = 8.0
     # how much longer the attention kernels of a context-parallel ring take than the same
     # calls alone (the ring's NCCL send/recv and stream waits between its steps; 1.0: priced
-    # as the calls alone): measured end to end, CP_RING_SLOWDOWN_SOURCE below
+    # as the calls alone): measured end to end, MEGATRON_RING_ATTENTION_SLOWDOWN below
     ring_attention_slowdown: float = 1.0
     # the routed experts' output bias where the engine adds it outside the GEMM
     # (ExpertBias); None: fused into the GEMM epilogue, or the engine has no expert bias
@@ -277,7 +277,6 @@ class EngineKernels:
 # Parallelism in JAX with NVSHMEM", 2025). torchtitan's ring is left at 1.0: its SDPA
 # efficiency was calibrated with its CP 8 row included (catalog.py).
 MEGATRON_RING_ATTENTION_SLOWDOWN = 1.4
-CP_RING_SLOWDOWN_SOURCE = "validation/fit_attention.py on validation/published_runs_long_context.csv"
 
 KERNELS: dict[str, EngineKernels] = {
     ENGINE_MEGATRON: EngineKernels(
