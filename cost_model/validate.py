@@ -66,6 +66,14 @@ def validate_training(t: specs.TrainingSpec) -> None:
     rq.validate_as(rq.Training, training_request(t), "training")
 
 
+def validate_loss_chunks(engine: str, t: specs.TrainingSpec) -> None:
+    """training.loss_chunks > 1 only for an engine that runs its loss in chunks
+    (engines.loss_chunks_rule)."""
+    rule = loss_chunks_rule(engine, t.loss_chunks)
+    if rule is not None:
+        raise SpecError("training.loss_chunks", rule, allowed=[1])
+
+
 def _validate_parallelism(p: specs.ParallelConfig) -> None:
     d = asdict(p)
     for k in ("stage_layers", "recompute_layers"):
@@ -79,9 +87,7 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
     validate_cluster(c)
     validate_training(t)
     _validate_parallelism(p)
-    rule = loss_chunks_rule(p.engine, t.loss_chunks)
-    if rule is not None:
-        raise SpecError("training.loss_chunks", rule, allowed=[1])
+    validate_loss_chunks(p.engine, t)
     if p.world_size > c.num_gpus:
         raise SpecError(
             "parallelism",

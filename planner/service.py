@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from cost_model.engines import loss_chunks_rule
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate as estimate_config
 from cost_model.flops import active_params, total_params
@@ -20,6 +19,7 @@ from cost_model.parse import (
 )
 from cost_model.results import Estimate
 from cost_model.specs import LayerListSpec
+from cost_model.validate import validate_loss_chunks
 from cost_model.vocab import ENGINE_MEGATRON, STATUS_OPTIMAL, TARGET_RANKS
 
 from .hashing import request_hash
@@ -58,9 +58,7 @@ def problem_from_request(req: dict, profile=None) -> Problem:
         space=parse_search(req.get("search")),
         profile=profile,
     )
-    rule = loss_chunks_rule(_engine(prob), prob.training.loss_chunks)
-    if rule is not None:
-        raise SpecError("training.loss_chunks", rule, allowed=[1])
+    validate_loss_chunks(_engine(prob), prob.training)
     return prob
 
 

@@ -117,3 +117,17 @@ def test_compile_setting_and_loss_chunks():
     with pytest.raises(SpecError) as e:
         validate_config(m, cl, model, parse_parallelism({"dp": 8, "engine": "megatron"}))
     assert e.value.field == "training.loss_chunks" and "ChunkedLossWrapper" in e.value.message
+
+
+def test_loss_chunks_refused_at_the_request_for_the_default_engine():
+    """The service checks training.loss_chunks against the engine it plans for (Megatron by
+    default) before searching, with the same field and reason as validate_config."""
+    from planner.service import problem_from_request
+
+    req = {"model": "llama3-8b", "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"global_batch_size": 8, "seq_length": 1024, "loss_chunks": 4}}
+    with pytest.raises(SpecError) as e:
+        problem_from_request(req)
+    assert e.value.field == "training.loss_chunks" and "ChunkedLossWrapper" in e.value.message
+    req["training"]["loss_chunks"] = 1
+    assert problem_from_request(req).training.loss_chunks == 1
