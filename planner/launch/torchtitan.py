@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from cost_model import engines
 from cost_model.vocab import (
+    DTYPE_BF16,
     DTYPE_FP8,
     ENGINE_TORCHTITAN,
     RECOMPUTE_FULL,
@@ -140,7 +141,8 @@ def _dtype_problems(plan: dict, config: str) -> list[str]:
     """Why the config function cannot run the plan's precision: its float8 conversion is fixed
     in Python (FLOAT8_CONFIGS), so an fp8 plan needs a converting function and a bf16 plan one
     without."""
-    fp8 = (plan.get("training") or {}).get("dtype") == DTYPE_FP8
+    dtype = (plan.get("training") or {}).get("dtype", DTYPE_BF16)
+    fp8 = dtype == DTYPE_FP8
     if fp8 and config not in FLOAT8_CONFIGS:
         return [f"the plan is priced with float8 linear layers (torchao tensorwise scaling), and {config} "
                 "(config_registry) converts none (model_spec converters are not command-line fields)"]
@@ -149,7 +151,7 @@ def _dtype_problems(plan: dict, config: str) -> list[str]:
                 "converts with Float8LinearConverter's rowwise recipe, which is not priced"]
     if config in FLOAT8_CONFIGS:
         return [f"{config} (config_registry) converts the linear layers to float8 (rowwise), which this "
-                f"{(plan.get('training') or {}).get('dtype', 'bf16')} plan is not priced with "
+                f"{dtype} plan is not priced with "
                 "(model_spec converters are not command-line fields)"]
     return []
 
