@@ -17,7 +17,9 @@ import argparse
 import csv
 import dataclasses
 import sys
+from collections import defaultdict
 from pathlib import Path
+from statistics import fmean
 
 from cost_model import kernels
 from cost_model.vocab import ENGINE_MEGATRON
@@ -56,12 +58,13 @@ def main() -> int:
         errs = errors(rows, y)
         cp = [e for r, e in errs if int(r["cp"]) > 1]
         flat = [e for r, e in errs if int(r["cp"]) <= 1]
-        gpus = sorted({r["gpu"] for r, _ in errs})
-        per_gpu = "  ".join(
-            f"{g} {sum(e for r, e in errs if r['gpu'] == g and int(r['cp']) > 1) / max(1, sum(1 for r, _ in errs if r['gpu'] == g and int(r['cp']) > 1)):+.1f}"
-            for g in gpus)
-        mape = sum(map(abs, cp)) / len(cp)
-        print(f"{y:8.2f} {mape:9.1f} {sum(cp) / len(cp):+9.1f} {sum(flat) / max(1, len(flat)):+12.1f}  {per_gpu}")
+        cp_by_gpu: dict[str, list[float]] = defaultdict(list)
+        for r, e in errs:
+            if int(r["cp"]) > 1:
+                cp_by_gpu[r["gpu"]].append(e)
+        per_gpu = "  ".join(f"{g} {fmean(v):+.1f}" for g, v in sorted(cp_by_gpu.items()))
+        mape = fmean(map(abs, cp))
+        print(f"{y:8.2f} {mape:9.1f} {fmean(cp):+9.1f} {fmean(flat) if flat else 0.0:+12.1f}  {per_gpu}")
         if best is None or mape < best[1]:
             best = (y, mape)
     print(f"least MAPE on the CP rows: slowdown {best[0]:.2f} ({best[1]:.1f}%)")
