@@ -84,6 +84,11 @@ for step in range(args.steps):
     dist.all_reduce(total)
     if rank == 0:
         print(f"step {step} loss {total.item() / world:.6f}", flush=True)
+# an explicit teardown: left to interpreter exit, a rank's communicator threads may be
+# destroyed while still joinable and abort it (SIGABRT, "terminate called without an active
+# exception"), failing a run that trained
+dist.barrier()
+dist.destroy_process_group()
 '''
 
 
