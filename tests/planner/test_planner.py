@@ -99,6 +99,47 @@ def test_same_request_same_plan(small_plan):
     assert sa == sb
 
 
+def test_concurrent_retries_give_the_one_worker_plan(monkeypatch):
+    """The deferred candidates' CP-SAT solves run two at a time (search.SOLVE_WORKERS): the
+    plan, its status and the solves are those of one at a time. Each real solve is delayed
+    by 50 ms so that the next is prepared while it runs, and two were seen running at once."""
+    import threading
+
+    import planner.search as search_mod
+
+    if search_mod.solve_workers() < 2 and search_mod.SOLVE_WORKERS >= 2:
+        pytest.skip("one CPU available: the retries run one at a time")
+    real_solve = search_mod.solve
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def spied(*args, **kwargs):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            time.sleep(0.05)
+            return real_solve(*args, **kwargs)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(search_mod, "solve", spied)
+    # Mixtral 8x7B on 32 H100: 13 of its candidates are deferred to the retries
+    req = {"model": {"name": "mixtral-8x7b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 32},
+           "training": {"global_batch_size": 128, "seq_length": 4096}, "search": {"time_limit_s": 60}}
+    results = {}
+    for workers in (1, 2):
+        monkeypatch.setattr(search_mod, "SOLVE_WORKERS", workers)
+        peak[0] = 0
+        results[workers] = search_mod.search(service.problem_from_request(req))
+        assert peak[0] == workers, f"{workers} worker(s): {peak[0]} solves ran at once"
+    one, two = results[1], results[2]
+    assert two.status == one.status == "optimal"
+    assert two.best[0].config == one.best[0].config
+    assert two.best[0].estimate.prediction.step_time_s == one.best[0].estimate.prediction.step_time_s
+    assert two.stats.deferred >= 2 and two.stats.ilp_solves >= 2
+
+
 def test_solve_time_is_the_whole_search():
     """solve_time_s is the search's wall time (enumeration, bounds and CP-SAT), inside the
     request's own wall time; ilp_time_s is the CP-SAT part of it."""
