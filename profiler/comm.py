@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from cost_model import vocab as V
+from profiler.dist_exit import exit_after_teardown
 
 COLLECTIVES = V.values(V.Collective)
 
@@ -200,4 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if os.environ.get("WORLD_SIZE"):  # a torchrun rank: its process group is destroyed (main)
+        exit_after_teardown(code)
+    sys.exit(code)

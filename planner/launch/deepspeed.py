@@ -56,6 +56,7 @@ import torch.distributed as dist
 
 from planner.runtime.plan_io import load_plan
 from planner.runtime.train import build_model, cross_entropy_loss, make_batch, model_dims
+from profiler.dist_exit import exit_after_teardown
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--plan", default="plan.json")
@@ -84,11 +85,11 @@ for step in range(args.steps):
     dist.all_reduce(total)
     if rank == 0:
         print(f"step {step} loss {total.item() / world:.6f}", flush=True)
-# an explicit teardown: left to interpreter exit, a rank's communicator threads may be
-# destroyed while still joinable and abort it (SIGABRT, "terminate called without an active
-# exception"), failing a run that trained
+# teardown, then exit without interpreter finalization, where gloo's threads may still
+# abort a rank that trained (profiler/dist_exit.py)
 dist.barrier()
 dist.destroy_process_group()
+exit_after_teardown(0)
 '''
 
 

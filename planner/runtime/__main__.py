@@ -9,6 +9,7 @@ import sys
 
 from cost_model.vocab import DTYPE_FP32
 from planner.runtime.plan_io import PlanError, load_plan, scale_down, validate
+from profiler.dist_exit import exit_after_teardown
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -100,4 +101,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_after_teardown(main())  # main() destroys the process group before it returns
