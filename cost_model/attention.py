@@ -34,7 +34,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .specs import TransformerSpec
-from .vocab import ATTN_CHUNKED, ATTN_FULL, ATTN_SLIDING, NORM_LAYERNORM, AttentionLayer, values
+from .vocab import (
+    ATTN_CHUNKED,
+    ATTN_FULL,
+    ATTN_SLIDING,
+    CP_A2A,
+    CP_A2A_P2P,
+    NORM_LAYERNORM,
+    AttentionLayer,
+    values,
+)
 
 FULL, SLIDING, CHUNKED = ATTN_FULL, ATTN_SLIDING, ATTN_CHUNKED
 LAYER_TYPES = values(AttentionLayer)  # HF `layer_types` words this model prices
@@ -176,6 +185,74 @@ def kv_elems_per_token(m: TransformerSpec, repeated: bool = False) -> int:
         return m.num_attention_heads * (m.mla.qk_head_dim + m.mla.v_head_dim)
     heads = m.num_attention_heads if repeated else m.num_kv_heads
     return 2 * heads * m.kv_channels
+
+
+def kv_heads(m: TransformerSpec) -> int:
+    """Heads of the K and V the kernel reads: the query heads for MLA (its K and V are
+    up-projected per head), else the GQA groups."""
+    return m.num_attention_heads if m.mla is not None else m.num_kv_heads
+
+
+# Transformer Engine's all-to-all context parallelism (cp_comm a2a, and the a2a level of
+# a2a+p2p) splits the heads of q and of k/v over its group (AttnFuncWithCPAndQKVOA2A.forward:
+# "The number of attention heads needs to be divisible by CP size!",
+# transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @015d22571b).
+TE_A2A_HEADS_SOURCE = ("NVIDIA/TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/"
+                       "context_parallel.py @015d22571b AttnFuncWithCPAndQKVOA2A")
+
+
+def a2a_heads_error(m: TransformerSpec, tp: int, size: int) -> str | None:
+    """None when an all-to-all CP group of `size` can split the heads each TP rank holds."""
+    return a2a_heads_error_of(m.num_attention_heads, kv_heads(m), tp, size)
+
+
+def a2a_heads_error_of(q_heads: int, kv: int, tp: int, size: int) -> str | None:
+    """a2a_heads_error from the head counts (q heads, k/v heads) of the model."""
+    q, kv = q_heads // tp, max(1, kv // tp)
+    if q % size or kv % size:
+        return (f"the all-to-all over {size} CP ranks splits each TP rank's heads (q {q}, k/v {kv} at tp={tp}): "
+                f"both must be divisible by {size} ({TE_A2A_HEADS_SOURCE})")
+    return None
+
+
+# The a2a level of hierarchical CP (a2a+p2p) stays inside an NVLink domain of this many GPUs
+# with the TP group (Megatron-Core's hierarchical_context_parallel_sizes: "every two adjacent
+# gpus forms the first level"; NVIDIA's recipes keep it on the node's NVLink).
+A2A_P2P_INNER_MAX_GPUS = 8
+
+
+def a2a_p2p_sizes(m: TransformerSpec, tp: int, cp: int) -> tuple[int, int]:
+    """(a2a size, p2p size) of hierarchical CP: the largest divisor of cp that fits the
+    NVLink domain with the TP group and splits the heads (a2a_heads_error); its cofactor
+    rings across. Megatron takes them as --hierarchical-context-parallel-sizes inner outer."""
+    return a2a_p2p_sizes_of(m.num_attention_heads, kv_heads(m), tp, cp)
+
+
+def a2a_p2p_sizes_of(q_heads: int, kv: int, tp: int, cp: int) -> tuple[int, int]:
+    """a2a_p2p_sizes from the head counts (the launch emitters read them from the plan)."""
+    inner = 1
+    for d in range(1, cp + 1):
+        if cp % d == 0 and d * tp <= A2A_P2P_INNER_MAX_GPUS and a2a_heads_error_of(q_heads, kv, tp, d) is None:
+            inner = d
+    return inner, cp // inner
+
+
+def cp_comm_error(m: TransformerSpec, tp: int, cp: int, kind: str) -> str | None:
+    """None when Transformer Engine runs context parallelism `kind` at (tp, cp): a2a splits
+    the heads over all cp ranks (a2a_heads_error); a2a+p2p takes its a2a level where the
+    heads split (a2a_p2p_sizes), so it always runs."""
+    if cp > 1 and kind == CP_A2A:
+        return a2a_heads_error(m, tp, cp)
+    return None
+
+
+def cp_comm_redundant(m: TransformerSpec, tp: int, cp: int, kind: str) -> bool:
+    """a2a+p2p whose a2a level or ring is a single rank runs as plain p2p or a2a: the
+    search leaves it out (the same plan twice)."""
+    if cp > 1 and kind == CP_A2A_P2P:
+        inner, outer = a2a_p2p_sizes(m, tp, cp)
+        return inner < 2 or outer < 2
+    return False
 
 
 def qk_head_dim(m: TransformerSpec) -> int:

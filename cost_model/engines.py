@@ -49,6 +49,7 @@ from .vocab import (
     SCHEDULE_1F1B,
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
+    CpComm,
     StageCounts,
 )
 
@@ -138,7 +139,7 @@ class EngineSupport:
     schedule_source: Source
     uneven_stages: str
     uneven_source: Source
-    cp_variants: tuple[str, ...]  # () = no context parallelism
+    cp_variants: tuple[CpComm, ...]  # () = no context parallelism; the first is the engine's default
     cp_source: Source
     expert_parallel: bool
     expert_tensor_parallel: bool
@@ -324,9 +325,11 @@ TORCHTITAN = EngineSupport(
         "(default 1 each) with pipeline_parallel_layers_per_stage"
     ),
     uneven_source=_tt(_TT_CFG, "ParallelismConfig"),
-    cp_variants=("ring",),
+    # torch's context_parallel ring (K/V rotated step by step under the attention of each
+    # step; the rotate method, allgather or alltoall, moves the same bytes): priced as p2p
+    cp_variants=(CP_P2P,),
     cp_source=_tt(_TT_CFG, "context_parallel_degree, context_parallel_load_balancer headtail; at 9dec370 "
-                  "experimental.context_parallel_rotate_method allgather|alltoall"),
+                  "experimental.context_parallel_rotate_method allgather|alltoall (a ring either way)"),
     expert_parallel=True,
     expert_tensor_parallel=False,
     ep_source=_tt(_TT_CFG, "expert_parallel_degree: EP borrows ranks from FSDP and TP (efsdp = dp_shard*cp*tp/ep)"),
@@ -407,7 +410,7 @@ DEEPSPEED = EngineSupport(
     schedule_source=_ds("deepspeed/runtime/pipe/schedule.py", "TrainSchedule, InferenceSchedule, DataParallelSchedule"),
     uneven_stages="PipelineModule partition_method: parameters (default), uniform, type:[regex]",
     uneven_source=_ds("deepspeed/runtime/pipe/module.py", "_partition_layers"),
-    cp_variants=("ulysses",),
+    cp_variants=(CP_A2A,),  # DeepSpeed-Ulysses: the all-to-all of q, k, v and the output
     cp_source=_ds("deepspeed/runtime/config.py", "sequence_parallel_size (DeepSpeed-Ulysses all-to-all)"),
     expert_parallel=True,
     expert_tensor_parallel=False,

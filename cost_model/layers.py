@@ -509,8 +509,8 @@ def _attention_keys_per_call(m: TransformerSpec, t: TrainingSpec, cfg: ParallelC
     if cfg.cp <= 1 or kind in (CP_ALL_GATHER, CP_A2A):
         keys, calls = s, 1
     elif kind == CP_A2A_P2P:
-        inner = _cp_inner(cfg)
-        keys, calls = s * inner / cfg.cp, max(1, cfg.cp // inner)
+        inner, outer = attention.a2a_p2p_sizes(m, cfg.tp, cfg.cp)
+        keys, calls = s * inner / cfg.cp, outer
     else:
         keys, calls = s / cfg.cp, cfg.cp
     return (min(keys, float(w)) if w else keys), calls
@@ -756,18 +756,12 @@ def _block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _Bloc
 
 def _cp_kind(cfg: ParallelConfig) -> str:
     """The CP communication the engine runs: the configured cp_comm, else the engine's
-    default (Megatron --cp-comm-type p2p; torchtitan's ring, priced as p2p)."""
-    return cfg.cp_comm or CP_P2P
-
-
-def _cp_inner(cfg: ParallelConfig) -> int:
-    """a2a+p2p (Megatron hierarchical CP): the all-to-all part inside the NVLink-sized
-    sub-group; taken as the largest divisor of cp up to 8 // tp (at least 1)."""
-    inner = 1
-    for d in range(1, cfg.cp + 1):
-        if cfg.cp % d == 0 and d * cfg.tp <= 8:
-            inner = d
-    return inner
+    default (engines.EngineSupport.cp_variants[0]: Megatron --cp-comm-type p2p; torchtitan's
+    ring, priced as p2p; DeepSpeed-Ulysses a2a)."""
+    if cfg.cp_comm:
+        return cfg.cp_comm
+    variants = engines.get_engine(cfg.engine).cp_variants
+    return variants[0] if variants else CP_P2P
 
 
 def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: _BlockCompute, fits) -> float:
@@ -818,8 +812,7 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
     if kind == CP_A2A:
         return a2a(cp, tp)
     if kind == CP_A2A_P2P:
-        inner = _cp_inner(cfg)
-        outer = cp // inner
+        inner, outer = attention.a2a_p2p_sizes(m, tp, cp)
         cost = a2a(inner, tp) if inner > 1 else 0.0
         return cost + (ring(outer, tp * inner, ring_kv_bytes * inner) if outer > 1 else 0.0)
     return ring(cp, tp, ring_kv_bytes)

@@ -366,7 +366,8 @@ class Parallelism(_Strict):
     sequence_parallel: bool = Field(False, examples=[False])
     zero: ZeroStage = Field(0, description="0 replicated; 1 optimizer states, 2 + gradients, 3 + parameters sharded", examples=[1])
     schedule: Schedule | None = Field(None, description="default interleaved when vpp > 1, else 1f1b", examples=[SCHEDULE_1F1B])
-    cp_comm: CpComm | None = Field(None, description="context-parallel communication (carried, not priced yet)", examples=[CP_P2P])
+    cp_comm: CpComm | None = Field(None, description="context-parallel communication (cp > 1; null = the engine's: "
+                                   "Megatron and torchtitan p2p ring, DeepSpeed a2a)", examples=[CP_P2P])
     engine: Engine = Field(ENGINE_MEGATRON, description="the engine that runs this configuration (check: default search.engine)",
                            examples=[ENGINE_MEGATRON])
     moe_a2a_overlap: bool = Field(False, description="Megatron-Core's overlapped 1F1B: each steady step's forward and "

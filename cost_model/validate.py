@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from . import attention, specs
 from . import request as rq
-from . import specs
-from .engines import engine_supports, loss_chunks_rule
+from .engines import engine_supports, get_engine, loss_chunks_rule
 from .errors import SpecError
 from .model_checks import check_architecture
 from .request import divisors
@@ -148,6 +148,8 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
             raise SpecError("parallelism.ep", f"ep={p.ep} needs an MoE model", allowed=[1])
         if m.moe is not None:
             _validate_expert_layout(m, p)
+        if p.cp > 1 and p.cp_comm is not None:
+            _validate_cp_comm(m, p)
     elif p.ep > 1 or p.cp > 1:
         raise SpecError("parallelism.ep" if p.ep > 1 else "parallelism.cp", "layer-list models support dp, tp and pp only", allowed=[1])
 
@@ -187,6 +189,16 @@ def _validate_expert_layout(m: specs.TransformerSpec, p: specs.ParallelConfig) -
     dense = p.tp * p.cp * p.dp
     raise SpecError("parallelism.ep", err,
                     allowed=[x for x in divisors(dense) if x % p.etp == 0 and e.num_experts % (x // p.etp) == 0])
+
+
+def _validate_cp_comm(m: specs.TransformerSpec, p: specs.ParallelConfig) -> None:
+    """cp_comm is one the engine runs (engines.engine_supports) and fits the heads
+    (attention.cp_comm_error: Transformer Engine's all-to-all rule)."""
+    variants = get_engine(p.engine).cp_variants
+    rule = engine_supports(p.engine, cp=p.cp, cp_variant=p.cp_comm) or attention.cp_comm_error(m, p.tp, p.cp, p.cp_comm)
+    if rule is not None:
+        raise SpecError("parallelism.cp_comm", rule,
+                        allowed=[v for v in variants if attention.cp_comm_error(m, p.tp, p.cp, v) is None])
 
 
 def _validate_a2a_overlap(m: specs.ModelSpec, t: specs.TrainingSpec, p: specs.ParallelConfig) -> None:

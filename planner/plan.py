@@ -26,6 +26,7 @@ from cost_model.vocab import (
     OPTIMIZER_ADAM,
     RECOMPUTE_NONE,
     SCHEDULE_1F1B,
+    CpComm,
     Engine,
     ModelKind,
     Recompute,
@@ -56,6 +57,8 @@ class Parallelism(ParallelSizes, Record):
     schedule: Schedule = SCHEDULE_1F1B
     moe_a2a_overlap: bool = Field(False, description="overlapped 1F1B expert all-to-all (Megatron-Core "
                                   "--overlap-moe-expert-parallel-comm)")
+    cp_comm: CpComm | None = Field(None, description="context-parallel communication (cp > 1): p2p ring, all_gather "
+                                   "of K/V, a2a (Ulysses) or a2a+p2p (Megatron-Core --cp-comm-type)")
     stage_layers: list[int] | None = Field(None, description="blocks per virtual stage, model order")
     recompute_layers: list[int] | None = Field(None, description="recomputed blocks per virtual stage (recompute=full)")
 

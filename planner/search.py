@@ -60,6 +60,7 @@ from .space import (
     DegreeGroup,
     SearchSpace,
     a2a_overlap_values,
+    cp_comm_values,
     degree_groups,
     enumerate_candidates,
     group_candidates,
@@ -152,7 +153,7 @@ def _to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
         zero=c.zero, micro_batch_size=c.micro_batch_size, recompute=c.recompute,
         recompute_layers=tuple(rcs) if rcs is not None and c.recompute == RECOMPUTE_FULL else None,
         schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None, engine=c.engine,
-        etp=c.etp, moe_a2a_overlap=c.moe_a2a_overlap,
+        etp=c.etp, moe_a2a_overlap=c.moe_a2a_overlap, cp_comm=c.cp_comm,
     )
 
 
@@ -184,22 +185,22 @@ class _Tables:
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
         return self.base_at(c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine,
-                            c.moe_a2a_overlap)
+                            c.moe_a2a_overlap, c.cp_comm)
 
     def base_at(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mb: int, engine: str,
-                overlap: bool | None = None) -> tuple[LayerTable, TableSums]:
-        """The base table of a candidate with the overlapped 1F1B all-to-all `overlap`; None
-        (a degree group's bound, for candidates with and without it): priced with it where
-        the space holds it, its blocks' times (the combined steps' exposure) being below
-        those without it."""
+                overlap: bool | None = None, cp_comm: str | None = None) -> tuple[LayerTable, TableSums]:
+        """The base table of a candidate with the overlapped 1F1B all-to-all `overlap` and the
+        context-parallel communication `cp_comm`; overlap None (a degree group's bound, for
+        candidates with and without it): priced with it where the space holds it, its
+        blocks' times (the combined steps' exposure) being below those without it."""
         if overlap is None:
             overlap = True in a2a_overlap_values(self.prob.model, self.prob.space, engine, ep)
-        key = ("base", tp, cp, ep, etp, sp, mb, engine, overlap)
+        key = ("base", tp, cp, ep, etp, sp, mb, engine, overlap, cp_comm)
         sums = self.sums.get(key)
         if sums is not None:  # the common case: no config to build
             return self.cache[key], sums
         cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
-                             engine=engine, moe_a2a_overlap=overlap)
+                             engine=engine, moe_a2a_overlap=overlap, cp_comm=cp_comm)
         table = self._build(key, cfg)
         return table, self._sums(key, table)
 
@@ -407,9 +408,10 @@ def search(
             continue
         least = math.inf
         for sp in sequence_parallel_values(prob.space, key[0]):
-            _, sums = tables.base_at(*key, sp, mb, engine)
-            per_sample[(*key, sp)] = per_sample_time_s(sums, mb)
-            least = min(least, per_sample[(*key, sp)])
+            for cc in cp_comm_values(prob.model, prob.space, engine, key[0], key[1]):
+                _, sums = tables.base_at(*key, sp, mb, engine, None, cc)
+                per_sample[(*key, sp, cc)] = per_sample_time_s(sums, mb)
+                least = min(least, per_sample[(*key, sp, cc)])
         layout_s[key] = least
     queue: list[_Entry] = [
         _Entry(group_time_bound_s(B, g.dp, g.pp, layout_s[(g.tp, g.cp, g.ep, g.etp)]), (i, -1), "group", g)
@@ -436,13 +438,14 @@ def search(
             stats.candidates += 1
             # the base memory bound does not depend on the overlapped all-to-all (its extra
             # warm-up micro-batch is left out of the bound): the two settings share it
-            mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute)
+            mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute,
+                      c.cp_comm)
             if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):
                 stats.pruned_memory += 1
                 continue
             m = B // (c.dp * c.micro_batch_size)
             base_table, base_sums = tables.base(c)
-            least = per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel))
+            least = per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.cp_comm))
             if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
                 monotone_ok = False  # the group bounds may have pruned too much: claim nothing
             bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
@@ -894,4 +897,4 @@ def _normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
 def _tiebreak(c: Candidate) -> tuple:
     """Among equal times prefer simpler plans: less model parallelism, less sharding."""
     return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.recompute != RECOMPUTE_NONE, c.micro_batch_size,
-            c.moe_a2a_overlap)
+            c.moe_a2a_overlap, get_engine(c.engine).cp_variants.index(c.cp_comm) if c.cp_comm else 0)

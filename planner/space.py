@@ -8,9 +8,9 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from cost_model import kernels
+from cost_model import attention, kernels
 from cost_model import request as rq
-from cost_model.engines import engine_supports
+from cost_model.engines import engine_supports, get_engine
 from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
 from cost_model.validate import divisors, expert_fold_error
@@ -79,12 +79,13 @@ class Candidate:
     engine: str = ENGINE_MEGATRON  # the engine the plan is priced for (search.engine)
     etp: int = 1  # expert tensor-parallel degree (expert layers only, folded over tp*cp*dp)
     moe_a2a_overlap: bool = False  # Megatron-Core's overlapped 1F1B all-to-all (ParallelConfig)
+    cp_comm: str | None = None  # the context-parallel communication (cp > 1; cp_comm_values)
 
     @property
     def table_key(self) -> tuple:
         """What the per-layer cost table depends on."""
         return (self.dp, self.tp, self.cp, self.ep, self.sequence_parallel, self.zero, self.micro_batch_size, self.engine,
-                self.etp, self.moe_a2a_overlap)
+                self.etp, self.moe_a2a_overlap, self.cp_comm)
 
 
 def search_space(d: rq.Search) -> SearchSpace:
@@ -283,8 +284,30 @@ def engine_zeros(engine: str, zeros: list[int], pp: int) -> list[int]:
 def engine_rule(engine: str, c: Candidate, fp8: bool, dtype: str | None = None, mtp_layers: int = 0) -> str | None:
     """engines.engine_supports for every knob of a candidate (None = runnable)."""
     return engine_supports(engine, zero=c.zero, recompute=c.recompute, schedule=c.schedule, pp=c.pp, vpp=c.vpp,
-                           tp=c.tp, cp=c.cp, ep=c.ep, sequence_parallel=c.sequence_parallel, fp8=fp8,
+                           tp=c.tp, cp=c.cp, cp_variant=c.cp_comm, ep=c.ep, sequence_parallel=c.sequence_parallel, fp8=fp8,
                            moe_a2a_overlap=c.moe_a2a_overlap, dtype=dtype, mtp_layers=mtp_layers)
+
+
+def cp_comm_values(model: ModelSpec, space: SearchSpace, engine: str, tp: int, cp: int) -> list[str | None]:
+    """The context-parallel communications to search at (tp, cp): None without CP. Unpinned,
+    the engine's default alone (engines.EngineSupport.cp_variants[0]: Megatron's and
+    torchtitan's ring, p2p; DeepSpeed-Ulysses, a2a), the one variant the cost model is
+    calibrated on measured runs for (the CP ring's attention slowdown, fitted on NeMo's
+    long-sequence tables, validation/fit_attention.py): the others are priced from their
+    communication alone, and a plan would promise their speed-up unmeasured. Pinned
+    (search.cp_comm), each listed variant the engine runs (Megatron-Core's --cp-comm-type:
+    p2p, all_gather, a2a, a2a+p2p) and the heads admit (attention.cp_comm_error), but
+    a2a+p2p with a level of one rank (attention.cp_comm_redundant)."""
+    if cp <= 1:
+        return [None]
+    if not isinstance(model, TransformerSpec):
+        return []
+    variants = get_engine(engine).cp_variants
+    if space.allowed.get("cp_comm") is None:
+        variants = variants[:1]
+    return [v for v in variants
+            if space.ok("cp_comm", v) and attention.cp_comm_error(model, tp, cp, v) is None
+            and not attention.cp_comm_redundant(model, tp, cp, v)]
 
 
 def a2a_overlap_values(model: ModelSpec, space: SearchSpace, engine: str, ep: int) -> list[bool]:
@@ -331,6 +354,7 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
             for v in _vpp_values(space, pp, L):
                 schedules.append((SCHEDULE_INTERLEAVED, v))
     overlaps = a2a_overlap_values(model, space, engine, ep)
+    cp_comms = cp_comm_values(model, space, engine, tp, cp)
     dtype = getattr(training, "dtype", None)
     mtp = getattr(model, "num_nextn_predict_layers", 0)
     for mb in micro_batch_values(space, B, dp):
@@ -342,6 +366,7 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                 for zero in zeros:
                     for ov in overlaps:
                         for rc in ov_recomputes if ov else recomputes:
-                            c = Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine, etp, ov)
-                            if engine_rule(engine, c, fp8, dtype, mtp) is None:
-                                yield c
+                            for cc in cp_comms:
+                                c = Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine, etp, ov, cc)
+                                if engine_rule(engine, c, fp8, dtype, mtp) is None:
+                                    yield c

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from cost_model import vocab as V
 from cost_model.catalog import get_gpu
+from cost_model.engines import get_engine
 from cost_model.errors import SpecError
 from cost_model.parse import parse_model
 from cost_model.presets import PRESETS
@@ -262,6 +263,10 @@ def search_block(row: dict) -> dict:
         s["schedule"] = [row["schedule"].strip()]
     s["targets"] = []  # the launch artifacts are not needed here
     s["engine"] = engine_of(row)
+    if (_int(row.get("cp")) or 1) > 1:
+        # no published run sets its CP communication (Megatron-Bridge and NeMo leave
+        # cp_comm_type unset, torchtitan has its ring): the engine's default ran
+        s["cp_comm"] = [get_engine(s["engine"]).cp_variants[0]]
     return s
 
 

@@ -29,8 +29,11 @@ model prices the grad buffer and its reduce-scatter in that dtype.
 
 from __future__ import annotations
 
+from cost_model import attention
 from cost_model.engines import tp_comm_overlap
 from cost_model.vocab import (
+    CP_A2A_P2P,
+    CP_P2P,
     DTYPE_BF16,
     DTYPE_FP8,
     ENGINE_MEGATRON,
@@ -235,6 +238,8 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         "--pipeline-model-parallel-size", str(p["pp"]),
         "--context-parallel-size", str(p["cp"]),
     ]
+    if p["cp"] > 1:
+        a += cp_comm_args(plan)
     if m.get("moe"):
         # Megatron defaults expert TP to tp (arguments.py validate_args); the plan's etp is explicit
         a += ["--expert-model-parallel-size", str(p["ep"]), "--expert-tensor-parallel-size", str(p["etp"])]
@@ -294,6 +299,23 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     ]
     notes.append("--mock-data/NullTokenizer/--lr/--train-iters are placeholders for a smoke run")
     return a, notes
+
+
+def cp_comm_args(plan: dict) -> list[str]:
+    """The context-parallel communication the plan was priced with (cost_model/layers.py
+    _block_cp_s): --cp-comm-type (Megatron-LM arguments.py; its value goes to Transformer
+    Engine as is: p2p, all_gather, a2a, a2a+p2p, megatron-core transformer_config.py
+    cp_comm_type) and, for a2a+p2p, --hierarchical-context-parallel-sizes a2a ring, the two
+    levels the cost model split cp into (cost_model/attention.py a2a_p2p_sizes)."""
+    p, m = par(plan), plan["model"]
+    kind = p.cp_comm or CP_P2P
+    a = ["--cp-comm-type", kind]
+    if kind == CP_A2A_P2P:
+        q = int(m["num_attention_heads"])
+        kv = q if m.get("mla") else int(m.get("num_kv_heads") or q)
+        inner, outer = attention.a2a_p2p_sizes_of(q, kv, p["tp"], p["cp"])
+        a += ["--hierarchical-context-parallel-sizes", str(inner), str(outer)]
+    return a
 
 
 def global_batch(plan: dict) -> int:

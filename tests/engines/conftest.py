@@ -47,6 +47,17 @@ RULE_REQUESTS = {
     "mixtral-8x7b-a2a-overlap@64": {**REQUESTS["mixtral-8x7b@64"],
                                     "search": {"ep": [2, 4, 8], "moe_a2a_overlap": True}},
 }
+# context-parallel communication pinned (Megatron-Core --cp-comm-type): Ulysses all-to-all,
+# and the hierarchical a2a+p2p with its --hierarchical-context-parallel-sizes
+CP_REQUESTS = {
+    "llama2-7b-cp4-a2a@16": {"model": {"name": "llama2-7b"}, "cluster": {**H100, "num_gpus": 16},
+                             "training": {"global_batch_size": 16, "seq_length": 32768},
+                             "search": {"cp": 4, "cp_comm": "a2a"}},
+    "llama3-70b-cp8-a2a+p2p@64": {**REQUESTS["llama3-70b@64"],
+                                  "search": {"tp": 2, "cp": 8, "cp_comm": "a2a+p2p"}},
+}
+RULE_REQUESTS.update(CP_REQUESTS)
+CP_CASES = sorted(CP_REQUESTS)
 FOLD_CASES = ["mixtral-8x7b-fold@64"]
 OVERLAP_CASES = ["mixtral-8x7b-a2a-overlap@64"]
 CASES = sorted(REQUESTS)

@@ -17,7 +17,15 @@ import shlex
 
 import pytest
 
-from .conftest import CASES, FOLD_CASES, OVERLAP_CASES, fake_world, group_containing, planned
+from .conftest import (
+    CASES,
+    CP_CASES,
+    FOLD_CASES,
+    OVERLAP_CASES,
+    fake_world,
+    group_containing,
+    planned,
+)
 
 pytest.importorskip("megatron.core", reason="the `engines` extra (megatron-core) is not installed")
 
@@ -29,19 +37,24 @@ _RENAMED = {
 }
 
 
+# flags Megatron-LM declares with nargs='+' (megatron/training/arguments.py): a list
+_LISTS = {"hierarchical_context_parallel_sizes"}
+
+
 def parse_flags(args: list[str]) -> dict[str, object]:
-    """argparse-like: `--flag value` -> dest: value, a bare `--flag` -> dest: True."""
+    """argparse-like: `--flag value` -> dest: value, `--flag v1 v2` (nargs='+' in _LISTS) ->
+    dest: [v1, v2], a bare `--flag` -> dest: True."""
     out: dict[str, object] = {}
     i = 0
     while i < len(args):
         assert args[i].startswith("--"), args[i]
         dest = args[i][2:].replace("-", "_")
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out[dest] = _value(args[i + 1])
-            i += 2
-        else:
-            out[dest] = True
-            i += 1
+        values = []
+        while i + 1 + len(values) < len(args) and not args[i + 1 + len(values)].startswith("--"):
+            values.append(_value(args[i + 1 + len(values)]))
+        assert len(values) <= 1 or dest in _LISTS, (dest, values)
+        out[dest] = values if dest in _LISTS else (values[0] if values else True)
+        i += 1 + len(values)
     return out
 
 
@@ -87,7 +100,7 @@ def _megatron(name: str) -> tuple[dict, dict, dict[str, object]]:
     return plan, art, parse_flags(art["args"])
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", CASES + CP_CASES)
 def test_transformer_and_ddp_configs_accept_args(name):
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.transformer import TransformerConfig
@@ -108,6 +121,13 @@ def test_transformer_and_ddp_configs_accept_args(name):
     # tp > 1 with SP (validate_args asserts SP), the TP group inside a node (8 H100s)
     assert cfg.tp_comm_overlap == (p["tp"] > 1 and p["sequence_parallel"] and p["tp"] <= 8)
     assert not cfg.tp_comm_overlap or cfg.sequence_parallel
+    # the CP communication priced; Megatron-LM passes --cp-comm-type's one value to
+    # TransformerConfig.cp_comm_type (argument_utils.py), which hands it to Transformer Engine
+    if p["cp"] > 1:
+        assert cfg.cp_comm_type == p["cp_comm"]
+        hcp = cfg.hierarchical_context_parallel_sizes
+        assert (hcp is not None) == (p["cp_comm"] == "a2a+p2p")
+        assert hcp is None or (len(hcp) == 2 and hcp[0] * hcp[1] == p["cp"] and min(hcp) >= 2)
 
 
 @pytest.mark.parametrize("name", CASES + OVERLAP_CASES)
@@ -129,7 +149,7 @@ def test_launch_is_multiprocess_torchrun(name):
         assert int(art["env"]["CUDA_DEVICE_MAX_CONNECTIONS"]) > 1
 
 
-@pytest.mark.parametrize("name", CASES + FOLD_CASES + OVERLAP_CASES)
+@pytest.mark.parametrize("name", CASES + FOLD_CASES + OVERLAP_CASES + CP_CASES)
 def test_parallel_state_groups_and_layout_equal_plan(name):
     from megatron.core import parallel_state as ps
     from megatron.core.transformer import TransformerConfig
@@ -152,6 +172,7 @@ def test_parallel_state_groups_and_layout_equal_plan(name):
                 context_parallel_size=cfg.context_parallel_size,
                 expert_model_parallel_size=cfg.expert_model_parallel_size,
                 expert_tensor_parallel_size=cfg.expert_tensor_parallel_size,
+                hierarchical_context_parallel_sizes=cfg.hierarchical_context_parallel_sizes,
                 order=plan["ranks"]["order"],
                 create_gloo_process_groups=False,  # the fake backend stands in for NCCL only
             )
@@ -168,6 +189,13 @@ def test_parallel_state_groups_and_layout_equal_plan(name):
                     got["edp"] = ps.get_expert_data_parallel_group()
                 for kind, group in got.items():
                     assert dist.get_process_group_ranks(group) == group_containing(groups[kind], rank), (kind, rank)
+                if cfg.hierarchical_context_parallel_sizes:
+                    # a2a+p2p: the a2a level Megatron builds lies inside the plan's CP group and
+                    # one 8-GPU node, as the cost model priced it (NVLink)
+                    a2a = dist.get_process_group_ranks(ps.get_hierarchical_context_parallel_groups()[0])
+                    assert len(a2a) == cfg.hierarchical_context_parallel_sizes[0]
+                    assert set(a2a) <= set(group_containing(groups["cp"], rank))
+                    assert len({r // 8 for r in a2a}) == 1, a2a
                 pp_rank = ps.get_pipeline_model_parallel_rank()
                 for v in range(vpp):
                     first, last = stages[v * pp + pp_rank]["layers"]
@@ -198,7 +226,7 @@ print("PARSED", json.dumps({k: getattr(args, k) for k in (
 
 
 @pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
-@pytest.mark.parametrize("name", CASES + OVERLAP_CASES)
+@pytest.mark.parametrize("name", CASES + OVERLAP_CASES + CP_CASES)
 def test_megatron_lm_parse_and_validate_args(name, tmp_path):
     """Megatron-LM's own parse_args + validate_args, in the environment megatron.sh exports."""
     import json

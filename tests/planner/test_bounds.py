@@ -27,6 +27,7 @@ from planner.ilp import lp_time_bound_s
 from planner.search import _Tables, search, stage_problem
 from planner.service import problem_from_request
 from planner.space import (
+    cp_comm_values,
     degree_groups,
     group_candidates,
     micro_batch_values,
@@ -130,13 +131,15 @@ def test_per_sample_time_nonincreasing_in_micro_batch(case):
     for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space):
         mbs = micro_batch_values(prob.space, B, g.dp)
         for sp in sequence_parallel_values(prob.space, g.tp):
-            layouts.setdefault((g.tp, g.cp, g.ep, g.etp, sp), set()).update(mbs)
+            for cc in cp_comm_values(prob.model, prob.space, "megatron", g.tp, g.cp):
+                layouts.setdefault((g.tp, g.cp, g.ep, g.etp, sp, cc or ""), set()).update(mbs)
     rng = random.Random(7)
     gamma = prob.cluster.gpu.overlap_interference
-    for (tp, cp, ep, etp, sp), mbs in rng.sample(sorted(layouts.items()), min(12, len(layouts))):
+    for (tp, cp, ep, etp, sp, cc), mbs in rng.sample(sorted(layouts.items()), min(12, len(layouts))):
         per_sample = []
         for mb in sorted(mbs)[:10] + [max(mbs)]:
-            cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb)
+            cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
+                                 cp_comm=cc or None)
             sums = table_sums(layer_table(prob.model, prob.cluster, prob.training, cfg), gamma)
             per_sample.append(per_sample_time_s(sums, mb))
         assert all(b <= a * (1 + REL) for a, b in zip(per_sample, per_sample[1:], strict=False)), per_sample
@@ -153,8 +156,9 @@ def test_group_bound_below_every_candidate_base_bound():
     for g in rng.sample(groups, 6):
         mb_ref = max(micro_batch_values(prob.space, B, h.dp)[-1] for h in groups
                      if (h.tp, h.cp, h.ep, h.etp) == (g.tp, g.cp, g.ep, g.etp))
-        least = min(per_sample_time_s(tables.base_at(g.tp, g.cp, g.ep, g.etp, sp, mb_ref, "megatron")[1], mb_ref)
-                    for sp in sequence_parallel_values(prob.space, g.tp))
+        least = min(per_sample_time_s(tables.base_at(g.tp, g.cp, g.ep, g.etp, sp, mb_ref, "megatron", None, cc)[1], mb_ref)
+                    for sp in sequence_parallel_values(prob.space, g.tp)
+                    for cc in cp_comm_values(prob.model, prob.space, "megatron", g.tp, g.cp))
         bound = group_time_bound_s(B, g.dp, g.pp, least)
         cands = list(group_candidates(prob.model, prob.training, prob.space, g, prob.profile))
         for c in rng.sample(cands, min(40, len(cands))):
