@@ -31,6 +31,8 @@ def knobs(par: dict) -> str:
     out = [f"mb{par.get('micro_batch_size', 1)}"]
     if par.get("sequence_parallel"):
         out.append("sp")
+    if par.get("cp_comm") and par.get("cp", 1) > 1:
+        out.append(f"cp:{par['cp_comm']}")
     if par.get("zero"):
         out.append(f"zero{par['zero']}")
     if par.get("recompute", RECOMPUTE_NONE) != RECOMPUTE_NONE:
