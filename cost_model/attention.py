@@ -40,6 +40,7 @@ from .vocab import (
     ATTN_SLIDING,
     CP_A2A,
     CP_A2A_P2P,
+    CP_ALL_GATHER,
     NORM_LAYERNORM,
     AttentionLayer,
     values,
@@ -253,6 +254,34 @@ def cp_comm_redundant(m: TransformerSpec, tp: int, cp: int, kind: str) -> bool:
         inner, outer = a2a_p2p_sizes(m, tp, cp)
         return inner < 2 or outer < 2
     return False
+
+
+def cp_backward_transient_elems(m: TransformerSpec, tp: int, cp: int, kind: str, tokens: float) -> float:
+    """Elements the context-parallel attention holds beyond the block's saved activations at
+    its backward, per TP rank (`tokens`: this rank's share of the micro-batch, s*b/cp), as
+    Transformer Engine runs each variant (transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py @015d22571b):
+    - all_gather (AttnFuncWithCPAndKVAllGather.backward): the gathered, chunk-reordered K/V
+      of the whole sequence, the current step's contiguous K/V range (up to all of it), the
+      zeroed full-length dK/dV accumulator and the step's dK/dV: 4 x the full K/V;
+    - p2p (AttnFuncWithCPAndKVP2P): the K/V chunk being received and the one in use, and the
+      dK/dV chunk in flight with its accumulator: 4 x the local K/V;
+    - a2a (AttnFuncWithCPAndQKVOA2A.backward): out and dout re-laid by the all-to-all beside
+      their originals, and dq, dk, dv in both layouts: q + k + v + 2 o more than without CP;
+    - a2a+p2p: the a2a level's copies and the ring's buffers of its (a2a-widened) chunk.
+    0 without CP. The activation dtype's bytes multiply it (memory.block_working_set_bytes)."""
+    if cp <= 1:
+        return 0.0
+    kv = tokens * kv_elems_per_token(m) / tp
+    q_o = tokens * m.num_attention_heads * (qk_head_dim(m) + v_head_dim(m)) / tp
+    if kind == CP_ALL_GATHER:
+        return 4.0 * cp * kv
+    if kind == CP_A2A:
+        return kv + 2.0 * q_o
+    if kind == CP_A2A_P2P:
+        inner, _outer = a2a_p2p_sizes(m, tp, cp)
+        return kv + 2.0 * q_o + 4.0 * inner * kv
+    return 4.0 * kv
 
 
 def qk_head_dim(m: TransformerSpec) -> int:

@@ -499,6 +499,16 @@ def loss_chunks_rule(engine: str, chunks: int | None) -> str | None:
 
 
 @lru_cache(maxsize=65536)  # a pure function of its knobs, asked per candidate of a search
+def cp_kind(engine: str, cp_comm: str | None) -> str:
+    """The CP communication `engine` runs: `cp_comm` when set, else its default
+    (EngineSupport.cp_variants[0]: Megatron --cp-comm-type p2p; torchtitan's ring, priced as
+    p2p; DeepSpeed-Ulysses a2a)."""
+    if cp_comm:
+        return cp_comm
+    variants = get_engine(engine).cp_variants
+    return variants[0] if variants else CP_P2P
+
+
 def engine_supports(
     engine: str,
     *,

@@ -43,7 +43,6 @@ from .vocab import (
     CP_A2A,
     CP_A2A_P2P,
     CP_ALL_GATHER,
-    CP_P2P,
     DTYPE_BF16,
     DTYPE_BYTES,
     DTYPE_FP8,
@@ -755,13 +754,7 @@ def _block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _Bloc
 
 
 def _cp_kind(cfg: ParallelConfig) -> str:
-    """The CP communication the engine runs: the configured cp_comm, else the engine's
-    default (engines.EngineSupport.cp_variants[0]: Megatron --cp-comm-type p2p; torchtitan's
-    ring, priced as p2p; DeepSpeed-Ulysses a2a)."""
-    if cfg.cp_comm:
-        return cfg.cp_comm
-    variants = engines.get_engine(cfg.engine).cp_variants
-    return variants[0] if variants else CP_P2P
+    return engines.cp_kind(cfg.engine, cfg.cp_comm)
 
 
 def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: _BlockCompute, fits) -> float:
@@ -774,7 +767,10 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
       rotates by all-gather, the same bytes) sends the K/V the model passes to SDPA
       (torchtitan: repeated to every query head) and rotates dK/dV in fp32 (convert_to_f32);
     - all_gather (Llama 3 §3.3.2): all-gather of K/V forward, again in backward plus a
-      reduce-scatter of dK/dV; TE pipelines it in two halves, so half the core hides it;
+      reduce-scatter of dK/dV, all exposed: Transformer Engine gathers and reduce-scatters
+      synchronously around the two attention steps (AttnFuncWithCPAndKVAllGather, "KV
+      all-gather between CP ranks is exposed", transformer_engine/pytorch/attention/
+      dot_product_attention/context_parallel.py @015d22571b);
     - a2a (DeepSpeed-Ulysses, Jacobs et al. 2023): all-to-all of q, k, v in and of the
       output back, the same four in backward, not overlapped;
     - a2a+p2p: the all-to-all inside the inner group, the ring across the rest.
@@ -808,7 +804,7 @@ def _block_cp_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: _BlockGeo
         link = comm.group_link(cluster, cp, tp)
         ag = comm.all_gather_s(kv_bytes * cp, cp, link, fits)
         rs = comm.reduce_scatter_s(kv_bytes * cp, cp, link, fits)
-        return overlapped_s(ag, c.core_fwd_s / 2, gamma) + overlapped_s(ag + rs, c.core_bwd_s / 2, gamma)
+        return 2 * ag + rs
     if kind == CP_A2A:
         return a2a(cp, tp)
     if kind == CP_A2A_P2P:

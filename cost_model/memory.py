@@ -19,7 +19,7 @@ import operator
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import engines, kernels, transients
+from . import attention, engines, kernels, transients
 from .specs import ParallelConfig, TrainingSpec, TransformerSpec
 from .vocab import (
     ATTENTION_EAGER,
@@ -306,6 +306,15 @@ def block_working_set_bytes(
     grads = transients.block_activation_grad_bytes(tokens, m.hidden_size, ffn, cfg.tp, cfg.sequence_parallel,
                                                    m.mlp == MLP_SWIGLU, dt)
     grads += glu_clamp_bytes(m, cfg.engine, moe_layer, tokens, dt)[1] / cfg.tp
+    # the attention's backward under context parallelism, where its buffers outweigh the
+    # MLP's gradients (the all-gather's full-sequence K/V and dK/dV): the larger of the two
+    # points, with the attention's own gradients dq, dk, dv and do at its point
+    if cfg.cp > 1:
+        kind = engines.cp_kind(cfg.engine, cfg.cp_comm)
+        attn = attention.cp_backward_transient_elems(m, cfg.tp, cfg.cp, kind, tokens)
+        attn += tokens * (attention.kv_elems_per_token(m)
+                          + m.num_attention_heads * (attention.qk_head_dim(m) + attention.v_head_dim(m))) / cfg.tp
+        grads = max(grads, dt * attn)
     return grads + _gathered_bytes(t, cfg, block_params, prefetch_blocks=1)
 
 

@@ -74,3 +74,29 @@ def test_variants_are_priced_apart():
              for v in ("p2p", "all_gather", "a2a", "a2a+p2p")}
     assert len({round(x, 9) for x in times.values()}) == 4, times
     assert all(x > 0 for x in times.values())
+
+
+def test_all_gather_backward_holds_the_full_sequence_kv():
+    """Transformer Engine's all-gather CP backward holds the whole sequence's K/V (gathered,
+    and the step's contiguous range) and full-length dK/dV (the accumulator and the step's):
+    4 x cp x the local K/V. Llama 2 7B at 65K over cp 16, 4096 tokens per rank, bf16: K/V
+    per token 2 x 32 x 128 = 8192, so 4 x 16 x 4096 x 8192 x 2 B = 4 GiB, plus the local
+    dq, dk, dv, do (4096 x (8192 + 32 x 256) x 2 B = 128 MiB), against the MLP's gradients
+    (4096 x (2 x 4096 + 3 x 11008) x 2 B = 322 MiB), the working set's point without CP."""
+    from cost_model import memory
+    from cost_model.specs import ParallelConfig, TrainingSpec
+
+    m = get_preset("llama2-7b")
+    t = TrainingSpec(global_batch_size=16, seq_length=65536)
+    tokens = 4096
+    mlp = tokens * (2 * 4096 + 3 * 11008) * 2
+    attn = (4 * 16 * tokens * 8192 + tokens * (8192 + 32 * 256)) * 2
+    # the ring: 4 local K/V chunks beside the local gradients, 384 MiB, just above the MLP's
+    ring = (4 * tokens * 8192 + tokens * (8192 + 32 * 256)) * 2
+    assert ring > mlp
+    for kind, want in (("all_gather", attn), ("p2p", ring)):
+        cfg = ParallelConfig(cp=16, cp_comm=kind)
+        assert memory.block_working_set_bytes(m, t, cfg, False, 0.0) == pytest.approx(want, rel=1e-12)
+    assert attn / 2**30 == pytest.approx(4.125)
+    peaks = {v: _est("megatron", v, model="llama2-7b").prediction.memory.peak_gib for v in ("p2p", "all_gather")}
+    assert peaks["all_gather"] - peaks["p2p"] >= (attn - ring) / 2**30

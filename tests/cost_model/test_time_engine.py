@@ -217,6 +217,11 @@ def test_cp_variants_priced_per_engine_pattern():
     assert cost == pytest.approx(g.overlap_interference * 3 * ring)
     # inside one node a2a+p2p is all a2a
     assert out["a2a+p2p"][0] == pytest.approx(out["a2a"][0])
+    # all_gather: K/V gathered forward and again backward, dK/dV reduce-scattered, all exposed
+    # (Transformer Engine's AttnFuncWithCPAndKVAllGather gathers synchronously)
+    full = kv * 8
+    want = 2 * comm.all_gather_s(full, 8, link) + comm.reduce_scatter_s(full, 8, link)
+    assert out["all_gather"][0] == pytest.approx(want, rel=1e-12)
 
 
 def test_nvlink_domain_spans_nodes():
