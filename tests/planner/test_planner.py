@@ -209,7 +209,10 @@ def test_gap_limit_bounds_the_plan_by_the_exact_optimum():
     assert 0 <= gap <= g + 1e-12
     assert t_opt * (1 - 1e-9) <= t <= t_opt / (1 - g)
     assert t * (1 - gap) <= t_opt * (1 + 1e-9)
-    assert loose["search"]["solve_time_s"] < exact["search"]["solve_time_s"]
+    # less work for it (counted, not timed: two wall-clock runs of under a second each swap
+    # order on a loaded 2-core machine): the exact search proves with CP-SAT solves the
+    # gap limit lets it skip
+    assert loose["search"]["ilp_solves"] < exact["search"]["ilp_solves"]
     if gap > 0:
         assert any(r.startswith("gap limit reached") for r in loose["reasons"])
 
