@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cost_model import attention
 from cost_model.engines import engine_supports, get_engine
 from cost_model.results import Estimate
 from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
@@ -92,7 +93,7 @@ def alternative_reason(alt: Estimate, best: Estimate, alt_c: Candidate, best_c: 
 def engine_restrictions(engine: str, space=None, pp: int | None = None) -> list[str]:
     """The engine's rules (engines.engine_supports, quoting its source) that remove values the
     search allows: ZeRO levels (at this pipeline degree, or with and without pipelining when
-    `pp` is None), recompute modes and schedules."""
+    `pp` is None), recompute modes, schedules and pinned context-parallel variants."""
     allowed = (lambda k, v: space.ok(k, v)) if space is not None else (lambda k, v: True)
     rules: list[str] = []
     pps = (pp,) if pp is not None else (1, 2)
@@ -110,6 +111,11 @@ def engine_restrictions(engine: str, space=None, pp: int | None = None) -> list[
         rule = engine_supports(engine, schedule=sched, pp=2, vpp=2 if sched == SCHEDULE_INTERLEAVED else 1)
         if allowed("schedule", sched) and rule is not None:
             rules.append(rule)
+    # context-parallel variants the search was pinned to (unpinned, the engine's default runs)
+    for variant in (space.allowed.get("cp_comm") or ()) if space is not None else ():
+        rule = engine_supports(engine, cp=2, cp_variant=variant)
+        if rule is not None:
+            rules.append(rule)
     return rules
 
 
@@ -126,8 +132,24 @@ def _pinned_chunk_rule(space, num_layers: int | None) -> str | None:
     return None
 
 
+def _pinned_cp_comm_rules(space, model) -> list[str]:
+    """Why pinned context-parallel variants leave no candidate at the pinned CP degrees:
+    Transformer Engine's all-to-all rule on the heads (attention.cp_comm_error), at each
+    pinned tp (tp 1 when tp is open)."""
+    if space is None or not isinstance(model, TransformerSpec) or not space.allowed.get("cp_comm"):
+        return []
+    rules: list[str] = []
+    for cp in space.allowed.get("cp") or ():
+        for tp in space.allowed.get("tp") or (1,):
+            for variant in space.allowed["cp_comm"]:
+                rule = attention.cp_comm_error(model, tp, cp, variant)
+                if rule is not None and rule not in rules:
+                    rules.append(f"cp_comm {variant} at cp={cp}: {rule}")
+    return rules
+
+
 def infeasible_details(stats, capacity_gib: float, headroom: float, space=None,
-                       num_layers: int | None = None) -> tuple[str, dict]:
+                       num_layers: int | None = None, model=None) -> tuple[str, dict]:
     c = stats.min_memory_config
     details = {
         "capacity_gib": round(capacity_gib, 2),
@@ -149,6 +171,9 @@ def infeasible_details(stats, capacity_gib: float, headroom: float, space=None,
             return f"{msg}: {chunk_rule}", details
         if rules:
             msg += f"; the engine {engine} restricts the search: " + "; ".join(rules)
+        if cp_rules := _pinned_cp_comm_rules(space, model):
+            details["cp_comm_rules"] = cp_rules
+            msg += "; " + "; ".join(cp_rules)
         details["binding"] = "search space"
         details["suggestions"] = ["relax the pinned knobs in `search`", "check that global_batch_size is divisible by some dp x micro-batch"]
         return msg, details

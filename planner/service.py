@@ -93,7 +93,7 @@ def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, pr
     res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s, progress=progress)
     if not res.best:
         msg, details = infeasible_details(res.stats, prob.cluster.gpu.memory_gib, prob.space.memory_headroom,
-                                          prob.space, prob.model.num_layers)
+                                          prob.space, prob.model.num_layers, prob.model)
         if res.stats.timed_out:
             msg = "the time limit ran out before any feasible plan was found; " + msg
         raise Infeasible(msg, details)

@@ -59,8 +59,12 @@ def test_refused_variants_are_not_planned():
     # Llama 3 8B has 8 k-v heads: an all-to-all over 16 CP ranks cannot split them (Transformer
     # Engine's assert), and torchtitan has only its ring
     llama3 = {**REQ, "model": {"name": "llama3-8b"}, "search": {"cp": [16], "tp": [1], "cp_comm": ["a2a"]}}
-    with pytest.raises(Infeasible):
+    with pytest.raises(Infeasible) as exc:
         service.plan(llama3)
+    assert "cp_comm a2a at cp=16" in exc.value.message and "k/v 8 at tp=1" in exc.value.message
+    with pytest.raises(Infeasible) as exc:  # the engine's own rule, named in the answer
+        _plan(engine="torchtitan", cp_comm=["a2a"])
+    assert "torchtitan context parallelism is p2p, not 'a2a'" in exc.value.message
     tt = _plan(engine="torchtitan", cp_comm=list(VARIANTS))
     assert tt["parallelism"]["cp_comm"] == "p2p"
     # unpinned: the engine's default, Megatron's ring
