@@ -256,10 +256,11 @@ def cp_comm_redundant(m: TransformerSpec, tp: int, cp: int, kind: str) -> bool:
     return False
 
 
-def cp_backward_transient_elems(m: TransformerSpec, tp: int, cp: int, kind: str, tokens: float) -> float:
-    """Elements the context-parallel attention holds beyond the block's saved activations at
-    its backward, per TP rank (`tokens`: this rank's share of the micro-batch, s*b/cp), as
-    Transformer Engine runs each variant (transformer_engine/pytorch/attention/
+def cp_attention_backward_elems(m: TransformerSpec, tp: int, cp: int, kind: str, tokens: float) -> float:
+    """Elements live at the attention's backward under context parallelism beyond the
+    block's saved activations, per TP rank (`tokens`: this rank's share of the micro-batch,
+    s*b/cp): its own gradients dq, dk, dv, do of the local tokens, and the buffers
+    Transformer Engine holds for each variant (transformer_engine/pytorch/attention/
     dot_product_attention/context_parallel.py @015d22571b):
     - all_gather (AttnFuncWithCPAndKVAllGather.backward): the gathered, chunk-reordered K/V
       of the whole sequence, the current step's contiguous K/V range (up to all of it), the
@@ -275,13 +276,15 @@ def cp_backward_transient_elems(m: TransformerSpec, tp: int, cp: int, kind: str,
     kv = tokens * kv_elems_per_token(m) / tp
     q_o = tokens * m.num_attention_heads * (qk_head_dim(m) + v_head_dim(m)) / tp
     if kind == CP_ALL_GATHER:
-        return 4.0 * cp * kv
-    if kind == CP_A2A:
-        return kv + 2.0 * q_o
-    if kind == CP_A2A_P2P:
+        buffers = 4.0 * cp * kv
+    elif kind == CP_A2A:
+        buffers = kv + 2.0 * q_o
+    elif kind == CP_A2A_P2P:
         inner, _outer = a2a_p2p_sizes(m, tp, cp)
-        return kv + 2.0 * q_o + 4.0 * inner * kv
-    return 4.0 * kv
+        buffers = kv + 2.0 * q_o + 4.0 * inner * kv
+    else:
+        buffers = 4.0 * kv
+    return buffers + kv + q_o
 
 
 def qk_head_dim(m: TransformerSpec) -> int:

@@ -311,10 +311,7 @@ def block_working_set_bytes(
     # points, with the attention's own gradients dq, dk, dv and do at its point
     if cfg.cp > 1:
         kind = engines.cp_kind(cfg.engine, cfg.cp_comm)
-        attn = attention.cp_backward_transient_elems(m, cfg.tp, cfg.cp, kind, tokens)
-        attn += tokens * (attention.kv_elems_per_token(m)
-                          + m.num_attention_heads * (attention.qk_head_dim(m) + attention.v_head_dim(m))) / cfg.tp
-        grads = max(grads, dt * attn)
+        grads = max(grads, dt * attention.cp_attention_backward_elems(m, cfg.tp, cfg.cp, kind, tokens))
     return grads + _gathered_bytes(t, cfg, block_params, prefetch_blocks=1)
 
 
