@@ -126,7 +126,21 @@ def compose(
         num_micro_batches=m,
         memory_per_rank_gib=tuple(r.peak_bytes / GIB for r in ranks),
         sources=dict(table.sources),
+        notes=_host_bound_notes(table, cfg, m),
     )
+
+
+def _host_bound_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int) -> tuple[str, ...]:
+    """Say so when MoE layers wait on the host's kernel issue (LayerCost.host_wait_s, part of
+    compute_s): the step depends on the CPU there, and the knobs that shorten it."""
+    waits = [b.host_wait_s for b in table.blocks if b.host_wait_s > 0]
+    if not waits:
+        return ()
+    per_rank_s = m * sum(waits) / cfg.pp
+    return (f"{len(waits)} of {len(table.blocks)} MoE layers are host-bound: the CPU issues their kernels more slowly "
+            f"than the GPU runs them, {per_rank_s:.3g} s per step per pipeline rank beyond the device time (in "
+            f"compute_s; Megatron-Core's dispatcher syncs with the host in every MoE layer). Larger micro-batches "
+            f"or fewer local experts (higher ep) shorten it",)
 
 
 def _stage_p2p(table: LayerTable, sl: StageSlice, n: int) -> float:

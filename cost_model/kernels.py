@@ -257,6 +257,11 @@ class EngineKernels:
     # what a clamped gated activation (TransformerSpec.swiglu_limit) adds, as the engine's
     # model code runs it (GluClamp); None: the engine's model code has no clamp
     glu_clamp: GluClamp | None = None
+    # the MoE layer's time is at least the host's issue of its kernels (moe.host_issue_s):
+    # the engine's dispatcher synchronises with the host in every MoE layer and its kernels
+    # are the ones moe.block_launches counts (Megatron-Core's alltoall dispatcher). False:
+    # not priced (torchtitan's grouped_mm experts issue a few kernels, not one per expert)
+    moe_host_sync: bool = False
 
     def elementwise_for(self, compiled: bool) -> Elementwise:
         return self.elementwise_compiled if compiled else self.elementwise
@@ -283,7 +288,7 @@ KERNELS: dict[str, EngineKernels] = {
         ENGINE_MEGATRON, ATTN_FUSED, FUSED, FUSED, TE_CASTS, TE_CASTS, tp_bwd_overlap=True, sp_regather=True,
         source="megatron/core/models/gpt/gpt_layer_specs.py, megatron/core/tensor_parallel/layers.py @d98e8a6",
         tp_overlap=TE_USERBUFFERS, expert_bias=MEGATRON_EXPERT_BIAS, glu_clamp=MEGATRON_GLU_CLAMP,
-        ring_attention_slowdown=MEGATRON_RING_ATTENTION_SLOWDOWN,
+        ring_attention_slowdown=MEGATRON_RING_ATTENTION_SLOWDOWN, moe_host_sync=True,
     ),
     ENGINE_TORCHTITAN: EngineKernels(
         ENGINE_TORCHTITAN, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,

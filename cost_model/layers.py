@@ -91,6 +91,9 @@ class LayerCost:
     # micro-batch's (moe.combined_pair_s); a forward or backward run alone (pipeline warm-up,
     # cool-down) exposes half of this more each (stages.rank_cost)
     ep_unpaired_s: float = 0.0
+    # of compute_s (its forward share also in fwd_s): the wait on the host's kernel issue of a
+    # host-synchronised MoE layer beyond its device time (_host_bound_excess_s)
+    host_wait_s: float = 0.0
 
     @property
     def time_s(self) -> float:
@@ -916,6 +919,8 @@ def _block_cost(
     ep_comm = _block_ep_s(m, cluster, t, cfg, geo, fits)
     cp_comm = _block_cp_s(m, cluster, cfg, geo, c, fits)
     unpaired = _combined_saving_s(cluster, cfg, geo, c, tp_fwd, tp_bwd, cp_comm, ep_comm)
+    host_fwd, host_bwd = _host_bound_excess_s(m, cluster.gpu, t, cfg, geo, c,
+                                              tp_fwd + tp_bwd + cp_comm + ep_comm - unpaired)
     dense, expert = _block_params(m, cfg, geo.moe_layer)
     st = _block_states(cluster, t, cfg, dense, expert, c, fits)
     b = cfg.micro_batch_size
@@ -927,13 +932,13 @@ def _block_cost(
                                       causal=True).total / (cfg.tp * cfg.cp)
     return LayerCost(
         name=f"block{index}",
-        compute_s=c.fwd_s + c.bwd_s,
-        fwd_s=c.fwd_s,
+        compute_s=c.fwd_s + c.bwd_s + host_fwd + host_bwd,
+        fwd_s=c.fwd_s + host_fwd,
         tp_comm_s=tp_fwd + tp_bwd,
         cp_comm_s=cp_comm,
         ep_comm_s=ep_comm - unpaired,
         zero3_comm_s=st.zero3_comm_s,
-        recompute_full_s=c.fwd_s + tp_fwd + (ep_comm / 2),
+        recompute_full_s=c.fwd_s + host_fwd + tp_fwd + (ep_comm / 2),
         recompute_selective_s=c.core_fwd_s if t.attention == ATTENTION_EAGER else 0.0,
         act=act,
         weights_bytes=st.weights_bytes,
@@ -944,7 +949,28 @@ def _block_cost(
         flops_model=model_f,
         transient_bytes=working_set,
         ep_unpaired_s=unpaired,
+        host_wait_s=host_fwd + host_bwd,
     )
+
+
+def _host_bound_excess_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry,
+                         c: _BlockCompute, comm_s: float) -> tuple[float, float]:
+    """(forward, backward) seconds an MoE layer waits on the host beyond its device time, for
+    one micro-batch: the host's issue of the layer's kernels (moe.host_issue_s) less the
+    device's compute and its exposed collectives (on the stream, they also keep the GPU
+    busy while the CPU issues), split between the passes as the host's kernels are
+    (moe.block_launches, moe.LAYER_ATTENTION_KERNELS). Zero for dense blocks, engines
+    whose dispatcher does not synchronise with the host (kernels.EngineKernels.moe_host_sync)
+    and profiled blocks (measured: their time holds the host's already)."""
+    if not (geo.moe_layer and geo.kernels.moe_host_sync and c.source != "profile" and gpu.host_op_s > 0):
+        return 0.0, 0.0
+    lay = moe.layout(m, t, cfg)
+    excess = moe.host_issue_s(m, gpu, cfg, lay, geo.fp8) - (c.fwd_s + c.bwd_s + comm_s)
+    if excess <= 0:
+        return 0.0, 0.0
+    fwd, bwd = moe.block_launches(m, cfg, lay, geo.fp8)
+    fwd, bwd = fwd + moe.LAYER_ATTENTION_KERNELS[0], bwd + moe.LAYER_ATTENTION_KERNELS[1]
+    return excess * fwd / (fwd + bwd), excess * bwd / (fwd + bwd)
 
 
 def _combined_saving_s(cluster, cfg: ParallelConfig, geo: _BlockGeometry, c: _BlockCompute, tp_fwd: float,

@@ -26,10 +26,6 @@ capacity factor (Megatron's default is dropless, `moe_expert_capacity_factor` No
 DeepEP/HybridEP fused dispatch and its rank-level de-duplication (the `flex` dispatcher, which
 Megatron-Bridge's GB200 recipes select; the emitted launch runs alltoall), the fused permute
 and router (--moe-permute-fusion, --moe-router-fusion) and partial CUDA graphs (not emitted);
-host-boundedness: the CPU issuing the expert path's many small kernels slower than the GPU
-runs them after each per-layer device-to-host sync of the token counts (token_dispatcher.py
-_maybe_dtoh_and_synchronize), the first bottleneck NVIDIA names for MoE on GB200
-(Megatron-LM docs/discussions/deepseek-v3-gb200-optimization @eb0783b6d3 section 2);
 fp8 dispatch (fused_a2a.py at the same commit: "Currently, we do not support fp8 dispatch");
 `--recompute-modules moe_act` (not emitted), which
 would drop the clamped activation's saved tensors (GPT-OSS's clamp, TransformerSpec.swiglu_limit,
@@ -38,6 +34,10 @@ node-limited routing
 (DeepSeek-V3 §2.1.2, at most 4 nodes per token) saves inter-node bytes only with a
 de-duplicating dispatcher, so with Megatron's alltoall dispatcher every routed copy crosses
 the link to its expert's rank.
+
+Host-boundedness (host_issue_s): the dispatcher synchronises with the host in every MoE
+layer, so a layer whose kernels the CPU issues more slowly than the GPU runs them takes the
+CPU's time; priced for engines whose kernel table says so (kernels.EngineKernels.moe_host_sync).
 
 The all-to-alls are exposed, unless the plan switches on Megatron-Core's overlapped 1F1B
 (`--overlap-moe-expert-parallel-comm`, ParallelConfig.moe_a2a_overlap): then in every
@@ -242,6 +242,39 @@ def launch_overhead_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: Exp
     fwd, bwd = block_launches(m, cfg, lay, fp8)
     charged = 3 * (_CHARGED_FWD + (_CHARGED_FWD_LOCAL_SORT if lay.local_experts > 1 else 0))
     return max(0, fwd + bwd - charged) * gpu.kernel_overhead_s / 3.0
+
+
+# The rest of an MoE layer that the host issues between two of the dispatcher's host syncs:
+# the attention part of the same TransformerLayer under Megatron-Core's TE spec
+# (megatron/core/transformer/transformer_layer.py _forward_attention / _forward_mlp,
+# attention.py SelfAttention.forward @92c8482e6d), forward: the input norm and QKV GEMM
+# (TELayerNormColumnParallelLinear, 2), q/k norms (2; QK-norm models), RoPE on q and k (2), the
+# fused attention (1), the output projection with its fp8 input cast (2), the two
+# bias-dropout-adds (2) and the pre-MLP norm (1): 12. Backward: the two projections' dgrad and
+# wgrad (4) and output-gradient casts (2), the norms' gradients (4), RoPE (2), attention (2),
+# the residual gradients (4): 18. Python-side module overhead is not a kernel; it rides in
+# GPUSpec.host_op_s, which is fitted per counted kernel.
+LAYER_ATTENTION_KERNELS = (12, 18)
+
+
+def host_issue_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout, fp8: bool) -> float:
+    """Seconds the host takes to issue one MoE layer's forward + backward kernels for one
+    micro-batch (block_launches plus LAYER_ATTENTION_KERNELS, GPUSpec.host_op_s each).
+
+    Megatron-Core's alltoall dispatcher copies the token counts to the host in every MoE
+    layer's forward and synchronises (token_dispatcher.py MoEAlltoAllTokenDispatcher.
+    preprocess -> _maybe_dtoh_and_synchronize @92c8482e6d): the GPU's queue drains there,
+    so the CPU cannot run ahead by more than one layer, and a layer whose kernels the CPU
+    issues more slowly than the GPU runs them takes the CPU's time. NVIDIA names this the
+    biggest performance issue of fine-grained MoE in FP8 (Megatron-LM docs/discussions/
+    deepseek-v3-gb200-optimization/deepseek-v3-gb200-optimization.md @eb0783b6d3 section 2:
+    "the CPU kernel launch speed cannot keep up with the kernel execution speed on GPU ...
+    host boundedness"; the device-host sync for the tokens per expert is why the whole
+    model cannot be graph-captured, ibid. section 4). The Megatron-Bridge recipes answer it
+    with CUDA graphs of the router and preprocessing, which the emitted launch does not use.
+    layers._block_cost takes the larger of this and the layer's device time."""
+    fwd, bwd = block_launches(m, cfg, lay, fp8)
+    return (fwd + bwd + sum(LAYER_ATTENTION_KERNELS)) * gpu.host_op_s
 
 
 def _a2a_levels_s(cluster: ClusterSpec, nbytes: float, ep: int, etp: int, fits) -> float:

@@ -208,6 +208,9 @@ class GPUSpec:
     attention_bwd_ratio: float = 0.8  # backward kernel's efficiency relative to the forward's
     fp8_gemm_ratio: float = 1.0  # fp8 GEMMs' achieved fraction of the fp8 peak relative to bf16's of the bf16 peak
     kernel_overhead_s: float = 4e-6  # launch/tail cost per kernel
+    # host (CPU) seconds to issue one counted kernel of a host-synchronised MoE layer
+    # (moe.host_issue_s), Python and framework overhead included; catalog.py: the fit
+    host_op_s: float = 0.0
     intra_node_latency_s: float = 5e-6
     inter_node_latency_s: float = 1e-5
     link_efficiency: float = 0.8  # achieved fraction of link bandwidth by collectives

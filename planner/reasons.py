@@ -56,6 +56,7 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
         out.append(f"recompute=selective: activations {p.memory.activations_gib:.1f} GiB at the cost of {b.recompute_s:.3g} s per step")
     out.extend(f"engine rule: {rule}" for rule in engine_restrictions(cfg.engine, pp=cfg.pp)
                if "ZeRO" in rule or "zero" in rule)
+    out.extend(best.notes)  # what the cost model flags about this plan (host-bound MoE layers)
     out.append(
         f"peak memory {p.memory.peak_gib:.1f} of {p.memory.capacity_gib:.1f} GiB; step {p.step_time_s:.4g} s, "
         f"MFU {_pct(p.mfu)}; largest term: {max(vars(b).items(), key=lambda kv: kv[1])[0]}"
