@@ -121,7 +121,7 @@ class SearchStats:
     pruned_groups: int = 0  # pruned by their group bound before any candidate was built
     monotone_ok: bool = True  # bounds.py's per-sample monotonicity held on every table built
     proven_by_bound: int = 0  # candidates whose hint the tight bound proved optimal (no CP-SAT)
-    deferred: int = 0  # candidates whose solve waited for the queue to be done (solve_one)
+    deferred: int = 0  # candidates whose solve waited for the queue to be done (search.prepare)
     dives: int = 0  # greedy plans recorded by dives (DIVE_AFTER_SHARE)
 
     def note_memory(self, gib: float, c: Candidate) -> None:
@@ -296,7 +296,7 @@ def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> 
 ENUMERATION_SHARE = 0.6
 # Relative tolerance at which a bound reaching a plan's time proves it (the pruning test's).
 PROOF_TOL = 1e-9
-# A candidate whose hint is more than this above its bound is deferred (search.solve_one).
+# A candidate whose hint is more than this above its bound is deferred (search.prepare).
 DEFER_REL = 0.01
 # Share of the time limit one first solve may take: the candidates solved at once have a
 # hint within DEFER_REL of their bound, and CP-SAT restarted on a retry redoes its work.
@@ -310,7 +310,8 @@ RETRY_SHARES = 2.0
 # on its next try (Qwen3-235B on 256 H100 at 10 s: two solves cut at 0.5 s needed 0.6 and
 # 1.2 s, and the second was left open at a 4.5% gap)
 RETRY_RESERVE_SOLVES = 2.0
-# CP-SAT solves the retries run at once, one CP-SAT worker each (a solve with 2 workers was
+# CP-SAT solves the retries run at once (the best-first loop: one fewer, beside its own
+# thread), one CP-SAT worker each (a solve with 2 workers was
 # slower than with 1 on these small models: Qwen3-235B's 33 solves 7.6 s against 5.1 s); at
 # most the CPUs available. 2: the CI machine's cores, the only count measured.
 SOLVE_WORKERS = 2
@@ -361,9 +362,10 @@ def search(
     """Best-first over degree groups and candidates: each group is queued with its group
     bound; at the front it is expanded into its candidates, each queued with its base-table
     bound; a candidate at the front is refined (its own table, the tight bound) and queued
-    again; at the front once refined it is solved (when its hint is within DEFER_REL of its
-    bound; otherwise the hint is recorded and the solve deferred until the queue is done,
-    then capped at the best plan: solve_one). Stops when the front's bound reaches the
+    again; at the front once refined it is solved on a CP-SAT thread while this thread goes
+    on (when its hint is within DEFER_REL of its bound and a solve slot is free; otherwise
+    the hint is recorded and the solve deferred until the queue is done, then capped at the
+    best plan: prepare). Stops when the front's bound reaches the
     best plan (everything left is pruned by a bound >= the best: OPTIMAL if every solve was
     optimal), or at the deadline (FEASIBLE; the gap from the least bound left open)."""
     if exhaustive:
@@ -561,19 +563,11 @@ def search(
                     heapq.heappush(pool, x)
                 return
 
-    def solve_one(e: _Entry, p: StageProblem, table: LayerTable, time_s: float, defer: bool = False) -> None:
-        """CP-SAT from the best hint (the hint alone if CP-SAT finds nothing in time), stopped
-        once its bound reaches the best plan. `defer`: a hint well above the candidate's
-        bound is only recorded (feasible, retried with the time left once the queue is
-        done): the candidates whose hints meet their bounds are solved first, and the best
-        plan they give prunes the others or lets CP-SAT stop early on them."""
-        job = prepare(e, p, table, defer)
-        if job is not None:
-            finish(job, run_job(job, time_s))
-
-    def prepare(e: _Entry, p: StageProblem, table: LayerTable, defer: bool = False) -> _Job | None:
-        """solve_one up to CP-SAT: the hint, the bounds, and what they settle without it
-        (None: recorded or set aside); otherwise the CP-SAT job, capped at the best plan now."""
+    def prepare(e: _Entry, p: StageProblem, table: LayerTable, defer: bool = False, busy: bool = False) -> _Job | None:
+        """A candidate's solve up to CP-SAT: the hint, the bounds, and what they settle without it
+        (None: recorded or set aside); otherwise the CP-SAT job, capped at the best plan now.
+        `busy` (with `defer`: the best-first loop's solve slots are taken): a candidate with
+        a hint is deferred as one far from its bound is, to a retry once the queue is done."""
         own = next((f for f in found if f.candidate == e.candidate), None)
         if own is not None:  # a retry: start from what the first solve found
             hint = (list(own.config.stage_layers), list(own.config.recompute_layers or [0] * len(own.config.stage_layers)))
@@ -607,22 +601,19 @@ def search(
             if found and bound >= best_s() * keep:
                 open_[e.order] = (bound, e)  # no faster than the best plan (dropped once the queue is done)
                 return
-            if defer and hint_s > bound * (1 + DEFER_REL):
+            if defer and (busy or hint_s > bound * (1 + DEFER_REL)):
                 stats.deferred += 1
                 open_[e.order] = (bound, e)
                 retry.add(e.order)
                 _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
                 return
-        capped = bool(found) and found[0].candidate != e.candidate
-        return _Job(e, p, table, hint, capped, best_s() * stop_share if found else None)
+        return _Job(e, p, table, hint, best_s() * stop_share if found else None)
 
-    def finish(job: _Job, sol, timed: bool = True) -> None:
-        """solve_one after CP-SAT: record its partition, or what it proved. `timed`: its
-        time counts in ilp_time_s (the concurrent retries count their wall time instead)."""
-        e, p, table, hint, capped = job.entry, job.problem, job.table, job.hint, job.capped
+    def finish(job: _Job, sol) -> None:
+        """A candidate's solve after CP-SAT: record its partition, or what it proved (its time
+        counts in ilp_time_s as the wall time with a solve running: harvest)."""
+        e, p, table, hint = job.entry, job.problem, job.table, job.hint
         stats.ilp_solves += 1
-        if timed:
-            stats.ilp_time_s += sol.solve_time_s
         solve_times_s.append(sol.solve_time_s)
         if sol.status in (STATUS_OPTIMAL, STATUS_FEASIBLE):
             counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
@@ -640,8 +631,10 @@ def search(
             # memory rejects one the float model takes (infeasible)
             counts, rcs, status = hint[0], hint[1], STATUS_FEASIBLE
             open_[e.order] = (e.bound_s if sol.status == "infeasible" else max(e.bound_s, sol.bound_s), e)
-            if sol.status == "unknown" and capped:
-                retry.add(e.order)  # capped at the best plan, the hint is outside the model: more time may prove it
+            if sol.status == "unknown" and job.stop_at_s is not None:
+                # capped at the best plan (another's, or its own hint's), the hint is outside
+                # the model: more time may prove it
+                retry.add(e.order)
         elif sol.status == CUTOFF:
             open_[e.order] = (max(e.bound_s, sol.bound_s), e)  # no faster than the best plan
             return
@@ -654,8 +647,69 @@ def search(
             return
         _record(found, prob, e.candidate, table, counts, rcs, status, k)
 
+    # CP-SAT solves run on threads, one CP-SAT worker each (CP-SAT releases the GIL): in the
+    # best-first loop up to `loop_workers` at once beside this thread's bounds and tables (on
+    # 2 CPUs one: this thread keeps the other), in the retries up to `workers`. A finished
+    # solve is recorded in this thread (harvest), in candidate order.
+    workers = solve_workers()
+    loop_workers = max(1, workers - 1)
+    executor = ThreadPoolExecutor(max_workers=workers)
+    flying: dict[Future, _Job] = {}
+    busy_since = 0.0
+
+    def submit(job: _Job, time_s: float) -> None:
+        nonlocal busy_since
+        if not flying:
+            busy_since = time.perf_counter()
+        flying[executor.submit(run_job, job, max(0.05, time_s))] = job
+
+    def harvest(block: bool) -> None:
+        """Record the solves that have finished; `block`: wait for one first."""
+        if not flying:
+            return
+        done, _ = wait(flying, timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        for fut in sorted(done, key=lambda f: flying[f].entry.order):  # one order, whichever ended first
+            finish(flying.pop(fut), fut.result())
+        if not flying:  # ilp_time_s: the wall time with a solve running, not their sum
+            stats.ilp_time_s += time.perf_counter() - busy_since
+
+    def start_retry(slots: int, early: bool = False) -> bool:
+        """Start the retry of the open candidate with the fewest tries, then the least bound,
+        on a free one of `slots` solve slots (the open candidates that the best plan now
+        reaches are dropped first); False when none is due. `early` (from the best-first
+        loop, on the CPU its solves leave idle): at most RETRY_RESERVE_SOLVES typical
+        solves, so the slot is soon free for the queue again."""
+        best_t = best_s()
+        busy = {job.entry.order for job in flying.values()}
+        for key in [key for key, (b, _) in open_.items() if b >= best_t * (1 - PROOF_TOL) and key not in busy]:
+            del open_[key]
+        remaining = limit - (time.perf_counter() - t0)
+        todo = [x for key, x in open_.items() if key in retry and key not in busy and x[0] < best_t * keep]
+        if not (todo and len(flying) < slots and remaining >= RETRY_MIN_S):
+            return False
+        # the fewest tries first, then the least bound: each open candidate gets its turn
+        bound, e = min(todo, key=lambda x: (tries.get(x[1].order, 0), x[0], x[1].order))
+        tries[e.order] = tries.get(e.order, 0) + 1
+        retry.discard(e.order)
+        table = tables.get(e.candidate)
+        job = prepare(e._replace(bound_s=bound), stage_problem(prob, e.candidate, table), table)
+        if job is not None:
+            # a share of the time left, least bound first: one hard candidate does not take
+            # the time the others could be proven in, and those left open at the end have
+            # the largest bounds (the least gap)
+            remaining = limit - (time.perf_counter() - t0)
+            share = max(RETRY_MIN_S, RETRY_SHARES * workers * remaining / len(todo),
+                        remaining - RETRY_RESERVE_SOLVES * typical_solve_s() * (len(todo) - 1) / workers)
+            if early:
+                share = min(share, max(RETRY_MIN_S, RETRY_RESERVE_SOLVES * typical_solve_s()))
+            submit(job, min(remaining, share))
+        return True
+
     # --- best-first
     while queue:
+        harvest(block=False)
+        if retry and len(flying) < loop_workers:
+            start_retry(loop_workers, early=True)
         if progress is not None:
             report(line)
         e = queue[0]
@@ -708,50 +762,29 @@ def search(
                     heapq.heappush(pool, refined)
                 queued += 1
         else:
-            remaining = max(0.05, limit - (time.perf_counter() - t0))
-            solve_one(e, p, table, min(remaining, max(1.0, limit * FIRST_SOLVE_SHARE)), defer=True)
+            # while the slots are taken, a candidate with a hint is deferred rather than waited
+            # for: this thread goes on bounding the queue, and the retries solve it
+            job = prepare(e, p, table, defer=True, busy=len(flying) >= loop_workers)
+            if job is not None:
+                while len(flying) >= loop_workers:  # no hint to defer with: wait for a slot
+                    harvest(block=True)
+                remaining = max(0.05, limit - (time.perf_counter() - t0))
+                submit(job, min(remaining, max(1.0, limit * FIRST_SOLVE_SHARE)))
 
     # --- retry what was solved without proof, most promising first, with the time left;
     # a candidate whose lower bound reaches the best plan needs no proof. Up to
     # SOLVE_WORKERS CP-SAT solves run at once (CP-SAT releases the GIL; each has one
     # worker): the bounds and hints of the next are computed while they run, and each
     # finished solve is recorded, in this thread, before the next starts.
-    workers = solve_workers()
-    flying: dict[Future, _Job] = {}
-    busy_since = 0.0
-    with ThreadPoolExecutor(max_workers=workers) as executor:
+    with executor:
         while not stats.timed_out and (open_ or flying):
-            best_t = best_s()
-            busy = {job.entry.order for job in flying.values()}
-            for key in [key for key, (b, _) in open_.items() if b >= best_t * (1 - PROOF_TOL) and key not in busy]:
-                del open_[key]
-            remaining = limit - (time.perf_counter() - t0)
-            todo = [x for key, x in open_.items() if key in retry and key not in busy and x[0] < best_t * keep]
-            if todo and len(flying) < workers and remaining >= RETRY_MIN_S:
-                # the fewest tries first, then the least bound: each open candidate gets its turn
-                bound, e = min(todo, key=lambda x: (tries.get(x[1].order, 0), x[0], x[1].order))
-                tries[e.order] = tries.get(e.order, 0) + 1
-                retry.discard(e.order)
-                table = tables.get(e.candidate)
-                job = prepare(e._replace(bound_s=bound), stage_problem(prob, e.candidate, table), table)
-                if job is not None:
-                    # a share of the time left, least bound first: one hard candidate does
-                    # not take the time the others could be proven in, and those left open
-                    # at the end have the largest bounds (the least gap)
-                    remaining = limit - (time.perf_counter() - t0)
-                    share = max(RETRY_MIN_S, RETRY_SHARES * workers * remaining / len(todo),
-                                remaining - RETRY_RESERVE_SOLVES * typical_solve_s() * (len(todo) - 1) / workers)
-                    if not flying:
-                        busy_since = time.perf_counter()
-                    flying[executor.submit(run_job, job, max(0.05, min(remaining, share)))] = job
+            if start_retry(workers):
                 continue
             if not flying:
                 break
-            done, _ = wait(flying, return_when=FIRST_COMPLETED)
-            for fut in sorted(done, key=lambda f: flying[f].entry.order):  # one order, whichever ended first
-                finish(flying.pop(fut), fut.result(), timed=False)
-            if not flying:  # ilp_time_s: the wall time with a solve running, not their sum
-                stats.ilp_time_s += time.perf_counter() - busy_since
+            harvest(block=True)
+        while flying:  # out of time: the solves still running end within their time limits
+            harvest(block=True)
     best_t = best_s()
     for b in [b for b, _ in open_.values()] + [aside]:
         if b < best_t * (1 - PROOF_TOL):
@@ -777,7 +810,6 @@ class _Job(NamedTuple):
     problem: StageProblem
     table: LayerTable
     hint: tuple[list[int], list[int]] | None
-    capped: bool  # capped at another candidate's plan
     stop_at_s: float | None
 
 

@@ -140,6 +140,49 @@ def test_concurrent_retries_give_the_one_worker_plan(monkeypatch):
     assert two.stats.deferred >= 2 and two.stats.ilp_solves >= 2
 
 
+def test_best_first_loop_goes_on_while_a_solve_runs(monkeypatch):
+    """The best-first loop hands its CP-SAT solves to a thread and goes on bounding the queue:
+    with each solve delayed by 50 ms, degree groups were expanded (their candidates
+    enumerated) while a solve was running, and the search proves the same optimum as without
+    the delay."""
+    import threading
+
+    import planner.search as search_mod
+
+    real_solve, real_candidates = search_mod.solve, search_mod.group_candidates
+    active, overlapped, lock = [0], [0], threading.Lock()
+
+    def spied_solve(*args, **kwargs):
+        with lock:
+            active[0] += 1
+        try:
+            time.sleep(0.05)
+            return real_solve(*args, **kwargs)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    def spied_candidates(*args, **kwargs):
+        with lock:
+            overlapped[0] += active[0] > 0
+        return real_candidates(*args, **kwargs)
+
+    monkeypatch.setattr(search_mod, "solve", spied_solve)
+    monkeypatch.setattr(search_mod, "group_candidates", spied_candidates)
+    req = {"model": {"name": "mixtral-8x7b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 32},
+           "training": {"global_batch_size": 128, "seq_length": 4096}, "search": {"time_limit_s": 60}}
+    prob = service.problem_from_request(req)
+    res = search_mod.search(prob)
+    assert overlapped[0] > 0, "no degree group was expanded while a solve ran"
+    monkeypatch.setattr(search_mod, "solve", real_solve)
+    undelayed = search_mod.search(prob)
+    assert res.status == undelayed.status == "optimal"
+    # proven optima of the same candidates (test_exhaustive_equivalence checks them against
+    # brute force)
+    assert res.best[0].estimate.prediction.step_time_s == pytest.approx(
+        undelayed.best[0].estimate.prediction.step_time_s, rel=1e-12)
+
+
 def test_solve_time_is_the_whole_search():
     """solve_time_s is the search's wall time (enumeration, bounds and CP-SAT), inside the
     request's own wall time; ilp_time_s is the CP-SAT part of it."""
