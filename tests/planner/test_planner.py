@@ -99,40 +99,48 @@ def test_same_request_same_plan(small_plan):
     assert sa == sb
 
 
+class _DelayedSolves:
+    """planner.search.solve delayed by 50 ms, counting the solves running now and at most."""
+
+    def __init__(self, real_solve):
+        import threading
+
+        self.real, self.active, self.peak, self.lock = real_solve, 0, 0, threading.Lock()
+
+    def __call__(self, *args, **kwargs):
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        try:
+            time.sleep(0.05)
+            return self.real(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+# Mixtral 8x7B on 32 H100: 13 of its candidates are deferred to the retries
+_MIXTRAL_32 = {"model": {"name": "mixtral-8x7b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 32},
+               "training": {"global_batch_size": 128, "seq_length": 4096}, "search": {"time_limit_s": 60}}
+
+
 def test_concurrent_retries_give_the_one_worker_plan(monkeypatch):
     """The deferred candidates' CP-SAT solves run two at a time (search.SOLVE_WORKERS): the
     plan, its status and the solves are those of one at a time. Each real solve is delayed
     by 50 ms so that the next is prepared while it runs, and two were seen running at once."""
-    import threading
 
     import planner.search as search_mod
 
     if search_mod.solve_workers() < 2 and search_mod.SOLVE_WORKERS >= 2:
         pytest.skip("one CPU available: the retries run one at a time")
-    real_solve = search_mod.solve
-    active, peak, lock = [0], [0], threading.Lock()
-
-    def spied(*args, **kwargs):
-        with lock:
-            active[0] += 1
-            peak[0] = max(peak[0], active[0])
-        try:
-            time.sleep(0.05)
-            return real_solve(*args, **kwargs)
-        finally:
-            with lock:
-                active[0] -= 1
-
+    spied = _DelayedSolves(search_mod.solve)
     monkeypatch.setattr(search_mod, "solve", spied)
-    # Mixtral 8x7B on 32 H100: 13 of its candidates are deferred to the retries
-    req = {"model": {"name": "mixtral-8x7b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 32},
-           "training": {"global_batch_size": 128, "seq_length": 4096}, "search": {"time_limit_s": 60}}
     results = {}
     for workers in (1, 2):
         monkeypatch.setattr(search_mod, "SOLVE_WORKERS", workers)
-        peak[0] = 0
-        results[workers] = search_mod.search(service.problem_from_request(req))
-        assert peak[0] == workers, f"{workers} worker(s): {peak[0]} solves ran at once"
+        spied.peak = 0
+        results[workers] = search_mod.search(service.problem_from_request(_MIXTRAL_32))
+        assert spied.peak == workers, f"{workers} worker(s): {spied.peak} solves ran at once"
     one, two = results[1], results[2]
     assert two.status == one.status == "optimal"
     assert two.best[0].config == one.best[0].config
@@ -145,33 +153,20 @@ def test_best_first_loop_goes_on_while_a_solve_runs(monkeypatch):
     with each solve delayed by 50 ms, degree groups were expanded (their candidates
     enumerated) while a solve was running, and the search proves the same optimum as without
     the delay."""
-    import threading
 
     import planner.search as search_mod
 
     real_solve, real_candidates = search_mod.solve, search_mod.group_candidates
-    active, overlapped, lock = [0], [0], threading.Lock()
-
-    def spied_solve(*args, **kwargs):
-        with lock:
-            active[0] += 1
-        try:
-            time.sleep(0.05)
-            return real_solve(*args, **kwargs)
-        finally:
-            with lock:
-                active[0] -= 1
+    spied, overlapped = _DelayedSolves(real_solve), [0]
 
     def spied_candidates(*args, **kwargs):
-        with lock:
-            overlapped[0] += active[0] > 0
+        with spied.lock:
+            overlapped[0] += spied.active > 0
         return real_candidates(*args, **kwargs)
 
-    monkeypatch.setattr(search_mod, "solve", spied_solve)
+    monkeypatch.setattr(search_mod, "solve", spied)
     monkeypatch.setattr(search_mod, "group_candidates", spied_candidates)
-    req = {"model": {"name": "mixtral-8x7b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 32},
-           "training": {"global_batch_size": 128, "seq_length": 4096}, "search": {"time_limit_s": 60}}
-    prob = service.problem_from_request(req)
+    prob = service.problem_from_request(_MIXTRAL_32)
     res = search_mod.search(prob)
     assert overlapped[0] > 0, "no degree group was expanded while a solve ran"
     monkeypatch.setattr(search_mod, "solve", real_solve)
