@@ -958,18 +958,16 @@ def _host_bound_excess_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: Parallel
     """(forward, backward) seconds an MoE layer waits on the host beyond its device time, for
     one micro-batch: the host's issue of the layer's kernels (moe.host_issue_s) less the
     device's compute and its exposed collectives (on the stream, they also keep the GPU
-    busy while the CPU issues), split between the passes as the host's kernels are
-    (moe.block_launches, moe.LAYER_ATTENTION_KERNELS). Zero for dense blocks, engines
+    busy while the CPU issues), split between the passes as the host's issue is. Zero for
+    dense blocks, engines
     whose dispatcher does not synchronise with the host (kernels.EngineKernels.moe_host_sync)
     and profiled blocks (measured: their time holds the host's already)."""
     if not (geo.moe_layer and geo.kernels.moe_host_sync and c.source != "profile" and gpu.host_op_s > 0):
         return 0.0, 0.0
-    lay = moe.layout(m, t, cfg)
-    excess = moe.host_issue_s(m, gpu, cfg, lay, geo.fp8) - (c.fwd_s + c.bwd_s + comm_s)
+    fwd, bwd = moe.host_issue_s(m, gpu, cfg, moe.layout(m, t, cfg), geo.fp8)
+    excess = fwd + bwd - (c.fwd_s + c.bwd_s + comm_s)
     if excess <= 0:
         return 0.0, 0.0
-    fwd, bwd = moe.block_launches(m, cfg, lay, geo.fp8)
-    fwd, bwd = fwd + moe.LAYER_ATTENTION_KERNELS[0], bwd + moe.LAYER_ATTENTION_KERNELS[1]
     return excess * fwd / (fwd + bwd), excess * bwd / (fwd + bwd)
 
 

@@ -257,8 +257,8 @@ def launch_overhead_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: Exp
 LAYER_ATTENTION_KERNELS = (12, 18)
 
 
-def host_issue_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout, fp8: bool) -> float:
-    """Seconds the host takes to issue one MoE layer's forward + backward kernels for one
+def host_issue_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout, fp8: bool) -> tuple[float, float]:
+    """(forward, backward) seconds the host takes to issue one MoE layer's kernels for one
     micro-batch (block_launches plus LAYER_ATTENTION_KERNELS, GPUSpec.host_op_s each).
 
     Megatron-Core's alltoall dispatcher copies the token counts to the host in every MoE
@@ -274,7 +274,7 @@ def host_issue_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout
     with CUDA graphs of the router and preprocessing, which the emitted launch does not use.
     layers._block_cost takes the larger of this and the layer's device time."""
     fwd, bwd = block_launches(m, cfg, lay, fp8)
-    return (fwd + bwd + sum(LAYER_ATTENTION_KERNELS)) * gpu.host_op_s
+    return ((fwd + LAYER_ATTENTION_KERNELS[0]) * gpu.host_op_s, (bwd + LAYER_ATTENTION_KERNELS[1]) * gpu.host_op_s)
 
 
 def _a2a_levels_s(cluster: ClusterSpec, nbytes: float, ep: int, etp: int, fits) -> float:

@@ -814,8 +814,8 @@ class _Job(NamedTuple):
 
 
 def solve_workers() -> int:
-    """CP-SAT solves the retries run at once: the CPUs this process may use, at most
-    SOLVE_WORKERS."""
+    """CP-SAT solves run at once (the retries; the best-first loop one fewer): the CPUs this
+    process may use, at most SOLVE_WORKERS."""
     return max(1, min(SOLVE_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 

@@ -34,7 +34,9 @@ def test_host_issue_hand_count():
     cfg = ParallelConfig(dp=8, ep=8, micro_batch_size=1)
     lay = moe.layout(QWEN30, T_FP8, cfg)
     assert moe.LAYER_ATTENTION_KERNELS == (12, 18)
-    assert moe.host_issue_s(QWEN30, g, cfg, lay, True) == pytest.approx((106 + 114 + 12 + 18) * g.host_op_s)
+    fwd, bwd = moe.host_issue_s(QWEN30, g, cfg, lay, True)
+    assert fwd == pytest.approx((106 + 12) * g.host_op_s)
+    assert bwd == pytest.approx((114 + 18) * g.host_op_s)
     assert g.host_op_s == HOST_OP_S
     assert get_gpu("cpu").host_op_s == 0.0
 
@@ -45,7 +47,7 @@ def test_layer_takes_the_larger_of_host_and_device():
     between the passes as the kernels are (forward 118 of 250)."""
     cfg = ParallelConfig(dp=8, ep=8, micro_batch_size=1)
     b = _block("b200", cfg)
-    host = moe.host_issue_s(QWEN30, get_gpu("b200"), cfg, moe.layout(QWEN30, T_FP8, cfg), True)
+    host = sum(moe.host_issue_s(QWEN30, get_gpu("b200"), cfg, moe.layout(QWEN30, T_FP8, cfg), True))
     assert b.host_wait_s > 0
     assert b.time_s == pytest.approx(host)
     no_host = replace(get_gpu("b200"), host_op_s=0.0)
