@@ -660,34 +660,43 @@ LP_BOUND_REL_MARGIN = 1e-6
 def lp_time_bound_s(p: StageProblem) -> float | None:
     """A lower bound of the candidate's step time for planner/search.py (beside the rank-wise
     bounds of planner/bounds.py; here because this module is the one that imports OR-Tools):
-    the LP relaxation of this module's model for one block kind under interleaving (v > 1),
-    in float seconds and bytes: blocks n_k >= 1 and fully recomputed blocks 0 <= rc_k <= n_k
-    per virtual stage taken real, sum n_k = L; per stage its forward F_k and backward B_k
-    (stages.rank_cost's chunk times), per distinct lock-step slot D_g >= F + B of every op
-    in it (stages.lockstep_slots), the pipeline above both the lock-step sum and SC'21's
-    form, the tail above every rank's exposed DP sync + optimizer, and every rank's memory
-    rows (one per held vector of Megatron's order, memory.live_chunk_vectors) within the
+    the LP relaxation of this module's model under interleaving (v > 1), in float seconds
+    and bytes. Per virtual stage k and block kind j (LayerTable.block_kinds), x_kj >= 0
+    blocks and 0 <= rc_kj <= x_kj fully recomputed, taken real: sum_j x_kj >= 1 and
+    sum_k x_kj = the model's blocks of kind j. The order of the blocks is dropped (a
+    leading run of dense blocks, or alternating sliding and full attention, may sit on any
+    stage), so every partition is a point of it; with one kind it is this module's uniform
+    model relaxed. Per stage its forward F_k and backward B_k (stages.rank_cost's chunk
+    times), per distinct lock-step slot D_g >= F + B of every op in it
+    (stages.lockstep_slots), the pipeline above both the lock-step sum and SC'21's form,
+    the tail above every rank's exposed DP sync + optimizer, and every rank's memory rows
+    (one per held vector of Megatron's order, memory.live_chunk_vectors) within the
     allocatable bytes; the recompute buffer is taken with weight u_r in [0, 1],
-    u_r >= rc_k / (L - S + 1) (1 on any rank that recomputes). Every partition the float
+    u_r >= rc_kj / (L - S + 1) (1 on any rank that recomputes). Every partition the float
     model takes is a point of this LP with its own step time (stages.step_time_s: the
     pipeline is the larger of the two forms, the tail the slowest rank's), so the LP's
     least is a lower bound of the candidate's optimum. Unlike the rank-wise tight bound it
     sees the lock-step price of uneven chunks: a rank cannot put its blocks on its least
     held chunk for free. math.inf when the LP has no point (nothing fits); None when it
-    does not apply (several block kinds, no interleaving) or the LP solver fails."""
-    if p.vpp <= 1 or len(p.table.block_kinds) != 1:
+    does not apply (no interleaving) or the LP solver fails."""
+    if p.vpp <= 1:
         return None
     solver = pywraplp.Solver.CreateSolver("GLOP")
     if solver is None:
         return None
-    (coef,) = p.kind_coefficients
+    kinds = p.kind_coefficients
+    per_kind = [0] * len(kinds)
+    for j in p.table.block_kind_index:
+        per_kind[j] += 1
+    J = range(len(kinds))
     L, S, pp, v, m = p.num_layers, p.num_stages, p.pp, p.vpp, p.num_micro_batches
     hi = L - (S - 1)
     full = p.full
     cap = p.allocatable_bytes
     inf = solver.infinity()
-    n = [solver.NumVar(1, hi, f"n{k}") for k in range(S)]
-    rc = [solver.NumVar(0, hi if full else 0, f"rc{k}") for k in range(S)]
+    # x[k][j], rc[k][j]: blocks of kind j on stage k, and of them fully recomputed
+    x = [[solver.NumVar(0, min(hi, per_kind[j]), f"x{k}_{j}") for j in J] for k in range(S)]
+    rc = [[solver.NumVar(0, min(hi, per_kind[j]) if full else 0, f"rc{k}_{j}") for j in J] for k in range(S)]
     slowest = solver.NumVar(0, inf, "slowest")
     tail = solver.NumVar(0, inf, "tail")
     pipe = solver.NumVar(0, inf, "pipe")
@@ -695,71 +704,94 @@ def lp_time_bound_s(p: StageProblem) -> float | None:
     # Rows are written as lb <= sum of (variable, coefficient) terms <= ub through the
     # solver's row API: the natural API's expression trees cost ~10x more to build, and an
     # LP has ~pp x (distinct lock-step slots) rows (a repeated variable's coefficients add).
-    def row(lb: float, ub: float, terms) -> None:
+    def merged(terms) -> list:
+        """The terms with a repeated variable's coefficients added (SetCoefficient replaces)."""
         coefs: dict[int, list] = {}
-        for x, a in terms:
+        for var, a in terms:
             if a:
-                e = coefs.setdefault(x.index(), [x, 0.0])
+                e = coefs.setdefault(id(var), [var, 0.0])
                 e[1] += a
-        ct = solver.Constraint(lb, ub)
-        for x, a in coefs.values():
-            ct.SetCoefficient(x, a)
+        return list(coefs.values())
 
-    for a, b in zip(n, rc, strict=True):
-        row(-inf, 0.0, ((b, 1.0), (a, -1.0)))  # rc_k <= n_k
-    row(L, L, ((x, 1.0) for x in n))
+    def row(lb: float, ub: float, terms) -> None:
+        ct = solver.Constraint(lb, ub)
+        for var, a in merged(terms):
+            ct.SetCoefficient(var, a)
+
+    for k in range(S):
+        row(1.0, inf, ((x[k][j], 1.0) for j in J))  # every stage holds a block
+        if full:
+            for j in J:
+                row(-inf, 0.0, ((rc[k][j], 1.0), (x[k][j], -1.0)))  # rc_kj <= x_kj
+    for j in J:
+        row(per_kind[j], per_kind[j], ((x[k][j], 1.0) for k in range(S)))
+
+    def blocks(ks, a) -> list:
+        """sum over the stages ks and kinds of x_kj times a(kind j's coefficients)."""
+        return [(x[k][j], a(kinds[j])) for k in ks for j in J]
+
+    def recomputed(ks, a) -> list:
+        return [(rc[k][j], a(kinds[j])) for k in ks for j in J] if full else []
+
     T_terms, T_const = [], 0.0  # sum_r T_r
     for r in range(pp):
         ex = p.extras[r]
         ks = list(p.stages_of(r))
         # T_r = time x blocks + recompute x recomputed + extras (one micro-batch)
-        t_r = [(n[k], coef.time_s) for k in ks] + [(rc[k], coef.recompute_full_s) for k in ks]
+        t_r = blocks(ks, lambda c: c.time_s) + recomputed(ks, lambda c: c.recompute_full_s)
         T_terms += t_r
         T_const += ex.time_s
-        row(ex.time_s, inf, [(slowest, 1.0)] + [(x, -a) for x, a in t_r])  # slowest >= T_r
+        row(ex.time_s, inf, [(slowest, 1.0)] + [(var, -a) for var, a in t_r])  # slowest >= T_r
         # tail >= exposed DP sync + optimizer: both pieces of the overlap rule
-        lin = coef.dp_sync_s - coef.dp_window_s + coef.optimizer_s
-        row(ex.dp_sync_s - ex.dp_window_s + ex.optimizer_s, inf, [(tail, 1.0)] + [(n[k], -lin) for k in ks])
-        lin = coef.dp_hidden_s + coef.optimizer_s
-        row(ex.dp_hidden_s + ex.optimizer_s, inf, [(tail, 1.0)] + [(n[k], -lin) for k in ks])
+        lin = blocks(ks, lambda c: c.dp_sync_s - c.dp_window_s + c.optimizer_s)
+        row(ex.dp_sync_s - ex.dp_window_s + ex.optimizer_s, inf, [(tail, 1.0)] + [(var, -a) for var, a in lin])
+        lin = blocks(ks, lambda c: c.dp_hidden_s + c.optimizer_s)
+        row(ex.dp_hidden_s + ex.optimizer_s, inf, [(tail, 1.0)] + [(var, -a) for var, a in lin])
         # memory rows, in units of the allocatable bytes (GLOP's tolerances are absolute):
         # states + transient (+ the recompute buffer x u_r) + held activations <= 1
         fixed = (ex.state_bytes + ex.transient_bytes + p.block_transient_bytes) / cap
-        states = [(n[k], coef.state_bytes / cap) for k in ks]
+        states = blocks(ks, lambda c: c.state_bytes / cap)
         if full:
             u = solver.NumVar(0, 1, f"u{r}")
             for k in ks:
-                row(-inf, 0.0, ((rc[k], 1.0), (u, -hi)))  # rc_k <= hi x u_r
+                row(-inf, 0.0, [(rc[k][j], 1.0) for j in J] + [(u, -hi)])  # sum_j rc_kj <= hi x u_r
             states.append((u, max(0.0, p.recompute_transient_bytes - p.block_transient_bytes) / cap))
         for live in p.memory_rows(r):
             held, held_const = [], 0.0
             for w, k in zip(live, ks, strict=True):
                 if w:
-                    held += [(n[k], w * coef.act_bytes / cap)]
-                    if full:
-                        held += [(rc[k], -w * coef.act_saved_bytes / cap)]
+                    held += blocks((k,), lambda c, w=w: w * c.act_bytes / cap)
+                    held += recomputed((k,), lambda c, w=w: -w * c.act_saved_bytes / cap)
                     held_const += w * p.stage_extras[k].act_bytes / cap
             row(-inf, 1.0 - fixed - held_const, states + held)
     # pipe >= m x slowest + (sum_r T_r - slowest) / v  (SC'21's form)
-    row(T_const / v, inf, [(pipe, 1.0), (slowest, 1.0 / v - m)] + [(x, -a / v) for x, a in T_terms])
+    row(T_const / v, inf, [(pipe, 1.0), (slowest, 1.0 / v - m)] + [(var, -a / v) for var, a in T_terms])
     # per stage: F_k = forward of its blocks + extras; B_k = its time - F_k
     F, B = [], []
     for k in range(S):
         se = p.stage_extras[k]
-        F.append(([(n[k], coef.fwd_s)], se.fwd_s))
-        b = [(n[k], coef.time_s - coef.fwd_s)] + ([(rc[k], coef.recompute_full_s)] if full else [])
+        F.append((blocks((k,), lambda c: c.fwd_s), se.fwd_s))
+        b = blocks((k,), lambda c: c.time_s - c.fwd_s) + recomputed((k,), lambda c: c.recompute_full_s)
         B.append((b, se.time_s - se.fwd_s))
     lock = []
+    op_terms: dict[tuple[int, int, int], tuple[list, float]] = {}  # an op recurs in many slots
     for cnt, ops in lockstep_slots(pp, v, m, warmup_extra(p.table)):
         d = solver.NumVar(0, inf, "d")  # a slot lasts at least 0 (stages.pipeline_time_s)
-        for r, cf, cb in ops:
-            terms, const = [(d, 1.0)], 0.0
-            for part, c in ((F, cf), (B, cb)):
-                if c >= 0:
-                    t, k0 = part[c * pp + r]
-                    terms += [(x, -a) for x, a in t]
-                    const += k0
-            row(const, inf, terms)  # d >= F + B of every op in the slot
+        for op in ops:
+            got = op_terms.get(op)
+            if got is None:
+                r, cf, cb = op
+                terms, const = [], 0.0
+                for part, c in ((F, cf), (B, cb)):
+                    if c >= 0:
+                        t, k0 = part[c * pp + r]
+                        terms += [(var, -a) for var, a in t]
+                        const += k0
+                got = op_terms[op] = (merged(terms), const)
+            ct = solver.Constraint(got[1], inf)  # d >= F + B of every op in the slot
+            ct.SetCoefficient(d, 1.0)
+            for var, a in got[0]:
+                ct.SetCoefficient(var, a)
         lock.append((d, -float(cnt)))
     row(0.0, inf, [(pipe, 1.0)] + lock)  # pipe >= the lock-step sum
     solver.Minimize(pipe + tail)

@@ -568,38 +568,36 @@ def search(
         (None: recorded or set aside); otherwise the CP-SAT job, capped at the best plan now.
         `busy` (with `defer`: the best-first loop's solve slots are taken): a candidate with
         a hint is deferred as one far from its bound is, to a retry once the queue is done."""
+        # the bounds first, at full precision (under interleaving also the LP of the lock-step
+        # model, which prices uneven chunks that the rank-wise bound lets a rank use to fit
+        # its memory for free): a candidate they set aside needs no hint. math.inf from the
+        # LP is not used: beside a hint that fits it would be a numerical artefact
+        bound = max(e.bound_s, tight_time_bound_s(p, tables.get_sums(e.candidate), rel=PROOF_REL))
+        if not (found and bound >= best_s() * keep):
+            if e.order not in lp_bounds:  # a retry asks again: solved once per candidate
+                lp_bounds[e.order] = lp_time_bound_s(p)
+            lp = lp_bounds[e.order]
+            if lp is not None and lp < math.inf:
+                bound = max(bound, lp)
+        e = e._replace(bound_s=bound)
+        if found and bound >= best_s() * keep:
+            open_[e.order] = (bound, e)  # no faster than the best plan (dropped once the queue is done)
+            return
         own = next((f for f in found if f.candidate == e.candidate), None)
         if own is not None:  # a retry: start from what the first solve found
             hint = (list(own.config.stage_layers), list(own.config.recompute_layers or [0] * len(own.config.stage_layers)))
         else:
             hint = best_hint(p)
         hint_s = _step_s(p, *hint) if hint is not None else None
-        bound = e.bound_s
         if hint_s is not None:
-            # the bound at full precision: when it reaches the hint, the hint is optimal and
-            # CP-SAT has nothing to prove (and otherwise its cut is the tighter)
-            bound = max(bound, tight_time_bound_s(p, tables.get_sums(e.candidate), rel=PROOF_REL))
-            if bound < hint_s * (1 - PROOF_TOL):
-                # interleaved: the LP of the lock-step model prices uneven chunks, which the
-                # rank-wise bound lets a rank use to fit its memory for free (None: no LP;
-                # math.inf would contradict the hint's fit, a numerical artefact: not used)
-                if e.order not in lp_bounds:  # a retry asks again: solved once per candidate
-                    lp_bounds[e.order] = lp_time_bound_s(p)
-                lp = lp_bounds[e.order]
-                if lp is not None and lp < math.inf:
-                    bound = max(bound, lp)
-            if bound >= hint_s * (1 - PROOF_TOL):
+            if bound >= hint_s * (1 - PROOF_TOL):  # the hint is optimal: CP-SAT has nothing to prove
                 open_.pop(e.order, None)
                 stats.proven_by_bound += 1
                 _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL, k)
                 return
-            e = e._replace(bound_s=bound)
             if bound >= hint_s * keep:  # the hint is within the gap limit of its bound
                 open_[e.order] = (bound, e)
                 _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
-                return
-            if found and bound >= best_s() * keep:
-                open_[e.order] = (bound, e)  # no faster than the best plan (dropped once the queue is done)
                 return
             if defer and (busy or hint_s > bound * (1 + DEFER_REL)):
                 stats.deferred += 1
@@ -705,78 +703,80 @@ def search(
             submit(job, min(remaining, share))
         return True
 
-    # --- best-first
-    while queue:
-        harvest(block=False)
-        if retry and len(flying) < loop_workers:
-            start_retry(loop_workers, early=True)
-        if progress is not None:
-            report(line)
-        e = queue[0]
-        # prune against the best plan: alternatives are the runners-up among what was solved
-        best_t = found[0].estimate.prediction.step_time_s if found else math.inf
-        if e.bound_s >= best_t * keep:
-            set_aside(e.bound_s)  # the least bound of what is left
-            _count_left(stats, queue)
-            break
-        out_of_time = time.perf_counter() - t0 > limit
-        if out_of_time and found:
-            stats.timed_out = True
-            if not rescue:
-                stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
-            break
-        if out_of_time and not rescue:
-            rescue = True
-            stats.timed_out = True  # the status is FEASIBLE from here on
-            stats.lower_bound_s = min(stats.lower_bound_s, min(x.bound_s for x in queue))
-            queue[:] = [x._replace(bound_s=_fit_key(x.candidate)) for x in queue]
-            heapq.heapify(queue)
-            continue
-        now = time.perf_counter()
-        if dive_due(now):
-            dive()
-            dive_s += time.perf_counter() - now
-            continue
-        heapq.heappop(queue)
-        if e.stage == "group":
-            stats.groups_expanded += 1
-            expand(e)
-            continue
-        queued -= 1
-        c = e.candidate
-        table = tables.get(c)
-        p = stage_problem(prob, c, table)
-        if out_of_time:
-            # nothing found yet: the most sharded candidates' greedy partitions until one fits
-            hint = best_hint(p)
-            if hint is not None:
-                _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
-                optimal_all = False
-        elif e.stage == "base_bound":
-            refined = refine(e, p, table, best_t)
-            if refined is None:
-                stats.pruned_memory += 1
-            else:
-                heapq.heappush(queue, refined)
-                if refined.order not in dived:
-                    heapq.heappush(pool, refined)
-                queued += 1
-        else:
-            # while the slots are taken, a candidate with a hint is deferred rather than waited
-            # for: this thread goes on bounding the queue, and the retries solve it
-            job = prepare(e, p, table, defer=True, busy=len(flying) >= loop_workers)
-            if job is not None:
-                while len(flying) >= loop_workers:  # no hint to defer with: wait for a slot
-                    harvest(block=True)
-                remaining = max(0.05, limit - (time.perf_counter() - t0))
-                submit(job, min(remaining, max(1.0, limit * FIRST_SOLVE_SHARE)))
-
-    # --- retry what was solved without proof, most promising first, with the time left;
-    # a candidate whose lower bound reaches the best plan needs no proof. Up to
-    # SOLVE_WORKERS CP-SAT solves run at once (CP-SAT releases the GIL; each has one
-    # worker): the bounds and hints of the next are computed while they run, and each
-    # finished solve is recorded, in this thread, before the next starts.
+    # the pool is shut down however the search ends (a solve still running ends within its
+    # time limit)
     with executor:
+        # --- best-first
+        while queue:
+            harvest(block=False)
+            if retry and len(flying) < loop_workers:
+                start_retry(loop_workers, early=True)
+            if progress is not None:
+                report(line)
+            e = queue[0]
+            # prune against the best plan: alternatives are the runners-up among what was solved
+            best_t = found[0].estimate.prediction.step_time_s if found else math.inf
+            if e.bound_s >= best_t * keep:
+                set_aside(e.bound_s)  # the least bound of what is left
+                _count_left(stats, queue)
+                break
+            out_of_time = time.perf_counter() - t0 > limit
+            if out_of_time and found:
+                stats.timed_out = True
+                if not rescue:
+                    stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
+                break
+            if out_of_time and not rescue:
+                rescue = True
+                stats.timed_out = True  # the status is FEASIBLE from here on
+                stats.lower_bound_s = min(stats.lower_bound_s, min(x.bound_s for x in queue))
+                queue[:] = [x._replace(bound_s=_fit_key(x.candidate)) for x in queue]
+                heapq.heapify(queue)
+                continue
+            now = time.perf_counter()
+            if dive_due(now):
+                dive()
+                dive_s += time.perf_counter() - now
+                continue
+            heapq.heappop(queue)
+            if e.stage == "group":
+                stats.groups_expanded += 1
+                expand(e)
+                continue
+            queued -= 1
+            c = e.candidate
+            table = tables.get(c)
+            p = stage_problem(prob, c, table)
+            if out_of_time:
+                # nothing found yet: the most sharded candidates' greedy partitions until one fits
+                hint = best_hint(p)
+                if hint is not None:
+                    _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
+                    optimal_all = False
+            elif e.stage == "base_bound":
+                refined = refine(e, p, table, best_t)
+                if refined is None:
+                    stats.pruned_memory += 1
+                else:
+                    heapq.heappush(queue, refined)
+                    if refined.order not in dived:
+                        heapq.heappush(pool, refined)
+                    queued += 1
+            else:
+                # while the slots are taken, a candidate with a hint is deferred rather than waited
+                # for: this thread goes on bounding the queue, and the retries solve it
+                job = prepare(e, p, table, defer=True, busy=len(flying) >= loop_workers)
+                if job is not None:
+                    while len(flying) >= loop_workers:  # no hint to defer with: wait for a slot
+                        harvest(block=True)
+                    remaining = max(0.05, limit - (time.perf_counter() - t0))
+                    submit(job, min(remaining, max(1.0, limit * FIRST_SOLVE_SHARE)))
+
+        # --- retry what was solved without proof, most promising first, with the time left;
+        # a candidate whose lower bound reaches the best plan needs no proof. Up to
+        # SOLVE_WORKERS CP-SAT solves run at once (CP-SAT releases the GIL; each has one
+        # worker): the bounds and hints of the next are computed while they run, and each
+        # finished solve is recorded, in this thread, before the next starts.
         while not stats.timed_out and (open_ or flying):
             if start_retry(workers):
                 continue

@@ -470,6 +470,40 @@ def test_least_fullest_rank_start_changes_nothing():
         assert got == pytest.approx(plain(lines, start, blocks, s, a, a_chunk, vpp), rel=1e-12)
 
 
+def test_lp_bound_two_kinds_never_above_the_brute_force_optimum():
+    """Two block kinds, interleaved (vpp 2), memory often binding: the LP relaxation with
+    the blocks of each kind per stage (ilp.lp_time_bound_s; the order of the blocks
+    dropped) stays below the best partition of the float model, for alternating kinds
+    (layer_freq 2, the boundary layout) and for a leading dense run (first_dense_layers,
+    the leading-run layout), and is above the rank-wise tight bound on some candidate."""
+    rng = random.Random(20261204)
+    checked = tighter = 0
+    for i in range(12):
+        req = _moe_request(rng)
+        req["search"] = {"vpp": [2]}
+        if i % 2:  # a leading dense run instead of alternating kinds
+            req["model"]["transformer"]["moe"].update(layer_freq=1, first_dense_layers=rng.choice([1, 2]))
+        prob = problem_from_request(req)
+        tables = _Tables(prob)
+        cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
+                 for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
+                 if c.pp > 1 and c.vpp > 1]
+        for c in rng.sample(cands, min(6, len(cands))):
+            p = stage_problem(prob, c, tables.get(c))
+            assert len(p.table.block_kinds) == 2
+            if exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 200_000:
+                continue
+            ref = exhaustive.best_partition(p)
+            lp = lp_time_bound_s(p)
+            assert lp is not None
+            if ref is None:
+                continue  # infeasible: any bound is valid
+            assert lp <= ref[0] * (1 + REL), (c, lp, ref[0])
+            tighter += lp > tight_time_bound_s(p, tables.get_sums(c)) * (1 + 1e-6)
+            checked += 1
+    assert checked >= 10 and tighter >= 1, (checked, tighter)
+
+
 def test_lp_bound_interleaved_never_above_the_brute_force_optimum():
     """One block kind, interleaved (vpp 2-3) with memory binding: the LP relaxation of the
     lock-step model (ilp.lp_time_bound_s) stays below the best partition of the float
