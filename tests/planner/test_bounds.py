@@ -92,16 +92,22 @@ def _interleaved_within_reach(rng: random.Random):
                "cluster": {"gpu": rng.choice(["a100-40gb", "a100-80gb"]), "num_gpus": rng.choice([2, 4])},
                "training": {"global_batch_size": rng.choice([8, 16, 32]), "seq_length": rng.choice([2048, 4096, 8192])},
                "search": {"vpp": [2, 3]}}
-        prob = problem_from_request(req)
-        tables = _Tables(prob)
-        cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
-                 for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
-                 if c.pp > 1 and c.vpp > 1]
-        for c in rng.sample(cands, min(6, len(cands))):
-            p = stage_problem(prob, c, tables.get(c))
-            if exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 200_000:
-                continue
-            yield c, p, exhaustive.best_partition(p), tables
+        yield from _sampled_within_reach(rng, req)
+
+
+def _sampled_within_reach(rng: random.Random, req: dict):
+    """Up to 6 sampled interleaved candidates of the request, within the brute force's
+    reach, with its optimum."""
+    prob = problem_from_request(req)
+    tables = _Tables(prob)
+    cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
+             for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
+             if c.pp > 1 and c.vpp > 1]
+    for c in rng.sample(cands, min(6, len(cands))):
+        p = stage_problem(prob, c, tables.get(c))
+        if exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 200_000:
+            continue
+        yield c, p, exhaustive.best_partition(p), tables
 
 
 def test_tight_bound_interleaved_memory_lines_never_above_the_brute_force_optimum():
@@ -470,48 +476,31 @@ def test_least_fullest_rank_start_changes_nothing():
         assert got == pytest.approx(plain(lines, start, blocks, s, a, a_chunk, vpp), rel=1e-12)
 
 
-def test_lp_bound_two_kinds_never_above_the_brute_force_optimum():
-    """Two block kinds, interleaved (vpp 2), memory often binding: the LP relaxation with
-    the blocks of each kind per stage (ilp.lp_time_bound_s; the order of the blocks
-    dropped) stays below the best partition of the float model, for alternating kinds
-    (layer_freq 2, the boundary layout) and for a leading dense run (first_dense_layers,
-    the leading-run layout), and is above the rank-wise tight bound on some candidate."""
-    rng = random.Random(20261204)
-    checked = tighter = 0
+def _two_kinds_within_reach(rng: random.Random):
+    """Random small two-kind MoE models (_moe_request, vpp 2): alternating kinds (layer_freq 2,
+    the ILP's boundary layout) or a leading dense run (first_dense_layers, its leading-run
+    layout); as _sampled_within_reach."""
     for i in range(12):
         req = _moe_request(rng)
         req["search"] = {"vpp": [2]}
-        if i % 2:  # a leading dense run instead of alternating kinds
+        if i % 2:
             req["model"]["transformer"]["moe"].update(layer_freq=1, first_dense_layers=rng.choice([1, 2]))
-        prob = problem_from_request(req)
-        tables = _Tables(prob)
-        cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
-                 for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
-                 if c.pp > 1 and c.vpp > 1]
-        for c in rng.sample(cands, min(6, len(cands))):
-            p = stage_problem(prob, c, tables.get(c))
+        for c, p, ref, tables in _sampled_within_reach(rng, req):
             assert len(p.table.block_kinds) == 2
-            if exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full) > 200_000:
-                continue
-            ref = exhaustive.best_partition(p)
-            lp = lp_time_bound_s(p)
-            assert lp is not None
-            if ref is None:
-                continue  # infeasible: any bound is valid
-            assert lp <= ref[0] * (1 + REL), (c, lp, ref[0])
-            tighter += lp > tight_time_bound_s(p, tables.get_sums(c)) * (1 + 1e-6)
-            checked += 1
-    assert checked >= 10 and tighter >= 1, (checked, tighter)
+            yield c, p, ref, tables
 
 
-def test_lp_bound_interleaved_never_above_the_brute_force_optimum():
-    """One block kind, interleaved (vpp 2-3) with memory binding: the LP relaxation of the
-    lock-step model (ilp.lp_time_bound_s) stays below the best partition of the float
-    model, is math.inf only where nothing fits, and is above the rank-wise tight bound on
-    some candidate (it prices a rank's uneven chunks in the lock-step slots)."""
-    rng = random.Random(20261203)
+@pytest.mark.parametrize("samples, seed", [(_interleaved_within_reach, 20261203), (_two_kinds_within_reach, 20261204)],
+                         ids=["one-kind", "two-kinds"])
+def test_lp_bound_interleaved_never_above_the_brute_force_optimum(samples, seed):
+    """Interleaved (vpp 2-3) with memory binding, one block kind or two: the LP relaxation of
+    the lock-step model (ilp.lp_time_bound_s; with two kinds the blocks of each per stage,
+    their order dropped) stays below the best partition of the float model, is math.inf
+    only where nothing fits, and is above the rank-wise tight bound on some candidate (it
+    prices a rank's uneven chunks in the lock-step slots)."""
+    rng = random.Random(seed)
     checked = tighter = 0
-    for c, p, ref, tables in _interleaved_within_reach(rng):
+    for c, p, ref, tables in samples(rng):
         lp = lp_time_bound_s(p)
         assert lp is not None
         if ref is None:
@@ -519,4 +508,4 @@ def test_lp_bound_interleaved_never_above_the_brute_force_optimum():
         assert lp <= ref[0] * (1 + REL), (c, lp, ref[0])
         tighter += lp > tight_time_bound_s(p, tables.get_sums(c)) * (1 + 1e-6)
         checked += 1
-    assert checked >= 10 and tighter >= 1
+    assert checked >= 10 and tighter >= 1, (checked, tighter)
