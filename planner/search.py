@@ -317,6 +317,13 @@ RETRY_RESERVE_SOLVES = 2.0
 SOLVE_WORKERS = 2
 # Least time left worth a retry of an unproven candidate (CP-SAT rarely proves in less).
 RETRY_MIN_S = 0.5
+# ... but an early retry of the best plan's own candidate under a gap limit may take this share
+# of the time left: the search cannot end within the gap without its capped solve (no plan
+# elsewhere makes it moot unless it beats the best by the gap), and cut at two typical solves
+# it restarts from scratch each time (Qwen3-235B on 256 H100 at 1%: its capped solve takes
+# 1.9-2.3 s, cut at 1 s it was left open at 3.9-4.3%). Not at gap 0: the exact proof may take
+# longer than the whole limit (5.6 s there) and crowds out the other retries (4.2 -> 9.5%).
+INCUMBENT_RETRY_SHARE = 0.4
 # After this share of the time limit, the best-first loop records now and then a greedy
 # partition (a "dive"): of the DIVE_POOL least-bound queued candidates, the one whose own
 # table's cheap bound is least and that has a partition that fits; at once while no plan is
@@ -566,8 +573,9 @@ def search(
     def prepare(e: _Entry, p: StageProblem, table: LayerTable, defer: bool = False, busy: bool = False) -> _Job | None:
         """A candidate's solve up to CP-SAT: the hint, the bounds, and what they settle without it
         (None: recorded or set aside); otherwise the CP-SAT job, capped at the best plan now.
-        `busy` (with `defer`: the best-first loop's solve slots are taken): a candidate with
-        a hint is deferred as one far from its bound is, to a retry once the queue is done."""
+        `busy` (with `defer`: the best-first loop's solve slots are taken): the candidate is
+        deferred as one far from its bound is, to a retry (its hint recorded; one without a
+        hint only once a plan is found: until then the loop waits for the slot)."""
         # the bounds first, at full precision (under interleaving also the LP of the lock-step
         # model, which prices uneven chunks that the rank-wise bound lets a rank use to fit
         # its memory for free): a candidate they set aside needs no hint. math.inf from the
@@ -605,6 +613,13 @@ def search(
                 retry.add(e.order)
                 _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
                 return
+        elif defer and busy and found:
+            # no partition of the greedy kind fits: rather than wait for the slot (a solve may
+            # take seconds), its solve waits for a retry as a deferred candidate's does
+            stats.deferred += 1
+            open_[e.order] = (bound, e)
+            retry.add(e.order)
+            return
         return _Job(e, p, table, hint, best_s() * stop_share if found else None)
 
     def finish(job: _Job, sol) -> None:
@@ -699,7 +714,10 @@ def search(
             share = max(RETRY_MIN_S, RETRY_SHARES * workers * remaining / len(todo),
                         remaining - RETRY_RESERVE_SOLVES * typical_solve_s() * (len(todo) - 1) / workers)
             if early:
-                share = min(share, max(RETRY_MIN_S, RETRY_RESERVE_SOLVES * typical_solve_s()))
+                cap_s = max(RETRY_MIN_S, RETRY_RESERVE_SOLVES * typical_solve_s())
+                if prob.space.gap_limit > 0 and found and found[0].candidate == e.candidate:
+                    cap_s = max(cap_s, INCUMBENT_RETRY_SHARE * remaining)
+                share = min(share, cap_s)
             submit(job, min(remaining, share))
         return True
 
@@ -763,11 +781,11 @@ def search(
                         heapq.heappush(pool, refined)
                     queued += 1
             else:
-                # while the slots are taken, a candidate with a hint is deferred rather than waited
-                # for: this thread goes on bounding the queue, and the retries solve it
+                # while the slots are taken, a candidate is deferred rather than waited for: this
+                # thread goes on bounding the queue, and the retries solve it
                 job = prepare(e, p, table, defer=True, busy=len(flying) >= loop_workers)
                 if job is not None:
-                    while len(flying) >= loop_workers:  # no hint to defer with: wait for a slot
+                    while len(flying) >= loop_workers:  # no hint and no plan yet: wait for a slot
                         harvest(block=True)
                     remaining = max(0.05, limit - (time.perf_counter() - t0))
                     submit(job, min(remaining, max(1.0, limit * FIRST_SOLVE_SHARE)))

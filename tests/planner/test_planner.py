@@ -178,6 +178,25 @@ def test_best_first_loop_goes_on_while_a_solve_runs(monkeypatch):
         undelayed.best[0].estimate.prediction.step_time_s, rel=1e-12)
 
 
+def test_candidates_without_a_hint_do_not_wait_for_a_running_solve(monkeypatch):
+    """A candidate with no greedy partition that reaches the front while the loop's solve
+    slot is taken is deferred to a retry (once a plan is found) rather than waited for:
+    with no hints at all and each solve delayed by 50 ms, candidates are deferred, and the
+    search proves the optimum of the hinted search."""
+
+    import planner.search as search_mod
+
+    prob = service.problem_from_request(_MIXTRAL_32)
+    hinted = search_mod.search(prob)
+    monkeypatch.setattr(search_mod, "best_hint", lambda p: None)
+    monkeypatch.setattr(search_mod, "solve", _DelayedSolves(search_mod.solve))
+    res = search_mod.search(prob)
+    assert res.stats.deferred > 0, "no candidate without a hint was deferred"
+    assert res.status == hinted.status == "optimal"
+    assert res.best[0].estimate.prediction.step_time_s == pytest.approx(
+        hinted.best[0].estimate.prediction.step_time_s, rel=1e-12)
+
+
 def test_solve_time_is_the_whole_search():
     """solve_time_s is the search's wall time (enumeration, bounds and CP-SAT), inside the
     request's own wall time; ilp_time_s is the CP-SAT part of it."""
