@@ -654,6 +654,10 @@ def search(
         else:
             if sol.status == "unknown":
                 open_[e.order] = (max(e.bound_s, sol.bound_s), e)
+                if sliced_s.get(e.order, 0.0) < first_solve_s * (1 - 1e-9):
+                    # deferred without a hint and cut as a retry, before a first solve's
+                    # time: it gets its turn again
+                    retry.add(e.order)
             else:
                 open_.pop(e.order, None)
             stats.infeasible += 1
@@ -668,12 +672,15 @@ def search(
     loop_workers = max(1, workers - 1)
     executor = ThreadPoolExecutor(max_workers=workers)
     flying: dict[Future, _Job] = {}
+    sliced_s: dict[tuple[int, int], float] = {}  # order -> the longest time limit its solves had
+    first_solve_s = max(1.0, limit * FIRST_SOLVE_SHARE)  # a first solve's in the best-first loop
     busy_since = 0.0
 
     def submit(job: _Job, time_s: float) -> None:
         nonlocal busy_since
         if not flying:
             busy_since = time.perf_counter()
+        sliced_s[job.entry.order] = max(sliced_s.get(job.entry.order, 0.0), time_s)
         flying[executor.submit(run_job, job, max(0.05, time_s))] = job
 
     def harvest(block: bool) -> None:
@@ -788,7 +795,7 @@ def search(
                     while len(flying) >= loop_workers:  # no hint and no plan yet: wait for a slot
                         harvest(block=True)
                     remaining = max(0.05, limit - (time.perf_counter() - t0))
-                    submit(job, min(remaining, max(1.0, limit * FIRST_SOLVE_SHARE)))
+                    submit(job, min(remaining, first_solve_s))
 
         # --- retry what was solved without proof, most promising first, with the time left;
         # a candidate whose lower bound reaches the best plan needs no proof. Up to
