@@ -655,6 +655,10 @@ def solve(
 # Relative margin taken off the LP bound's value: GLOP's optimum is exact only up to its
 # feasibility tolerances (1e-7 on the scaled rows), far below the search's 1% gap.
 LP_BOUND_REL_MARGIN = 1e-6
+# Most block kinds the LP bound takes: its rows grow with stages x kinds, and a model of
+# per-layer kinds (a layer list: 96 kinds on 1024 GPUs) built an LP that took 14 s, far beyond
+# the search's time limit; today's architectures have 1-3 (dense, MoE, sliding attention).
+LP_MAX_KINDS = 4
 
 
 def lp_time_bound_s(p: StageProblem) -> float | None:
@@ -678,8 +682,9 @@ def lp_time_bound_s(p: StageProblem) -> float | None:
     least is a lower bound of the candidate's optimum. Unlike the rank-wise tight bound it
     sees the lock-step price of uneven chunks: a rank cannot put its blocks on its least
     held chunk for free. math.inf when the LP has no point (nothing fits); None when it
-    does not apply (no interleaving) or the LP solver fails."""
-    if p.vpp <= 1:
+    does not apply (no interleaving, or more than LP_MAX_KINDS block kinds) or the LP solver
+    fails."""
+    if p.vpp <= 1 or len(p.kind_coefficients) > LP_MAX_KINDS:
         return None
     solver = pywraplp.Solver.CreateSolver("GLOP")
     if solver is None:

@@ -576,17 +576,20 @@ def search(
         `busy` (with `defer`: the best-first loop's solve slots are taken): the candidate is
         deferred as one far from its bound is, to a retry (its hint recorded; one without a
         hint only once a plan is found: until then the loop waits for the slot)."""
-        # the bounds first, at full precision (under interleaving also the LP of the lock-step
-        # model, which prices uneven chunks that the rank-wise bound lets a rank use to fit
-        # its memory for free): a candidate they set aside needs no hint. math.inf from the
-        # LP is not used: beside a hint that fits it would be a numerical artefact
-        bound = max(e.bound_s, tight_time_bound_s(p, tables.get_sums(e.candidate), rel=PROOF_REL))
-        if not (found and bound >= best_s() * keep):
+        # the bounds first, at full precision, and once a plan is found also the LP of the
+        # lock-step model under interleaving (it prices uneven chunks that the rank-wise bound
+        # lets a rank use to fit its memory for free): a candidate they set aside needs no
+        # hint. math.inf from the LP is not used: beside a hint that fits it would be a
+        # numerical artefact
+        def with_lp(bound: float) -> float:
             if e.order not in lp_bounds:  # a retry asks again: solved once per candidate
                 lp_bounds[e.order] = lp_time_bound_s(p)
             lp = lp_bounds[e.order]
-            if lp is not None and lp < math.inf:
-                bound = max(bound, lp)
+            return max(bound, lp) if lp is not None and lp < math.inf else bound
+
+        bound = max(e.bound_s, tight_time_bound_s(p, tables.get_sums(e.candidate), rel=PROOF_REL))
+        if found and bound < best_s() * keep:
+            bound = with_lp(bound)  # it may set the candidate aside before a hint is built
         e = e._replace(bound_s=bound)
         if found and bound >= best_s() * keep:
             open_[e.order] = (bound, e)  # no faster than the best plan (dropped once the queue is done)
@@ -598,6 +601,9 @@ def search(
             hint = best_hint(p)
         hint_s = _step_s(p, *hint) if hint is not None else None
         if hint_s is not None:
+            if not found and bound < hint_s * (1 - PROOF_TOL):
+                bound = with_lp(bound)  # no plan yet to set it aside against: only beside a hint
+                e = e._replace(bound_s=bound)
             if bound >= hint_s * (1 - PROOF_TOL):  # the hint is optimal: CP-SAT has nothing to prove
                 open_.pop(e.order, None)
                 stats.proven_by_bound += 1

@@ -490,6 +490,28 @@ def _two_kinds_within_reach(rng: random.Random):
             yield c, p, ref, tables
 
 
+def test_lp_bound_skips_models_of_many_block_kinds():
+    """A layer list of distinct layers has a block kind per layer: the LP's rows grow with
+    stages x kinds (96 kinds on 1024 GPUs built an LP of 14 s), so above ilp.LP_MAX_KINDS it
+    is not built (None) and the search goes on with its rank-wise bounds."""
+    from planner.ilp import LP_MAX_KINDS
+
+    layers = [{"name": f"l{i}", "fwd_flops": (1 + i) * 1e12, "params": (1 + i) * 1e8,
+               "activation_bytes": 2**28, "output_bytes": 2**24} for i in range(LP_MAX_KINDS + 4)]
+    prob = problem_from_request({"model": {"layers": layers}, "cluster": {"gpu": "a100-80gb", "num_gpus": 4},
+                                 "training": {"global_batch_size": 16, "seq_length": 2048},
+                                 "search": {"vpp": [2]}})
+    tables = _Tables(prob)
+    cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
+             for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
+             if c.pp > 1 and c.vpp > 1]
+    assert cands
+    for c in cands[:3]:
+        p = stage_problem(prob, c, tables.get(c))
+        assert len(p.table.block_kinds) > LP_MAX_KINDS
+        assert lp_time_bound_s(p) is None
+
+
 @pytest.mark.parametrize("samples, seed", [(_interleaved_within_reach, 20261203), (_two_kinds_within_reach, 20261204)],
                          ids=["one-kind", "two-kinds"])
 def test_lp_bound_interleaved_never_above_the_brute_force_optimum(samples, seed):
