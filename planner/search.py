@@ -527,7 +527,6 @@ def search(
     open_: dict[tuple[int, int], tuple[float, _Entry]] = {}
     retry: set[tuple[int, int]] = set()
     tries: dict[tuple[int, int], int] = {}  # retries per candidate
-    cut: set[tuple[int, int]] = set()  # candidates a solve of which ran out of time
     lp_bounds: dict[tuple[int, int], float | None] = {}  # order -> ilp.lp_time_bound_s
     pool: list[_Entry] = []  # every queued candidate entry, least bound first: the dives' choice
     solve_times_s: list[float] = []  # each CP-SAT solve's wall time, for the retries' shares
@@ -647,6 +646,8 @@ def search(
         e, p, table, hint = job.entry, job.problem, job.table, job.hint
         stats.ilp_solves += 1
         solve_times_s.append(sol.solve_time_s)
+        if sol.status == CUTOFF and staged_cap(job):
+            retry.add(e.order)  # nothing below the staged cap: the rest up to the best plan is left
         if sol.status in (STATUS_OPTIMAL, STATUS_FEASIBLE):
             counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
             if status == STATUS_FEASIBLE:
@@ -656,7 +657,6 @@ def search(
             if status == STATUS_FEASIBLE:
                 open_[e.order] = (max(e.bound_s, sol.bound_s), e)
                 retry.add(e.order)
-                cut.add(e.order)
             else:
                 open_.pop(e.order, None)
         elif hint is not None:
@@ -668,13 +668,8 @@ def search(
                 # capped at the best plan (another's, or its own hint's), the hint is outside
                 # the model: more time may prove it
                 retry.add(e.order)
-                cut.add(e.order)
-            elif sol.status == CUTOFF and staged_cap(job):
-                retry.add(e.order)
         elif sol.status == CUTOFF:
             open_[e.order] = (max(e.bound_s, sol.bound_s), e)  # no faster than the best plan
-            if staged_cap(job):
-                retry.add(e.order)
             return
         else:
             if sol.status == "unknown":
@@ -683,7 +678,6 @@ def search(
                     # deferred without a hint and cut as a retry, before a first solve's
                     # time: it gets its turn again
                     retry.add(e.order)
-                    cut.add(e.order)
             else:
                 open_.pop(e.order, None)
             stats.infeasible += 1
@@ -739,8 +733,10 @@ def search(
         retry.discard(e.order)
         table = tables.get(e.candidate)
         job = prepare(e._replace(bound_s=bound), stage_problem(prob, e.candidate, table), table)
+        # staged: a candidate solved before (sliced_s: its solve ran out of time, or it would not
+        # be open to a retry) or the best plan's own
         staged = (job is not None and found and prob.space.gap_limit < STAGED_GAP
-                  and (e.order in cut or found[0].candidate == e.candidate)
+                  and (e.order in sliced_s or found[0].candidate == e.candidate)
                   and job.entry.bound_s < best_s() * (1 - STAGED_GAP))
         if staged:
             job = job._replace(stop_at_s=best_s() * (1 - STAGED_GAP))
