@@ -41,6 +41,7 @@ float model. Under interleaving the greedy hint is first polished on the float m
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -569,6 +570,29 @@ def _rounding(p: StageProblem, sc: Scale, coefs: list[BlockCoefficients], terms:
     return rho, CUT_SLACK_UNITS_PER_TERM * terms + (2.0 * v + 2.0) * v * m + v * (3.0 * p.num_layers + 8.0)
 
 
+class StopHandle:
+    """Lets another thread end a running solve early (CpSolver.stop_search, which takes its own
+    lock): the solve returns what it has, as when its time limit runs out. A stop that comes
+    before the solve starts ends it at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._solver: cp_model.CpSolver | None = None
+        self.stopped = False
+
+    def _attach(self, solver: cp_model.CpSolver | None) -> bool:
+        """Register the running solver (None once it returned); False when already stopped."""
+        with self._lock:
+            self._solver = solver
+            return not self.stopped
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            if self._solver is not None:
+                self._solver.stop_search()
+
+
 def solve(
     p: StageProblem,
     time_limit_s: float,
@@ -576,13 +600,15 @@ def solve(
     seed: int = 0,
     lower_bound_s: float | None = None,
     stop_at_s: float | None = None,
+    handle: StopHandle | None = None,
 ) -> StageSolution:
     """Build, hint (the greedy partition), cut, solve exactly, read back.
     `lower_bound_s`: a proven bound on the step time (bounds.py); added as a cut on the
     objective (loosened by the rounding margin) so that a hint meeting it is proven optimal.
     `stop_at_s`: the best plan's time elsewhere: only partitions faster than it are
     searched for (status CUTOFF, bound stop_at_s, when there is none: this candidate cannot
-    beat that plan); an optimal answer is this candidate's optimum all the same."""
+    beat that plan); an optimal answer is this candidate's optimum all the same.
+    `handle`: lets the caller end the solve early (StopHandle)."""
     coefs = list(p.block_coefficients)
     sc = Scale(p, coefs)
     model = cp_model.CpModel()
@@ -623,7 +649,13 @@ def solve(
         # objective that every such partition meets (_rounding) lets CP-SAT prove there is
         # none by infeasibility, far sooner than by raising its bound to it
         model.add(objective <= int(math.floor(stop_at_s * p.vpp / sc.time_unit_s * (1 + rho) + extra_units)))
-    status = solver.solve(model)
+    if handle is not None and not handle._attach(solver):
+        solver.parameters.max_time_in_seconds = 0.0  # stopped before it began
+    try:
+        status = solver.solve(model)
+    finally:
+        if handle is not None:
+            handle._attach(None)
     if status == cp_model.MODEL_INVALID:
         # a defect of this module, not of the request: never a silent "no partition"
         raise RuntimeError(f"stage ILP rejected by CP-SAT (pp {p.pp}, vpp {p.vpp}, "

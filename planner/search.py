@@ -54,7 +54,7 @@ from .bounds import (
     tight_time_bound_s,
 )
 from .greedy import greedy_partition, repair_partition
-from .ilp import CUTOFF, lp_time_bound_s, solve
+from .ilp import CUTOFF, StopHandle, lp_time_bound_s, solve
 from .space import (
     Candidate,
     DegreeGroup,
@@ -317,21 +317,30 @@ RETRY_RESERVE_SOLVES = 2.0
 SOLVE_WORKERS = 2
 # Least time left worth a retry of an unproven candidate (CP-SAT rarely proves in less).
 RETRY_MIN_S = 0.5
-# ... but an early retry of the best plan's own candidate under a gap limit may take this share
-# of the time left: the search cannot end within the gap without its capped solve (no plan
-# elsewhere makes it moot unless it beats the best by the gap), and cut at two typical solves
-# it restarts from scratch each time (Qwen3-235B on 256 H100 at 1%: its capped solve takes
-# 1.9-2.3 s, cut at 1 s it was left open at 3.9-4.3%). Not at gap 0: the exact proof may take
-# longer than the whole limit (5.6 s there) and crowds out the other retries (4.2 -> 9.5%).
+# ... but an early retry of the best plan's own candidate under a gap limit (or in the first
+# phase at gap 0: STAGED_GAP) may take this share of the time left: the search cannot end within
+# the gap without its capped solve (no plan elsewhere makes it moot unless it beats the best by
+# the gap: then `preempt` stops it), and cut at two typical solves it restarts from scratch
+# each time (Qwen3-235B on 256 H100 at 1%: its capped solve takes 1.9-2.3 s, cut at 1 s it was
+# left open at 3.9-4.3%). Not to an exact proof: it may take longer than the whole limit (5.6 s
+# there) and crowds out the other retries (4.2 -> 9.5%).
 INCUMBENT_RETRY_SHARE = 0.4
-# At gap 0, the retry of a candidate whose solve ran out of time is first capped this far below
-# the best plan: CP-SAT proves "nothing below 0.99 x the best" far sooner than the exact
-# optimum, so the gap closes to 1% first; a candidate the staged cap cuts off is retried at the
-# best plan's cap with the time left (Llama 3 405B on 16384 H100 at 10 s: 3.6 -> 1.0%;
-# DeepSeek-V3 still proven optimal). Not the best plan's own candidate before it was cut: there
-# the staged solve loses its hint and adds a proof (Llama 3 70B 1.5 -> 4.4 s; it brought
-# Qwen3-235B at 10 s from 4.2% to 1.0-3.1%).
+# Below this gap limit (the default 0) the search runs in two phases: first as a search at this
+# gap (every CP-SAT solve capped this far below the best plan, the candidates whose bounds are
+# within it left for later), then at the gap asked for with the time left, from where the first
+# phase stopped: the queue it left, and a retry of every candidate it left open. CP-SAT proves
+# "nothing below 0.99 x the best" far sooner than the exact optimum (Qwen3-235B's plan's own
+# candidate: 2.0 s against 6.0 s), so a search cut by its time limit has closed its gap to 1%
+# first instead of leaving the hard candidates' proofs cut short (Qwen3-235B on 256 H100 at
+# 10 s: 4.2% -> 1.0%, docs/results.md "Search time"); a search with time enough proves the
+# optimum all the same (Mixtral 8x22B: 0.5 s more, the candidates proven below the 1% cap
+# proven again up to the best plan).
 STAGED_GAP = 0.01
+# A running solve capped at a plan the best plan now beats by more than this is stopped and its
+# candidate retried at the new cap (search.preempt); while a stop is pending, the search looks
+# again every STOP_POLL_S.
+PREEMPT_REL = 0.01
+STOP_POLL_S = 0.05
 # After this share of the time limit, the best-first loop records now and then a greedy
 # partition (a "dive"): of the DIVE_POOL least-bound queued candidates, the one whose own
 # table's cheap bound is least and that has a partition that fits; at once while no plan is
@@ -382,7 +391,10 @@ def search(
     the hint is recorded and the solve deferred until the queue is done, then capped at the
     best plan: prepare). Stops when the front's bound reaches the
     best plan (everything left is pruned by a bound >= the best: OPTIMAL if every solve was
-    optimal), or at the deadline (FEASIBLE; the gap from the least bound left open)."""
+    optimal), or at the deadline (FEASIBLE; the gap from the least bound left open). Below
+    STAGED_GAP this runs twice: first as a search at STAGED_GAP, then at the gap asked for,
+    from the queue and the open candidates the first left. A solve capped at a plan the best
+    plan has since beaten is stopped and solved again at the new cap (preempt)."""
     if exhaustive:
         return search_exhaustive(prob, progress, progress_after_s=progress_after_s,
                                  progress_every_s=progress_every_s)
@@ -398,8 +410,12 @@ def search(
     # a bound at or above keep x the best plan is not searched further (search.gap_limit; CP-SAT
     # is capped there too, which proves far sooner); the least such bound below the best plan
     # is kept for the reported gap (`set_aside`), which stays within the limit
-    keep = 1 - max(PROOF_TOL, prob.space.gap_limit)
-    stop_share = 1 - prob.space.gap_limit  # CP-SAT searches only below this x the best plan
+    # (STAGED_GAP: the first phase's keep and cap are those of a search at STAGED_GAP)
+    final_keep = 1 - max(PROOF_TOL, prob.space.gap_limit)
+    phase_gaps = [STAGED_GAP, prob.space.gap_limit] if prob.space.gap_limit < STAGED_GAP else [prob.space.gap_limit]
+    keep = 1 - max(PROOF_TOL, phase_gaps[0])
+    stop_share = 1 - phase_gaps[0]  # CP-SAT searches only below this x the best plan
+    final_stop_share = 1 - prob.space.gap_limit
     aside = math.inf
 
     def set_aside(bound: float) -> None:
@@ -466,7 +482,7 @@ def search(
             if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
                 monotone_ok = False  # the group bounds may have pruned too much: claim nothing
             bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
-            if found and bound >= best_s() * keep:
+            if found and bound >= best_s() * final_keep:  # a later phase would not search it either
                 set_aside(bound)
                 stats.pruned_time += 1  # no faster than the best plan: its memory bound is not needed
                 continue
@@ -532,8 +548,9 @@ def search(
     pool: list[_Entry] = []  # every queued candidate entry, least bound first: the dives' choice
     solve_times_s: list[float] = []  # each CP-SAT solve's wall time, for the retries' shares
 
-    def run_job(job: _Job, time_s: float):
-        return solve(job.problem, time_s, job.hint, lower_bound_s=job.entry.bound_s, stop_at_s=job.stop_at_s)
+    def run_job(job: _Job, time_s: float, handle: StopHandle):
+        return solve(job.problem, time_s, job.hint, lower_bound_s=job.entry.bound_s, stop_at_s=job.stop_at_s,
+                     handle=handle)
 
     def typical_solve_s() -> float:
         return statistics.median(solve_times_s) if solve_times_s else RETRY_MIN_S
@@ -634,21 +651,22 @@ def search(
             open_[e.order] = (bound, e)
             retry.add(e.order)
             return
-        return _Job(e, p, table, hint, best_s() * stop_share if found else None)
-
-    def staged_cap(job: _Job) -> bool:
-        """Whether the job was capped below the best plan's cap (start_retry's staged cap):
-        no partition below it, the rest up to the best plan is left for a later retry."""
-        return job.stop_at_s is not None and job.stop_at_s < best_s() * stop_share * (1 - PROOF_TOL)
+        # a first solve (the best-first loop's: `defer`) is capped at the gap asked for: it is
+        # given a first solve's time, and a cap at STAGED_GAP would need a second solve for
+        # the rest. A retry is capped at the phase's
+        share = final_stop_share if defer else stop_share
+        return _Job(e, p, table, hint, best_s() * share if found else None)
 
     def finish(job: _Job, sol) -> None:
         """A candidate's solve after CP-SAT: record its partition, or what it proved (its time
         counts in ilp_time_s as the wall time with a solve running: harvest)."""
         e, p, table, hint = job.entry, job.problem, job.table, job.hint
         stats.ilp_solves += 1
+        stopped = e.order in preempted  # stopped early (preempt): retried like a solve cut by its time
+        preempted.discard(e.order)
+        if stopped and not job.is_retry and sol.status in ("unknown", STATUS_FEASIBLE):
+            resume.add(e.order)
         solve_times_s.append(sol.solve_time_s)
-        if sol.status == CUTOFF and staged_cap(job):
-            retry.add(e.order)  # nothing below the staged cap: the rest up to the best plan is left
         if sol.status in (STATUS_OPTIMAL, STATUS_FEASIBLE):
             counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
             if status == STATUS_FEASIBLE:
@@ -675,9 +693,9 @@ def search(
         else:
             if sol.status == "unknown":
                 open_[e.order] = (max(e.bound_s, sol.bound_s), e)
-                if sliced_s.get(e.order, 0.0) < first_solve_s * (1 - 1e-9):
+                if stopped or sliced_s.get(e.order, 0.0) < first_solve_s * (1 - 1e-9):
                     # deferred without a hint and cut as a retry, before a first solve's
-                    # time: it gets its turn again
+                    # time, or stopped early: it gets its turn again
                     retry.add(e.order)
             else:
                 open_.pop(e.order, None)
@@ -693,6 +711,9 @@ def search(
     loop_workers = max(1, workers - 1)
     executor = ThreadPoolExecutor(max_workers=workers)
     flying: dict[Future, _Job] = {}
+    handles: dict[Future, StopHandle] = {}
+    preempted: set[tuple[int, int]] = set()  # orders of the solves stopped by `preempt`
+    resume: set[tuple[int, int]] = set()  # ... of them first solves, not yet solved again
     sliced_s: dict[tuple[int, int], float] = {}  # order -> the longest time limit its solves had
     first_solve_s = max(1.0, limit * FIRST_SOLVE_SHARE)  # a first solve's in the best-first loop
     busy_since = 0.0
@@ -702,14 +723,40 @@ def search(
         if not flying:
             busy_since = time.perf_counter()
         sliced_s[job.entry.order] = max(sliced_s.get(job.entry.order, 0.0), time_s)
-        flying[executor.submit(run_job, job, max(0.05, time_s))] = job
+        handle = StopHandle()
+        fut = executor.submit(run_job, job, max(0.05, time_s), handle)
+        flying[fut], handles[fut] = job, handle
+
+    def preempt() -> None:
+        """Stop the solves capped at a plan that the best plan has since beaten by more than
+        PREEMPT_REL: what they search is mostly above the cap a solve would have now (a dive's
+        greedy plan that the next candidates' hints beat: Llama 3 70B on 64 H100, a 3.7 s retry
+        capped 9% above the optimum; DeepSeek-V3 on 2048 H800, a 4.9 s first solve capped 20%
+        above it). The candidate is solved again at the new cap: a first solve first among the
+        retries and with a first solve's time (`resume`), a retry as a retry. Issued again on
+        every harvest while the solve runs (a stop before CP-SAT began its search is lost)."""
+        if not found:
+            return
+        cap_now = best_s() * stop_share
+        for fut, job in flying.items():
+            if job.stop_at_s is not None and cap_now < job.stop_at_s * (1 - PREEMPT_REL):
+                preempted.add(job.entry.order)
+                handles[fut].stop()
 
     def harvest(block: bool) -> None:
         """Record the solves that have finished; `block`: wait for one first."""
         if not flying:
             return
-        done, _ = wait(flying, timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        preempt()
+        while True:
+            stopping = block and any(handles[f].stopped for f in flying)
+            done, _ = wait(flying, timeout=(STOP_POLL_S if stopping else None) if block else 0,
+                           return_when=FIRST_COMPLETED)
+            if done or not block:
+                break
+            preempt()
         for fut in sorted(done, key=lambda f: flying[f].entry.order):  # one order, whichever ended first
+            handles.pop(fut)
             finish(flying.pop(fut), fut.result())
         if not flying:  # ilp_time_s: the wall time with a solve running, not their sum
             stats.ilp_time_s += time.perf_counter() - busy_since
@@ -729,28 +776,27 @@ def search(
         if not (todo and len(flying) < slots and remaining >= RETRY_MIN_S):
             return False
         # the fewest tries first, then the least bound: each open candidate gets its turn
-        bound, e = min(todo, key=lambda x: (tries.get(x[1].order, 0), x[0], x[1].order))
-        tries[e.order] = tries.get(e.order, 0) + 1
+        bound, e = min(todo, key=lambda x: (x[1].order not in resume, tries.get(x[1].order, 0), x[0], x[1].order))
+        resumed = e.order in resume  # a first solve stopped by `preempt`: not a try
+        resume.discard(e.order)
+        if not resumed:
+            tries[e.order] = tries.get(e.order, 0) + 1
         retry.discard(e.order)
         table = tables.get(e.candidate)
         job = prepare(e._replace(bound_s=bound), stage_problem(prob, e.candidate, table), table)
-        # staged: a candidate solved before (sliced_s: its solve ran out of time, or it would not
-        # be open to a retry)
-        staged = (job is not None and found and prob.space.gap_limit < STAGED_GAP
-                  and e.order in sliced_s
-                  and job.entry.bound_s < best_s() * (1 - STAGED_GAP))
-        if staged:
-            job = job._replace(stop_at_s=best_s() * (1 - STAGED_GAP))
         if job is not None:
+            job = job._replace(is_retry=not resumed)
             # a share of the time left, least bound first: one hard candidate does not take
             # the time the others could be proven in, and those left open at the end have
             # the largest bounds (the least gap)
             remaining = limit - (time.perf_counter() - t0)
             share = max(RETRY_MIN_S, RETRY_SHARES * workers * remaining / len(todo),
                         remaining - RETRY_RESERVE_SOLVES * typical_solve_s() * (len(todo) - 1) / workers)
-            if early:
+            if resumed:
+                share = first_solve_s
+            elif early:
                 cap_s = max(RETRY_MIN_S, RETRY_RESERVE_SOLVES * typical_solve_s())
-                if (prob.space.gap_limit > 0 or staged) and found and found[0].candidate == e.candidate:
+                if stop_share < 1 and found and found[0].candidate == e.candidate:
                     cap_s = max(cap_s, INCUMBENT_RETRY_SHARE * remaining)
                 share = min(share, cap_s)
             submit(job, min(remaining, share))
@@ -759,83 +805,94 @@ def search(
     # the pool is shut down however the search ends (a solve still running ends within its
     # time limit)
     with executor:
-        # --- best-first
-        while queue:
-            harvest(block=False)
-            if retry and len(flying) < loop_workers:
-                start_retry(loop_workers, early=True)
-            if progress is not None:
-                report(line)
-            e = queue[0]
-            # prune against the best plan: alternatives are the runners-up among what was solved
-            best_t = found[0].estimate.prediction.step_time_s if found else math.inf
-            if e.bound_s >= best_t * keep:
-                set_aside(e.bound_s)  # the least bound of what is left
-                _count_left(stats, queue)
-                break
-            out_of_time = time.perf_counter() - t0 > limit
-            if out_of_time and found:
-                stats.timed_out = True
-                if not rescue:
-                    stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
-                break
-            if out_of_time and not rescue:
-                rescue = True
-                stats.timed_out = True  # the status is FEASIBLE from here on
-                stats.lower_bound_s = min(stats.lower_bound_s, min(x.bound_s for x in queue))
-                queue[:] = [x._replace(bound_s=_fit_key(x.candidate)) for x in queue]
-                heapq.heapify(queue)
-                continue
-            now = time.perf_counter()
-            if dive_due(now):
-                dive()
-                dive_s += time.perf_counter() - now
-                continue
-            heapq.heappop(queue)
-            if e.stage == "group":
-                stats.groups_expanded += 1
-                expand(e)
-                continue
-            queued -= 1
-            c = e.candidate
-            table = tables.get(c)
-            p = stage_problem(prob, c, table)
-            if out_of_time:
-                # nothing found yet: the most sharded candidates' greedy partitions until one fits
-                hint = best_hint(p)
-                if hint is not None:
-                    _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
-                    optimal_all = False
-            elif e.stage == "base_bound":
-                refined = refine(e, p, table, best_t)
-                if refined is None:
-                    stats.pruned_memory += 1
+        for phase, gap in enumerate(phase_gaps):
+            if phase:
+                # the next phase (STAGED_GAP): its keep and cap, and a retry of every candidate
+                # the last one left open below the best plan (set aside by the bounds or its
+                # hint within the last gap, or cut off by the last cap)
+                keep, stop_share = 1 - max(PROOF_TOL, gap), 1 - gap
+                retry.update(key for key, (b, _) in open_.items() if b < best_s() * keep)
+            last_phase = phase == len(phase_gaps) - 1
+            # --- best-first
+            while queue:
+                harvest(block=False)
+                if retry and len(flying) < loop_workers:
+                    start_retry(loop_workers, early=True)
+                if progress is not None:
+                    report(line)
+                e = queue[0]
+                # prune against the best plan: alternatives are the runners-up among what was solved
+                best_t = found[0].estimate.prediction.step_time_s if found else math.inf
+                if e.bound_s >= best_t * keep:
+                    if last_phase:  # otherwise the next phase goes on from here
+                        set_aside(e.bound_s)  # the least bound of what is left
+                        _count_left(stats, queue)
+                    break
+                out_of_time = time.perf_counter() - t0 > limit
+                if out_of_time and found:
+                    stats.timed_out = True
+                    if not rescue:
+                        stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
+                    break
+                if out_of_time and not rescue:
+                    rescue = True
+                    stats.timed_out = True  # the status is FEASIBLE from here on
+                    stats.lower_bound_s = min(stats.lower_bound_s, min(x.bound_s for x in queue))
+                    queue[:] = [x._replace(bound_s=_fit_key(x.candidate)) for x in queue]
+                    heapq.heapify(queue)
+                    continue
+                now = time.perf_counter()
+                if dive_due(now):
+                    dive()
+                    dive_s += time.perf_counter() - now
+                    continue
+                heapq.heappop(queue)
+                if e.stage == "group":
+                    stats.groups_expanded += 1
+                    expand(e)
+                    continue
+                queued -= 1
+                c = e.candidate
+                table = tables.get(c)
+                p = stage_problem(prob, c, table)
+                if out_of_time:
+                    # nothing found yet: the most sharded candidates' greedy partitions until one fits
+                    hint = best_hint(p)
+                    if hint is not None:
+                        _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
+                        optimal_all = False
+                elif e.stage == "base_bound":
+                    refined = refine(e, p, table, best_t)
+                    if refined is None:
+                        stats.pruned_memory += 1
+                    else:
+                        heapq.heappush(queue, refined)
+                        if refined.order not in dived:
+                            heapq.heappush(pool, refined)
+                        queued += 1
                 else:
-                    heapq.heappush(queue, refined)
-                    if refined.order not in dived:
-                        heapq.heappush(pool, refined)
-                    queued += 1
-            else:
-                # while the slots are taken, a candidate is deferred rather than waited for: this
-                # thread goes on bounding the queue, and the retries solve it
-                job = prepare(e, p, table, defer=True, busy=len(flying) >= loop_workers)
-                if job is not None:
-                    while len(flying) >= loop_workers:  # no hint and no plan yet: wait for a slot
-                        harvest(block=True)
-                    remaining = max(0.05, limit - (time.perf_counter() - t0))
-                    submit(job, min(remaining, first_solve_s))
+                    # while the slots are taken, a candidate is deferred rather than waited for: this
+                    # thread goes on bounding the queue, and the retries solve it
+                    job = prepare(e, p, table, defer=True, busy=len(flying) >= loop_workers)
+                    if job is not None:
+                        while len(flying) >= loop_workers:  # no hint and no plan yet: wait for a slot
+                            harvest(block=True)
+                        remaining = max(0.05, limit - (time.perf_counter() - t0))
+                        submit(job, min(remaining, first_solve_s))
 
-        # --- retry what was solved without proof, most promising first, with the time left;
-        # a candidate whose lower bound reaches the best plan needs no proof. Up to
-        # SOLVE_WORKERS CP-SAT solves run at once (CP-SAT releases the GIL; each has one
-        # worker): the bounds and hints of the next are computed while they run, and each
-        # finished solve is recorded, in this thread, before the next starts.
-        while not stats.timed_out and (open_ or flying):
-            if start_retry(workers):
-                continue
-            if not flying:
+            # --- retry what was solved without proof, most promising first, with the time left;
+            # a candidate whose lower bound reaches the best plan needs no proof. Up to
+            # SOLVE_WORKERS CP-SAT solves run at once (CP-SAT releases the GIL; each has one
+            # worker): the bounds and hints of the next are computed while they run, and each
+            # finished solve is recorded, in this thread, before the next starts.
+            while not stats.timed_out and (open_ or flying):
+                if start_retry(workers):
+                    continue
+                if not flying:
+                    break
+                harvest(block=True)
+            if stats.timed_out:
                 break
-            harvest(block=True)
         while flying:  # out of time: the solves still running end within their time limits
             harvest(block=True)
     best_t = best_s()
@@ -864,6 +921,7 @@ class _Job(NamedTuple):
     table: LayerTable
     hint: tuple[list[int], list[int]] | None
     stop_at_s: float | None
+    is_retry: bool = False  # started by start_retry, not by the best-first loop
 
 
 def solve_workers() -> int:

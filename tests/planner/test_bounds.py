@@ -179,8 +179,8 @@ def _downgraded(real, first_only: bool):
     to 90% of the true one (all calls, or the first only)."""
     calls = []
 
-    def solve(p, time_limit_s, hint=None, seed=0, lower_bound_s=None, stop_at_s=None):
-        sol = real(p, time_limit_s, hint, seed, lower_bound_s, stop_at_s)
+    def solve(p, time_limit_s, hint=None, seed=0, lower_bound_s=None, stop_at_s=None, handle=None):
+        sol = real(p, time_limit_s, hint, seed, lower_bound_s, stop_at_s, handle)
         calls.append(sol.status)
         if sol.status == "optimal" and (not first_only or len(calls) == 1):
             return replace(sol, status="feasible", bound_s=0.9 * sol.bound_s)

@@ -198,11 +198,11 @@ def test_candidates_without_a_hint_do_not_wait_for_a_running_solve(monkeypatch):
 
 
 def test_staged_retries_still_prove_the_optimum(monkeypatch):
-    """At gap 0 the retry of a candidate whose solve ran out of time is first capped
-    search.STAGED_GAP below the best plan (a short solve that closes its gap to 1%), and a
-    candidate that staged cap cuts off is solved again at the best plan's cap: with the
-    first capped solve of every candidate cut (simulated: "unknown" at its own bound), the
-    search still proves the optimum of the uncut search, after staged solves."""
+    """At gap 0 the search first runs as at search.STAGED_GAP (its solves capped 1% below the
+    best plan: short solves that close the gap to 1%), then at gap 0, where a candidate that
+    the first phase's cap cut off is solved again at the best plan's cap: with the first
+    capped solve of every candidate cut (simulated: "unknown" at its own bound), the search
+    still proves the optimum of the uncut search, after staged solves."""
     import planner.search as search_mod
     from planner.ilp import StageSolution
 
@@ -210,13 +210,13 @@ def test_staged_retries_still_prove_the_optimum(monkeypatch):
     plain = search_mod.search(prob)
     real, tried, stops = search_mod.solve, set(), []
 
-    def first_capped_solve_cut(p, t, hint=None, seed=0, lower_bound_s=None, stop_at_s=None):
+    def first_capped_solve_cut(p, t, hint=None, seed=0, lower_bound_s=None, stop_at_s=None, handle=None):
         key = (id(p.table), p.pp, p.vpp, p.recompute, p.schedule)
         if stop_at_s is not None and key not in tried:
             tried.add(key)
             return StageSolution((), (), "unknown", lower_bound_s or 0.0, 0.0)
         stops.append(stop_at_s)
-        return real(p, t, hint, seed=seed, lower_bound_s=lower_bound_s, stop_at_s=stop_at_s)
+        return real(p, t, hint, seed=seed, lower_bound_s=lower_bound_s, stop_at_s=stop_at_s, handle=handle)
 
     monkeypatch.setattr(search_mod, "solve", first_capped_solve_cut)
     res = search_mod.search(prob)
