@@ -655,7 +655,7 @@ def search(
         # given a first solve's time, and a cap at STAGED_GAP would need a second solve for
         # the rest. A retry is capped at the phase's
         share = final_stop_share if defer else stop_share
-        return _Job(e, p, table, hint, best_s() * share if found else None)
+        return _Job(e, p, table, hint, best_s() * share if found else None, cap_share=share)
 
     def finish(job: _Job, sol) -> None:
         """A candidate's solve after CP-SAT: record its partition, or what it proved (its time
@@ -737,9 +737,8 @@ def search(
         every harvest while the solve runs (a stop before CP-SAT began its search is lost)."""
         if not found:
             return
-        cap_now = best_s() * stop_share
         for fut, job in flying.items():
-            if job.stop_at_s is not None and cap_now < job.stop_at_s * (1 - PREEMPT_REL):
+            if job.stop_at_s is not None and best_s() * job.cap_share < job.stop_at_s * (1 - PREEMPT_REL):
                 preempted.add(job.entry.order)
                 handles[fut].stop()
 
@@ -922,6 +921,7 @@ class _Job(NamedTuple):
     hint: tuple[list[int], list[int]] | None
     stop_at_s: float | None
     is_retry: bool = False  # started by start_retry, not by the best-first loop
+    cap_share: float = 1.0  # stop_at_s / the best plan's time when it was capped (search.preempt)
 
 
 def solve_workers() -> int:
