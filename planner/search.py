@@ -657,13 +657,12 @@ def search(
         share = final_stop_share if defer else stop_share
         return _Job(e, p, table, hint, best_s() * share if found else None, cap_share=share)
 
-    def finish(job: _Job, sol) -> None:
+    def finish(job: _Job, sol, stopped: bool = False) -> None:
         """A candidate's solve after CP-SAT: record its partition, or what it proved (its time
-        counts in ilp_time_s as the wall time with a solve running: harvest)."""
+        counts in ilp_time_s as the wall time with a solve running: harvest). `stopped`: its
+        StopHandle was stopped (preempt)."""
         e, p, table, hint = job.entry, job.problem, job.table, job.hint
         stats.ilp_solves += 1
-        stopped = e.order in preempted  # stopped early (preempt): retried like a solve cut by its time
-        preempted.discard(e.order)
         if stopped and not job.is_retry and sol.status in ("unknown", STATUS_FEASIBLE):
             resume.add(e.order)
         solve_times_s.append(sol.solve_time_s)
@@ -712,8 +711,7 @@ def search(
     executor = ThreadPoolExecutor(max_workers=workers)
     flying: dict[Future, _Job] = {}
     handles: dict[Future, StopHandle] = {}
-    preempted: set[tuple[int, int]] = set()  # orders of the solves stopped by `preempt`
-    resume: set[tuple[int, int]] = set()  # ... of them first solves, not yet solved again
+    resume: set[tuple[int, int]] = set()  # first solves stopped by `preempt`, not yet solved again
     sliced_s: dict[tuple[int, int], float] = {}  # order -> the longest time limit its solves had
     first_solve_s = max(1.0, limit * FIRST_SOLVE_SHARE)  # a first solve's in the best-first loop
     busy_since = 0.0
@@ -739,7 +737,6 @@ def search(
             return
         for fut, job in flying.items():
             if job.stop_at_s is not None and best_s() * job.cap_share < job.stop_at_s * (1 - PREEMPT_REL):
-                preempted.add(job.entry.order)
                 handles[fut].stop()
 
     def harvest(block: bool) -> None:
@@ -755,8 +752,8 @@ def search(
                 break
             preempt()
         for fut in sorted(done, key=lambda f: flying[f].entry.order):  # one order, whichever ended first
-            handles.pop(fut)
-            finish(flying.pop(fut), fut.result())
+            # stopped early (preempt): retried like a solve cut by its time
+            finish(flying.pop(fut), fut.result(), stopped=handles.pop(fut).stopped)
         if not flying:  # ilp_time_s: the wall time with a solve running, not their sum
             stats.ilp_time_s += time.perf_counter() - busy_since
 
