@@ -378,7 +378,7 @@ def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequenc
         return m * slowest + sum(times) - slowest + 2 * sum(map(sum, alone))
     times = [sum(f) + sum(b) for f, b in zip(chunk_fwd_s, chunk_bwd_s, strict=True)]
     slowest = max(times)
-    ops, slots = _lockstep_ops(len(chunk_fwd_s), v, m, warmup_extra)
+    ops, slots = lockstep_ops(len(chunk_fwd_s), v, m, warmup_extra)
     work = []  # per distinct (rank, forward chunk, backward chunk) of the slots
     for r, f, b in ops:
         d = (chunk_fwd_s[r][f] if f >= 0 else 0.0) + (chunk_bwd_s[r][b] if b >= 0 else 0.0)
@@ -393,10 +393,11 @@ def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequenc
 
 
 @lru_cache(maxsize=256)
-def _lockstep_ops(pp: int, vpp: int, num_micro_batches: int, warmup_extra: int = 0):
+def lockstep_ops(pp: int, vpp: int, num_micro_batches: int, warmup_extra: int = 0):
     """lockstep_slots with each op (rank, forward chunk, backward chunk) numbered once:
     (the distinct ops, per slot (multiplicity, its ops' numbers)), so that pipeline_time_s
-    prices each op once per call and a slot is a maximum over its numbers."""
+    prices each op once per call and a slot is a maximum over its numbers (and the LP
+    bound, planner/lp_bound.py, defines each op's work once)."""
     index: dict[tuple[int, int, int], int] = {}
     slots = []
     for n, ops in lockstep_slots(pp, vpp, num_micro_batches, warmup_extra):

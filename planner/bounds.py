@@ -13,8 +13,8 @@ found by water-filling (add each block where it raises the maximum least). Then
     step >= (m - 1/v) M* + max(c*L + sum_r e_r, M*)/v + min_N max_r tail_r(N_r),
 the last term by the same bisection over the per-rank tail lines (min_max_tail_s).
 LP bound (interleaved, before a candidate's solve): the LP relaxation of the ILP's model,
-the blocks of each kind per stage taken real and their order dropped (planner/ilp.py
-lp_time_bound_s: OR-Tools is imported there only); it prices a rank's uneven chunks in the
+the blocks of each kind per stage taken real and their order dropped (planner/lp_bound.py
+lp_time_bound_s: OR-Tools is imported there, not here); it prices a rank's uneven chunks in the
 lock-step slots, which the rank-wise tight bound cannot see.
 """
 

@@ -54,7 +54,8 @@ from .bounds import (
     tight_time_bound_s,
 )
 from .greedy import greedy_partition, repair_partition
-from .ilp import CUTOFF, StopHandle, lp_time_bound_s, solve
+from .ilp import CUTOFF, StopHandle, solve
+from .lp_bound import lp_time_bound_s
 from .space import (
     Candidate,
     DegreeGroup,
@@ -544,7 +545,7 @@ def search(
     open_: dict[tuple[int, int], tuple[float, _Entry]] = {}
     retry: set[tuple[int, int]] = set()
     tries: dict[tuple[int, int], int] = {}  # retries per candidate
-    lp_bounds: dict[tuple[int, int], float | None] = {}  # order -> ilp.lp_time_bound_s
+    lp_bounds: dict[tuple[int, int], float | None] = {}  # order -> lp_bound.lp_time_bound_s
     pool: list[_Entry] = []  # every queued candidate entry, least bound first: the dives' choice
     solve_times_s: list[float] = []  # each CP-SAT solve's wall time, for the retries' shares
 

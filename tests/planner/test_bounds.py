@@ -23,7 +23,7 @@ from planner.bounds import (
     table_sums,
     tight_time_bound_s,
 )
-from planner.ilp import lp_time_bound_s
+from planner.lp_bound import lp_time_bound_s
 from planner.search import _Tables, search, stage_problem
 from planner.service import problem_from_request
 from planner.space import (
@@ -492,9 +492,9 @@ def _two_kinds_within_reach(rng: random.Random):
 
 def test_lp_bound_skips_models_of_many_block_kinds():
     """A layer list of distinct layers has a block kind per layer: the LP's rows grow with
-    stages x kinds (96 kinds on 1024 GPUs built an LP of 14 s), so above ilp.LP_MAX_KINDS it
+    stages x kinds (96 kinds on 1024 GPUs built an LP of 14 s), so above lp_bound.LP_MAX_KINDS it
     is not built (None) and the search goes on with its rank-wise bounds."""
-    from planner.ilp import LP_MAX_KINDS
+    from planner.lp_bound import LP_MAX_KINDS
 
     layers = [{"name": f"l{i}", "fwd_flops": (1 + i) * 1e12, "params": (1 + i) * 1e8,
                "activation_bytes": 2**28, "output_bytes": 2**24} for i in range(LP_MAX_KINDS + 4)]
@@ -516,7 +516,7 @@ def test_lp_bound_skips_models_of_many_block_kinds():
                          ids=["one-kind", "two-kinds"])
 def test_lp_bound_interleaved_never_above_the_brute_force_optimum(samples, seed):
     """Interleaved (vpp 2-3) with memory binding, one block kind or two: the LP relaxation of
-    the lock-step model (ilp.lp_time_bound_s; with two kinds the blocks of each per stage,
+    the lock-step model (lp_bound.lp_time_bound_s; with two kinds the blocks of each per stage,
     their order dropped) stays below the best partition of the float model, is math.inf
     only where nothing fits, and is above the rank-wise tight bound on some candidate (it
     prices a rank's uneven chunks in the lock-step slots)."""
