@@ -279,7 +279,7 @@ def _expert_last_bucket_s(m: TransformerSpec, cluster: ClusterSpec, t: TrainingS
     size = _expert_dp_size(cfg)
     if cfg.engine != ENGINE_MEGATRON or m.moe is None or size <= 1 or cfg.zero >= 3:
         return 0.0
-    moe_blocks = sum(m.moe.is_moe_layer(i) for i in range(m.num_layers))
+    moe_blocks = sum(moe for moe, _ in _block_keys(m))
     _, expert = _block_params(m, cfg, True)
     return _bucket_sync_s(cluster, t, cfg, expert * moe_blocks / cfg.pp, size, _expert_dp_stride(cfg), fits)
 
@@ -1260,6 +1260,24 @@ def _first_block(model: TransformerSpec, moe: bool) -> int | None:
     return None
 
 
+@lru_cache(maxsize=64)
+def _block_keys(model: TransformerSpec) -> tuple[tuple[bool, int | None], ...]:
+    """Each block's kind: blocks differ by MoE-ness and by their attention window (sliding /
+    chunked layers). A function of the model alone, read by every layer table of a search
+    (thousands): computed once."""
+    return tuple((model.moe is not None and model.moe.is_moe_layer(i), attention.window(model, i))
+                 for i in range(model.num_layers))
+
+
+@lru_cache(maxsize=64)
+def _first_of_kind(model: TransformerSpec) -> tuple[tuple[int, tuple[bool, int | None]], ...]:
+    """(index, kind) of the first block of each kind, in model order."""
+    first: dict[tuple, int] = {}
+    for i, key in enumerate(_block_keys(model)):
+        first.setdefault(key, i)
+    return tuple((i, key) for key, i in first.items())
+
+
 def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
     sources: dict[str, str] = {}
     if isinstance(model, LayerListSpec):
@@ -1275,22 +1293,18 @@ def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
             sources=sources,
         )
     cache: dict[tuple, LayerCost] = {}
-    blocks = []
-    for i in range(model.num_layers):
-        # blocks differ by MoE-ness and by their attention window (sliding / chunked layers)
-        key = (model.moe is not None and model.moe.is_moe_layer(i), attention.window(model, i))
-        if key not in cache:
-            cache[key] = _block_cost(model, cluster, training, cfg, i, profile, sources)
-        blocks.append(cache[key])
+    for i, key in _first_of_kind(model):
+        cache[key] = _block_cost(model, cluster, training, cfg, i, profile, sources)
+    blocks = [cache[key] for key in _block_keys(model)]
     # collectives: measured alpha-beta fits (profiler.comm) or the catalog's link numbers
     sources["comm"] = "profile" if profile is not None and profile.comm else "analytic"
     output = _output_cost(model, cluster, training, cfg, profile, sources)
     if model.num_nextn_predict_layers > 0 and blocks:
         output = _with_mtp(model, cluster, training, cfg, output, blocks[-1])
     # the loss's share of the reserved peak beside the blocks' cached temporaries
-    cache = max(b.act.none for b in blocks)
+    held = max(b.act.none for b in cache.values())
     output = replace(output, transient_bytes=memory.loss_reserved_bytes(
-        model, training, cfg, output.transient_bytes, cache))
+        model, training, cfg, output.transient_bytes, held))
     return LayerTable(
         blocks=tuple(blocks),
         embedding=_embedding_cost(model, cluster, training, cfg, profile, sources),
