@@ -487,7 +487,7 @@ def search(
                 set_aside(bound)
                 stats.pruned_time += 1  # no faster than the best plan: its memory bound is not needed
                 continue
-            twin = replace(c, moe_a2a_overlap=False)
+            twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
             mem_lb = mem_lbs.get(twin)
             if mem_lb is None:
                 reserved = memory.reserved_bytes(_to_config(c))
