@@ -1254,10 +1254,7 @@ def _layer_scales(model: TransformerSpec, cluster: ClusterSpec, training: Traini
 
 def _first_block(model: TransformerSpec, moe: bool) -> int | None:
     """Index of the first MoE (or dense) block, None when the model has none."""
-    for i in range(model.num_layers):
-        if (model.moe is not None and model.moe.is_moe_layer(i)) == moe:
-            return i
-    return None
+    return next((i for i, (is_moe, _) in enumerate(_block_keys(model)) if is_moe == moe), None)
 
 
 @lru_cache(maxsize=64)

@@ -396,8 +396,7 @@ def pipeline_time_s(chunk_fwd_s: Sequence[Sequence[float]], chunk_bwd_s: Sequenc
 def lockstep_ops(pp: int, vpp: int, num_micro_batches: int, warmup_extra: int = 0):
     """lockstep_slots with each op (rank, forward chunk, backward chunk) numbered once:
     (the distinct ops, per slot (multiplicity, its ops' numbers)), so that pipeline_time_s
-    prices each op once per call and a slot is a maximum over its numbers (and the LP
-    bound, planner/lp_bound.py, defines each op's work once)."""
+    prices each op once per call and a slot is a maximum over its numbers."""
     index: dict[tuple[int, int, int], int] = {}
     slots = []
     for n, ops in lockstep_slots(pp, vpp, num_micro_batches, warmup_extra):

@@ -35,12 +35,12 @@ PIPE = 0  # the variable index of the pipeline time (the lock-step block's first
 
 
 @lru_cache(maxsize=64)
-def _lockstep_block(pp: int, vpp: int, num_micro_batches: int, warmup: int) -> tuple[bytes, int]:
+def _lockstep_block(pp: int, vpp: int, num_micro_batches: int, warmup: int) -> bytes:
     """The lock-step part of every candidate's LP at (pp, vpp, micro-batches, warm-up extra),
     serialized: variables pipe (index PIPE, objective 1), one e_o per distinct op o of
     stages.lockstep_ops (free; indices 1..N in that order: each candidate's rows define it as
     the op's F + B), one d_g >= 0 per distinct slot; rows d_g - e_o >= 0 for every op o of
-    slot g, and pipe - sum_g n_g d_g >= 0 (the lock-step sum). Returns (bytes, variables)."""
+    slot g, and pipe - sum_g n_g d_g >= 0 (the lock-step sum)."""
     ops, slots = lockstep_ops(pp, vpp, num_micro_batches, warmup)
     model = linear_solver_pb2.MPModelProto()
     pipe = model.variable.add()
@@ -62,20 +62,20 @@ def _lockstep_block(pp: int, vpp: int, num_micro_batches: int, warmup: int) -> t
             row.lower_bound = 0.0
             row.var_index.extend((d, 1 + o))
             row.coefficient.extend((1.0, -1.0))
-    return model.SerializeToString(), len(model.variable)
+    return model.SerializeToString()
 
 
 class _Rows:
     """The candidate's own variables and rows, appended to the proto."""
 
-    def __init__(self, model: linear_solver_pb2.MPModelProto, first: int):
-        self.model, self.next = model, first
+    def __init__(self, model: linear_solver_pb2.MPModelProto):
+        self.model = model
 
     def var(self, lb: float, ub: float, objective: float = 0.0) -> int:
+        """A new variable's index (the proto's variables are numbered in order)."""
         v = self.model.variable.add()
         v.lower_bound, v.upper_bound, v.objective_coefficient = lb, ub, objective
-        self.next += 1
-        return self.next - 1
+        return len(self.model.variable) - 1
 
     def row(self, lb: float, ub: float, terms) -> None:
         """lb <= sum of (variable, coefficient) terms <= ub; a repeated variable's
@@ -122,9 +122,8 @@ def lp_time_bound_s(p: StageProblem) -> float | None:
     full = p.full
     cap = p.allocatable_bytes
     warm = warmup_extra(p.table)
-    block, first = _lockstep_block(pp, v, m, warm)
-    model = linear_solver_pb2.MPModelProto.FromString(block)
-    lp = _Rows(model, first)
+    model = linear_solver_pb2.MPModelProto.FromString(_lockstep_block(pp, v, m, warm))
+    lp = _Rows(model)
     # x[k][j], rc[k][j]: blocks of kind j on stage k, and of them fully recomputed
     x = [[lp.var(0.0, min(hi, per_kind[j])) for j in J] for k in range(S)]
     rc = [[lp.var(0.0, min(hi, per_kind[j]) if full else 0.0) for j in J] for k in range(S)]
