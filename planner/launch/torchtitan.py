@@ -73,16 +73,26 @@ FLOAT8_CONFIGS = frozenset({"llama3_405b"})
 DEFAULT_LOSS_CHUNKS = engines.get_engine(ENGINE_TORCHTITAN).loss.default_chunks
 
 
+# The children of torchtitan's decoder models (torchtitan/models/common/decoder.py Decoder:
+# tok_embeddings, layers, norm, lm_head, at both targets, 0.3.0 and main b5bcd76c); the
+# pipeline split keeps the named ones and sets the others to None
+# (distributed/pipeline_parallel.py _split_module), so a name that is not a child drops it
+INPUT_FQNS = ("tok_embeddings",)
+OUTPUT_FQNS = ("norm", "lm_head")
+
+
 def module_fqns(plan: dict) -> list[list[str]]:
-    """One list of module FQNs per virtual stage (torchtitan Llama names)."""
+    """One list of module FQNs per virtual stage (torchtitan's decoder names). A stage with
+    no block holds only the embedding (first) or only the norm and the head (last), as
+    torchtitan's own split gives for pp x vpp = blocks + 2 (_generate_llm_fqn_per_model_part)."""
     out = []
     stages = plan.get("stages") or []
     for k, s in enumerate(stages):
         first, last = int(s["layers"][0]), int(s["layers"][1])
-        fqns = ["tok_embeddings"] if k == 0 else []
+        fqns = list(INPUT_FQNS) if k == 0 else []
         fqns += [f"layers.{i}" for i in range(first, last + 1)]
         if k == len(stages) - 1:
-            fqns += ["norm", "output"]
+            fqns += OUTPUT_FQNS
         out.append(fqns)
     return out
 

@@ -71,7 +71,7 @@ def _expect(plan: dict, version: str) -> dict[str, object]:
     if p["pp"] > 1:
         stages = plan["stages"]
         fqns = [(["tok_embeddings"] if k == 0 else []) + [f"layers.{i}" for i in range(s["layers"][0], s["layers"][1] + 1)]
-                + (["norm", "output"] if k == len(stages) - 1 else []) for k, s in enumerate(stages)]
+                + (["norm", "lm_head"] if k == len(stages) - 1 else []) for k, s in enumerate(stages)]
         out["parallelism.module_fqns_per_model_part"] = fqns
         if version == "0.3.0":
             out["parallelism.pipeline_parallel_microbatch_size"] = p["micro_batch_size"]
@@ -255,3 +255,49 @@ def test_fp8_plan_needs_a_float8_config_function():
     out = emit({k: v for k, v in p.items() if k != "launch"}, ["torchtitan"])
     assert "torchtitan" not in out and "float8" in out["skipped"]["torchtitan"]
     assert "llama3_8b" in out["skipped"]["torchtitan"]
+
+
+def _meta_model(config_function: str):
+    """The decoder of one of torchtitan's llama3 config functions, on the meta device."""
+    import importlib
+
+    import torch
+
+    registry = importlib.import_module("torchtitan.models.llama3.config_registry")
+    with torch.device("meta"):
+        return getattr(registry, config_function)().model_spec.model.build()
+
+
+def _kept(model, fqns: list[str]) -> dict[str, object]:
+    """What torchtitan's own pipeline split keeps of the model for one stage's FQNs."""
+    from torchtitan.distributed.pipeline_parallel import _split_module
+
+    part = _split_module(model, fqns)
+    return {name: child for name, child in part.named_children() if child is not None}
+
+
+def _stage_plan(estimate, pp: int, vpp: int) -> dict:
+    """The part of a plan the torchtitan emitter reads for the stage split."""
+    return {"parallelism": {"pp": pp, "vpp": vpp}, "stages": [{"layers": list(s.layers)} for s in estimate.stages]}
+
+
+def test_pipeline_split_keeps_each_stage_whole():
+    """Each stage's FQNs, cut by torchtitan's own _split_module from its llama3_8b decoder,
+    keep that stage's blocks, the embedding on the first stage only and the norm and the head
+    on the last only (a name that is not a child of the decoder would drop the module)."""
+    from planner.service import estimate
+
+    req = {"model": {"name": "llama3-8b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"global_batch_size": 64, "seq_length": 4096},
+           "parallelism": {"dp": 2, "pp": 4, "vpp": 2, "micro_batch_size": 1, "zero": 1, "engine": "torchtitan",
+                           "stage_layers": [3, 4, 4, 5, 4, 4, 4, 4]}}
+    plan = _stage_plan(estimate(req), 4, 2)
+    model = _meta_model("llama3_8b")
+    stages = tt_emit.module_fqns(plan)
+    for k, fqns in enumerate(stages):
+        kept = _kept(model, fqns)
+        first, last = plan["stages"][k]["layers"]
+        assert sorted(int(i) for i in kept["layers"].keys()) == list(range(first, last + 1)), k
+        assert ("tok_embeddings" in kept) == (k == 0), k
+        assert ("norm" in kept and "lm_head" in kept) == (k == len(stages) - 1), k
+

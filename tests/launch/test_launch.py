@@ -242,7 +242,7 @@ def test_vpp_flags():
     i = ov.index("--parallelism.module_fqns_per_model_part")
     chunks = [c.split(",") for c in ov[i + 1:i + 9]]  # one comma-joined token per stage
     assert chunks == tt["module_fqns_per_model_part"]
-    assert chunks[0][0] == "tok_embeddings" and chunks[-1][-2:] == ["norm", "output"]
+    assert chunks[0][0] == "tok_embeddings" and chunks[-1][-2:] == ["norm", "lm_head"]
     assert "--training.disable_cuda_graphs" in ov and ov[-1] == "activation-checkpoint:selective"
     # uneven vpp, each rank's chunks equal: first/last flags plus the vpp flag
     per_rank_even = _plan(LLAMA, dp=2, tp=8, pp=4, vpp=2, nmb=8, schedule="interleaved",
