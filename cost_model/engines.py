@@ -37,6 +37,9 @@ from .vocab import (
     DTYPE_FP8,
     DTYPE_FP16,
     DTYPE_FP32,
+    EMPTY_ANY,
+    EMPTY_ENDS,
+    EMPTY_NONE,
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
     ENGINE_RUNTIME,
@@ -50,6 +53,7 @@ from .vocab import (
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
     CpComm,
+    EmptyChunks,
     StageCounts,
 )
 
@@ -154,6 +158,11 @@ class EngineSupport:
     # the overlapped 1F1B expert all-to-all (ParallelConfig.moe_a2a_overlap), where the
     # engine has it: the source of its rules (engine_supports)
     moe_a2a_overlap: Source | None = None
+    # (virtual) pipeline stages that may hold no transformer block, only the embedding or only
+    # the loss (a layout that counts them as pipeline layers: pp x vpp up to blocks + 2), and
+    # where that was read (engine_supports; EmptyChunks)
+    empty_chunks: EmptyChunks = EMPTY_NONE
+    empty_chunks_source: Source | None = None
 
     def zero_levels(self, pipeline: bool = False) -> tuple[int, ...]:
         return tuple(sorted({m.zero for m in self.sharding if m.with_pipeline or not pipeline}))
@@ -227,6 +236,12 @@ MEGATRON = EngineSupport(
         "(any split, e.g. 'E|(t|)*3,m|m||L')"
     ),
     uneven_source=_mg(_MG_ARGS, "_add_distributed_args"),
+    # the layout asks only that the embedding come first, the loss last and the decoder count
+    # be num_layers: a stage may hold nothing else, or nothing at all (its pretty_repr prints
+    # "(empty stage)"); --account-for-embedding/loss-in-pipeline-split give the even case
+    empty_chunks=EMPTY_ANY,
+    empty_chunks_source=_mg("megatron/core/transformer/pipeline_parallel_layer_layout.py",
+                            "PipelineParallelLayerLayout.validate_layer_layout"),
     cp_variants=(CP_P2P, CP_ALL_GATHER, CP_A2A, CP_A2A_P2P),
     cp_source=_mg(_MG_ARGS, "--cp-comm-type (per layer allowed), default p2p"),
     expert_parallel=True,
@@ -325,6 +340,11 @@ TORCHTITAN = EngineSupport(
         "(default 1 each) with pipeline_parallel_layers_per_stage"
     ),
     uneven_source=_tt(_TT_CFG, "ParallelismConfig"),
+    # its own split counts tok_embeddings and norm + output as pipeline layers (input/output
+    # weight 1 each), so with pp x vpp = blocks + 2 the first stage is ["tok_embeddings"] and
+    # the last ["norm", "output"]; a middle stage always has a block (read in torchtitan 0.3.0)
+    empty_chunks=EMPTY_ENDS,
+    empty_chunks_source=_tt("torchtitan/distributed/pipeline_parallel.py", "_generate_llm_fqn_per_model_part"),
     # torch's context_parallel ring (K/V rotated step by step under the attention of each
     # step; the rotate method, allgather or alltoall, moves the same bytes): priced as p2p
     cp_variants=(CP_P2P,),
@@ -458,6 +478,10 @@ RUNTIME = EngineSupport(
     schedule_source=_rt("planner/runtime/pipeline.py", "build_schedule"),
     uneven_stages="stage_layers of the plan, any split",
     uneven_source=_rt("planner/runtime/plan_io.py"),
+    # a first part of only the embedding, a last of only the head and the loss
+    # (train._build_part: its blocks are the stage's range, empty there)
+    empty_chunks=EMPTY_ENDS,
+    empty_chunks_source=_rt("planner/runtime/plan_io.py", "validate: stages[].layers"),
     cp_variants=(),
     cp_source=_rt("planner/runtime/plan_io.py", "cp > 1 refused"),
     expert_parallel=False,
@@ -563,6 +587,10 @@ def engine_supports(
             return (f"{engine} takes one recompute count for every (virtual) stage, the plan has "
                     f"{list(recompute_layers)}: {e.recompute_detail} ({e.recompute_source})")
 
+    rule = empty_chunks_rule(engine, stage_layers)
+    if rule is not None:
+        return rule
+
     if pp > 1:
         sched = SCHEDULE_INTERLEAVED if vpp > 1 else schedule
         if sched not in e.schedules:
@@ -589,6 +617,25 @@ def engine_supports(
         if fp8_recipe is not None and fp8_recipe not in e.fp8_recipes:
             return f"{engine} fp8 recipes are {', '.join(e.fp8_recipes)}, not {fp8_recipe!r} ({e.fp8_source})"
     return None
+
+
+def empty_chunks_rule(engine: str, stage_layers: tuple[int, ...] | list[int] | None) -> str | None:
+    """None when the engine can build every (virtual) stage of `stage_layers` (blocks per
+    stage, model order) that holds no transformer block; otherwise its rule."""
+    if not stage_layers:
+        return None
+    empty = [k for k, n in enumerate(stage_layers) if n == 0]
+    if not empty:
+        return None
+    e = get_engine(engine)
+    ends = {0, len(stage_layers) - 1}
+    if e.empty_chunks == EMPTY_ANY or (e.empty_chunks == EMPTY_ENDS and set(empty) <= ends):
+        return None
+    src = e.empty_chunks_source or e.uneven_source
+    if e.empty_chunks == EMPTY_ENDS:
+        return (f"{engine} builds a stage without a transformer block only as the first (the embedding alone) or "
+                f"the last (the loss alone): stages {empty} of {len(stage_layers)} have none ({src})")
+    return f"{engine} gives every stage at least one transformer block: stages {empty} of {len(stage_layers)} have none ({src})"
 
 
 def _a2a_overlap_rule(e: EngineSupport, engine: str, ep: int, pp: int, vpp: int, recompute: str, dtype: str | None,

@@ -64,6 +64,10 @@ class StageProblem:
     # recomputing min(n, its blocks) (Megatron --recompute-num-layers with method block;
     # engines.EngineSupport.recompute_per_stage_counts == "uniform")
     uniform_recompute: bool = False
+    # the engine builds a first stage with only the embedding and a last with only the loss
+    # (engines.EngineSupport.empty_chunks): with more stages than blocks, up to 2 more, the
+    # layouts of stages.empty_end_layouts; otherwise every stage holds a block
+    empty_ends: bool = False
     # rank_cost's results by what they depend on (_rank_key): the greedy and repaired
     # partitions, the hint's polish and the step prices re-cost the same rank many times
     _rank_costs: dict = field(default_factory=dict, init=False, repr=False, compare=False)

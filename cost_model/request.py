@@ -373,8 +373,10 @@ class Parallelism(_Strict):
     moe_a2a_overlap: bool = Field(False, description="Megatron-Core's overlapped 1F1B: each steady step's forward and "
                                   "backward combined, one's expert all-to-alls under the other's compute "
                                   "(--overlap-moe-expert-parallel-comm)", examples=[False])
-    stage_layers: list[Annotated[int, Field(ge=1, le=MAX_LAYERS)]] | None = Field(
-        None, max_length=MAX_LAYERS, description="blocks per (virtual) stage, pp*vpp entries; default balanced", examples=[[16, 16]])
+    stage_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
+        None, max_length=MAX_LAYERS, description="blocks per (virtual) stage, pp*vpp entries; default balanced. 0: a "
+        "stage with only the embedding (first) or only the loss (last), where the engine builds one (Megatron: any "
+        "stage; torchtitan: the first and the last)", examples=[[16, 16]])
     recompute_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
         None, max_length=MAX_LAYERS, description="with recompute full: recomputed blocks per stage", examples=[[16, 8]])
 

@@ -65,7 +65,8 @@ class MemoryBreakdown(Record):
 
 class StageEstimate(Record):
     index: int
-    layers: tuple[int, int] = Field(description="first, last block (inclusive)")
+    layers: tuple[int, int] = Field(description="first, last block (inclusive); a stage with no block (only the "
+                                    "embedding or the loss) has last = first - 1")
     recompute_layers: int
     memory_gib: float = Field(description="of the pipeline rank that holds this stage")
     time_ms: float = Field(description="this stage's forward + backward for one micro-batch")

@@ -179,6 +179,19 @@ def balanced_stage_layers(num_layers: int, num_stages: int) -> list[int]:
     return counts
 
 
+def empty_end_layouts(num_layers: int, num_stages: int) -> list[list[int]]:
+    """The layouts of more stages than blocks where only the ends hold none: the first stage
+    only the embedding, the last only the loss (a layout that counts them as pipeline layers,
+    Megatron's --account-for-embedding/loss-in-pipeline-split, torchtitan's default split).
+    One block per other stage: blocks + 2 stages have one layout, blocks + 1 two (the
+    embedding or the loss alone), more stages none."""
+    if num_stages == num_layers + 2:
+        return [[0] + [1] * num_layers + [0]]
+    if num_stages == num_layers + 1:
+        return [[0] + [1] * num_layers, [1] * num_layers + [0]]
+    return []
+
+
 def slices_from_counts(counts: list[int] | tuple[int, ...], recompute: list[int] | tuple[int, ...] | None) -> list[StageSlice]:
     out, first = [], 0
     for k, n in enumerate(counts):

@@ -7,10 +7,11 @@ from dataclasses import asdict
 
 from . import attention, specs
 from . import request as rq
-from .engines import engine_supports, get_engine, loss_chunks_rule
+from .engines import empty_chunks_rule, engine_supports, get_engine, loss_chunks_rule
 from .errors import SpecError
 from .model_checks import check_architecture
 from .request import divisors
+from .stages import balanced_stage_layers
 from .vocab import MODEL_LAYERS, SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 
 __all__ = ["divisors", "expert_fold_error", "validate_cluster", "validate_config", "validate_model", "validate_training"]
@@ -120,14 +121,24 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
     if p.stage_layers is not None:
         if len(p.stage_layers) != n_stages:
             raise SpecError("parallelism.stage_layers", f"needs pp*vpp = {n_stages} entries, got {len(p.stage_layers)}", allowed=f"{n_stages} entries")
-        if any(n < 1 for n in p.stage_layers) or sum(p.stage_layers) != m.num_layers:
+        if any(n < 0 for n in p.stage_layers) or sum(p.stage_layers) != m.num_layers:
             raise SpecError(
                 "parallelism.stage_layers",
-                f"entries must be >= 1 and sum to {m.num_layers} layers, got {list(p.stage_layers)} (sum {sum(p.stage_layers)})",
-                allowed=f"positive counts summing to {m.num_layers}",
+                f"entries must be >= 0 and sum to {m.num_layers} layers, got {list(p.stage_layers)} (sum {sum(p.stage_layers)})",
+                allowed=f"counts summing to {m.num_layers}",
             )
+        # a stage with no block (only the embedding or the loss) where the engine builds one
+        rule = empty_chunks_rule(p.engine, p.stage_layers)
+        if rule is not None:
+            raise SpecError("parallelism.stage_layers", rule, allowed="at least one block per stage")
     elif m.num_layers < n_stages:
-        raise SpecError("parallelism.pp", f"{m.num_layers} layers cannot fill pp*vpp = {n_stages} stages", allowed=f"pp*vpp <= {m.num_layers}")
+        # more stages than blocks: the balanced split leaves the first and the last stage
+        # only the embedding and the loss (pp*vpp = blocks + 2: Megatron's
+        # --account-for-embedding/loss-in-pipeline-split), where the engine builds them
+        rule = empty_chunks_rule(p.engine, balanced_stage_layers(m.num_layers, n_stages))
+        if rule is not None:
+            raise SpecError("parallelism.pp", f"{m.num_layers} layers cannot fill pp*vpp = {n_stages} stages: {rule}",
+                            allowed=f"pp*vpp <= {m.num_layers}")
     if p.recompute_layers is not None:
         if len(p.recompute_layers) != n_stages or any(r < 0 for r in p.recompute_layers):
             raise SpecError("parallelism.recompute_layers", f"needs {n_stages} non-negative counts", allowed=f"{n_stages} entries")

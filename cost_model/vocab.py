@@ -34,6 +34,10 @@ Schedule = Literal["gpipe", "1f1b", "interleaved"]
 ZeroStage = Literal[0, 1, 2, 3]
 # which per-stage full-recompute counts an engine can run (cost_model/engines.py EngineSupport)
 StageCounts = Literal["any", "uniform", "none"]
+# which (virtual) pipeline stages an engine lets hold no transformer block, only the embedding
+# or only the loss (cost_model/engines.py EngineSupport.empty_chunks): any, the first and the
+# last ("ends"), or none
+EmptyChunks = Literal["any", "ends", "none"]
 
 # --------------------------------------------------------------------------- launch
 Engine = Literal["megatron", "torchtitan", "deepspeed", "runtime"]
@@ -65,6 +69,7 @@ LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused
 (ATTN_FULL, ATTN_SLIDING, ATTN_CHUNKED) = get_args(AttentionLayer)
 (STATUS_OPTIMAL, STATUS_FEASIBLE) = get_args(SolverStatus)
 (COUNTS_ANY, COUNTS_UNIFORM, COUNTS_NONE) = get_args(StageCounts)
+(EMPTY_ANY, EMPTY_ENDS, EMPTY_NONE) = get_args(EmptyChunks)
 (CP_P2P, CP_ALL_GATHER, CP_A2A, CP_A2A_P2P) = get_args(CpComm)
 (
     TARGET_MEGATRON, TARGET_TORCHTITAN, TARGET_DEEPSPEED, TARGET_TORCHRUN, TARGET_SLURM,

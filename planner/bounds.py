@@ -48,7 +48,7 @@ class TableSums:
     act_bytes: dict[str, float]  # by recompute mode: the least activation bytes of all blocks
     block_states_bytes: float = 0.0  # the blocks' model states (states_bytes less the embeddings')
     one_block_kind: bool = True  # every block alike (the same states and activations)
-    num_blocks: int = 0  # transformer blocks of the model (each virtual stage holds >= 1)
+    num_blocks: int = 0  # transformer blocks of the model (each virtual stage holds >= 1 unless they are fewer)
     # per block kind: (count, one block's states, its least activations by recompute mode)
     kind_bytes: tuple[tuple[int, float, dict[str, float]], ...] = ()
 
@@ -208,7 +208,7 @@ def memory_bound_bytes(
       1 / sum_r 1/(S + kappa_r A) (the embeddings' states left out), above the mean's
       (S + min kappa A)/p when the kappas differ (interleaving);
       every block at least the least block (states s, activations a), each rank holding
-      N_r >= v whole blocks: rank r holds at least f_r(N_r) = s N_r + a x in_flight_lines'
+      N_r >= v whole blocks (every chunk one or more: not with more chunks than blocks): rank r holds at least f_r(N_r) = s N_r + a x in_flight_lines'
       maximum at N_r, and the fullest rank at least the least max_r f_r(N_r) over counts
       summing to the model's blocks (_least_fullest_rank_bytes). Interleaved this is what
       the kappas leave out: no rank can put all its activations on its least held chunk,
@@ -224,7 +224,9 @@ def memory_bound_bytes(
         S = sums.block_states_bytes * states_scale
         if all(S + k * A > 0 for k in floors):
             best = max(best, 1.0 / sum(1.0 / (S + k * A) for k in floors))
-    if sums.num_blocks and sums.kind_bytes:
+    if sums.num_blocks and sums.kind_bytes and pp * max(1, vpp) <= sums.num_blocks:
+        # (more chunks than blocks, stages.empty_end_layouts: a chunk may hold none, so the
+        # lines' premise fails; the two bounds above hold whatever the chunks hold)
         v = max(1, vpp)
         lines = _rank_lines(schedule, pp, m, vpp)
         s_min = min(st for _, st, _ in sums.kind_bytes) * states_scale
@@ -331,6 +333,10 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
     the rest already reaches it (the value returned is a valid bound either way). `rel`: the
     two-kind bisections' precision (BISECTION_REL; PROOF_REL to prove a partition optimal)."""
     L, pp, v = p.num_layers, p.pp, p.vpp
+    if pp * v > L:
+        # more stages than blocks (stages.empty_end_layouts): a rank may hold fewer than v
+        # blocks, the water-filling's premise; the cheap bound holds whatever the stages hold
+        return cheap_time_bound_s(sums, p.table, p.recompute, pp, v, p.num_micro_batches)
     fns = [_rank_time_fn(p, r) for r in range(pp)]
     if any(f(v) == math.inf for f, _ in fns):
         return math.inf

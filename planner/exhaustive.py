@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from cost_model.errors import SpecError
 from cost_model.rank_costs import StageProblem, uniform_recompute_counts
-from cost_model.stages import slices_from_counts, step_time_s
+from cost_model.stages import empty_end_layouts, slices_from_counts, step_time_s
 
 # About 1.5 minutes: one evaluation (stages.rank_cost plus its share of building the layer
 # tables) took ~45 microseconds on one core here (8 layers, 16 GPUs: 543,808 in 24 s).
@@ -52,13 +52,36 @@ def _times(a: list[int], b: list[int]) -> list[int]:
     return out
 
 
+def best_empty_end_partition(p: StageProblem) -> tuple[float, list[int], list[int]] | None:
+    """The fastest feasible (counts, recompute counts) of a problem with more stages than
+    blocks, and its step time: every empty-end layout, with full recompute every engine-wide
+    count (none or every block, each stage holding at most one; the engines that build empty
+    stages take one count, Megatron, or none or all, torchtitan). Exact, and at most 4
+    partitions priced: the search's solve of these candidates (no CP-SAT)."""
+    best = None
+    for counts in empty_end_layouts(p.num_layers, p.num_stages) if p.empty_ends else []:
+        for n in (0, 1) if p.full else (0,):
+            rcs = uniform_recompute_counts(counts, n)
+            slices = slices_from_counts(counts, rcs)
+            ranks = [p.rank_cost(slices, r) for r in range(p.pp)]
+            if any(rc.peak_bytes > p.capacity_bytes for rc in ranks):
+                continue
+            t = step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
+            if best is None or t < best[0] - 1e-15:
+                best = (t, counts, rcs)
+    return best
+
+
 @lru_cache(maxsize=1024)
-def count_evaluations(L: int, S: int, pp: int, full: bool) -> int:
+def count_evaluations(L: int, S: int, pp: int, full: bool, empty_ends: bool = False) -> int:
     """Exactly the rank_cost calls `best_partition` makes: for every composition of L into
     S stages, each rank tries prod_{k on the rank} (counts[k] + 1) recompute combinations
     under full recompute, one otherwise. Summed over compositions with generating
     functions: a stage of c >= 1 blocks is x^c, weighted by (c + 1) on a recomputing rank,
-    and every rank holds S/pp stages."""
+    and every rank holds S/pp stages. With more stages than blocks on an engine that builds
+    empty ends (`empty_ends`), best_empty_end_partition's: every rank per layout and count."""
+    if S > L and empty_ends:
+        return len(empty_end_layouts(L, S)) * (2 if full else 1) * pp
     if S > L or S < 1:
         return 0
     if not full:
@@ -74,9 +97,9 @@ def count_evaluations(L: int, S: int, pp: int, full: bool) -> int:
     return pp * series[L]
 
 
-def check_size(shapes: Iterable[tuple[int, int, int, bool]]) -> int:
+def check_size(shapes: Iterable[tuple[int, int, int, bool, bool]]) -> int:
     """The most evaluations of the whole search over candidates of (layers, stages, pp,
-    full recompute) shapes (a partition stops early at a rank that cannot fit);
+    full recompute, empty ends) shapes (a partition stops early at a rank that cannot fit);
     SpecError("search") above the limit, with the count, the limit and how to shrink it."""
     shapes = list(shapes)
     work = sum(count_evaluations(*s) for s in shapes)
@@ -96,6 +119,11 @@ def best_partition(p: StageProblem, tick: Callable[[int], None] | None = None) -
     """The fastest feasible (counts, recompute counts) and its step time. `tick(n)` is told
     after each stage partition how many rank evaluations it took."""
     L, S, pp = p.num_layers, p.num_stages, p.pp
+    if S > L:
+        found = best_empty_end_partition(p)
+        if tick is not None:
+            tick(count_evaluations(L, S, pp, p.full, p.empty_ends))
+        return found
     best = None
     for counts in compositions(L, S):
         if p.full and p.uniform_recompute:

@@ -108,9 +108,9 @@ def lp_time_bound_s(p: StageProblem) -> float | None:
     pipeline is the larger of the two forms, the tail the slowest rank's; the unpaired time
     of the overlapped 1F1B all-to-all, >= 0, is left out), so the LP's least is a lower bound
     of the candidate's optimum. math.inf when the LP has no point (nothing fits); None when
-    it does not apply (no interleaving, or more than LP_MAX_KINDS block kinds) or the LP
-    solver fails."""
-    if p.vpp <= 1 or len(p.kind_coefficients) > LP_MAX_KINDS:
+    it does not apply (no interleaving, more than LP_MAX_KINDS block kinds, or more stages
+    than blocks: stages.empty_end_layouts leave a stage none) or the LP solver fails."""
+    if p.vpp <= 1 or len(p.kind_coefficients) > LP_MAX_KINDS or p.num_stages > p.num_layers:
         return None
     kinds = p.kind_coefficients
     per_kind = [0] * len(kinds)

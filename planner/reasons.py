@@ -8,6 +8,8 @@ from cost_model.results import Estimate
 from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
 from cost_model.vocab import (
     COUNTS_UNIFORM,
+    EMPTY_NONE,
+    ENGINE_MEGATRON,
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
     SCHEDULE_INTERLEAVED,
@@ -122,14 +124,19 @@ def engine_restrictions(engine: str, space=None, pp: int | None = None) -> list[
 
 def _pinned_chunk_rule(space, num_layers: int | None) -> str | None:
     """Why pinned pipeline degrees leave no layout: every model chunk (pp x vpp of them)
-    holds at least one transformer block."""
+    holds at least one transformer block, but the first and the last, which may hold only
+    the embedding and only the loss where the engine builds that (stages.empty_end_layouts)."""
     if space is None or num_layers is None:
         return None
     pps, vpps = space.allowed.get("pp") or (), space.allowed.get("vpp") or ()
-    if pps and vpps and min(pps) * min(vpps) > num_layers:
-        return (f"pp x vpp = {min(pps)} x {min(vpps)} = {min(pps) * min(vpps)} model chunks for {num_layers} blocks: "
-                "each chunk holds at least one block (layouts that count the embedding and the loss as "
-                "pipeline layers, Megatron's --account-for-embedding/loss-in-pipeline-split, are not planned)")
+    engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
+    ends = get_engine(engine).empty_chunks != EMPTY_NONE
+    if pps and vpps and min(pps) * min(vpps) > num_layers + (2 if ends else 0):
+        chunks = min(pps) * min(vpps)
+        why = ("the first and the last may hold only the embedding and only the loss, the others one block or "
+               f"more: at most {num_layers + 2} chunks" if ends else
+               f"{engine} gives each chunk at least one block ({get_engine(engine).uneven_source})")
+        return f"pp x vpp = {min(pps)} x {min(vpps)} = {chunks} model chunks for {num_layers} blocks: {why}"
     return None
 
 

@@ -31,6 +31,7 @@ from cost_model.specs import (
 from cost_model.stages import slices_from_counts, step_time_s
 from cost_model.vocab import (
     COUNTS_UNIFORM,
+    EMPTY_NONE,
     ENGINE_MEGATRON,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
@@ -219,6 +220,7 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         reserved_bytes=memory.reserved_bytes(_to_config(c)),
         interference=gpu.overlap_interference,
         uniform_recompute=get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM,
+        empty_ends=get_engine(c.engine).empty_chunks != EMPTY_NONE,
     )
 
 
@@ -251,7 +253,8 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
                                       dominance=False))
     L = prob.model.num_layers
-    work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL) for c in cands)
+    work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL,
+                             get_engine(c.engine).empty_chunks != EMPTY_NONE) for c in cands)
     found: list[Found] = []
     report = _Reporter(progress, t0, progress_after_s, progress_every_s)
     done = 0
@@ -602,6 +605,17 @@ def search(
         `busy` (with `defer`: the best-first loop's solve slots are taken): the candidate is
         deferred as one far from its bound is, to a retry (its hint recorded; one without a
         hint only once a plan is found: until then the loop waits for the slot)."""
+        if _more_stages_than_blocks(p):
+            # at most 4 partitions (the empty-end layouts, none or every block recomputed):
+            # all priced, the best is the candidate's optimum; no bound or CP-SAT needed
+            open_.pop(e.order, None)
+            best = brute.best_empty_end_partition(p)
+            if best is None:
+                stats.infeasible += 1
+            else:
+                _record(found, prob, e.candidate, table, best[1], best[2], STATUS_OPTIMAL, k)
+            return None
+
         # the bounds first, at full precision, and once a plan is found also the LP of the
         # lock-step model under interleaving (it prices uneven chunks that the rank-wise bound
         # lets a rank use to fit its memory for free): a candidate they set aside needs no
@@ -946,6 +960,12 @@ def _count_left(stats: SearchStats, queue: list[_Entry]) -> None:
     stats.pruned_time += len(queue) - groups
 
 
+def _more_stages_than_blocks(p: StageProblem) -> bool:
+    """A candidate of the empty-end layouts (stages.empty_end_layouts): some stage holds no
+    block, which the tight and LP bounds and the ILP assume every stage does."""
+    return p.num_stages > p.num_layers
+
+
 def _step_s(p: StageProblem, counts: list[int], rcs: list[int]) -> float | None:
     """The float model's step time of a partition, None when a rank does not fit."""
     slices = slices_from_counts(counts, rcs)
@@ -999,7 +1019,11 @@ def _count_patterns(L: int, S: int) -> list[list[int]]:
 def best_hint(p: StageProblem) -> tuple[list[int], list[int]] | None:
     """The best of greedy_partition (else repair_partition) and the patterns of
     `_count_patterns` (each with its least recompute) under the float model: the CP-SAT hint,
-    and the fallback plan when CP-SAT returns nothing in time. Only a starting point: optimality is CP-SAT's to prove."""
+    and the fallback plan when CP-SAT returns nothing in time. Only a starting point: optimality is CP-SAT's to prove.
+    With more stages than blocks, the best of the empty-end layouts (exhaustive.best_empty_end_partition)."""
+    if _more_stages_than_blocks(p):
+        best = brute.best_empty_end_partition(p)
+        return None if best is None else (best[1], best[2])
     tried = []
     g = greedy_partition(p)
     if g is not None:

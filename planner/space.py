@@ -19,6 +19,7 @@ from cost_model.vocab import (
     ALL_REDUCE,
     ATTENTION_FLASH,
     DTYPE_FP8,
+    EMPTY_NONE,
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
     ENGINE_RUNTIME,
@@ -209,17 +210,20 @@ def _expert_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, t
     return out
 
 
-def _vpp_values(space: SearchSpace, pp: int, L: int) -> list[int]:
+def _vpp_values(space: SearchSpace, pp: int, L: int, empty_ends: bool = False) -> list[int]:
     """Virtual stages per pipeline rank for the interleaved schedule: up to the blocks per
     rank (L // pp; published Megatron-Core runs use 14 and 24), each of them allowed by
     the space. Unpinned, values above MAX_VPP are kept only when they split the blocks
-    evenly (L % (pp*v) == 0), which bounds the list without losing the published layouts."""
+    evenly (L % (pp*v) == 0), which bounds the list without losing the published layouts.
+    `empty_ends` (the engine builds a first stage of only the embedding and a last of only
+    the loss): also pp*v = L + 1 and L + 2 (stages.empty_end_layouts; Megatron-Bridge runs
+    Llama 3.1 405B's 126 blocks at pp 16 x vpp 8), L + 2 counting as even."""
     pinned = space.allowed.get("vpp")
     out = []
-    for v in range(2, L // pp + 1):
+    for v in range(2, (L + 2 if empty_ends else L) // pp + 1):
         if not space.ok("vpp", v):
             continue
-        if pinned or v <= MAX_VPP or L % (pp * v) == 0:
+        if pinned or v <= MAX_VPP or L % (pp * v) == 0 or pp * v == L + 2:
             out.append(v)
     return out
 
@@ -351,7 +355,7 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
             elif space.ok("schedule", SCHEDULE_GPIPE):
                 schedules.append((SCHEDULE_GPIPE, 1))
         if space.ok("schedule", SCHEDULE_INTERLEAVED):
-            for v in _vpp_values(space, pp, L):
+            for v in _vpp_values(space, pp, L, get_engine(engine).empty_chunks != EMPTY_NONE):
                 schedules.append((SCHEDULE_INTERLEAVED, v))
     overlaps = a2a_overlap_values(model, space, engine, ep)
     cp_comms = cp_comm_values(model, space, engine, tp, cp)

@@ -34,7 +34,9 @@ def print_estimate(est: Estimate, cfg_line: str = "") -> None:
     print("breakdown      " + ", ".join(f"{k} {fmt_s(v)}" for k, v in parts))
     print(f"{'stage':>5s} {'layers':>9s} {'recompute':>9s} {'time/mb':>10s} {'mem GiB':>8s}")
     for s in est.stages:
-        print(f"{s.index:5d} {s.layers[0]:4d}-{s.layers[1]:<4d} {s.recompute_layers:9d} {s.time_ms:8.2f}ms {s.memory_gib:8.1f}")
+        first, last = s.layers
+        span = f"{first:4d}-{last:<4d}" if last >= first else f"{'none':>9s}"  # only the embedding or the loss
+        print(f"{s.index:5d} {span} {s.recompute_layers:9d} {s.time_ms:8.2f}ms {s.memory_gib:8.1f}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -220,10 +220,14 @@ def validate(p: RunPlan, world_size: int | None) -> None:
         raise PlanError(f"len(stages)={len(p.stages)} != pp*vpp = {p.pp}*{p.vpp}")
     expect = 0
     for i, s in enumerate(p.stages):
-        if s.first != expect or s.last < s.first:
+        # the first stage may hold only the embedding and the last only the head and the loss
+        # (last = first - 1): train._build_part builds a part of no block with them
+        empty_ok = p.pp > 1 and i in (0, len(p.stages) - 1)
+        if s.first != expect or s.last < s.first - (1 if empty_ok else 0):
             raise PlanError(
                 f"stages[{i}].layers=[{s.first}, {s.last}]: stages must cover layers "
-                f"0..{p.model.num_layers - 1} contiguously, each with >= 1 layer (expected first={expect})"
+                f"0..{p.model.num_layers - 1} contiguously, each with >= 1 layer but the first and the last "
+                f"(expected first={expect})"
             )
         if not 0 <= s.recompute_layers <= s.num_layers:
             raise PlanError(f"stages[{i}].recompute_layers={s.recompute_layers} not in [0, {s.num_layers}]")

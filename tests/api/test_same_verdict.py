@@ -78,7 +78,7 @@ CASES = [
     ("estimate", _with("parallelism.recompute", "most", EST), "parallelism.recompute"),
     ("estimate", _with("parallelism.zero", 4, EST), "parallelism.zero"),
     ("estimate", _with("parallelism.etp", 0, EST), "parallelism.etp"),
-    ("estimate", _with("parallelism.stage_layers", [0, 32], EST), "parallelism.stage_layers[0]"),
+    ("estimate", _with("parallelism.stage_layers", [-1, 33], EST), "parallelism.stage_layers[0]"),
     ("estimate", _with("parallelism", ..., EST), "parallelism"),
     ("check", _with("max_slowdown", -1, EST), "max_slowdown"),
     ("plan", _with("search", {"top_k": 0}, BASE), "search.top_k"),

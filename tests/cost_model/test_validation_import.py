@@ -41,7 +41,9 @@ def _est(model="gpt3-175b", n=64, gb=64, seq=2048, **cfg):
         (dict(tp=8, pp=2, vpp=2, schedule="1f1b"), "parallelism.vpp"),
         (dict(tp=8, pp=4, stage_layers=(24, 24, 24, 23)), "parallelism.stage_layers"),
         (dict(tp=8, pp=4, stage_layers=(48, 48)), "parallelism.stage_layers"),
-        (dict(tp=8, pp=4, stage_layers=(0, 32, 32, 32)), "parallelism.stage_layers[0]"),
+        (dict(tp=8, pp=4, stage_layers=(-1, 33, 32, 32)), "parallelism.stage_layers[0]"),
+        # a stage with no block: DeepSpeed's PipelineModule builds none (Megatron does)
+        (dict(tp=8, pp=4, stage_layers=(0, 32, 32, 32), engine="deepspeed"), "parallelism.stage_layers"),
         (dict(tp=0), "parallelism.tp"),
         (dict(dp=-1), "parallelism.dp"),
         (dict(micro_batch_size=0), "parallelism.micro_batch_size"),

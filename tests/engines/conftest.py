@@ -58,6 +58,14 @@ CP_REQUESTS = {
 }
 RULE_REQUESTS.update(CP_REQUESTS)
 CP_CASES = sorted(CP_REQUESTS)
+# more virtual stages than blocks (32 + 2): the first holds only the embedding, the last only
+# the loss (Megatron's layout string, --pipeline-model-parallel-layout "E|t|...|t|L")
+EMPTY_END_REQUESTS = {
+    "llama3-8b-empty-ends@8": {**REQUESTS["llama3-8b@8"],
+                               "search": {"pp": 2, "vpp": 17, "tp": 1, "cp": 1, "engine": "megatron"}},
+}
+RULE_REQUESTS.update(EMPTY_END_REQUESTS)
+EMPTY_END_CASES = sorted(EMPTY_END_REQUESTS)
 FOLD_CASES = ["mixtral-8x7b-fold@64"]
 OVERLAP_CASES = ["mixtral-8x7b-a2a-overlap@64"]
 CASES = sorted(REQUESTS)

@@ -20,6 +20,7 @@ import pytest
 from .conftest import (
     CASES,
     CP_CASES,
+    EMPTY_END_CASES,
     FOLD_CASES,
     OVERLAP_CASES,
     fake_world,
@@ -100,7 +101,7 @@ def _megatron(name: str) -> tuple[dict, dict, dict[str, object]]:
     return plan, art, parse_flags(art["args"])
 
 
-@pytest.mark.parametrize("name", CASES + CP_CASES)
+@pytest.mark.parametrize("name", CASES + CP_CASES + EMPTY_END_CASES)
 def test_transformer_and_ddp_configs_accept_args(name):
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.transformer import TransformerConfig
@@ -149,7 +150,7 @@ def test_launch_is_multiprocess_torchrun(name):
         assert int(art["env"]["CUDA_DEVICE_MAX_CONNECTIONS"]) > 1
 
 
-@pytest.mark.parametrize("name", CASES + FOLD_CASES + OVERLAP_CASES + CP_CASES)
+@pytest.mark.parametrize("name", CASES + FOLD_CASES + OVERLAP_CASES + CP_CASES + EMPTY_END_CASES)
 def test_parallel_state_groups_and_layout_equal_plan(name):
     from megatron.core import parallel_state as ps
     from megatron.core.transformer import TransformerConfig
@@ -226,7 +227,7 @@ print("PARSED", json.dumps({k: getattr(args, k) for k in (
 
 
 @pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
-@pytest.mark.parametrize("name", CASES + OVERLAP_CASES + CP_CASES)
+@pytest.mark.parametrize("name", CASES + OVERLAP_CASES + CP_CASES + EMPTY_END_CASES)
 def test_megatron_lm_parse_and_validate_args(name, tmp_path):
     """Megatron-LM's own parse_args + validate_args, in the environment megatron.sh exports."""
     import json
@@ -382,3 +383,43 @@ def test_a2a_overlap_rule_is_megatron_cores(pp, vpp, ep, recompute, dtype):
     except (AssertionError, ValueError):
         theirs_ok = False
     assert ours_ok == theirs_ok
+
+
+def test_empty_end_stages_layout_is_megatron_cores():
+    """A layout that counts the embedding and the loss as pipeline layers (pp x vpp = blocks
+    + 2, Megatron's --account-for-embedding/loss-in-pipeline-split): the estimate takes it as
+    stage_layers with 0 blocks at both ends, and megatron-core's own layout parser and
+    validator take the emitted --pipeline-model-parallel-layout and build, per (pp rank,
+    virtual stage), the blocks of the estimate's stages: none on the first and the last."""
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    from planner.launch.megatron import pipeline_layout
+    from planner.service import estimate
+
+    pp, vpp, blocks = 2, 17, 32
+    counts = [0] + [1] * blocks + [0]
+    req = {"model": {"name": "llama3-8b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"global_batch_size": 64, "seq_length": 4096},
+           "parallelism": {"dp": 4, "pp": pp, "vpp": vpp, "micro_batch_size": 1, "zero": 1, "stage_layers": counts}}
+    est = estimate(req)
+    plan = {"parallelism": {"pp": pp, "vpp": vpp}, "stages": [{"layers": list(s.layers)} for s in est.stages]}
+    flags, _ = pipeline_layout(plan)
+    layout = flags[flags.index("--pipeline-model-parallel-layout") + 1]
+    cfg = TransformerConfig(num_layers=blocks, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=pp,
+                            pipeline_model_parallel_layout=layout, pipeline_dtype=__import__("torch").bfloat16)
+    from megatron.core import parallel_state as ps
+
+    for rank in range(pp):  # one rank per pipeline stage: the layout is read on each
+        with fake_world(rank, pp):
+            ps.initialize_model_parallel(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
+                                         create_gloo_process_groups=False)
+            try:
+                for v in range(vpp):
+                    k = v * pp + rank
+                    assert get_num_layers_to_build(cfg, vp_stage=v, pp_rank=rank) == counts[k], k
+                    if counts[k]:
+                        assert get_transformer_layer_offset(cfg, vp_stage=v, pp_rank=rank) == est.stages[k].layers[0]
+            finally:
+                ps.destroy_model_parallel()

@@ -301,3 +301,18 @@ def test_pipeline_split_keeps_each_stage_whole():
         assert ("tok_embeddings" in kept) == (k == 0), k
         assert ("norm" in kept and "lm_head" in kept) == (k == len(stages) - 1), k
 
+
+def test_empty_end_stages_are_torchtitans_own_split():
+    """pp x vpp = blocks + 2 with only the embedding on the first stage and only the loss on
+    the last: the emitted FQNs are the ones torchtitan's own split gives there (embedding and
+    output weighted one layer each, its default), and the estimate accepts the layout."""
+    from torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part
+
+    from planner.service import estimate
+
+    req = {"model": {"name": "llama3-8b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"global_batch_size": 64, "seq_length": 4096},
+           "parallelism": {"dp": 4, "pp": 2, "vpp": 17, "micro_batch_size": 1, "zero": 1, "engine": "torchtitan",
+                           "stage_layers": [0] + [1] * 32 + [0]}}
+    plan = _stage_plan(estimate(req), 2, 17)
+    assert tt_emit.module_fqns(plan) == _generate_llm_fqn_per_model_part(34, 32, input_weight=1, output_weight=1)

@@ -531,3 +531,51 @@ def test_lp_bound_interleaved_never_above_the_brute_force_optimum(samples, seed)
         tighter += lp > tight_time_bound_s(p, tables.get_sums(c)) * (1 + 1e-6)
         checked += 1
     assert checked >= 10 and tighter >= 1, (checked, tighter)
+
+
+def test_bounds_hold_on_more_stages_than_blocks():
+    """Candidates with pp x vpp = blocks + 1 or + 2 (stages.empty_end_layouts: the first
+    stage only the embedding, the last only the loss, Megatron): the time bounds (cheap,
+    tight, base) stay below the best of their layouts, and the memory bounds below the
+    least peak of any layout; the LP, whose rows put a block on every stage, steps aside.
+    One and two block kinds, memory often binding."""
+    from cost_model.memory import reserved_bytes
+    from cost_model.rank_costs import uniform_recompute_counts
+    from cost_model.stages import empty_end_layouts, slices_from_counts
+    from planner.bounds import base_memory_bound_bytes, cheap_time_bound_s, memory_bound_bytes
+
+    rng = random.Random(20261204)
+    checked = kinds2 = 0
+    for _ in range(8):
+        req = _moe_request(rng)
+        if rng.random() < 0.5:
+            del req["model"]["transformer"]["moe"]
+        L = req["model"]["transformer"]["num_layers"]
+        req["search"] = {"vpp": list(range(2, L + 3))}
+        prob = problem_from_request(req)
+        tables = _Tables(prob)
+        cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
+                 for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
+                 if c.pp * c.vpp > L]
+        for c in rng.sample(cands, min(8, len(cands))):
+            table = tables.get(c)
+            p = stage_problem(prob, c, table)
+            sums = tables.get_sums(c)
+            m = p.num_micro_batches
+            peaks = [max(p.rank_cost(slices_from_counts(counts, uniform_recompute_counts(counts, n)), r).peak_bytes
+                         for r in range(p.pp))
+                     for counts in empty_end_layouts(L, p.num_stages) for n in ((0, 1) if p.full else (0,))]
+            reserved = reserved_bytes(search_module._to_config(c))
+            assert memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) <= min(peaks) * (1 + REL)
+            base_table, base_sums = tables.base(c)
+            assert base_memory_bound_bytes(base_sums, prob.training, c, m, reserved) <= min(peaks) * (1 + REL)
+            assert lp_time_bound_s(p) is None
+            best = exhaustive.best_empty_end_partition(p)
+            if best is None:
+                continue
+            for bound in (cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m),
+                          tight_time_bound_s(p, sums), base_time_bound_s(base_sums, base_table, c, m)):
+                assert bound <= best[0] * (1 + REL), (c, bound, best[0])
+            checked += 1
+            kinds2 += len(p.kind_coefficients) == 2
+    assert checked >= 20 and kinds2 >= 5

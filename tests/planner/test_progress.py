@@ -37,9 +37,15 @@ def request(layers: int, gpus: int, **search_pins) -> dict:
 
 
 @functools.cache
-def brute_count(L: int, S: int, pp: int, full: bool) -> int:
-    """The rank evaluations of exhaustive.best_partition, enumerated one by one."""
+def brute_count(L: int, S: int, pp: int, full: bool, empty_ends: bool = False) -> int:
+    """The rank evaluations of exhaustive.best_partition, enumerated one by one. More stages
+    than blocks, on an engine that builds a first stage of only the embedding and a last of
+    only the loss (`empty_ends`): each such layout, every rank once per engine-wide recompute
+    count (none, or every block: one block per stage)."""
     total = 0
+    if S > L:
+        ends = [[0] + [1] * L + [0]] if S == L + 2 else [[0] + [1] * L, [1] * L + [0]] if S == L + 1 else []
+        return sum(pp * (2 if full else 1) for _ in ends) if empty_ends else 0
     for cuts in itertools.combinations(range(1, L), S - 1):
         counts = [b - a for a, b in zip((0, *cuts), (*cuts, L), strict=True)]
         for r in range(pp):
@@ -58,25 +64,33 @@ def brute_uniform_count(L: int, S: int, pp: int) -> int:
 
 
 @pytest.mark.parametrize("L,S,pp,full", [
-    (1, 1, 1, True), (5, 1, 1, True), (6, 3, 3, True), (8, 4, 2, True), (9, 6, 3, True),
+    (1, 1, 1, True), (5, 1, 1, True), (6, 3, 3, True), (8, 4, 2, True), (9, 6, 3, True), (6, 8, 2, False),
+    (7, 8, 4, True),
     (12, 4, 4, False), (10, 4, 2, False), (3, 4, 4, True), (16, 8, 4, True),
 ])
-def test_count_evaluations_matches_enumeration(L, S, pp, full):
-    assert exhaustive.count_evaluations(L, S, pp, full) == brute_count(L, S, pp, full)
+@pytest.mark.parametrize("empty_ends", [False, True])
+def test_count_evaluations_matches_enumeration(L, S, pp, full, empty_ends):
+    assert exhaustive.count_evaluations(L, S, pp, full, empty_ends) == brute_count(L, S, pp, full, empty_ends)
+    if S in (L + 1, L + 2):  # the layouts with an empty end
+        assert exhaustive.count_evaluations(L, S, pp, full, True) > 0 == exhaustive.count_evaluations(L, S, pp, full)
 
 
 def test_count_is_what_best_partition_evaluates():
     """With memory to spare no rank stops early: best_partition's evaluations are the count."""
     prob = problem_from_request(request(6, 8, recompute="full", pp=2, tp=1))
     tables = _Tables(prob)
-    for c in list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
-                                       dominance=False))[:6]:
+    cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
+                                      dominance=False))
+    # the first few, and those with more stages than blocks (the empty-end layouts)
+    over = [c for c in cands if c.pp * c.vpp > 6][:4]
+    assert over
+    for c in cands[:6] + over:
         p = stage_problem(prob, c, tables.get(c))
         p = replace(p, capacity_bytes=1e30)
         seen = []
         exhaustive.best_partition(p, seen.append)
-        bound = exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full)
-        if p.full and p.uniform_recompute:
+        bound = exhaustive.count_evaluations(p.num_layers, p.num_stages, p.pp, p.full, p.empty_ends)
+        if p.full and p.uniform_recompute and p.num_stages <= p.num_layers:
             assert sum(seen) == brute_uniform_count(p.num_layers, p.num_stages, p.pp) <= bound
         else:
             assert sum(seen) == bound
@@ -96,7 +110,8 @@ def test_exhaustive_16_gpus_12_layers_refuses_at_once():
     count = int(re.search(r"up to ([\d,]+) rank costs", msg).group(1).replace(",", ""))
     cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
                                       dominance=False))
-    assert count == sum(brute_count(12, c.pp * c.vpp, c.pp, c.recompute == "full") for c in cands)
+    assert count == sum(brute_count(12, c.pp * c.vpp, c.pp, c.recompute == "full", c.engine == "megatron")
+                        for c in cands)
     assert count > exhaustive.MAX_EVALUATIONS
     assert f"{exhaustive.MAX_EVALUATIONS:,}" in msg
     for hint in ("search.tp", "search.pp", "fewer layers", "fewer GPUs"):
@@ -110,7 +125,7 @@ def test_exhaustive_below_the_limit_reports_progress():
     assert res.best and lines
     cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
                                       dominance=False))
-    total = sum(brute_count(4, c.pp * c.vpp, c.pp, c.recompute == "full") for c in cands)
+    total = sum(brute_count(4, c.pp * c.vpp, c.pp, c.recompute == "full", c.engine == "megatron") for c in cands)
     done = [int(re.search(r"exhaustive: ([\d,]+) of at most", x).group(1).replace(",", "")) for x in lines]
     assert all(f"of at most {total:,} rank evaluations" in x for x in lines)
     assert done == sorted(done) and done[-1] <= total

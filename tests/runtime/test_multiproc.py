@@ -86,6 +86,14 @@ def test_interleaved_pp2_vpp2_dp2_selective(tmp_path):
     run_plan(tmp_path, doc)
 
 
+def test_interleaved_empty_end_stages_pp2_vpp5_dp2(tmp_path):
+    """8 blocks on pp 2 x vpp 5 = 10 virtual stages: the first holds only the embedding, the
+    last only the head and the loss (stages.empty_end_layouts); the same losses and gradient
+    norms as one process."""
+    stages = [(0, -1)] + [(i, i) for i in range(8)] + [(8, 7)]
+    run_plan(tmp_path, make_plan(stages=stages, pp=2, vpp=5, dp=2, schedule="interleaved", zero=1))
+
+
 def test_zero3_dp4_fsdp2(tmp_path):
     run_plan(tmp_path, make_plan(stages=[(0, 7)], pp=1, dp=4, zero=3, num_micro_batches=2))
 

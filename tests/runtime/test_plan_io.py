@@ -35,7 +35,16 @@ BAD = [
     ("cp", make_plan(stages=[(0, 7)], pp=1, dp=2, cp=2), 4, "not supported by the runtime yet"),
     ("schedule", make_plan(schedule="zb"), 4, "schedule='zb'"),
     ("recompute layers", make_plan(stages=[(0, 3, 5), (4, 7)]), 4, "recompute_layers=5"),
+    # a stage of no block: only the first (embedding) or the last (head and loss)
+    ("empty middle", make_plan(stages=[(0, 3), (4, 3), (4, 7), (8, 7)], pp=2, vpp=2, schedule="interleaved"), 4,
+     "stages[1].layers=[4, 3]"),
 ]
+
+
+def test_empty_end_stages_accepted():
+    p = parse_plan(make_plan(stages=[(0, -1), (0, 3), (4, 7), (8, 7)], pp=2, vpp=2, schedule="interleaved"))
+    validate(p, 4)
+    assert [s.num_layers for s in p.stages] == [0, 4, 4, 0]
 
 
 @pytest.mark.parametrize("name,doc,world,msg", BAD, ids=[b[0] for b in BAD])
