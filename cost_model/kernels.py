@@ -81,6 +81,9 @@ class Fp8Casts:
     act_bwd: float  # per element of the input, backward (transpose for the weight gradient)
     weight_per_micro_batch: bool  # weight cast every forward (torchao) or once per step (TE)
     weight: float  # per weight element each time it is cast (amax + cast + transpose)
+    # bytes per element of a GEMM input kept for its weight gradient (memory.block_activation_bytes);
+    # None: the activation dtype's (the high-precision input kept and re-cast in backward)
+    saved_input_bytes: float | None = None
 
 
 # TE per-tensor current scaling (Float8CurrentScaling, Megatron --fp8-recipe tensorwise, the
@@ -89,7 +92,15 @@ class Fp8Casts:
 # the backward casts only the output gradient (amax r 2 + cast_transpose r 2, w 2). The fp8
 # weight copy: amax + cast + transpose (6) once per step. Delayed scaling (the amax from
 # history) saves the amax pass; priced as current scaling, the recipe the published runs use.
-TE_CASTS = Fp8Casts(act_fwd=6.0, grad_bwd=6.0, act_bwd=0.0, weight_per_micro_batch=False, weight=6.0)
+# The weight gradient's input is kept as that one FP8 copy, not bf16: Linear and GroupedLinear
+# drop the row-wise data after the forward GEMM and save the column-wise copy
+# (transformer_engine/pytorch/module/linear.py _linear_forward_impl "Discard row-wise data",
+# grouped_linear.py the same; layernorm_linear.py saves its FP8 ln_out, the norm's input in
+# bf16; NVIDIA/TransformerEngine @d0067d0da6cb): 1 byte, plus MXFP8's one E8M0 scale per 32
+# elements (constants.py MXFP8_BLOCK_SCALING_SIZE), counted for both recipes (`fp8` is either).
+TE_FP8_SAVED_INPUT_BYTES = 1.0 + 1.0 / 32
+TE_CASTS = Fp8Casts(act_fwd=6.0, grad_bwd=6.0, act_bwd=0.0, weight_per_micro_batch=False, weight=6.0,
+                    saved_input_bytes=TE_FP8_SAVED_INPUT_BYTES)
 # torchao tensorwise dynamic, eager: amax pass (r 2) + cast (r 2, w 1); backward: grad amax + cast
 # + transposed copies (r 2 + 2, w 1 + 1) and the saved input re-cast transposed (r 2, w 1).
 TORCHAO_CASTS = Fp8Casts(act_fwd=5.0, grad_bwd=6.0, act_bwd=3.0, weight_per_micro_batch=True, weight=6.0)

@@ -89,7 +89,8 @@ def activation_dtype_bytes(t: TrainingSpec) -> int:
     """Bytes of one saved or communicated activation element: the compute dtype's, except
     that fp8 training (Transformer Engine) keeps and sends activations in bf16 and casts
     to fp8 only inside the GEMMs (Micikevicius et al. 2022, "FP8 Formats for Deep
-    Learning" §4)."""
+    Learning" §4); the GEMM inputs it keeps for the weight gradients are its FP8 copies
+    (_saved_gemm_input_bytes)."""
     return DTYPE_BYTES[DTYPE_BF16 if t.dtype == DTYPE_FP8 else t.dtype]
 
 
@@ -221,10 +222,17 @@ def block_activation_bytes(
     mask = 1.0 if m.dropout else 0.0
     rep = float(tp) if sequence_parallel else 1.0  # without SP these tensors are replicated on every TP rank
 
+    # bytes per element of a GEMM input kept for the weight gradient: under fp8 Transformer
+    # Engine keeps one FP8 copy (kernels.TE_FP8_SAVED_INPUT_BYTES; Megatron's qkv and dense
+    # fc1 are LayerNormLinear, whose FP8 normalised output is saved, the norm input in bf16),
+    # torchao the bf16 input (kernels.Fp8Casts.saved_input_bytes None)
+    gin = _saved_gemm_input_bytes(t, engine, dt)
+
     # --- residual-path tensors (split by tp only with SP)
     ln_inputs = 2 * dt * sbh  # two norms' inputs
-    qkv_input = dt * sbh
-    mlp_input = dt * sbh
+    qkv_input = gin * sbh
+    # an MoE block's norm is apart from its GEMMs (Megatron's TENorm): the router keeps its output
+    mlp_input = (dt if moe_layer and m.moe is not None else gin) * sbh
     residual_masks = 2 * mask * sbh  # dropout after attention and after MLP
     replicated = (ln_inputs + qkv_input + mlp_input + residual_masks) / rep
 
@@ -232,6 +240,8 @@ def block_activation_bytes(
     q = dt * s * b * a * d
     k = dt * s * b * g * d
     v = dt * s * b * g * d
+    # the attention output, kept by the core in bf16; Megatron has linear_proj save that input
+    # rather than an FP8 copy of it (attention.py set_save_original_input, d98e8a64)
     proj_input = dt * s * b * a * d
     if t.attention == ATTENTION_EAGER:
         scores = s * b * a * t.seq_length  # (s/cp) x s per head
@@ -247,12 +257,13 @@ def block_activation_bytes(
         e = m.moe
         f = e.ffn_hidden_size
         routed_tokens = e.top_k
-        per_expert_token = (3 if m.mlp == MLP_SWIGLU else 2) * dt * f + dt * h  # acts + permuted input
+        # fc1's output (kept by the activation), fc2's input and the permuted input (the GEMMs')
+        per_expert_token = (2 if m.mlp == MLP_SWIGLU else 1) * dt * f + gin * f + gin * h
         mlp_sharded = s * b * per_expert_token * (routed_tokens * expert_load + e.num_shared_experts)
         mlp_sharded += 4.0 * s * b * e.num_experts / max(1, tp)  # fp32 router logits
     else:
         f = m.ffn_hidden_size
-        mlp_sharded = (3 if m.mlp == MLP_SWIGLU else 2) * dt * s * b * f
+        mlp_sharded = ((2 if m.mlp == MLP_SWIGLU else 1) * dt + gin) * s * b * f  # fc1's output, fc2's input
     mlp_sharded += glu_clamp_bytes(m, engine, moe_layer, s * b, dt)[0]
 
     sharded = (attn_sharded + mlp_sharded) / tp
@@ -265,6 +276,16 @@ def block_activation_bytes(
         selective = min(selective, op_sac + core / tp)
     full = dt * sbh / rep
     return ActivationBytes(none=none, selective=selective, full=full)
+
+
+def _saved_gemm_input_bytes(t: TrainingSpec, engine: str | None, dt: float) -> float:
+    """Bytes per element of a GEMM input kept for the weight gradient: the engine's FP8 copy
+    under fp8 training where it keeps one (kernels.Fp8Casts.saved_input_bytes), else `dt`.
+    An unnamed engine is Megatron's (the spec's default)."""
+    if t.dtype != DTYPE_FP8:
+        return dt
+    saved = kernels.for_engine(engine or ENGINE_MEGATRON).fp8.saved_input_bytes
+    return dt if saved is None else saved
 
 
 def glu_clamp_bytes(m: TransformerSpec, engine: str | None, moe_layer: bool, tokens: float,

@@ -138,3 +138,50 @@ def test_torchtitan_loss_compiled_and_chunked_against_h200_measured():
     # segments either (memory.loss_reserved_bytes), which adds their reuse back
     assert _h200_fsdp32("model", 1) - compiled >= 8 * 2 * 8192 * 128256 / 2**30
     assert _h200_fsdp32(True, 8) < compiled
+
+
+@pytest.mark.parametrize("tp,sp", [(1, False), (4, True), (4, False)])
+def test_fp8_gemm_inputs_kept_as_transformer_engine_keeps_them(tp, sp):
+    """Under fp8, Transformer Engine keeps each weight gradient's GEMM input as one FP8 copy:
+    1 byte per element plus MXFP8's one E8M0 scale per 32 (TE module/linear.py: the row-wise
+    data dropped after the forward GEMM; layernorm_linear.py: the FP8 normalised output, the
+    norm input in bf16). Megatron's dense block then keeps, of Korthikanti's bf16 terms, the
+    qkv and fc1 inputs (sbh each, split by tp only with SP) and the fc2 input (sbf / tp) at
+    that width; linear_proj's input is the attention output the core keeps in bf16
+    (set_save_original_input). torchao (torchtitan) keeps the bf16 input and re-casts it."""
+    fp8_saved = 1 + 1 / 32
+    s, b = 4096, 2
+    bf16 = TrainingSpec(global_batch_size=8, seq_length=s)
+    fp8 = TrainingSpec(global_batch_size=8, seq_length=s, dtype="fp8")
+    rep = tp if sp else 1
+    sbh, sbf = s * b * LLAMA8B.hidden_size, s * b * LLAMA8B.ffn_hidden_size
+    saved = (2 - fp8_saved) * (2 * sbh / rep + sbf / tp)
+    for engine in ("megatron", None):
+        ref = memory.block_activation_bytes(LLAMA8B, bf16, b, tp, 1, sp, False, engine)
+        got = memory.block_activation_bytes(LLAMA8B, fp8, b, tp, 1, sp, False, engine)
+        assert got.none == pytest.approx(ref.none - saved, rel=1e-12)
+        assert got.full == ref.full  # the checkpointed block input stays bf16
+    ref = memory.block_activation_bytes(LLAMA8B, bf16, b, tp, 1, sp, False, "torchtitan")
+    got = memory.block_activation_bytes(LLAMA8B, fp8, b, tp, 1, sp, False, "torchtitan")
+    assert got.none == ref.none
+
+
+def test_fp8_expert_gemm_inputs_kept_as_fp8():
+    """An MoE block (Megatron's TEGroupedMLP): per routed token the permuted input (h) and
+    fc2's input (f) are kept as the FP8 copy, fc1's gated output (2f) in bf16; the norm before
+    the router stays bf16 (a separate TENorm, not a LayerNormLinear)."""
+    from cost_model.specs import MoESpec
+
+    moe = TransformerSpec(name="moe", num_layers=4, hidden_size=2048, num_attention_heads=32, num_kv_heads=4,
+                          ffn_hidden_size=6144, vocab_size=151936, mlp="swiglu",
+                          moe=MoESpec(num_experts=128, top_k=8, ffn_hidden_size=768, layer_freq=1))
+    s, b = 4096, 1
+    bf16 = TrainingSpec(global_batch_size=8, seq_length=s)
+    fp8 = TrainingSpec(global_batch_size=8, seq_length=s, dtype="fp8")
+    ref = memory.block_activation_bytes(moe, bf16, b, 1, 1, False, True, "megatron")
+    got = memory.block_activation_bytes(moe, fp8, b, 1, 1, False, True, "megatron")
+    fp8_saved = 1 + 1 / 32
+    tokens = s * b
+    saved = (2 - fp8_saved) * (tokens * 2048  # qkv input (the attention's LayerNormLinear)
+                               + tokens * 8 * (768 + 2048))  # per routed copy: fc2 input, permuted input
+    assert got.none == pytest.approx(ref.none - saved, rel=1e-12)
