@@ -164,6 +164,12 @@ class EngineSupport:
     empty_chunks: EmptyChunks = EMPTY_NONE
     empty_chunks_source: Source | None = None
 
+    @property
+    def empty_ends(self) -> bool:
+        """Whether the first stage may hold only the embedding and the last only the loss
+        (the layouts of stages.empty_end_layouts)."""
+        return self.empty_chunks != EMPTY_NONE
+
     def zero_levels(self, pipeline: bool = False) -> tuple[int, ...]:
         return tuple(sorted({m.zero for m in self.sharding if m.with_pipeline or not pipeline}))
 
@@ -342,7 +348,7 @@ TORCHTITAN = EngineSupport(
     uneven_source=_tt(_TT_CFG, "ParallelismConfig"),
     # its own split counts tok_embeddings and norm + output as pipeline layers (input/output
     # weight 1 each), so with pp x vpp = blocks + 2 the first stage is ["tok_embeddings"] and
-    # the last ["norm", "output"]; a middle stage always has a block (read in torchtitan 0.3.0)
+    # the last ["norm", "lm_head"]; a middle stage always has a block (read in torchtitan 0.3.0)
     empty_chunks=EMPTY_ENDS,
     empty_chunks_source=_tt("torchtitan/distributed/pipeline_parallel.py", "_generate_llm_fqn_per_model_part"),
     # torch's context_parallel ring (K/V rotated step by step under the attention of each

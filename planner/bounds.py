@@ -208,8 +208,9 @@ def memory_bound_bytes(
       1 / sum_r 1/(S + kappa_r A) (the embeddings' states left out), above the mean's
       (S + min kappa A)/p when the kappas differ (interleaving);
       every block at least the least block (states s, activations a), each rank holding
-      N_r >= v whole blocks (every chunk one or more: not with more chunks than blocks): rank r holds at least f_r(N_r) = s N_r + a x in_flight_lines'
-      maximum at N_r, and the fullest rank at least the least max_r f_r(N_r) over counts
+      N_r >= v whole blocks (one or more per chunk; not so with more chunks than blocks,
+      where this bound is left out): rank r holds at least f_r(N_r) = s N_r + a x
+      in_flight_lines' maximum at N_r, and the fullest rank at least the least max_r f_r(N_r) over counts
       summing to the model's blocks (_least_fullest_rank_bytes). Interleaved this is what
       the kappas leave out: no rank can put all its activations on its least held chunk,
       each other chunk holds a block.

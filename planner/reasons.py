@@ -8,7 +8,6 @@ from cost_model.results import Estimate
 from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
 from cost_model.vocab import (
     COUNTS_UNIFORM,
-    EMPTY_NONE,
     ENGINE_MEGATRON,
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
@@ -130,7 +129,7 @@ def _pinned_chunk_rule(space, num_layers: int | None) -> str | None:
         return None
     pps, vpps = space.allowed.get("pp") or (), space.allowed.get("vpp") or ()
     engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
-    ends = get_engine(engine).empty_chunks != EMPTY_NONE
+    ends = get_engine(engine).empty_ends
     if pps and vpps and min(pps) * min(vpps) > num_layers + (2 if ends else 0):
         chunks = min(pps) * min(vpps)
         why = ("the first and the last may hold only the embedding and only the loss, the others one block or "

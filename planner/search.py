@@ -31,7 +31,6 @@ from cost_model.specs import (
 from cost_model.stages import slices_from_counts, step_time_s
 from cost_model.vocab import (
     COUNTS_UNIFORM,
-    EMPTY_NONE,
     ENGINE_MEGATRON,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
@@ -220,7 +219,7 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         reserved_bytes=memory.reserved_bytes(_to_config(c)),
         interference=gpu.overlap_interference,
         uniform_recompute=get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM,
-        empty_ends=get_engine(c.engine).empty_chunks != EMPTY_NONE,
+        empty_ends=get_engine(c.engine).empty_ends,
     )
 
 
@@ -254,7 +253,7 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
                                       dominance=False))
     L = prob.model.num_layers
     work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL,
-                             get_engine(c.engine).empty_chunks != EMPTY_NONE) for c in cands)
+                             get_engine(c.engine).empty_ends) for c in cands)
     found: list[Found] = []
     report = _Reporter(progress, t0, progress_after_s, progress_every_s)
     done = 0

@@ -19,7 +19,6 @@ from cost_model.vocab import (
     ALL_REDUCE,
     ATTENTION_FLASH,
     DTYPE_FP8,
-    EMPTY_NONE,
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
     ENGINE_RUNTIME,
@@ -355,7 +354,7 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
             elif space.ok("schedule", SCHEDULE_GPIPE):
                 schedules.append((SCHEDULE_GPIPE, 1))
         if space.ok("schedule", SCHEDULE_INTERLEAVED):
-            for v in _vpp_values(space, pp, L, get_engine(engine).empty_chunks != EMPTY_NONE):
+            for v in _vpp_values(space, pp, L, get_engine(engine).empty_ends):
                 schedules.append((SCHEDULE_INTERLEAVED, v))
     overlaps = a2a_overlap_values(model, space, engine, ep)
     cp_comms = cp_comm_values(model, space, engine, tp, cp)
