@@ -104,7 +104,9 @@ def plan_section(plan, svgs: dict[str, str] | None = None, missing: str | None =
                  "<th>time / micro-batch</th><th>memory</th></tr></thead><tbody>")
         shown = stages if len(stages) <= 32 else stages[:16] + stages[-8:]
         for s in shown:
-            h.append(f"<tr><td>{s['index']}</td><td>{s['layers'][0]}–{s['layers'][1]}</td><td>{s['recompute_layers']}</td>"
+            first, last = s["layers"]
+            span = f"{first}–{last}" if last >= first else "none"  # only the embedding or the loss
+            h.append(f"<tr><td>{s['index']}</td><td>{span}</td><td>{s['recompute_layers']}</td>"
                      f"<td>{s['time_ms']:.2f} ms</td><td>{s['memory_gib']:.1f} GiB</td></tr>")
         h.append("</tbody></table>")
     h.append('</div><div>')

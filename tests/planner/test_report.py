@@ -182,3 +182,25 @@ def test_long_schedules_are_binned_and_keep_each_phases_time():
                 area[cls[1]] += float(rect.get("width")) * float(rect.get("height")) / 22.0 / px
         assert area["forward"] * 1e3 == pytest.approx(m * f_ms, rel=0.02)
         assert area["backward"] * 1e3 == pytest.approx(m * b_ms, rel=0.02)
+
+
+def test_empty_end_stages_draw_and_list_as_none():
+    """A plan whose first stage holds only the embedding and last only the loss (pp 2 x vpp
+    5 for 8 blocks): every picture parses, the simulated step is the closed form's within the
+    plan's stated difference, and the stage table lists the two stages as holding no block."""
+    layers = [{"name": f"l{i}", "fwd_flops": 2e12, "params": 5e7, "activation_bytes": 2e8, "output_bytes": 1.6e7} for i in range(8)]
+    plan = plan_request({
+        "model": {"layers": layers},
+        "cluster": {"gpu": "h100-sxm", "num_gpus": 4, "gpus_per_node": 4},
+        "training": {"global_batch_size": 8, "seq_length": 2048},
+        "search": {"pp": 2, "tp": 1, "dp": 2, "vpp": 5, "micro_batch_size": 1, "time_limit_s": 10},
+    })
+    assert plan["parallelism"]["stage_layers"] == [0] + [1] * 8 + [0]
+    for name, svg in render_svgs(plan).items():
+        assert ET.fromstring(svg).get("id") == name
+    block = plan["schedule"]
+    assert block["difference"] == pytest.approx(block["simulated_step_time_s"] / block["formula_step_time_s"] - 1)
+    from planner.report.page import plan_section
+
+    html = plan_section(plan)
+    assert html.count("<td>none</td>") == 2
