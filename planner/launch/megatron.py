@@ -48,7 +48,14 @@ from cost_model.vocab import (
     TARGET_MEGATRON,
 )
 from planner.launch import data
-from planner.launch._common import join, par, require_transformer, stage_sizes, world_size
+from planner.launch._common import (
+    NotApplicable,
+    join,
+    par,
+    require_transformer,
+    stage_sizes,
+    world_size,
+)
 from planner.launch.torchrun import env, launcher
 
 FLAGS_FILE = "megatron_flags.txt"
@@ -95,11 +102,13 @@ def pipeline_layout(plan: dict) -> tuple[list[str], list[str]]:
             flags += ["--decoder-last-pipeline-num-layers", str(last)]
         if first > 0 and last > 0:
             return flags + vflags, []
-    # General case: an explicit layout string (E = embedding, t = block, L = loss/output).
+    # General case: an explicit layout string (E = embedding, t = block, m = MTP layer, L =
+    # loss/output; the MTP layers on the last stage, before the loss, as priced).
+    mtp = "m" * int((plan.get("model") or {}).get("num_nextn_predict_layers") or 0)
     parts = []
     for k, n in enumerate(sizes):
         body = f"t*{n}" if n > 1 else "t" * n
-        parts.append(("E" if k == 0 else "") + body + ("L" if k == len(sizes) - 1 else ""))
+        parts.append(("E" if k == 0 else "") + body + (mtp + "L" if k == len(sizes) - 1 else ""))
     note = "uneven stages beyond first/last: expressed with --pipeline-model-parallel-layout"
     return ["--pipeline-model-parallel-layout", "|".join(parts)], [note]
 
@@ -152,6 +161,22 @@ def moe_layer_pattern(num_layers: int, moe: dict) -> str | None:
     return "+".join(f"[{b}]*{n}" for b, n in runs)
 
 
+def unexpressed_features(model: dict) -> list[str]:
+    """The planned model's features these arguments do not build (the target is then skipped:
+    the launched job would train another model than the one priced)."""
+    out = []
+    types = model.get("layer_types") or []
+    if model.get("sliding_window") and (not types or any(t != "full_attention" for t in types)):
+        out.append("sliding-window attention (sliding_window / layer_types)")
+    for key, what in (("attention_sinks", "attention sinks"), ("out_proj_bias", "the attention output bias"),
+                      ("swiglu_limit", "the clamped SwiGLU (swiglu_limit)")):
+        if model.get(key):
+            out.append(what)
+    if (model.get("moe") or {}).get("expert_bias"):
+        out.append("the experts' biases (moe.expert_bias)")
+    return out
+
+
 def model_args(plan: dict) -> list[str]:
     m = plan["model"]
     t = plan.get("training") or {}
@@ -165,9 +190,28 @@ def model_args(plan: dict) -> list[str]:
         "--seq-length", str(seq),
         "--max-position-embeddings", str(max(seq, int(m.get("max_position_embeddings") or seq))),
     ]
+    mla = m.get("mla")
     kv = m.get("num_kv_heads")
-    if kv and int(kv) != heads:
+    if mla:
+        # DeepSeek-V2 §2.1 multi-head latent attention (MLATransformerConfig; --qk-head-dim is
+        # the no-position part, --qk-pos-emb-head-dim the decoupled RoPE part)
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(mla["kv_lora_rank"]),
+              "--qk-head-dim", str(mla["qk_nope_head_dim"]), "--qk-pos-emb-head-dim", str(mla["qk_rope_head_dim"]),
+              "--v-head-dim", str(mla["v_head_dim"])]
+        if mla.get("q_lora_rank"):
+            a += ["--q-lora-rank", str(mla["q_lora_rank"])]
+    elif kv and int(kv) != heads:
         a += ["--group-query-attention", "--num-query-groups", str(kv)]
+    head_dim = m.get("head_dim")
+    if not mla and head_dim and int(head_dim) * heads != int(m["hidden_size"]):
+        a += ["--kv-channels", str(head_dim)]  # Megatron's default is hidden / heads
+    if m.get("qk_norm"):
+        a += ["--qk-layernorm"]
+    if m.get("qkv_bias"):
+        a += ["--add-qkv-bias"]
+    if int(m.get("num_nextn_predict_layers") or 0):
+        # DeepSeek-V3 §2.2 multi-token prediction, on the last pipeline stage (pipeline_layout)
+        a += ["--mtp-num-layers", str(int(m["num_nextn_predict_layers"]))]
     if m.get("mlp") == MLP_SWIGLU:
         a += ["--swiglu"]
     if m.get("norm") == NORM_RMSNORM:
@@ -196,7 +240,7 @@ def model_args(plan: dict) -> list[str]:
             a += ["--moe-layer-freq", pattern]
         shared = int(moe.get("num_shared_experts") or 0)
         if shared:
-            ffn = int(moe.get("ffn_hidden_size") or m.get("ffn_hidden_size"))
+            ffn = int(moe.get("shared_ffn_hidden_size") or moe.get("ffn_hidden_size") or m.get("ffn_hidden_size"))
             a += ["--moe-shared-expert-intermediate-size", str(shared * ffn)]
     a += _DTYPE.get(t.get("dtype", DTYPE_BF16), [])
     return a
@@ -230,6 +274,11 @@ def precision_args(plan: dict) -> list[str]:
 
 def build(plan: dict) -> tuple[list[str], list[str]]:
     require_transformer(plan, TARGET_MEGATRON)
+    missing = unexpressed_features(plan["model"])
+    if missing:
+        raise NotApplicable(f"{TARGET_MEGATRON}: the emitted arguments do not build {', '.join(missing)} of "
+                            f"{plan['model'].get('name', 'the model')!r}; the job would train another model than the "
+                            "one priced")
     p = par(plan)
     m = plan["model"]
     notes: list[str] = []

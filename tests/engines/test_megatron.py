@@ -18,6 +18,7 @@ import shlex
 import pytest
 
 from .conftest import (
+    ARCH_CASES,
     CASES,
     CP_CASES,
     EMPTY_END_CASES,
@@ -71,9 +72,10 @@ def _value(text: str) -> object:
 def transformer_kwargs(flags: dict[str, object]) -> dict[str, object]:
     import torch
     import torch.nn.functional as F
-    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 
-    names = {f.name for f in dataclasses.fields(TransformerConfig)}
+    config = MLATransformerConfig if flags.get("multi_latent_attention") else TransformerConfig
+    names = {f.name for f in dataclasses.fields(config)}
     kw = {k: v for k, v in flags.items() if k in names}
     for src, dst in _RENAMED.items():
         if src in flags:
@@ -227,7 +229,7 @@ print("PARSED", json.dumps({k: getattr(args, k) for k in (
 
 
 @pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
-@pytest.mark.parametrize("name", CASES + OVERLAP_CASES + CP_CASES + EMPTY_END_CASES)
+@pytest.mark.parametrize("name", CASES + OVERLAP_CASES + CP_CASES + EMPTY_END_CASES + ARCH_CASES)
 def test_megatron_lm_parse_and_validate_args(name, tmp_path):
     """Megatron-LM's own parse_args + validate_args, in the environment megatron.sh exports."""
     import json
@@ -423,3 +425,76 @@ def test_empty_end_stages_layout_is_megatron_cores():
                         assert get_transformer_layer_offset(cfg, vp_stage=v, pp_rank=rank) == est.stages[k].layers[0]
             finally:
                 ps.destroy_model_parallel()
+
+
+class _NoParameters(__import__("torch").nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+
+@pytest.mark.parametrize("name", ARCH_CASES)
+def test_emitted_model_has_the_planned_parameters(name, monkeypatch):
+    """megatron-core builds, from the emitted arguments (on the meta device, one rank, its
+    local layer specs), a GPTModel with exactly the plan's parameters (the model card's
+    count: embeddings in, MTP layers apart); a flag left out (--kv-channels, --qk-layernorm,
+    the MLA ranks) changes the count. The pipeline layout, where emitted, is megatron-core's
+    valid one with the MTP layers."""
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    plan, _, flags = _megatron(name)
+    kw = transformer_kwargs(flags)
+    kw.update(tensor_model_parallel_size=1, pipeline_model_parallel_size=1, context_parallel_size=1,
+              expert_model_parallel_size=1, expert_tensor_parallel_size=1, sequence_parallel=False,
+              tp_comm_overlap=False, virtual_pipeline_model_parallel_size=None, pipeline_model_parallel_layout=None,
+              overlap_moe_expert_parallel_comm=False, use_cpu_initialization=True, perform_initialization=False)
+    # for the count on a CPU, with the same parameters: the allgather dispatcher (the alltoall
+    # one opens a CUDA stream; neither holds a parameter), one module per expert (the grouped
+    # GEMM packs the same weights, its kernels are not installed), and MLA's rotary embedding
+    # built on the CPU (it asks for the current CUDA device; it holds buffers only)
+    kw["moe_token_dispatcher_type"] = "allgather"
+    kw["moe_grouped_gemm"] = False
+    if flags.get("multi_latent_attention"):
+        from megatron.core.transformer import multi_latent_attention
+
+        kw["rope_type"] = "rope"
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+        # without Transformer Engine its extension module still imports, with TELinear None,
+        # which MLA's fp8 check (not a parameter) cannot take
+        monkeypatch.setattr(multi_latent_attention, "HAVE_TE", False)
+    config = (MLATransformerConfig if flags.get("multi_latent_attention") else TransformerConfig)(**kw)
+    with fake_world(0, 1):
+        ps.initialize_model_parallel(create_gloo_process_groups=False)
+        try:
+            spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False)
+            if flags.get("multi_latent_attention"):
+                # the local spec's core attention (no parameters) lacks MLA's separate k/v
+                # widths, which Transformer Engine's has: a stand-in of no parameters
+                for layer in spec.layer_specs:
+                    layer.submodules.self_attention.submodules.core_attention = _NoParameters
+            with torch.device("meta"):
+                model = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=int(flags["vocab_size"]),
+                                 max_sequence_length=int(flags["seq_length"]), position_embedding_type="rope",
+                                 share_embeddings_and_output_weights=not flags.get("untie_embeddings_and_output_weights"))
+        finally:
+            ps.destroy_model_parallel()
+    built = sum(p.numel() for p in model.parameters())
+    assert built == pytest.approx(plan["model"]["total_params"], rel=1e-6), (built, plan["model"]["total_params"])
+    layout = flags.get("pipeline_model_parallel_layout")
+    if layout:
+        PipelineParallelLayerLayout(layout, int(flags["pipeline_model_parallel_size"])).validate_layer_layout(
+            int(flags["num_layers"]), flags.get("mtp_num_layers"))
+
+
+def test_unexpressed_architecture_skips_the_target():
+    """GPT-OSS's sliding windows, sinks, biases and clamp are not in the emitted arguments:
+    the Megatron target is skipped with the list, rather than launching another model."""
+    launch = planned("gpt-oss-120b@256")["launch"]
+    assert "megatron" not in launch
+    reason = launch["skipped"]["megatron"]
+    for what in ("sliding-window", "attention sinks", "swiglu_limit"):
+        assert what in reason
