@@ -121,6 +121,18 @@ def parse_plan(doc) -> RunPlan:
                         "(a layer list gives no num_attention_heads, hidden_size, ... to build one from)")
     if model.get("moe"):
         raise PlanError("model.moe: mixture-of-experts models are not supported by the runtime yet")
+    # architecture the runtime's blocks (profiler.transformer) do not build: running the plan
+    # would train another model than the one priced
+    for key, what in (("mla", "multi-latent attention"), ("qk_norm", "QK-norm"), ("sliding_window", "sliding-window attention"),
+                      ("attention_sinks", "attention sinks"), ("qkv_bias", "QKV biases"),
+                      ("out_proj_bias", "the attention output bias"), ("swiglu_limit", "the clamped SwiGLU"),
+                      ("num_nextn_predict_layers", "multi-token prediction")):
+        if model.get(key):
+            raise PlanError(f"model.{key}={model[key]!r}: {what} is not supported by the runtime yet")
+    head_dim = model.get("head_dim")
+    if head_dim and int(head_dim) * int(model.get("num_attention_heads") or 0) != int(model.get("hidden_size") or 0):
+        raise PlanError(f"model.head_dim={head_dim}: the runtime's attention width is hidden_size / num_attention_heads "
+                        f"= {model.get('hidden_size')} / {model.get('num_attention_heads')}")
     for key, allowed in (("norm", NORM_RMSNORM), ("position", POSITION_ROPE)):
         got = model.get(key, MODEL_DEFAULTS[key])
         if got != allowed:

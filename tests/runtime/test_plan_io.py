@@ -41,6 +41,18 @@ BAD = [
 ]
 
 
+@pytest.mark.parametrize("model,field", [
+    ({"head_dim": 32}, "model.head_dim=32"),  # 4 heads x 32 != 64
+    ({"qk_norm": True}, "model.qk_norm"),
+    ({"sliding_window": 16}, "model.sliding_window"),
+    ({"mla": {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16}}, "model.mla"),
+])
+def test_architecture_the_runtime_does_not_build_is_refused(model, field):
+    with pytest.raises(PlanError, match=field.replace(".", r"\.")):
+        parse_plan(make_plan(model=model))
+    parse_plan(make_plan(model={"head_dim": 16}))  # 4 heads x 16 = 64: the runtime's own width
+
+
 def test_empty_end_stages_accepted():
     p = parse_plan(make_plan(stages=[(0, -1), (0, 3), (4, 7), (8, 7)], pp=2, vpp=2, schedule="interleaved"))
     validate(p, 4)
