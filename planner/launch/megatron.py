@@ -149,9 +149,13 @@ def moe_layer_pattern(num_layers: int, moe: dict) -> str | None:
     """--moe-layer-freq value: None for all-MoE, an int string, or a '[0]*k+[1]*m' pattern."""
     freq = int(moe.get("layer_freq") or 1)
     dense = int(moe.get("first_dense_layers") or 0)
-    if dense == 0:
+    listed = moe.get("moe_layers")
+    if dense == 0 and listed is None:
         return None if freq == 1 else str(freq)
-    bits = [0 if i < dense or (i % freq) != 0 else 1 for i in range(num_layers)]
+    if listed is not None:  # the MoE blocks named one by one (MoESpec.moe_layers)
+        bits = [1 if i in set(listed) else 0 for i in range(num_layers)]
+    else:
+        bits = [0 if i < dense or (i % freq) != 0 else 1 for i in range(num_layers)]
     runs: list[list[int]] = []
     for b in bits:
         if runs and runs[-1][0] == b:

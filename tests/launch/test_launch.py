@@ -493,3 +493,23 @@ def test_slurm_asks_for_the_nvlink_segments_the_plan_is_priced_on(gpu, num_gpus,
     assert given == [f"#SBATCH --segment={segment}"] and nnodes % segment == 0
     assert plan["cluster"]["nvlink_domain"] == segment * plan["cluster"]["gpus_per_node"]
     assert slurm["targets"] == ["Slurm >= 24.05 with topology/block (--segment)"]
+
+
+def test_moe_layer_pattern_follows_the_models_moe_blocks():
+    """--moe-layer-freq as Megatron reads it (a list of 0/1 per block): the blocks
+    MoESpec.is_moe_layer marks, whether by frequency, dense first blocks or a list."""
+    from cost_model.specs import MoESpec
+    from planner.launch.megatron import moe_layer_pattern
+
+    cases = [dict(layer_freq=1), dict(layer_freq=2), dict(first_dense_layers=3), dict(moe_layers=(1, 3, 4))]
+    for kw in cases:
+        moe = MoESpec(num_experts=8, top_k=2, ffn_hidden_size=64, **kw)
+        pattern = moe_layer_pattern(6, kw)
+        want = [int(moe.is_moe_layer(i)) for i in range(6)]
+        if pattern is None:
+            got = [1] * 6
+        elif pattern.isdigit():
+            got = [int(i % int(pattern) == 0) for i in range(6)]
+        else:
+            got = eval(pattern)  # Megatron's moe_freq_type evaluates the same list expression
+        assert got == want, (kw, pattern)
