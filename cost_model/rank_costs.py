@@ -81,6 +81,12 @@ class StageProblem:
         return len(self.table.blocks)
 
     @property
+    def more_stages_than_blocks(self) -> bool:
+        """Some stage holds no block (stages.empty_end_layouts): the premise of a block on
+        every stage, which the tight and LP bounds and the ILP rest on, fails."""
+        return self.num_stages > self.num_layers
+
+    @property
     def full(self) -> bool:
         """Whether whole blocks may be recomputed (the partition also picks how many)."""
         return self.recompute == RECOMPUTE_FULL

@@ -334,7 +334,7 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
     the rest already reaches it (the value returned is a valid bound either way). `rel`: the
     two-kind bisections' precision (BISECTION_REL; PROOF_REL to prove a partition optimal)."""
     L, pp, v = p.num_layers, p.pp, p.vpp
-    if pp * v > L:
+    if p.more_stages_than_blocks:
         # more stages than blocks (stages.empty_end_layouts): a rank may hold fewer than v
         # blocks, the water-filling's premise; the cheap bound holds whatever the stages hold
         return cheap_time_bound_s(sums, p.table, p.recompute, pp, v, p.num_micro_batches)

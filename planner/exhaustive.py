@@ -119,7 +119,7 @@ def best_partition(p: StageProblem, tick: Callable[[int], None] | None = None) -
     """The fastest feasible (counts, recompute counts) and its step time. `tick(n)` is told
     after each stage partition how many rank evaluations it took."""
     L, S, pp = p.num_layers, p.num_stages, p.pp
-    if S > L:
+    if p.more_stages_than_blocks:
         found = best_empty_end_partition(p)
         if tick is not None:
             tick(count_evaluations(L, S, pp, p.full, p.empty_ends))

@@ -110,7 +110,7 @@ def lp_time_bound_s(p: StageProblem) -> float | None:
     of the candidate's optimum. math.inf when the LP has no point (nothing fits); None when
     it does not apply (no interleaving, more than LP_MAX_KINDS block kinds, or more stages
     than blocks: stages.empty_end_layouts leave a stage none) or the LP solver fails."""
-    if p.vpp <= 1 or len(p.kind_coefficients) > LP_MAX_KINDS or p.num_stages > p.num_layers:
+    if p.vpp <= 1 or len(p.kind_coefficients) > LP_MAX_KINDS or p.more_stages_than_blocks:
         return None
     kinds = p.kind_coefficients
     per_kind = [0] * len(kinds)

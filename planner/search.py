@@ -604,7 +604,7 @@ def search(
         `busy` (with `defer`: the best-first loop's solve slots are taken): the candidate is
         deferred as one far from its bound is, to a retry (its hint recorded; one without a
         hint only once a plan is found: until then the loop waits for the slot)."""
-        if _more_stages_than_blocks(p):
+        if p.more_stages_than_blocks:
             # at most 4 partitions (the empty-end layouts, none or every block recomputed):
             # all priced, the best is the candidate's optimum; no bound or CP-SAT needed
             open_.pop(e.order, None)
@@ -959,12 +959,6 @@ def _count_left(stats: SearchStats, queue: list[_Entry]) -> None:
     stats.pruned_time += len(queue) - groups
 
 
-def _more_stages_than_blocks(p: StageProblem) -> bool:
-    """A candidate of the empty-end layouts (stages.empty_end_layouts): some stage holds no
-    block, which the tight and LP bounds and the ILP assume every stage does."""
-    return p.num_stages > p.num_layers
-
-
 def _step_s(p: StageProblem, counts: list[int], rcs: list[int]) -> float | None:
     """The float model's step time of a partition, None when a rank does not fit."""
     slices = slices_from_counts(counts, rcs)
@@ -1020,7 +1014,7 @@ def best_hint(p: StageProblem) -> tuple[list[int], list[int]] | None:
     `_count_patterns` (each with its least recompute) under the float model: the CP-SAT hint,
     and the fallback plan when CP-SAT returns nothing in time. Only a starting point: optimality is CP-SAT's to prove.
     With more stages than blocks, the best of the empty-end layouts (exhaustive.best_empty_end_partition)."""
-    if _more_stages_than_blocks(p):
+    if p.more_stages_than_blocks:
         best = brute.best_empty_end_partition(p)
         return None if best is None else (best[1], best[2])
     tried = []
