@@ -263,6 +263,17 @@ def search_block(row: dict) -> dict:
         s["schedule"] = [row["schedule"].strip()]
     s["targets"] = []  # the launch artifacts are not needed here
     s["engine"] = engine_of(row)
+    if s["engine"] == V.ENGINE_MEGATRON:
+        # overlapped 1F1B all-to-all: off unless the row says so. The published tables do not
+        # list it, and Megatron-Bridge's performance harness switches it on only where the
+        # workload config sets it (scripts/performance/utils/overrides.py
+        # _set_moe_a2a_overlap_overrides; WorkloadBaseConfig.moe_a2a_overlap = False in
+        # utils/utils.py; CommOverlapConfig leaves it off, src/megatron/bridge/training/
+        # comm_overlap.py; at 5776a6d90b4d for 25.11 and c0b9a0003 for 26.02), as
+        # Megatron-Core's --overlap-moe-expert-parallel-comm is off by default: a run ran
+        # without it unless its config set it (the optional moe_a2a_overlap column, cited in
+        # the row's notes). Left free, the plan prices a schedule the run did not use.
+        s["moe_a2a_overlap"] = [bool(_bool(row.get("moe_a2a_overlap")))]
     if (_int(row.get("cp")) or 1) > 1:
         # no published run sets its CP communication (Megatron-Bridge and NeMo leave
         # cp_comm_type unset, torchtitan has its ring): the engine's default ran

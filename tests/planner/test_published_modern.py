@@ -2,6 +2,7 @@
 the service parses; estimate rows carry every knob, plan rows pin the published degrees."""
 
 import csv
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,9 @@ def test_every_row_parses():
             s = parse_search(req["search"])
             for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "zero"):
                 assert s.allowed[k] == (int(row[k]),)
+            if engine_of(row) == "megatron":
+                # the runs' harness leaves the overlapped 1F1B all-to-all off (no column here)
+                assert s.allowed["moe_a2a_overlap"] == (False,)
         else:
             p = parse_parallelism(req["parallelism"])
             assert (p.tp, p.pp, p.dp, p.cp, p.zero) == tuple(int(row[k]) for k in ("tp", "pp", "dp", "cp", "zero"))
@@ -97,3 +101,15 @@ def test_rows_of_a_preset_model_name_the_preset_only_when_every_dimension_matche
     assert matching_preset({**row, "model": "GPT-OSS-121B"}) is None
     # the degrees stay the row's
     assert parse_search(request(row)["search"]).allowed["ep"] == (int(row["ep"]),)
+
+
+def test_bridge_rows_pin_the_a2a_overlap_their_config_set():
+    """The Bridge file's optional moe_a2a_overlap column: the rows whose workload config sets
+    it search only the overlapped schedule, the rest only the plain one."""
+    path = Path(__file__).resolve().parents[2] / "validation" / "published_runs_bridge.csv"
+    rows = list(csv.DictReader(path.open()))
+    on = {r["id"] for r in rows if r["moe_a2a_overlap"].strip().lower() == "true"}
+    assert on == {"MB26.02-qwen3-235b-a22b-mxfp8-256xB300", "MB26.02-qwen3-235b-a22b-fp8-256xH100"}
+    for r in rows:
+        s = parse_search(request(r)["search"])
+        assert s.allowed["moe_a2a_overlap"] == ((r["id"] in on),), r["id"]
