@@ -52,10 +52,17 @@ LAYER_TYPES = values(AttentionLayer)  # HF `layer_types` words this model prices
 
 def layer_type(m: TransformerSpec, index: int) -> str:
     """The attention kind of block `index` (HF `layer_types[index]`)."""
-    if m.layer_types is not None:
-        return m.layer_types[index]
-    if m.sliding_window is not None:
-        return SLIDING  # Mistral-7B-v0.1: every block slides
+    return layer_type_of(m.layer_types, m.sliding_window, index)
+
+
+def layer_type_of(layer_types, sliding_window: int | None, index: int) -> str:
+    """layer_type from the fields themselves (the launch emitters read a plan's model as
+    JSON): `layer_types[index]` where given, else every block slides when a window is set
+    (Mistral-7B-v0.1), else full."""
+    if layer_types is not None:
+        return layer_types[index]
+    if sliding_window is not None:
+        return SLIDING
     return FULL
 
 

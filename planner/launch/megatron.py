@@ -32,12 +32,16 @@ from __future__ import annotations
 from cost_model import attention
 from cost_model.engines import tp_comm_overlap
 from cost_model.vocab import (
+    ATTN_CHUNKED,
+    ATTN_FULL,
+    ATTN_SLIDING,
     CP_A2A_P2P,
     CP_P2P,
     DTYPE_BF16,
     DTYPE_FP8,
     ENGINE_MEGATRON,
     MLP_SWIGLU,
+    NORM_LAYERNORM,
     NORM_RMSNORM,
     OPTIMIZER_ADAM,
     POSITION_LEARNED,
@@ -156,6 +160,17 @@ def moe_layer_pattern(num_layers: int, moe: dict) -> str | None:
         bits = [1 if i in set(listed) else 0 for i in range(num_layers)]
     else:
         bits = [0 if i < dense or (i % freq) != 0 else 1 for i in range(num_layers)]
+    return bit_pattern(bits)
+
+
+def bit_pattern(bits: list[int]) -> str:
+    """A per-block 0/1 list as the Python list expression Megatron's moe_freq_type evaluates
+    (--moe-layer-freq, --window-attn-skip-freq): a repeated period, '[1,0]*18', else runs,
+    '[0]*k+[1]*m'."""
+    n = len(bits)
+    for k in range(1, min(8, n // 2) + 1):
+        if n % k == 0 and bits == bits[:k] * (n // k) and len(set(bits)) > 1:
+            return f"[{','.join(map(str, bits[:k]))}]*{n // k}"
     runs: list[list[int]] = []
     for b in bits:
         if runs and runs[-1][0] == b:
@@ -165,20 +180,102 @@ def moe_layer_pattern(num_layers: int, moe: dict) -> str | None:
     return "+".join(f"[{b}]*{n}" for b, n in runs)
 
 
+def _attention_kinds(model: dict) -> list[str]:
+    """Each block's attention kind, as the cost model reads it (attention.layer_type_of)."""
+    types = model.get("layer_types")
+    return [attention.layer_type_of(types, model.get("sliding_window"), i) for i in range(int(model["num_layers"]))]
+
+
+def _has_dense_mlp(model: dict) -> bool:
+    """Whether some block has a dense MLP (or the MoE blocks shared experts), which Megatron's
+    --disable-bias-linear covers as well."""
+    moe = model.get("moe")
+    if not moe:
+        return True
+    if int(moe.get("num_shared_experts") or 0):
+        return True
+    return moe_layer_pattern(int(model["num_layers"]), moe) is not None
+
+
+def linear_biases(model: dict) -> dict[str, bool]:
+    """The model's linear biases, resolved as the cost model counts them (attention._biases,
+    flops._mlp_biased: None means only GPT-style LayerNorm models have them): qkv, the
+    attention output, the dense MLPs and shared experts, the routed experts."""
+    legacy = model.get("norm") == NORM_LAYERNORM
+    qkv = legacy if model.get("qkv_bias") is None else bool(model["qkv_bias"])
+    out = qkv if model.get("out_proj_bias") is None else bool(model["out_proj_bias"])
+    b = {"qkv": qkv, "attention output": out}
+    if _has_dense_mlp(model):
+        b["MLP"] = legacy if model.get("mlp_bias") is None else bool(model["mlp_bias"])
+    if model.get("moe"):
+        b["experts"] = bool(model["moe"].get("expert_bias"))
+    return b
+
+
+def bias_args(model: dict) -> list[str] | None:
+    """Megatron's bias switches for the model's biases, None where they cannot say it.
+    add_bias_linear (on unless --disable-bias-linear) puts a bias on every linear layer: QKV,
+    the attention output, the MLP's fc1 / fc2, the grouped experts' and the router
+    (transformer_config.py add_bias_linear; moe/router.py TopKRouter; @d98e8a64);
+    --add-qkv-bias adds QKV's alone. So: all of them, QKV only, or none."""
+    b = linear_biases(model)
+    if all(b.values()):
+        return []
+    others = [v for k, v in b.items() if k != "qkv"]
+    if not any(others):
+        return ["--disable-bias-linear"] + (["--add-qkv-bias"] if b["qkv"] else [])
+    return None
+
+
 def unexpressed_features(model: dict) -> list[str]:
     """The planned model's features these arguments do not build (the target is then skipped:
     the launched job would train another model than the one priced)."""
     out = []
-    types = model.get("layer_types") or []
-    if model.get("sliding_window") and (not types or any(t != "full_attention" for t in types)):
-        out.append("sliding-window attention (sliding_window / layer_types)")
-    for key, what in (("attention_sinks", "attention sinks"), ("out_proj_bias", "the attention output bias"),
-                      ("swiglu_limit", "the clamped SwiGLU (swiglu_limit)")):
-        if model.get(key):
-            out.append(what)
-    if (model.get("moe") or {}).get("expert_bias"):
-        out.append("the experts' biases (moe.expert_bias)")
+    if ATTN_CHUNKED in _attention_kinds(model):
+        # Megatron-Core has sliding windows (window_size) but no chunked attention at d98e8a64
+        out.append("chunked attention (attention_chunk_size / layer_types)")
+    if int(model.get("block_norms") or 2) != 2:
+        out.append(f"{model['block_norms']} norms per block (the pre-norm block has 2)")
+    if bias_args(model) is None:
+        b = linear_biases(model)
+        on = [k for k, v in b.items() if v]
+        off = [k for k, v in b.items() if not v]
+        out.append(f"biases on {', '.join(on)} but not on {', '.join(off)} (Megatron biases all linear layers, "
+                   "QKV alone or none)")
     return out
+
+
+def attention_args(model: dict) -> list[str]:
+    """Sliding windows and sinks, as Megatron-Core builds them (transformer_config.py
+    window_size / window_attn_skip_freq / softmax_type @d98e8a64; Megatron-Bridge's
+    GPTOSSProvider sets the same three, gpt_oss_provider.py @5776a6d). A sliding block's
+    query sees its w most recent keys itself included (HF's mask q - k < w), Transformer
+    Engine's window (left, right) keys [q - left, q + right]: (w - 1, 0). The skip list
+    marks the sliding blocks 1 and the full ones 0 (its help text), left out when every
+    block slides. Sinks: one learned logit per head in the softmax, 'learnable'."""
+    a = []
+    kinds = _attention_kinds(model)
+    if ATTN_SLIDING in kinds:
+        a += ["--window-size", f"{int(model['sliding_window']) - 1},0"]
+        if ATTN_FULL in kinds:
+            a += ["--window-attn-skip-freq", bit_pattern([1 if k == ATTN_SLIDING else 0 for k in kinds])]
+    if model.get("attention_sinks"):
+        a += ["--softmax-type", "learnable"]
+    return a
+
+
+def activation_args(model: dict) -> list[str]:
+    """The MLP activation. swiglu_limit is GPT-OSS's clamped gated activation (HF
+    GptOssExperts: quick_gelu(min(gate, L)) * (clamp(up, -L, L) + 1), alpha 1.702), which
+    Megatron builds as --quick-geglu with glu_linear_offset 1 and activation_func_clamp_value
+    L (Megatron-Bridge GPTOSSProvider @5776a6d; the cost model prices that path,
+    kernels.MEGATRON_GLU_CLAMP); otherwise --swiglu for the gated class."""
+    if model.get("mlp") != MLP_SWIGLU:
+        return []
+    limit = model.get("swiglu_limit")
+    if limit:
+        return ["--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value", str(float(limit))]
+    return ["--swiglu"]
 
 
 def model_args(plan: dict) -> list[str]:
@@ -211,13 +308,11 @@ def model_args(plan: dict) -> list[str]:
         a += ["--kv-channels", str(head_dim)]  # Megatron's default is hidden / heads
     if m.get("qk_norm"):
         a += ["--qk-layernorm"]
-    if m.get("qkv_bias"):
-        a += ["--add-qkv-bias"]
     if int(m.get("num_nextn_predict_layers") or 0):
         # DeepSeek-V3 §2.2 multi-token prediction, on the last pipeline stage (pipeline_layout)
         a += ["--mtp-num-layers", str(int(m["num_nextn_predict_layers"]))]
-    if m.get("mlp") == MLP_SWIGLU:
-        a += ["--swiglu"]
+    a += attention_args(m)
+    a += activation_args(m)
     if m.get("norm") == NORM_RMSNORM:
         a += ["--normalization", "RMSNorm"]
     if m.get("position", POSITION_ROPE if m.get("mlp") == MLP_SWIGLU else POSITION_LEARNED) == POSITION_ROPE:
@@ -226,8 +321,7 @@ def model_args(plan: dict) -> list[str]:
             a += ["--rotary-base", str(int(float(m["rope_theta"])))]
     if not m.get("tie_embeddings", True):
         a += ["--untie-embeddings-and-output-weights"]
-    if m.get("mlp") == MLP_SWIGLU or m.get("norm") == NORM_RMSNORM:
-        a += ["--disable-bias-linear"]  # Llama-style blocks have no linear biases
+    a += bias_args(m) or []  # None: unexpressed_features refused the model before
     if m.get("dropout") is False:
         a += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     moe = m.get("moe")

@@ -10,8 +10,11 @@ import json
 import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
+from cost_model.attention import layer_type_of
 from cost_model.specs import TrainingSpec, TransformerSpec
 from cost_model.vocab import (
+    ATTN_CHUNKED,
+    ATTN_SLIDING,
     MODEL_LAYERS,
     NORM_RMSNORM,
     POSITION_ROPE,
@@ -123,12 +126,22 @@ def parse_plan(doc) -> RunPlan:
         raise PlanError("model.moe: mixture-of-experts models are not supported by the runtime yet")
     # architecture the runtime's blocks (profiler.transformer) do not build: running the plan
     # would train another model than the one priced
-    for key, what in (("mla", "multi-latent attention"), ("qk_norm", "QK-norm"), ("sliding_window", "sliding-window attention"),
+    for key, what in (("mla", "multi-latent attention"), ("qk_norm", "QK-norm"),
                       ("attention_sinks", "attention sinks"), ("qkv_bias", "QKV biases"),
                       ("out_proj_bias", "the attention output bias"), ("swiglu_limit", "the clamped SwiGLU"),
                       ("num_nextn_predict_layers", "multi-token prediction")):
         if model.get(key):
             raise PlanError(f"model.{key}={model[key]!r}: {what} is not supported by the runtime yet")
+    # windows by each block's kind, as priced (a sliding_window beside layer_types that are
+    # all full attention builds full attention, which the runtime has)
+    kinds = {layer_type_of(model.get("layer_types"), model.get("sliding_window"), i)
+             for i in range(int(model.get("num_layers") or 0))}
+    for kind, key in ((ATTN_SLIDING, "sliding_window"), (ATTN_CHUNKED, "attention_chunk_size")):
+        if kind in kinds:
+            raise PlanError(f"model.{key}={model.get(key)!r}: {kind} blocks are not supported by the runtime yet "
+                            "(its blocks attend over the whole causal prefix)")
+    if int(model.get("block_norms") or 2) != 2:
+        raise PlanError(f"model.block_norms={model['block_norms']}: the runtime's pre-norm block has 2 norms")
     head_dim = model.get("head_dim")
     if head_dim and int(head_dim) * int(model.get("num_attention_heads") or 0) != int(model.get("hidden_size") or 0):
         raise PlanError(f"model.head_dim={head_dim}: the runtime's attention width is hidden_size / num_attention_heads "

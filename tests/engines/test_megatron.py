@@ -82,6 +82,14 @@ def transformer_kwargs(flags: dict[str, object]) -> dict[str, object]:
             kw[dst] = flags[src]
     if flags.get("swiglu"):
         kw["activation_func"], kw["gated_linear_unit"] = F.silu, True
+    elif flags.get("quick_geglu"):
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+        kw["activation_func"], kw["gated_linear_unit"] = quick_gelu, True
+    if isinstance(flags.get("window_size"), str):  # Megatron-LM's tuple_type
+        kw["window_size"] = tuple(int(i) for i in flags["window_size"].strip("()").split(","))
+    if isinstance(flags.get("window_attn_skip_freq"), str):  # moe_freq_type, as --moe-layer-freq
+        kw["window_attn_skip_freq"] = eval(flags["window_attn_skip_freq"])
     kw["num_query_groups"] = flags.get("num_query_groups") if flags.get("group_query_attention") else None
     if flags.get("disable_bias_linear"):
         kw["add_bias_linear"] = False  # dest of --disable-bias-linear (store_false)
@@ -466,6 +474,9 @@ def test_emitted_model_has_the_planned_parameters(name, monkeypatch):
         # without Transformer Engine its extension module still imports, with TELinear None,
         # which MLA's fp8 check (not a parameter) cannot take
         monkeypatch.setattr(multi_latent_attention, "HAVE_TE", False)
+    if flags.get("softmax_type"):
+        # the sinks' per-head logits are made on the current CUDA device (dot_product_attention.py)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
     config = (MLATransformerConfig if flags.get("multi_latent_attention") else TransformerConfig)(**kw)
     with fake_world(0, 1):
         ps.initialize_model_parallel(create_gloo_process_groups=False)
@@ -490,11 +501,34 @@ def test_emitted_model_has_the_planned_parameters(name, monkeypatch):
             int(flags["num_layers"]), flags.get("mtp_num_layers"))
 
 
+def test_gpt_oss_arguments_build_its_attention_and_activation():
+    """GPT-OSS as Megatron-Core builds it (Megatron-Bridge's GPTOSSProvider sets the same):
+    windows of 128 keys on the even blocks (HF layer_types: sliding first), full attention
+    on the odd ones, learned sinks, quick-GeGLU with the +1 offset and the clamp at 7, and
+    every linear layer biased (no --disable-bias-linear)."""
+    from megatron.core.transformer import TransformerConfig
+
+    _, _, flags = _megatron("gpt-oss-120b@256")
+    cfg = TransformerConfig(**transformer_kwargs(flags))
+    assert cfg.window_size == (127, 0)
+    assert cfg.window_attn_skip_freq == [1, 0] * 18
+    assert cfg.softmax_type == "learnable"
+    assert cfg.gated_linear_unit and cfg.activation_func.__name__ == "quick_gelu"
+    assert (cfg.glu_linear_offset, cfg.activation_func_clamp_value) == (1.0, 7.0)
+    assert cfg.add_bias_linear and not flags.get("swiglu")
+
+
 def test_unexpressed_architecture_skips_the_target():
-    """GPT-OSS's sliding windows, sinks, biases and clamp are not in the emitted arguments:
-    the Megatron target is skipped with the list, rather than launching another model."""
-    launch = planned("gpt-oss-120b@256")["launch"]
-    assert "megatron" not in launch
-    reason = launch["skipped"]["megatron"]
-    for what in ("sliding-window", "attention sinks", "swiglu_limit"):
-        assert what in reason
+    """Llama 4's chunked attention is not in Megatron-Core (window_size slides; nothing
+    chunks): the Megatron target is skipped with the reason, rather than launching full
+    attention where the plan priced chunks."""
+    from planner.launch.megatron import unexpressed_features
+
+    plan = planned("gpt-oss-120b@256")
+    m = dict(plan["model"], attention_chunk_size=8192, layer_types=["chunked_attention"] * 36)
+    assert unexpressed_features(m) == ["chunked attention (attention_chunk_size / layer_types)"]
+    m = dict(plan["model"], out_proj_bias=False)
+    assert unexpressed_features(m) == ["biases on qkv, experts but not on attention output (Megatron biases all "
+                                       "linear layers, QKV alone or none)"]
+    assert unexpressed_features(dict(plan["model"], block_norms=4)) == ["4 norms per block (the pre-norm block has 2)"]
+    assert unexpressed_features(plan["model"]) == []

@@ -45,12 +45,17 @@ BAD = [
     ({"head_dim": 32}, "model.head_dim=32"),  # 4 heads x 32 != 64
     ({"qk_norm": True}, "model.qk_norm"),
     ({"sliding_window": 16}, "model.sliding_window"),
+    ({"sliding_window": 16, "layer_types": ["full_attention"] * 7 + ["sliding_attention"]}, "model.sliding_window"),
+    ({"attention_chunk_size": 16, "layer_types": ["chunked_attention"] * 8}, "model.attention_chunk_size"),
+    ({"block_norms": 4}, "model.block_norms=4"),
     ({"mla": {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16}}, "model.mla"),
 ])
 def test_architecture_the_runtime_does_not_build_is_refused(model, field):
     with pytest.raises(PlanError, match=field.replace(".", r"\.")):
         parse_plan(make_plan(model=model))
     parse_plan(make_plan(model={"head_dim": 16}))  # 4 heads x 16 = 64: the runtime's own width
+    # a window beside blocks that are all full attention builds full attention
+    parse_plan(make_plan(model={"sliding_window": 16, "layer_types": ["full_attention"] * 8}))
 
 
 def test_empty_end_stages_accepted():
