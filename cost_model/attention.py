@@ -245,11 +245,29 @@ def a2a_p2p_sizes_of(q_heads: int, kv: int, tp: int, cp: int) -> tuple[int, int]
     return inner, cp // inner
 
 
+# Transformer Engine's context-parallel rules on the attention itself
+# (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py
+# attn_forward_func_with_cp @d0067d0da6cb): a window other than (-1, 0) only with a2a or
+# all_gather, a softmax other than vanilla (sinks: 'learnable') only with a2a
+CP_SLIDING_KINDS = (CP_A2A, CP_ALL_GATHER)
+CP_SINK_KINDS = (CP_A2A,)
+
+
 def cp_comm_error(m: TransformerSpec, tp: int, cp: int, kind: str) -> str | None:
-    """None when Transformer Engine runs context parallelism `kind` at (tp, cp): a2a splits
-    the heads over all cp ranks (a2a_heads_error); a2a+p2p takes its a2a level where the
-    heads split (a2a_p2p_sizes), so it always runs."""
-    if cp > 1 and kind == CP_A2A:
+    """None when Transformer Engine runs context parallelism `kind` at (tp, cp): sliding
+    windows and sinks only with the variants above (CP_SLIDING_KINDS, CP_SINK_KINDS); a2a
+    splits the heads over all cp ranks (a2a_heads_error); a2a+p2p takes its a2a level where
+    the heads split (a2a_p2p_sizes)."""
+    if cp <= 1:
+        return None
+    src = "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @d0067d0da6cb"
+    if kind not in CP_SLIDING_KINDS and any(layer_type(m, i) == SLIDING for i in range(m.num_layers)):
+        return (f"Context parallelism does not support sliding window attention with cp_comm_type={kind!r} "
+                f"(only {', '.join(CP_SLIDING_KINDS)}; {src})")
+    if kind not in CP_SINK_KINDS and m.attention_sinks:
+        return (f"Context parallelism only supports softmax_type='learnable' (attention sinks) with "
+                f"cp_comm_type = 'a2a', not {kind!r} ({src})")
+    if kind == CP_A2A:
         return a2a_heads_error(m, tp, cp)
     return None
 

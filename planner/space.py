@@ -297,7 +297,9 @@ def cp_comm_values(model: ModelSpec, space: SearchSpace, engine: str, tp: int, c
     torchtitan's ring, p2p; DeepSpeed-Ulysses, a2a), the one variant the cost model is
     calibrated on measured runs for (the CP ring's attention slowdown, fitted on NeMo's
     long-sequence tables, validation/fit_attention.py): the others are priced from their
-    communication alone, and a plan would promise their speed-up unmeasured. Pinned
+    communication alone, and a plan would promise their speed-up unmeasured; where the model's
+    attention refuses the default (sliding windows, sinks: attention.cp_comm_error), the first
+    variant it runs, else no CP plan at all. Pinned
     (search.cp_comm), each listed variant the engine runs (Megatron-Core's --cp-comm-type:
     p2p, all_gather, a2a, a2a+p2p) and the heads admit (attention.cp_comm_error), but
     a2a+p2p with a level of one rank (attention.cp_comm_redundant)."""
@@ -305,12 +307,13 @@ def cp_comm_values(model: ModelSpec, space: SearchSpace, engine: str, tp: int, c
         return [None]
     if not isinstance(model, TransformerSpec):
         return []
-    variants = get_engine(engine).cp_variants
+    variants = [v for v in get_engine(engine).cp_variants
+                if attention.cp_comm_error(model, tp, cp, v) is None and not attention.cp_comm_redundant(model, tp, cp, v)]
     if space.allowed.get("cp_comm") is None:
+        # the engine's default, or where the model's attention refuses it (Transformer
+        # Engine's sliding-window and sink rules) the first variant it runs
         variants = variants[:1]
-    return [v for v in variants
-            if space.ok("cp_comm", v) and attention.cp_comm_error(model, tp, cp, v) is None
-            and not attention.cp_comm_redundant(model, tp, cp, v)]
+    return [v for v in variants if space.ok("cp_comm", v)]
 
 
 def a2a_overlap_values(model: ModelSpec, space: SearchSpace, engine: str, ep: int) -> list[bool]:

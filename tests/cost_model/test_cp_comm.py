@@ -45,6 +45,31 @@ def test_a2a_heads_rule_is_transformer_engines():
     assert not attention.cp_comm_redundant(L8B, 1, 16, "a2a+p2p")
 
 
+def test_sliding_window_and_sink_rules_are_transformer_engines():
+    """attn_forward_func_with_cp: a sliding window only with a2a or all_gather, sinks
+    (softmax_type 'learnable') only with a2a. GPT-OSS has both (a2a alone runs), Gemma 3 the
+    window (all_gather or a2a); a plain model keeps every variant; the search's unpinned
+    choice falls from the default ring to the first variant the model runs."""
+    from planner.space import SearchSpace, cp_comm_values
+
+    oss, gemma = get_preset("gpt-oss-120b"), get_preset("gemma3-27b")
+    why = attention.cp_comm_error(oss, 1, 8, "p2p")
+    assert "sliding window" in why and "'p2p'" in why and "context_parallel.py" in why
+    assert "softmax_type='learnable'" in attention.cp_comm_error(oss, 1, 8, "all_gather")
+    assert attention.cp_comm_error(oss, 1, 8, "a2a") is None  # 64 q, 8 k-v heads over 8
+    assert "sliding window" in attention.cp_comm_error(oss, 1, 8, "a2a+p2p")
+    assert attention.cp_comm_error(gemma, 1, 2, "all_gather") is None
+    assert "sliding window" in attention.cp_comm_error(gemma, 1, 2, "p2p")
+    assert attention.cp_comm_error(L8B, 1, 8, "p2p") is None
+    space = SearchSpace()
+    assert cp_comm_values(oss, space, "megatron", 1, 8) == ["a2a"]
+    assert cp_comm_values(gemma, space, "megatron", 1, 2) == ["all_gather"]
+    assert cp_comm_values(L8B, space, "megatron", 1, 8) == ["p2p"]
+    with pytest.raises(SpecError) as exc:
+        _est("megatron", "p2p", tp=1, cp=8, model="gpt-oss-120b")
+    assert exc.value.field == "parallelism.cp_comm" and exc.value.allowed == ["a2a"]
+
+
 def _est(engine: str, cp_comm: str | None, tp: int = 1, cp: int = 16, model: str = "llama3-8b"):
     m = parse_model({"name": model})
     cl = parse_cluster({"gpu": "h100-sxm", "num_gpus": 16})
