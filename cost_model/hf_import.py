@@ -38,7 +38,9 @@ Field names and defaults per huggingface/transformers' configuration classes
   num_nextn_predict_layers.
 - GPT2Config: n_embd, n_layer, n_head, n_inner, n_positions.
 Unknown fields are ignored; a missing required one is named by its path
-(`model.hf_config.text_config.hidden_size`).
+(`model.hf_config.text_config.hidden_size`). Blocks other than softmax attention + MLP
+(linear attention, Mamba, DeepSeek Sparse Attention, recurrent models) are refused by the
+field that shows them (_OTHER_MIXER_FIELDS), not priced as attention.
 """
 
 from __future__ import annotations
@@ -147,7 +149,43 @@ def _gpt2(c: _Cfg, display: str) -> TransformerSpec:
     )
 
 
+# Blocks other than softmax attention + MLP, which a TransformerSpec would price as attention:
+# a config carrying one of these is refused by the field that shows it, rather than planned as
+# another model. Field names per transformers' configuration classes (Qwen3NextConfig,
+# NemotronHConfig, JambaConfig, FalconH1Config, MiniMaxConfig attn_type_list: 0 = lightning
+# linear attention, 1 = softmax; DeepseekV32Config) and the recurrent families' model_type.
+_OTHER_MIXER_FIELDS = (
+    ("linear_num_value_heads", "Gated DeltaNet linear-attention blocks (Qwen3-Next)"),
+    ("hybrid_override_pattern", "Mamba-2 blocks (Nemotron-H)"),
+    ("attn_layer_period", "Mamba blocks (Jamba)"),
+    ("mamba_d_ssm", "Mamba-2 blocks (Falcon-H1)"),
+    ("index_topk", "DeepSeek Sparse Attention: an indexer and top-k keys per query (DeepSeek-V3.2)"),
+)
+_RECURRENT_MODEL_TYPES = frozenset({"mamba", "mamba2", "rwkv", "rwkv5", "rwkv6", "rwkv7", "recurrent_gemma", "xlstm",
+                                    "zamba", "zamba2", "bamba"})
+_NOT_PRICED = ("; the planner prices softmax-attention transformers (give the blocks as a layer list, "
+               "model.kind='layers', to plan it)")
+
+
+def _other_mixers(c: _Cfg, model_type: str) -> None:
+    if model_type in _RECURRENT_MODEL_TYPES:
+        raise SpecError(f"{c.path}.model_type", f"{model_type!r} is a recurrent / state-space model{_NOT_PRICED}")
+    for field, what in _OTHER_MIXER_FIELDS:
+        if c.has(field):
+            raise SpecError(f"{c.path}.{field}", f"shows {what}, which are not priced{_NOT_PRICED}")
+    kinds = c.get("attn_type_list")
+    if isinstance(kinds, list) and 0 in kinds:
+        raise SpecError(f"{c.path}.attn_type_list", "has lightning (linear) attention blocks (0; MiniMax-Text-01), "
+                        f"which are not priced{_NOT_PRICED}")
+    types = c.get("layer_types")
+    for i, t in enumerate(types if isinstance(types, list) else ()):
+        if t not in LAYER_TYPES:  # whether or not a window is set (Qwen3-Next 'linear_attention')
+            raise SpecError(f"{c.path}.layer_types[{i}]", f"unknown attention kind {t!r}: not priced{_NOT_PRICED}",
+                            allowed=list(LAYER_TYPES))
+
+
 def _decoder(c: _Cfg, model_type: str, display: str) -> TransformerSpec:
+    _other_mixers(c, model_type)
     hidden = int(c.req("hidden_size"))
     heads = int(c.req("num_attention_heads"))
     layers = int(c.req("num_hidden_layers"))

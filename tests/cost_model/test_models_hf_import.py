@@ -132,6 +132,31 @@ def test_missing_required_fields_are_named():
     assert err(bad).field == "model.hf_config.layer_types[1]"
 
 
+@pytest.mark.parametrize("extra,field,what", [
+    # Qwen3-Next-80B-A3B: Gated DeltaNet blocks, full attention every 4th
+    ({"model_type": "qwen3_next", "linear_num_value_heads": 32, "full_attention_interval": 4},
+     "linear_num_value_heads", "Gated DeltaNet"),
+    ({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "layer_types[0]", "'linear_attention'"),
+    ({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M*-"}, "hybrid_override_pattern", "Mamba-2"),
+    ({"model_type": "jamba", "attn_layer_period": 8}, "attn_layer_period", "Mamba"),
+    ({"model_type": "deepseek_v32", "index_topk": 2048}, "index_topk", "DeepSeek Sparse Attention"),
+    ({"model_type": "minimax", "attn_type_list": [0] * 7 + [1]}, "attn_type_list", "lightning"),
+    ({"model_type": "mamba2"}, "model_type", "state-space"),
+])
+def test_blocks_other_than_attention_are_refused_by_name(extra, field, what):
+    """A config whose blocks are not softmax attention + MLP is refused by the field that
+    shows them, not priced as attention (one of them, a window-less 'linear_attention'
+    layer_types, used to pass as full attention)."""
+    e = err(dict(load("qwen3_30b_a3b"), **extra))
+    assert e.field == f"model.hf_config.{field}" and what in e.message and "model.kind='layers'" in e.message
+
+
+def test_softmax_only_attn_type_list_is_attention():
+    """MiniMax-M2 writes attn_type_list of ones (every block softmax attention): imported."""
+    cfg = load("qwen3_30b_a3b")
+    assert from_hf_config(dict(cfg, attn_type_list=[1] * cfg["num_hidden_layers"])) == from_hf_config(cfg)
+
+
 def test_imports_count_the_same_as_their_blocks():
     # every imported model: total = sum of blocks + embeddings + head (tied once)
     for f in sorted(DATA.glob("*.json")):
