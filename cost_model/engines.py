@@ -528,6 +528,29 @@ def loss_chunks_rule(engine: str, chunks: int | None) -> str | None:
             "loss_chunks > 1 is torchtitan's ChunkedLossWrapper")
 
 
+def fp8_all_gather_rule(engine: str, dtype: str, on: bool) -> str | None:
+    """None when `engine` can gather its parameters in float8 as training.fp8_all_gather
+    asks, else the reason. torchao's tensorwise Float8Linear with FSDP2 casts each weight
+    shard to float8 before the all-gather (Float8LinearConfig.enable_fsdp_float8_all_gather;
+    torchtitan's [float8] enable_fsdp_float8_all_gather with
+    precompute_float8_dynamic_scale_for_fsdp, torchtitan/config_manager.py @9dec370, the
+    tensorwise recipe; its 0.3.0 converters are rowwise and do not have it, and the launch
+    emitter refuses torchtitan fp8 plans: this prices published runs). Megatron gathers FP8
+    parameters by itself under fp8 with a sharded optimizer (--fp8-param-gather, emitted:
+    state_bytes_per_param); DeepSpeed has no float8 gather. Priced in the gathers' bytes
+    (layers._zero3_s); the working set keeps the 16-bit gathered weights
+    (memory.block_working_set_bytes), a small over-statement of the peak, not an under-."""
+    if not on:
+        return None
+    if dtype != DTYPE_FP8:
+        return f"fp8_all_gather gathers float8 weights: it needs training.dtype 'fp8', not {dtype!r}"
+    if engine != ENGINE_TORCHTITAN:
+        return (f"fp8_all_gather is torchtitan's FSDP2 Float8 all-gather; {engine} "
+                + ("gathers FP8 parameters on its own under fp8 with a sharded optimizer (--fp8-param-gather)"
+                   if engine == ENGINE_MEGATRON else "has no float8 parameter gather"))
+    return None
+
+
 @lru_cache(maxsize=65536)  # a pure function of its knobs, asked per candidate of a search
 def cp_kind(engine: str, cp_comm: str | None) -> str:
     """The CP communication `engine` runs: `cp_comm` when set, else its default

@@ -298,7 +298,8 @@ def _zero3_s(
     """ZeRO-3 per micro-batch: all-gather the parameters for forward and for backward,
     reduce-scatter gradients; prefetch overlaps them with the layer's compute. Gathered in
     16 bits (FSDP2 param_dtype bf16, DeepSpeed's 16-bit copy; fp8 where Megatron gathers FP8
-    parameters, --fp8-param-gather, emitted with fp8), reduced in the engine's reduce dtype
+    parameters, --fp8-param-gather, emitted with fp8; torchtitan's Float8 weights with
+    training.fp8_all_gather: engines.fp8_all_gather_rule), reduced in the engine's reduce dtype
     (memory.reduce_bytes: torchtitan's FSDP2 mixed_precision_reduce is float32, its only
     choice in 0.3.0). Plus the buffer copies around them, which run on the compute stream and
     are not hidden: the gathered flat buffer is copied out into the layer's parameters after
@@ -308,7 +309,10 @@ def _zero3_s(
     if size <= 1 or cfg.zero < 3:
         return 0.0
     link = comm.group_link(cluster, size, stride)
-    gather = DTYPE_BYTES[t.dtype] if cfg.engine == ENGINE_MEGATRON else memory.activation_dtype_bytes(t)
+    if cfg.engine == ENGINE_MEGATRON or t.fp8_all_gather:
+        gather = DTYPE_BYTES[t.dtype]  # FP8 parameters (Megatron) / float8 weights (torchtitan Float8)
+    else:
+        gather = memory.activation_dtype_bytes(t)
     wbytes = params * gather
     gbytes = params * memory.reduce_bytes(t, cfg.engine)
     fwd = comm.all_gather_s(wbytes, size, link, fits)

@@ -292,6 +292,10 @@ class Training(_Strict):
     compile: Annotated[bool | Literal["model"], BeforeValidator(_compile_setting)] = Field(
         False, description="torch.compile (torchtitan compile.enable): fused memory-bound kernels; true compiles the "
         "model and the loss (torchtitan's default compile.components), \"model\" the model alone", examples=[False])
+    fp8_all_gather: bool = Field(
+        False, description="torchtitan Float8 (torchao tensorwise): FSDP2 all-gathers the weights in float8 "
+        "(enable_fsdp_float8_all_gather), 1 byte per parameter; needs dtype fp8. Megatron gathers FP8 parameters "
+        "on its own under fp8 with a sharded optimizer (--fp8-param-gather)", examples=[False])
     loss_chunks: int | None = Field(
         None, ge=1, le=MAX_LOSS_CHUNKS, description="sequence chunks the output layer and loss run in, each chunk's "
         "backward at once (torchtitan --loss.num_chunks); null: the engine's default (torchtitan 8, others 1)",

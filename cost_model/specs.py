@@ -268,6 +268,7 @@ class TrainingSpec:
     compile: bool = False  # torch.compile the model (engines that have it fuse memory-bound kernels)
     compile_loss: bool = False  # ... and the loss (torchtitan compile.components "loss")
     loss_chunks: int | None = None  # sequence chunks of the output layer + loss; None: the engine's default
+    fp8_all_gather: bool = False  # torchtitan Float8: FSDP2 gathers float8 weights (engines.fp8_all_gather_rule)
 
     @property
     def tokens_per_step(self) -> int:

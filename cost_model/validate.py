@@ -7,7 +7,13 @@ from dataclasses import asdict
 
 from . import attention, specs
 from . import request as rq
-from .engines import empty_chunks_rule, engine_supports, get_engine, loss_chunks_rule
+from .engines import (
+    empty_chunks_rule,
+    engine_supports,
+    fp8_all_gather_rule,
+    get_engine,
+    loss_chunks_rule,
+)
 from .errors import SpecError
 from .model_checks import check_architecture
 from .request import divisors
@@ -75,6 +81,13 @@ def validate_loss_chunks(engine: str, t: specs.TrainingSpec) -> None:
         raise SpecError("training.loss_chunks", rule, allowed=[1])
 
 
+def validate_fp8_all_gather(engine: str, t: specs.TrainingSpec) -> None:
+    """training.fp8_all_gather only with fp8 on torchtitan (engines.fp8_all_gather_rule)."""
+    rule = fp8_all_gather_rule(engine, t.dtype, t.fp8_all_gather)
+    if rule is not None:
+        raise SpecError("training.fp8_all_gather", rule, allowed=[False])
+
+
 def _validate_parallelism(p: specs.ParallelConfig) -> None:
     d = asdict(p)
     for k in ("stage_layers", "recompute_layers"):
@@ -89,6 +102,7 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
     validate_training(t)
     _validate_parallelism(p)
     validate_loss_chunks(p.engine, t)
+    validate_fp8_all_gather(p.engine, t)
     if p.world_size > c.num_gpus:
         raise SpecError(
             "parallelism",

@@ -19,7 +19,7 @@ from cost_model.parse import (
 )
 from cost_model.results import Estimate
 from cost_model.specs import LayerListSpec
-from cost_model.validate import validate_loss_chunks
+from cost_model.validate import validate_fp8_all_gather, validate_loss_chunks
 from cost_model.vocab import ENGINE_MEGATRON, STATUS_OPTIMAL, TARGET_RANKS
 
 from .hashing import request_hash
@@ -59,6 +59,7 @@ def problem_from_request(req: dict, profile=None) -> Problem:
         profile=profile,
     )
     validate_loss_chunks(_engine(prob), prob.training)
+    validate_fp8_all_gather(_engine(prob), prob.training)
     return prob
 
 

@@ -233,6 +233,8 @@ def training_block(row: dict) -> dict:
     }
     if engine_of(row) == V.ENGINE_TORCHTITAN:
         t["loss_chunks"] = 1  # every published torchtitan row predates ChunkedLossWrapper
+        if "fsdp all-gather" in row.get("precision", "").lower():
+            t["fp8_all_gather"] = True  # enable_fsdp_float8_all_gather, where the row's command set it
     return t
 
 
