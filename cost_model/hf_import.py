@@ -298,6 +298,24 @@ def _moe(c: _Cfg, model_type: str, layers: int) -> MoESpec | None:
         # DeepSeek-V3 noaux_tc and GLM-4.5 routers carry e_score_correction_bias; GPT-OSS a Linear bias
         router_bias=model_type == "gpt_oss" or c.get("topk_method") == "noaux_tc" or model_type == "glm4_moe",
         expert_bias=model_type == "gpt_oss",
+        **_router(c, model_type),
+    )
+
+
+def _router(c: _Cfg, model_type: str) -> dict:
+    """How the router scores and picks (MoESpec.score_function ...): DeepseekV3Config
+    scoring_func (Kimi-K2 the same), Glm4MoeTopkRouter's sigmoid (no field), n_group /
+    topk_group (one group is plain top-k), routed_scaling_factor, norm_topk_prob (Mixtral,
+    GPT-OSS: normalised by construction; Qwen2/3-MoE and DeepSeek read the field)."""
+    sigmoid = str(c.get("scoring_func", "")).lower() == V.ROUTER_SIGMOID or model_type == "glm4_moe"
+    groups, pick = int(c.get("n_group") or 0), int(c.get("topk_group") or 0)
+    scale = c.get("routed_scaling_factor")
+    return dict(
+        score_function=V.ROUTER_SIGMOID if sigmoid else V.ROUTER_SOFTMAX,
+        normalize_top_k=bool(c.get("norm_topk_prob", True)),
+        num_groups=groups if groups > 1 else 0,
+        group_top_k=pick if groups > 1 else 0,
+        topk_scaling_factor=float(scale) if scale and float(scale) != 1.0 else None,
     )
 
 

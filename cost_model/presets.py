@@ -37,6 +37,7 @@ from .vocab import (
     NORM_RMSNORM,
     POSITION_LEARNED,
     POSITION_ROPE,
+    ROUTER_SIGMOID,
 )
 
 
@@ -77,10 +78,13 @@ def _llama(name, layers, hidden, heads, kv, ffn, vocab, ctx, theta, moe=None) ->
     )
 
 
-def _deepseek(name, heads, experts, dense, vocab, ctx, theta, mtp) -> TransformerSpec:
+def _deepseek(name, heads, experts, dense, vocab, ctx, theta, mtp, groups, scale) -> TransformerSpec:
     """DeepSeek-V3 layout (DeepseekV3Config): 61 blocks of h 7168, dense FFN 18432, experts
-    of 2048, top-8, one shared expert, sigmoid router with e_score_correction_bias."""
-    moe = MoESpec(experts, 8, 2048, num_shared_experts=1, first_dense_layers=dense, router_bias=True)
+    of 2048, top-8, one shared expert, sigmoid router with e_score_correction_bias, its
+    normalised weights scaled by routed_scaling_factor; DeepSeek-V3 routes within 4 of 8
+    expert groups (n_group 8, topk_group 4), Kimi-K2 over all (one group)."""
+    moe = MoESpec(experts, 8, 2048, num_shared_experts=1, first_dense_layers=dense, router_bias=True,
+                  score_function=ROUTER_SIGMOID, num_groups=groups, group_top_k=groups // 2, topk_scaling_factor=scale)
     return replace(
         _llama(name, 61, 7168, heads, heads, 18432, vocab, ctx, theta, moe),
         head_dim=128,  # v_head_dim; the projections follow `mla`
@@ -162,8 +166,10 @@ PRESETS: dict[str, TransformerSpec] = {
         _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192, 500000.0),
         _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, 1e6, MoESpec(8, 2, 14336)),
         _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, 65536, 1e6, MoESpec(8, 2, 16384)),
-        _deepseek("deepseek-v3", heads=128, experts=256, dense=3, vocab=129280, ctx=163840, theta=10000.0, mtp=1),
-        _deepseek("kimi-k2", heads=64, experts=384, dense=1, vocab=163840, ctx=131072, theta=50000.0, mtp=0),
+        _deepseek("deepseek-v3", heads=128, experts=256, dense=3, vocab=129280, ctx=163840, theta=10000.0, mtp=1,
+                  groups=8, scale=2.5),
+        _deepseek("kimi-k2", heads=64, experts=384, dense=1, vocab=163840, ctx=131072, theta=50000.0, mtp=0,
+                  groups=0, scale=2.827),
         _qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 1536),
         _qwen3_moe("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 768),
         _gpt_oss("gpt-oss-120b", 36, 128),

@@ -47,6 +47,7 @@ from .vocab import (
     POSITION_ROPE,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
+    ROUTER_SOFTMAX,
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
     Attention,
@@ -60,6 +61,7 @@ from .vocab import (
     Optimizer,
     Position,
     Recompute,
+    RouterScore,
     Schedule,
     Target,
     TrainDtype,
@@ -116,13 +118,39 @@ class MoE(_Strict):
     moe_layers: list[Annotated[int, Field(ge=0, lt=MAX_LAYERS)]] | None = Field(
         None, max_length=MAX_LAYERS, description="explicit MoE block indices (overrides layer_freq/first_dense_layers)")
     shared_ffn_hidden_size: int | None = Field(None, ge=1, le=MAX_FFN, description="FFN width of a shared expert; default ffn_hidden_size")
-    router_bias: bool = Field(False, description="router Linear with bias (GPT-OSS)")
+    router_bias: bool = Field(False, description="softmax router: its Linear has a bias (GPT-OSS); sigmoid router: the "
+                              "auxiliary-loss-free per-expert bias on the choice (DeepSeek-V3 e_score_correction_bias)")
     expert_bias: bool = Field(False, description="expert matrices with biases (GPT-OSS)")
+    score_function: RouterScore = Field(ROUTER_SOFTMAX, description="router score function: softmax (Mixtral, Qwen, "
+                                        "GPT-OSS) or sigmoid (DeepSeek-V3, GLM-4.5)", examples=[ROUTER_SOFTMAX])
+    normalize_top_k: bool = Field(True, description="the chosen experts' weights are renormalised to sum to 1 (HF "
+                                  "norm_topk_prob); false: the full softmax's top-k probabilities (Qwen2-MoE)")
+    num_groups: int = Field(0, ge=0, le=MAX_EXPERTS, description="group-limited routing: experts in this many equal "
+                            "groups (DeepSeek-V3: 8); 0 = plain top-k", examples=[0])
+    group_top_k: int = Field(0, ge=0, le=MAX_EXPERTS, description="groups each token chooses among (DeepSeek-V3: 4)",
+                             examples=[0])
+    topk_scaling_factor: float | None = Field(None, gt=0, le=1e3, description="scale on the routing weights "
+                                              "(DeepSeek-V3 routed_scaling_factor 2.5); null: 1", examples=[None])
 
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> MoE:
         if self.top_k > self.num_experts:
             raise _rule("top_k", f"top_k={self.top_k} exceeds the {self.num_experts} experts", f"1..{self.num_experts}")
+        if bool(self.num_groups) != bool(self.group_top_k):
+            raise _rule("group_top_k" if self.num_groups else "num_groups",
+                        f"group-limited routing takes both num_groups and group_top_k (got {self.num_groups} and "
+                        f"{self.group_top_k})", "both > 0, or both 0")
+        if self.num_groups:
+            if self.num_experts % self.num_groups:
+                raise _rule("num_groups", f"{self.num_experts} experts do not split into {self.num_groups} equal groups",
+                            [g for g in range(1, self.num_experts + 1) if self.num_experts % g == 0])
+            if self.group_top_k > self.num_groups:
+                raise _rule("group_top_k", f"group_top_k={self.group_top_k} exceeds num_groups={self.num_groups}",
+                            f"1..{self.num_groups}")
+            if self.group_top_k * (self.num_experts // self.num_groups) < self.top_k:
+                raise _rule("group_top_k", f"{self.group_top_k} groups of {self.num_experts // self.num_groups} "
+                            f"experts hold fewer than top_k={self.top_k}",
+                            f"{-(-self.top_k * self.num_groups // self.num_experts)}..{self.num_groups}")
         return self
 
 

@@ -84,6 +84,19 @@ class MoESpec:
     shared_ffn_hidden_size: int | None = None
     router_bias: bool = False  # GPT-OSS router Linear(h, E, bias=True); DeepSeek-V3 e_score_correction_bias
     expert_bias: bool = False  # GPT-OSS experts: gate_up_proj_bias (2f) + down_proj_bias (h)
+    # How the router picks and weighs experts (priced alike; the launch builds them): the
+    # score function (sigmoid: DeepSeek-V3 §2.1.2 eqs. 13-16, with router_bias its
+    # auxiliary-loss-free per-expert bias, used for the choice only), group-limited routing
+    # (experts in num_groups groups, each token choosing among the group_top_k best:
+    # DeepSeek-V3's node-limited routing, 8 groups, 4), and the scale on the normalised
+    # weights (DeepSeek-V3 routed_scaling_factor 2.5). 0 groups: plain top-k.
+    score_function: str = "softmax"
+    # the chosen experts' weights sum to 1 (HF norm_topk_prob; softmax over the top-k logits
+    # for Mixtral / Qwen3 / GPT-OSS); False: the full softmax's top-k probabilities (Qwen2-MoE)
+    normalize_top_k: bool = True
+    num_groups: int = 0
+    group_top_k: int = 0
+    topk_scaling_factor: float | None = None
 
     @property
     def shared_ffn(self) -> int:

@@ -27,6 +27,8 @@ Position = Literal["learned", "rope"]
 ModelKind = Literal["transformer", "layers"]
 # per-block attention kind (Hugging Face `layer_types`)
 AttentionLayer = Literal["full_attention", "sliding_attention", "chunked_attention"]
+# MoE router score function (Megatron-Core moe_router_score_function; HF DeepSeek-V3 scoring_func)
+RouterScore = Literal["softmax", "sigmoid"]
 
 # --------------------------------------------------------------------------- parallelism
 Recompute = Literal["none", "selective", "full"]
@@ -67,6 +69,7 @@ LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused
 (LEVEL_INTRA, LEVEL_INTER) = get_args(LinkLevel)
 (MODEL_TRANSFORMER, MODEL_LAYERS) = get_args(ModelKind)
 (ATTN_FULL, ATTN_SLIDING, ATTN_CHUNKED) = get_args(AttentionLayer)
+(ROUTER_SOFTMAX, ROUTER_SIGMOID) = get_args(RouterScore)
 (STATUS_OPTIMAL, STATUS_FEASIBLE) = get_args(SolverStatus)
 (COUNTS_ANY, COUNTS_UNIFORM, COUNTS_NONE) = get_args(StageCounts)
 (EMPTY_ANY, EMPTY_ENDS, EMPTY_NONE) = get_args(EmptyChunks)

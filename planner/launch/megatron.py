@@ -48,6 +48,8 @@ from cost_model.vocab import (
     POSITION_ROPE,
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
+    ROUTER_SIGMOID,
+    ROUTER_SOFTMAX,
     SCHEDULE_GPIPE,
     TARGET_MEGATRON,
 )
@@ -207,9 +209,36 @@ def linear_biases(model: dict) -> dict[str, bool]:
     b = {"qkv": qkv, "attention output": out}
     if _has_dense_mlp(model):
         b["MLP"] = legacy if model.get("mlp_bias") is None else bool(model["mlp_bias"])
-    if model.get("moe"):
-        b["experts"] = bool(model["moe"].get("expert_bias"))
+    moe = model.get("moe")
+    if moe:
+        b["experts"] = bool(moe.get("expert_bias"))
+        # a softmax router's bias is its Linear's (GPT-OSS); a sigmoid router's is the
+        # auxiliary-loss-free expert bias, a buffer (router_args), its Linear unbiased
+        b["router"] = bool(moe.get("router_bias")) and moe.get("score_function", ROUTER_SOFTMAX) == ROUTER_SOFTMAX
     return b
+
+
+def router_args(moe: dict) -> list[str]:
+    """The router as the model scores and picks, in Megatron-Core's switches
+    (transformer_config.py moe_router_* and moe_utils.py topk_routing_with_score_function
+    @d98e8a64; Megatron-Bridge's DeepSeekV3ModelProvider sets the same, deepseek_provider.py
+    @5776a6d): sigmoid scores with the auxiliary-loss-free expert bias
+    (--moe-router-enable-expert-bias, sigmoid only), group-limited routing, the weight scale;
+    a softmax router that does not renormalise its top-k takes the softmax first
+    (--moe-router-pre-softmax; Megatron's default softmaxes the top-k logits, i.e.
+    renormalised). Megatron normalises sigmoid top-k weights always (unexpressed_features)."""
+    a = []
+    if moe.get("score_function", ROUTER_SOFTMAX) == ROUTER_SIGMOID:
+        a += ["--moe-router-score-function", ROUTER_SIGMOID]
+        if moe.get("router_bias"):
+            a += ["--moe-router-enable-expert-bias"]
+    elif not moe.get("normalize_top_k", True):
+        a += ["--moe-router-pre-softmax"]
+    if int(moe.get("num_groups") or 0):
+        a += ["--moe-router-num-groups", str(moe["num_groups"]), "--moe-router-group-topk", str(moe["group_top_k"])]
+    if moe.get("topk_scaling_factor"):
+        a += ["--moe-router-topk-scaling-factor", str(float(moe["topk_scaling_factor"]))]
+    return a
 
 
 def bias_args(model: dict) -> list[str] | None:
@@ -234,6 +263,10 @@ def unexpressed_features(model: dict) -> list[str]:
     if ATTN_CHUNKED in _attention_kinds(model):
         # Megatron-Core has sliding windows (window_size) but no chunked attention at d98e8a64
         out.append("chunked attention (attention_chunk_size / layer_types)")
+    moe = model.get("moe") or {}
+    if (moe.get("score_function") == ROUTER_SIGMOID and not moe.get("normalize_top_k", True)
+            and int(moe.get("top_k") or 1) > 1):
+        out.append("sigmoid routing weights left unnormalised (Megatron normalises a sigmoid router's top-k)")
     if int(model.get("block_norms") or 2) != 2:
         out.append(f"{model['block_norms']} norms per block (the pre-norm block has 2)")
     if bias_args(model) is None:
@@ -333,6 +366,7 @@ def model_args(plan: dict) -> list[str]:
             "--moe-grouped-gemm",
             "--moe-token-dispatcher-type", "alltoall",
         ]
+        a += router_args(moe)
         pattern = moe_layer_pattern(int(m["num_layers"]), moe)
         if pattern:
             a += ["--moe-layer-freq", pattern]

@@ -35,6 +35,36 @@ def test_deepseek_v3_reads_mla_mtp_and_the_router_bias():
     assert not m.tie_embeddings and m.rope_theta == 10000.0
 
 
+def test_router_fields():
+    """scoring_func / n_group / topk_group / routed_scaling_factor / norm_topk_prob as the
+    configs write them; one group is plain top-k; GLM-4.5's router is sigmoid without a field."""
+    e = from_hf_config(load("deepseek_v3")).moe
+    assert (e.score_function, e.num_groups, e.group_top_k, e.topk_scaling_factor, e.normalize_top_k) == (
+        "sigmoid", 8, 4, 2.5, True)
+    e = from_hf_config(load("kimi_k2")).moe
+    assert (e.score_function, e.num_groups, e.group_top_k, e.topk_scaling_factor) == ("sigmoid", 0, 0, 2.827)
+    assert from_hf_config(load("glm4_5")).moe.score_function == "sigmoid"
+    e = from_hf_config(load("qwen3_30b_a3b")).moe
+    assert (e.score_function, e.num_groups, e.topk_scaling_factor, e.normalize_top_k) == ("softmax", 0, None, True)
+    assert not from_hf_config(dict(load("qwen3_30b_a3b"), norm_topk_prob=False)).moe.normalize_top_k
+
+
+@pytest.mark.parametrize("moe,field,allowed", [
+    ({"num_groups": 8}, "group_top_k", "both > 0, or both 0"),
+    ({"num_groups": 3, "group_top_k": 1}, "num_groups", [1, 2, 4, 8, 16]),
+    ({"num_groups": 4, "group_top_k": 5}, "group_top_k", "1..4"),
+    ({"num_groups": 8, "group_top_k": 1}, "group_top_k", "4..8"),  # 2 experts per group, top_k 8
+])
+def test_group_limited_routing_is_checked(moe, field, allowed):
+    from cost_model.parse import parse_model
+
+    block = {"num_experts": 16, "top_k": 8, "ffn_hidden_size": 32, **moe}
+    with pytest.raises(SpecError) as e:
+        parse_model({"transformer": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
+                                     "moe": block}})
+    assert e.value.field == f"model.transformer.moe.{field}" and e.value.allowed == allowed
+
+
 def test_mla_without_q_lora_is_a_plain_q_projection():
     # DeepSeek-V2-Lite style: q_lora_rank null -> q: h -> a*(nope + rope)
     cfg = dict(load("deepseek_v3"), q_lora_rank=None)

@@ -518,6 +518,22 @@ def test_gpt_oss_arguments_build_its_attention_and_activation():
     assert cfg.add_bias_linear and not flags.get("swiglu")
 
 
+def test_deepseek_router_as_the_model_routes():
+    """DeepSeek-V3's router (DeepseekV3Config scoring_func sigmoid, n_group 8, topk_group 4,
+    routed_scaling_factor 2.5, e_score_correction_bias) in megatron-core's switches, which
+    its TransformerConfig takes (it refuses the expert bias without sigmoid scores and a
+    group count that does not divide the experts); Megatron-Bridge's DeepSeekV3ModelProvider
+    sets the same. Qwen3's softmax router keeps Megatron's defaults."""
+    from megatron.core.transformer import MLATransformerConfig
+
+    _, _, flags = _megatron("deepseek-v3@256")
+    cfg = MLATransformerConfig(**transformer_kwargs(flags))
+    assert cfg.moe_router_score_function == "sigmoid" and cfg.moe_router_enable_expert_bias
+    assert (cfg.moe_router_num_groups, cfg.moe_router_group_topk, cfg.moe_router_topk_scaling_factor) == (8, 4, 2.5)
+    _, _, flags = _megatron("qwen3-235b-a22b@256")
+    assert not any(k.startswith("moe_router_") and k != "moe_router_topk" for k in flags)
+
+
 def test_unexpressed_architecture_skips_the_target():
     """Llama 4's chunked attention is not in Megatron-Core (window_size slides; nothing
     chunks): the Megatron target is skipped with the reason, rather than launching full
@@ -528,7 +544,11 @@ def test_unexpressed_architecture_skips_the_target():
     m = dict(plan["model"], attention_chunk_size=8192, layer_types=["chunked_attention"] * 36)
     assert unexpressed_features(m) == ["chunked attention (attention_chunk_size / layer_types)"]
     m = dict(plan["model"], out_proj_bias=False)
-    assert unexpressed_features(m) == ["biases on qkv, experts but not on attention output (Megatron biases all "
+    assert unexpressed_features(m) == ["biases on qkv, experts, router but not on attention output (Megatron biases all "
                                        "linear layers, QKV alone or none)"]
     assert unexpressed_features(dict(plan["model"], block_norms=4)) == ["4 norms per block (the pre-norm block has 2)"]
+    qwen = planned("qwen3-235b-a22b@256")["model"]
+    sig = dict(qwen, moe=dict(qwen["moe"], score_function="sigmoid", normalize_top_k=False))
+    assert unexpressed_features(sig) == ["sigmoid routing weights left unnormalised (Megatron normalises a sigmoid "
+                                         "router's top-k)"]
     assert unexpressed_features(plan["model"]) == []
