@@ -55,7 +55,7 @@ from statistics import NormalDist
 from . import comm, compute
 from .kernels import ExpertBias
 from .specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
-from .vocab import LEVEL_INTRA, MLP_SWIGLU
+from .vocab import LEVEL_INTRA, MLP_SWIGLU, ROUTER_SIGMOID
 
 PERMUTE_INDEX_BYTES = 8  # int64 row index per routed token read by the (un)permute gather/scatter
 
@@ -205,6 +205,17 @@ def expert_bias_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, kern: ExpertBi
 #   expert fc1 and fc2 forward (2 GEMMs, +2 quantizes in fp8), dgrad and wgrad of both in
 #   backward (4 GEMMs, +2 output-gradient quantizes in fp8).
 ROUTER_KERNELS = (21, 11)
+# - group-limited routing (moe_utils.py group_limited_topk, --moe-router-num-groups): the
+#   per-group top-k and sum, the group top-k, the zeros + scatter of the group mask, its
+#   expanded copy and bool cast, the masked_fill, in place of the plain top-k: +8; backward
+#   the masked_fill's where: +1.
+# - the auxiliary-loss-free expert bias (--moe-router-enable-expert-bias, sigmoid routers:
+#   topk_routing_with_score_function): scores + bias for the choice and the gather of the
+#   chosen scores, and the tokens-per-expert count its update needs (router.py
+#   _maintain_float32_expert_bias / local_tokens_per_expert: sum + add): +4; backward the
+#   gather's scatter into zeros: +2.
+ROUTER_GROUP_LIMITED_KERNELS = (8, 1)
+ROUTER_EXPERT_BIAS_KERNELS = (4, 2)
 DISPATCH_METADATA_KERNELS = ((8, 0), (2, 0))  # with EP, without
 PERMUTE_KERNELS = (10, 5)
 LOCAL_SORT_KERNELS = (3, 2)  # with more than one local expert
@@ -222,8 +233,11 @@ def block_launches(m: TransformerSpec, cfg: ParallelConfig, lay: ExpertLayout, f
     sort = lay.local_experts > 1
     per_expert = [g + (q if fp8 else 0) for g, q in zip(EXPERT_GEMMS_PER_EXPERT, EXPERT_QUANTIZES_PER_EXPERT, strict=True)]
     meta = DISPATCH_METADATA_KERNELS[0 if cfg.ep > 1 else 1]
+    e = m.moe
+    groups = ROUTER_GROUP_LIMITED_KERNELS if e.num_groups else (0, 0)
+    bias = ROUTER_EXPERT_BIAS_KERNELS if (e.router_bias and e.score_function == ROUTER_SIGMOID) else (0, 0)
     return tuple(
-        ROUTER_KERNELS[i] + meta[i] + PERMUTE_KERNELS[i] + (LOCAL_SORT_KERNELS[i] if sort else 0)
+        ROUTER_KERNELS[i] + groups[i] + bias[i] + meta[i] + PERMUTE_KERNELS[i] + (LOCAL_SORT_KERNELS[i] if sort else 0)
         + lay.local_experts * per_expert[i]
         for i in (0, 1)
     )
