@@ -269,6 +269,19 @@ def launch_overhead_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: Exp
 # the residual gradients (4): 18. Python-side module overhead is not a kernel; it rides in
 # GPUSpec.host_op_s, which is fitted per counted kernel.
 LAYER_ATTENTION_KERNELS = (12, 18)
+# The overlapped 1F1B (--overlap-moe-expert-parallel-comm) runs each MoE layer as schedule
+# nodes (megatron-core 0.16.1 models/common/model_chunk_schedule_plan.py
+# TransformerLayerSchedulePlan: attn, moe_dispatch, mlp, moe_combine), each forward a
+# ScheduleNode call that waits on and records the micro-batch's CUDA event around a stream
+# switch and detaches its inputs, each backward its own autograd run_backward over the node's
+# graph, and the delayed weight gradients of mlp and attn their own calls
+# (pipeline_parallel/utils.py ScheduleNode._forward / _backward): host work the plain layer
+# does not do, counted one host op each: forward 4, backward 4 + 2. Megatron-Bridge measures
+# the overlap "flat to mixed" for small-EP alltoall runs, "scheduling overhead is larger than
+# the communication being hidden" (docs/training/communication-overlap.md @067f987df).
+# Deviation: an autograd call (a hand-off to the engine's thread) costs more than one kernel's
+# issue; not measured.
+COMBINED_SCHEDULE_HOST_OPS = (4, 6)
 
 
 def host_issue_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout, fp8: bool) -> tuple[float, float]:
@@ -286,9 +299,15 @@ def host_issue_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout
     host boundedness"; the device-host sync for the tokens per expert is why the whole
     model cannot be graph-captured, ibid. section 4). The Megatron-Bridge recipes answer it
     with CUDA graphs of the router and preprocessing, which the emitted launch does not use.
-    layers._block_cost takes the larger of this and the layer's device time."""
+    layers._block_cost takes the larger of this and the layer's device time. Under the
+    overlapped 1F1B the schedule nodes' own host work is added (COMBINED_SCHEDULE_HOST_OPS)."""
     fwd, bwd = block_launches(m, cfg, lay, fp8)
-    return ((fwd + LAYER_ATTENTION_KERNELS[0]) * gpu.host_op_s, (bwd + LAYER_ATTENTION_KERNELS[1]) * gpu.host_op_s)
+    fwd += LAYER_ATTENTION_KERNELS[0]
+    bwd += LAYER_ATTENTION_KERNELS[1]
+    if cfg.moe_a2a_overlap and cfg.ep > 1:
+        fwd += COMBINED_SCHEDULE_HOST_OPS[0]
+        bwd += COMBINED_SCHEDULE_HOST_OPS[1]
+    return fwd * gpu.host_op_s, bwd * gpu.host_op_s
 
 
 def _a2a_levels_s(cluster: ClusterSpec, nbytes: float, ep: int, etp: int, fits) -> float:

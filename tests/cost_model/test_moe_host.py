@@ -39,6 +39,9 @@ def test_host_issue_hand_count():
     assert bwd == pytest.approx((114 + 18) * g.host_op_s)
     assert g.host_op_s == HOST_OP_S
     assert get_gpu("cpu").host_op_s == 0.0
+    # the overlapped 1F1B's schedule nodes: 4 forward calls, 4 backward + 2 weight-gradient calls
+    fwd_o, bwd_o = moe.host_issue_s(QWEN30, g, replace(cfg, moe_a2a_overlap=True), lay, True)
+    assert (fwd_o - fwd, bwd_o - bwd) == pytest.approx((4 * g.host_op_s, 6 * g.host_op_s))
 
 
 def test_layer_takes_the_larger_of_host_and_device():
