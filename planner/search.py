@@ -191,9 +191,9 @@ class _Tables:
     def base_at(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mb: int, engine: str,
                 overlap: bool | None = None, cp_comm: str | None = None) -> tuple[LayerTable, TableSums]:
         """The base table of a candidate with the overlapped 1F1B all-to-all `overlap` and the
-        context-parallel communication `cp_comm`; overlap None (a degree group's bound, for
-        candidates with and without it): priced with it where the space holds it, its
-        blocks' times (the combined steps' exposure) being below those without it."""
+        context-parallel communication `cp_comm`; overlap None: on where the space holds it
+        (a bound over both settings takes the least of the two tables: search's degree
+        groups)."""
         if overlap is None:
             overlap = True in a2a_overlap_values(self.prob.model, self.prob.space, engine, ep)
         key = ("base", tp, cp, ep, etp, sp, mb, engine, overlap, cp_comm)
@@ -443,10 +443,13 @@ def search(
             layout_s[key] = 0.0  # unbounded (valid): the group is expanded when it reaches the front
             continue
         least = math.inf
+        # the overlapped 1F1B all-to-all can make a layer slower as well as faster (its schedule
+        # nodes' host work, moe.COMBINED_SCHEDULE_HOST_OPS): the least over the settings searched
+        overlaps = a2a_overlap_values(prob.model, prob.space, engine, key[2]) or [False]
         for sp in sequence_parallel_values(prob.space, key[0]):
             for cc in cp_comm_values(prob.model, prob.space, engine, key[0], key[1]):
-                _, sums = tables.base_at(*key, sp, mb, engine, None, cc)
-                per_sample[(*key, sp, cc)] = per_sample_time_s(sums, mb)
+                per_sample[(*key, sp, cc)] = min(
+                    per_sample_time_s(tables.base_at(*key, sp, mb, engine, ov, cc)[1], mb) for ov in overlaps)
                 least = min(least, per_sample[(*key, sp, cc)])
         layout_s[key] = least
     queue: list[_Entry] = [
