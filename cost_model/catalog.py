@@ -55,7 +55,10 @@ _CDNA_EFF = dict(gemm_max_efficiency=0.48, gemm_half_dim=192.0, attention_effici
 # buffer (transformer_engine/pytorch/utils.py is_non_tn_fp8_gemm_supported: sm 10.0-11.x
 # and >= 13.0; tensor/float8_tensor.py inner_tensor_specs, NVIDIA/TransformerEngine
 # @d0067d0da6cb). Hopper, Ada and the rest keep a transposed copy (GPUSpec.fp8_gemm_tn_only).
-_BLACKWELL_ARCH = dict(fp8_gemm_tn_only=False)
+# MXFP8: Blackwell's tensor cores take microscaled FP8 (one E8M0 scale per 32 elements;
+# Transformer Engine runs the mxfp8 recipe on sm 10.x only, quantization.py
+# _compute_mxfp8_support @d0067d0da6cb).
+_BLACKWELL_ARCH = dict(fp8_gemm_tn_only=False, mxfp8=True)
 # New entries inherit the constants of their family's fitted/assumed member, and say so.
 # Host issue (GPUSpec.host_op_s, moe.host_issue_s): CPU seconds per counted kernel of a
 # host-synchronised MoE layer, Python and framework overhead included; one value for the

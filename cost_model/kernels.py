@@ -40,7 +40,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .vocab import ENGINE_DEEPSPEED, ENGINE_MEGATRON, ENGINE_RUNTIME, ENGINE_TORCHTITAN
+from .vocab import (
+    DTYPE_BYTES,
+    DTYPE_FP8,
+    ENGINE_DEEPSPEED,
+    ENGINE_MEGATRON,
+    ENGINE_RUNTIME,
+    ENGINE_TORCHTITAN,
+    FP8_MXFP8,
+    FP8_TENSORWISE,
+)
 
 ATTN_FUSED = "fused"  # cuDNN / FlashAttention-3 class (GPUSpec.attention_efficiency)
 ATTN_SDPA = "sdpa"  # PyTorch SDPA flash backend = FlashAttention-2 (GPUSpec.sdpa_attention_efficiency)
@@ -84,6 +93,8 @@ class Fp8Casts:
     # bytes per element of a GEMM input kept for its weight gradient (memory.block_activation_bytes);
     # None: the activation dtype's (the high-precision input kept and re-cast in backward)
     saved_input_bytes: float | None = None
+    # kernels one quantize of a tensor launches (moe.block_launches counts the experts' ones)
+    quantize_kernels: int = 1
 
 
 # TE per-tensor current scaling (Float8CurrentScaling, Megatron --fp8-recipe tensorwise, the
@@ -99,8 +110,21 @@ class Fp8Casts:
 # bf16; NVIDIA/TransformerEngine @d0067d0da6cb): 1 byte, plus MXFP8's one E8M0 scale per 32
 # elements (constants.py MXFP8_BLOCK_SCALING_SIZE), counted for both recipes (`fp8` is either).
 TE_FP8_SAVED_INPUT_BYTES = 1.0 + 1.0 / 32
+# A current-scaling quantize launches three kernels: the amax, the scale from it, the cast
+# (transformer_engine/pytorch/csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl:
+# nvte_compute_amax_with_config, nvte_compute_scale_from_amax, nvte_quantize_v2 @d0067d0da6cb);
+# GroupedLinear's split_quantize runs them per expert (extensions/cast.cpp
+# multi_tensor_quantize_impl: fused only for delayed scaling).
 TE_CASTS = Fp8Casts(act_fwd=6.0, grad_bwd=6.0, act_bwd=0.0, weight_per_micro_batch=False, weight=6.0,
-                    saved_input_bytes=TE_FP8_SAVED_INPUT_BYTES)
+                    saved_input_bytes=TE_FP8_SAVED_INPUT_BYTES, quantize_kernels=3)
+# TE MXFP8 (Megatron --fp8-recipe mxfp8): one kernel reads the bf16 input (r 2) and writes the
+# row-wise and the column-wise MXFP8 copies, each 1 byte with an E8M0 scale per 32 elements
+# (w 2 + 2/32): the scales are per block, computed in the kernel, no amax pass (nvte_quantize_v2
+# for MXFP8Quantizer; split_quantize allocates the experts' outputs in bulk and quantizes each,
+# cast.cpp BULK_MXFP8). The weight's copies: once per step, the same pass.
+_MX_PASS = 2.0 + 2.0 + 2.0 / 32
+TE_MXFP8_CASTS = Fp8Casts(act_fwd=_MX_PASS, grad_bwd=_MX_PASS, act_bwd=0.0, weight_per_micro_batch=False,
+                          weight=_MX_PASS, saved_input_bytes=TE_FP8_SAVED_INPUT_BYTES, quantize_kernels=1)
 # torchao tensorwise dynamic, eager: amax pass (r 2) + cast (r 2, w 1); backward: grad amax + cast
 # + transposed copies (r 2 + 2, w 1 + 1) and the saved input re-cast transposed (r 2, w 1).
 TORCHAO_CASTS = Fp8Casts(act_fwd=5.0, grad_bwd=6.0, act_bwd=3.0, weight_per_micro_batch=True, weight=6.0)
@@ -273,12 +297,43 @@ class EngineKernels:
     # are the ones moe.block_launches counts (Megatron-Core's alltoall dispatcher). False:
     # not priced (torchtitan's grouped_mm experts issue a few kernels, not one per expert)
     moe_host_sync: bool = False
+    # the engine's MXFP8 casts (Fp8Casts) where it runs that recipe; None: it has only `fp8`
+    fp8_mx: Fp8Casts | None = None
 
     def elementwise_for(self, compiled: bool) -> Elementwise:
         return self.elementwise_compiled if compiled else self.elementwise
 
-    def fp8_for(self, compiled: bool) -> Fp8Casts:
+    def fp8_for(self, compiled: bool, recipe: str | None = None) -> Fp8Casts:
+        if recipe == FP8_MXFP8 and self.fp8_mx is not None:
+            return self.fp8_mx
         return self.fp8_compiled if compiled else self.fp8
+
+
+def param_gather_bytes(engine: str, gpu, t) -> float:
+    """Bytes per parameter Megatron's distributed optimizer all-gathers after its step (and its
+    FSDP gathers): the FP8 parameter itself under --fp8-param-gather with per-tensor scaling
+    (1); with MXFP8 the optimizer stages the updated values as bf16 in the gradient buffer,
+    gathers them and re-quantizes into the parameter's row- and column-wise copies
+    (--reuse-grad-buf-for-mxfp8-param-ag: megatron/core/distributed/param_and_grad_buffer.py
+    shared_buffer and _post_param_sync, megatron/core/optimizer/distrib_optimizer.py @d98e8a64;
+    without the flag TE's replace_raw_data refuses MXFP8 parameters): 2. Else the training
+    dtype's bytes."""
+    if t.dtype == DTYPE_FP8 and fp8_recipe(engine, gpu, t) == FP8_MXFP8:
+        return 2.0
+    return float(DTYPE_BYTES[t.dtype])
+
+
+def fp8_recipe(engine: str, gpu, t) -> str | None:
+    """The FP8 scaling `engine` runs under training `t` on `gpu`: t.fp8_recipe where set;
+    else MXFP8 where the engine has it and the GPU's tensor cores take it (Megatron on
+    Blackwell, as Megatron-Bridge's Blackwell FP8-MX recipes run: mixed_precision.py
+    bf16_with_mxfp8_mixed @5776a6d), else per-tensor scaling (TE current scaling; torchao
+    tensorwise). None without fp8 training."""
+    if t.dtype != DTYPE_FP8:
+        return None
+    if t.fp8_recipe:
+        return t.fp8_recipe
+    return FP8_MXFP8 if (KERNELS[engine].fp8_mx is not None and gpu.mxfp8) else FP8_TENSORWISE
 
 
 # Megatron-Core's ring (Transformer Engine AttnFuncWithCPAndKVP2P, --cp-comm-type p2p and the
@@ -299,7 +354,7 @@ KERNELS: dict[str, EngineKernels] = {
         ENGINE_MEGATRON, ATTN_FUSED, FUSED, FUSED, TE_CASTS, TE_CASTS, tp_bwd_overlap=True, sp_regather=True,
         source="megatron/core/models/gpt/gpt_layer_specs.py, megatron/core/tensor_parallel/layers.py @d98e8a6",
         tp_overlap=TE_USERBUFFERS, expert_bias=MEGATRON_EXPERT_BIAS, glu_clamp=MEGATRON_GLU_CLAMP,
-        ring_attention_slowdown=MEGATRON_RING_ATTENTION_SLOWDOWN, moe_host_sync=True,
+        ring_attention_slowdown=MEGATRON_RING_ATTENTION_SLOWDOWN, moe_host_sync=True, fp8_mx=TE_MXFP8_CASTS,
     ),
     ENGINE_TORCHTITAN: EngineKernels(
         ENGINE_TORCHTITAN, ATTN_SDPA, EAGER, FUSED, TORCHAO_CASTS, TORCHAO_COMPILED_CASTS,

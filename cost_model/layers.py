@@ -226,7 +226,7 @@ def _dp_sync_s(
     rs = comm.reduce_scatter_s(gbytes, size, link, fits)
     if cfg.engine == ENGINE_DEEPSPEED:
         return rs
-    return rs + comm.all_gather_s(params * DTYPE_BYTES[t.dtype], size, link, fits)
+    return rs + comm.all_gather_s(params * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t), size, link, fits)
 
 
 def _dp_exposed_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, groups: list[tuple[float, int, int]],
@@ -263,7 +263,8 @@ def _bucket_sync_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, p
     gbytes = bucket * memory.grad_dtype_bytes(t)
     if cfg.zero == 0:
         return comm.all_reduce_s(gbytes, size, link, fits)
-    return comm.reduce_scatter_s(gbytes, size, link, fits) + comm.all_gather_s(bucket * DTYPE_BYTES[t.dtype], size, link, fits)
+    gather = bucket * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t)
+    return comm.reduce_scatter_s(gbytes, size, link, fits) + comm.all_gather_s(gather, size, link, fits)
 
 
 def _expert_last_bucket_s(m: TransformerSpec, cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, fits) -> float:
@@ -309,8 +310,10 @@ def _zero3_s(
     if size <= 1 or cfg.zero < 3:
         return 0.0
     link = comm.group_link(cluster, size, stride)
-    if cfg.engine == ENGINE_MEGATRON or t.fp8_all_gather:
-        gather = DTYPE_BYTES[t.dtype]  # FP8 parameters (Megatron) / float8 weights (torchtitan Float8)
+    if cfg.engine == ENGINE_MEGATRON:
+        gather = kernels.param_gather_bytes(cfg.engine, cluster.gpu, t)  # FP8 parameters (MXFP8: staged bf16)
+    elif t.fp8_all_gather:
+        gather = DTYPE_BYTES[t.dtype]  # torchtitan's float8 weights
     else:
         gather = memory.activation_dtype_bytes(t)
     wbytes = params * gather
@@ -358,7 +361,7 @@ def _optimizer_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, par
     owned = params / (shard if cfg.zero >= 1 else 1)
     k = memory.optimizer_bytes_per_param(t)
     g = memory.grad_dtype_bytes(t)
-    nbytes = owned * (2 * k + g + DTYPE_BYTES[t.dtype])
+    nbytes = owned * (2 * k + g + kernels.param_gather_bytes(cfg.engine, cluster.gpu, t))
     return compute.memory_bound_time_s(cluster.gpu, nbytes, kernels=1)
 
 
@@ -480,9 +483,19 @@ def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig,
     s = experts + moe.shared_expert_gemms_fwd_s(m, gpu, t, cfg, geo.tokens)
     s += moe.router_fwd_s(m, gpu, t, lay, geo.act_dt)
     s += moe.permute_fwd_s(m, gpu, lay, geo.act_dt)
-    s += moe.launch_overhead_fwd_s(m, gpu, cfg, lay, geo.fp8)
+    s += moe.launch_overhead_fwd_s(m, gpu, cfg, lay, _quantize_kernels(gpu, t, cfg, geo))
     s += moe.expert_bias_fwd_s(m, gpu, lay, geo.kernels.expert_bias)
     return s, e.ffn_hidden_size * e.top_k * lay.imbalance + e.shared_ffn * e.num_shared_experts, experts
+
+
+def _fp8_casts(gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> kernels.Fp8Casts:
+    """The engine's fp8 casts under the recipe it runs on this GPU (kernels.fp8_recipe)."""
+    return geo.kernels.fp8_for(geo.compiled, kernels.fp8_recipe(cfg.engine, gpu, t))
+
+
+def _quantize_kernels(gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry) -> int:
+    """Kernels one fp8 quantize launches (kernels.Fp8Casts.quantize_kernels); 0 without fp8."""
+    return _fp8_casts(gpu, t, cfg, geo).quantize_kernels if geo.fp8 else 0
 
 
 def _fp8_casts_s(gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry, g: _Gemms) -> tuple[float, float]:
@@ -493,7 +506,7 @@ def _fp8_casts_s(gpu, t: TrainingSpec, cfg: ParallelConfig, geo: _BlockGeometry,
     (amortised over the step's micro-batches). Zero unless training.dtype is fp8."""
     if t.dtype != DTYPE_FP8:
         return 0.0, 0.0
-    c = geo.kernels.fp8_for(geo.compiled)
+    c = _fp8_casts(gpu, t, cfg, geo)
     w_share = 1.0 if c.weight_per_micro_batch else 1.0 / _num_micro_batches(t, cfg)
     fwd = geo.tokens * g.act_in_elems * c.act_fwd + g.weight_elems * c.weight * w_share
     bwd = geo.tokens * (g.grad_out_elems * c.grad_bwd + g.act_in_elems * c.act_bwd)
@@ -889,7 +902,7 @@ def _block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, e
     among them are counted alike (under 0.1% of a block's parameters)."""
     tp, estride = cfg.tp, _expert_dp_stride(cfg)
     dp_size, edp_size = _dense_dp_size(cfg), _expert_dp_size(cfg)
-    f8 = memory.fp8_weight_bytes(cluster.gpu, t)
+    f8 = memory.fp8_weight_bytes(cluster.gpu, t, cfg.engine)
     w1, g1, o1 = _state(t, cfg, dense, dp_size, f8)
     w2, g2, o2 = _state(t, cfg, expert, edp_size, f8)
     dp_sync = _dp_sync_s(cluster, t, cfg, dense, dp_size, tp, fits)
@@ -968,7 +981,7 @@ def _host_bound_excess_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: Parallel
     and profiled blocks (measured: their time holds the host's already)."""
     if not (geo.moe_layer and geo.kernels.moe_host_sync and c.source != "profile" and gpu.host_op_s > 0):
         return 0.0, 0.0
-    fwd, bwd = moe.host_issue_s(m, gpu, cfg, moe.layout(m, t, cfg), geo.fp8)
+    fwd, bwd = moe.host_issue_s(m, gpu, cfg, moe.layout(m, t, cfg), _quantize_kernels(gpu, t, cfg, geo))
     excess = fwd + bwd - (c.fwd_s + c.bwd_s + comm_s)
     if excess <= 0:
         return 0.0, 0.0

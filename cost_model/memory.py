@@ -30,6 +30,7 @@ from .vocab import (
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
     ENGINE_TORCHTITAN,
+    FP8_MXFP8,
     MLP_SWIGLU,
     OPTIMIZER_ADAM,
     OPTIMIZER_ADAMW,
@@ -142,12 +143,18 @@ def model_state_bytes_per_param(t: TrainingSpec, zero: int, shard: int) -> State
     return StateBytesPerParam(w / d, g / d, k / d)
 
 
-def fp8_weight_bytes(gpu, t: TrainingSpec) -> float:
-    """Bytes one FP8 copy of a GEMM weight takes under fp8 training: the row-wise data, plus
-    the transposed copy where FP8 GEMMs take only the TN layout (GPUSpec.fp8_gemm_tn_only;
-    Transformer Engine Float8Tensor `_data` / `_transpose`); 0 without fp8 training."""
+def fp8_weight_bytes(gpu, t: TrainingSpec, engine: str = ENGINE_MEGATRON) -> float:
+    """Bytes one FP8 copy of a GEMM weight takes under fp8 training: per-tensor scaling keeps
+    the row-wise data, plus the transposed copy where FP8 GEMMs take only the TN layout
+    (GPUSpec.fp8_gemm_tn_only; Transformer Engine Float8Tensor `_data` / `_transpose`); MXFP8
+    keeps both the row- and the column-wise data, each with an E8M0 scale per 32 elements,
+    for the whole step (transformer_engine/pytorch/tensor/mxfp8_tensor.py MXFP8Quantizer,
+    module/base.py sets both usages under grad; nothing frees the column-wise copy:
+    storage/mxfp8_tensor_storage.py update_usage @d0067d0da6cb). 0 without fp8 training."""
     if t.dtype != DTYPE_FP8:
         return 0.0
+    if kernels.fp8_recipe(engine, gpu, t) == FP8_MXFP8:
+        return 2.0 * (DTYPE_BYTES[DTYPE_FP8] + 1.0 / 32)
     return DTYPE_BYTES[DTYPE_FP8] * (2.0 if gpu.fp8_gemm_tn_only else 1.0)
 
 

@@ -203,7 +203,8 @@ def expert_bias_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, kern: ExpertBi
 #   pytorch/module/grouped_linear.py @v2.9: general_grouped_gemm issues one cuBLAS GEMM per
 #   local expert, tex.split_quantize one fp8 quantize per local expert's input): per local
 #   expert fc1 and fc2 forward (2 GEMMs, +2 quantizes in fp8), dgrad and wgrad of both in
-#   backward (4 GEMMs, +2 output-gradient quantizes in fp8).
+#   backward (4 GEMMs, +2 output-gradient quantizes in fp8); a quantize launches 1 kernel
+#   (MXFP8) or 3 (current scaling), kernels.Fp8Casts.quantize_kernels.
 ROUTER_KERNELS = (21, 11)
 # - group-limited routing (moe_utils.py group_limited_topk, --moe-router-num-groups): the
 #   per-group top-k and sum, the group top-k, the zeros + scatter of the group mask, its
@@ -227,11 +228,14 @@ _CHARGED_FWD = 2 + 4 + 2
 _CHARGED_FWD_LOCAL_SORT = 2
 
 
-def block_launches(m: TransformerSpec, cfg: ParallelConfig, lay: ExpertLayout, fp8: bool) -> tuple[int, int]:
+def block_launches(m: TransformerSpec, cfg: ParallelConfig, lay: ExpertLayout, quantize_kernels: int) -> tuple[int, int]:
     """(forward, backward) kernel launches of one MoE block's router, dispatch and experts for
-    one micro-batch (the tables above); the shared experts are plain GEMMs (their own term)."""
+    one micro-batch (the tables above); the shared experts are plain GEMMs (their own term).
+    `quantize_kernels`: what one fp8 quantize launches under the run's recipe
+    (kernels.Fp8Casts.quantize_kernels: MXFP8 1, TE current scaling 3), 0 without fp8."""
     sort = lay.local_experts > 1
-    per_expert = [g + (q if fp8 else 0) for g, q in zip(EXPERT_GEMMS_PER_EXPERT, EXPERT_QUANTIZES_PER_EXPERT, strict=True)]
+    per_expert = [g + q * quantize_kernels
+                  for g, q in zip(EXPERT_GEMMS_PER_EXPERT, EXPERT_QUANTIZES_PER_EXPERT, strict=True)]
     meta = DISPATCH_METADATA_KERNELS[0 if cfg.ep > 1 else 1]
     e = m.moe
     groups = ROUTER_GROUP_LIMITED_KERNELS if e.num_groups else (0, 0)
@@ -243,7 +247,8 @@ def block_launches(m: TransformerSpec, cfg: ParallelConfig, lay: ExpertLayout, f
     )
 
 
-def launch_overhead_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout, fp8: bool) -> float:
+def launch_overhead_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout,
+                          quantize_kernels: int) -> float:
     """The launch/tail cost (GPUSpec.kernel_overhead_s per kernel) of the MoE block's kernels
     that the GEMM and memory-pass terms do not charge, carried in the forward: a block's
     backward is priced as twice its forward (layers._block_compute), so a third of the forward
@@ -253,7 +258,7 @@ def launch_overhead_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: Exp
     map of a few MB (the Megatron-Core report on DeepSeek-V3 on GB200 names this kernel
     count the first bottleneck; docs/discussions/deepseek-v3-gb200-optimization/
     deepseek-v3-gb200-optimization.md @eb0783b6d3 section 2)."""
-    fwd, bwd = block_launches(m, cfg, lay, fp8)
+    fwd, bwd = block_launches(m, cfg, lay, quantize_kernels)
     charged = 3 * (_CHARGED_FWD + (_CHARGED_FWD_LOCAL_SORT if lay.local_experts > 1 else 0))
     return max(0, fwd + bwd - charged) * gpu.kernel_overhead_s / 3.0
 
@@ -284,7 +289,8 @@ LAYER_ATTENTION_KERNELS = (12, 18)
 COMBINED_SCHEDULE_HOST_OPS = (4, 6)
 
 
-def host_issue_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout, fp8: bool) -> tuple[float, float]:
+def host_issue_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout,
+                 quantize_kernels: int) -> tuple[float, float]:
     """(forward, backward) seconds the host takes to issue one MoE layer's kernels for one
     micro-batch (block_launches plus LAYER_ATTENTION_KERNELS, GPUSpec.host_op_s each).
 
@@ -301,7 +307,7 @@ def host_issue_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout
     with CUDA graphs of the router and preprocessing, which the emitted launch does not use.
     layers._block_cost takes the larger of this and the layer's device time. Under the
     overlapped 1F1B the schedule nodes' own host work is added (COMBINED_SCHEDULE_HOST_OPS)."""
-    fwd, bwd = block_launches(m, cfg, lay, fp8)
+    fwd, bwd = block_launches(m, cfg, lay, quantize_kernels)
     fwd += LAYER_ATTENTION_KERNELS[0]
     bwd += LAYER_ATTENTION_KERNELS[1]
     if cfg.moe_a2a_overlap and cfg.ep > 1:

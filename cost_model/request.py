@@ -55,6 +55,7 @@ from .vocab import (
     CpComm,
     Dtype,
     Engine,
+    Fp8Recipe,
     Mlp,
     ModelKind,
     Norm,
@@ -324,6 +325,10 @@ class Training(_Strict):
         False, description="torchtitan Float8 (torchao tensorwise): FSDP2 all-gathers the weights in float8 "
         "(enable_fsdp_float8_all_gather), 1 byte per parameter; needs dtype fp8. Megatron gathers FP8 parameters "
         "on its own under fp8 with a sharded optimizer (--fp8-param-gather)", examples=[False])
+    fp8_recipe: Fp8Recipe | None = Field(
+        None, description="Megatron / Transformer Engine FP8 scaling (--fp8-recipe) under dtype fp8: tensorwise (per-tensor "
+        "current scaling) or mxfp8 (Blackwell); null: mxfp8 on GPUs with MXFP8 tensor cores, else tensorwise",
+        examples=[None])
     loss_chunks: int | None = Field(
         None, ge=1, le=MAX_LOSS_CHUNKS, description="sequence chunks the output layer and loss run in, each chunk's "
         "backward at once (torchtitan --loss.num_chunks); null: the engine's default (torchtitan 8, others 1)",

@@ -235,6 +235,9 @@ class GPUSpec:
     # FP8 copy of each weight beside the row-wise one for the backward. Blackwell (sm 10.x,
     # 11.x) runs non-TN FP8 GEMMs from one buffer (catalog.py says where it is False).
     fp8_gemm_tn_only: bool = True
+    # MXFP8 GEMMs (microscaling, one E8M0 scale per 32 elements): Blackwell data-centre parts
+    # (sm 10.x; Transformer Engine quantization.py _compute_mxfp8_support @d0067d0da6cb)
+    mxfp8: bool = False
     host: bool = False  # a CPU process as device
     reserved_gib: float = 1.0  # CUDA context + communicator buffers, not in torch's allocator
     nvlink_domain: int | None = None  # GPUs on one NVLink fabric (72 in a GB200 NVL72 rack); None = gpus_per_node
@@ -282,6 +285,7 @@ class TrainingSpec:
     compile_loss: bool = False  # ... and the loss (torchtitan compile.components "loss")
     loss_chunks: int | None = None  # sequence chunks of the output layer + loss; None: the engine's default
     fp8_all_gather: bool = False  # torchtitan Float8: FSDP2 gathers float8 weights (engines.fp8_all_gather_rule)
+    fp8_recipe: str | None = None  # Transformer Engine's FP8 scaling; None: the engine's for the GPU (kernels.fp8_recipe)
 
     @property
     def tokens_per_step(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from . import attention, specs
+from . import attention, kernels, specs
 from . import request as rq
 from .engines import (
     empty_chunks_rule,
@@ -18,7 +18,15 @@ from .errors import SpecError
 from .model_checks import check_architecture
 from .request import divisors
 from .stages import balanced_stage_layers
-from .vocab import MODEL_LAYERS, SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+from .vocab import (
+    DTYPE_FP8,
+    FP8_MXFP8,
+    FP8_TENSORWISE,
+    MODEL_LAYERS,
+    SCHEDULE_1F1B,
+    SCHEDULE_GPIPE,
+    SCHEDULE_INTERLEAVED,
+)
 
 __all__ = ["divisors", "expert_fold_error", "validate_cluster", "validate_config", "validate_model", "validate_training"]
 
@@ -88,6 +96,24 @@ def validate_fp8_all_gather(engine: str, t: specs.TrainingSpec) -> None:
         raise SpecError("training.fp8_all_gather", rule, allowed=[False])
 
 
+def validate_fp8_recipe(engine: str, gpu: specs.GPUSpec, t: specs.TrainingSpec) -> None:
+    """training.fp8_recipe only under fp8; mxfp8 only where the engine runs it (Megatron /
+    Transformer Engine; torchao's tensorwise Float8 is priced for the others) on a GPU whose
+    tensor cores take it (GPUSpec.mxfp8: Blackwell, sm 10.x)."""
+    r = t.fp8_recipe
+    if r is None:
+        return
+    if t.dtype != DTYPE_FP8:
+        raise SpecError("training.fp8_recipe", f"sets FP8 scaling: it needs training.dtype 'fp8', not {t.dtype!r}",
+                        allowed=[None])
+    if r == FP8_MXFP8 and kernels.for_engine(engine).fp8_mx is None:
+        raise SpecError("training.fp8_recipe", f"{engine} has no MXFP8 recipe priced (Megatron's --fp8-recipe mxfp8)",
+                        allowed=[FP8_TENSORWISE])
+    if r == FP8_MXFP8 and not gpu.mxfp8:
+        raise SpecError("training.fp8_recipe", f"MXFP8 needs Blackwell tensor cores (compute capability 10.x; Transformer "
+                        f"Engine quantization.py _compute_mxfp8_support); {gpu.name} has none", allowed=[FP8_TENSORWISE])
+
+
 def _validate_parallelism(p: specs.ParallelConfig) -> None:
     d = asdict(p)
     for k in ("stage_layers", "recompute_layers"):
@@ -103,6 +129,7 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
     _validate_parallelism(p)
     validate_loss_chunks(p.engine, t)
     validate_fp8_all_gather(p.engine, t)
+    validate_fp8_recipe(p.engine, c.gpu, t)
     if p.world_size > c.num_gpus:
         raise SpecError(
             "parallelism",

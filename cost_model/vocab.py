@@ -19,6 +19,9 @@ Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]  # any tensor dtype the m
 TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]  # training.dtype (compute precision)
 Optimizer = Literal["adam", "adamw", "sgd"]
 Attention = Literal["flash", "eager"]  # flash: O(s) memory; eager: s^2 scores stored
+# Transformer Engine's FP8 scaling (Megatron --fp8-recipe): per-tensor current scaling, or
+# MXFP8 (one E8M0 scale per 32 elements; Blackwell tensor cores, sm 10.x)
+Fp8Recipe = Literal["tensorwise", "mxfp8"]
 
 # --------------------------------------------------------------------------- model
 Mlp = Literal["gelu", "swiglu"]
@@ -69,6 +72,7 @@ LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused
 (LEVEL_INTRA, LEVEL_INTER) = get_args(LinkLevel)
 (MODEL_TRANSFORMER, MODEL_LAYERS) = get_args(ModelKind)
 (ATTN_FULL, ATTN_SLIDING, ATTN_CHUNKED) = get_args(AttentionLayer)
+(FP8_TENSORWISE, FP8_MXFP8) = get_args(Fp8Recipe)
 (ROUTER_SOFTMAX, ROUTER_SIGMOID) = get_args(RouterScore)
 (STATUS_OPTIMAL, STATUS_FEASIBLE) = get_args(SolverStatus)
 (COUNTS_ANY, COUNTS_UNIFORM, COUNTS_NONE) = get_args(StageCounts)

@@ -5,11 +5,12 @@ same question the same way."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate as estimate_config
 from cost_model.flops import active_params, total_params
+from cost_model.kernels import fp8_recipe
 from cost_model.parse import (
     model_to_dict,
     parse_cluster,
@@ -19,7 +20,7 @@ from cost_model.parse import (
 )
 from cost_model.results import Estimate
 from cost_model.specs import LayerListSpec
-from cost_model.validate import validate_fp8_all_gather, validate_loss_chunks
+from cost_model.validate import validate_fp8_all_gather, validate_fp8_recipe, validate_loss_chunks
 from cost_model.vocab import ENGINE_MEGATRON, STATUS_OPTIMAL, TARGET_RANKS
 
 from .hashing import request_hash
@@ -60,7 +61,10 @@ def problem_from_request(req: dict, profile=None) -> Problem:
     )
     validate_loss_chunks(_engine(prob), prob.training)
     validate_fp8_all_gather(_engine(prob), prob.training)
-    return prob
+    validate_fp8_recipe(_engine(prob), prob.cluster.gpu, prob.training)
+    # the FP8 scaling the engine runs on this GPU, stated in the plan (its launch emits it)
+    return replace(prob, training=replace(prob.training, fp8_recipe=fp8_recipe(_engine(prob), prob.cluster.gpu,
+                                                                                 prob.training)))
 
 
 def _parallelism(cfg, num_micro_batches: int) -> Parallelism:

@@ -223,6 +223,18 @@ def compile_setting(row: dict) -> bool | str:
     return True
 
 
+def fp8_recipe_of(row: dict) -> str | None:
+    """The FP8 scaling a Megatron row ran, from its precision column: MXFP8 where it names
+    MXFP8 / FP8-MX (and does not say that figure was left unused), per-tensor current
+    scaling for FP8-CS and plain FP8 (Megatron-Bridge's FP8 on H100 and B200/GB200/GB300
+    is current scaling: bf16_with_fp8_current_scaling_mixed); None elsewhere (the engine's)."""
+    if row["dtype"].strip() != V.DTYPE_FP8 or engine_of(row) != V.ENGINE_MEGATRON:
+        return None
+    text = row.get("precision", "").upper()
+    mx = ("MXFP8" in text or "FP8-MX" in text) and "NOT USED" not in text
+    return V.FP8_MXFP8 if mx else V.FP8_TENSORWISE
+
+
 def training_block(row: dict) -> dict:
     t = {
         "global_batch_size": _int(row["global_batch_seqs"]),
@@ -231,6 +243,9 @@ def training_block(row: dict) -> dict:
         "grad_dtype": grad_dtype(row),
         "compile": compile_setting(row),
     }
+    recipe = fp8_recipe_of(row)
+    if recipe:
+        t["fp8_recipe"] = recipe
     if engine_of(row) == V.ENGINE_TORCHTITAN:
         t["loss_chunks"] = 1  # every published torchtitan row predates ChunkedLossWrapper
         if "fsdp all-gather" in row.get("precision", "").lower():

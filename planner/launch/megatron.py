@@ -40,6 +40,8 @@ from cost_model.vocab import (
     DTYPE_BF16,
     DTYPE_FP8,
     ENGINE_MEGATRON,
+    FP8_MXFP8,
+    FP8_TENSORWISE,
     MLP_SWIGLU,
     NORM_LAYERNORM,
     NORM_RMSNORM,
@@ -66,11 +68,12 @@ from planner.launch.torchrun import env, launcher
 
 FLAGS_FILE = "megatron_flags.txt"
 
-# fp8: Transformer Engine's per-tensor current scaling, the recipe the cost model prices
-# (cost_model/kernels.py TE_CASTS; Megatron's own default --fp8-recipe is delayed): the
-# words table's fp8 entry carries --fp8-recipe tensorwise
+# fp8: the plan's training.fp8_recipe, the scaling the cost model priced (cost_model/kernels.py
+# fp8_recipe: MXFP8 on Blackwell, else Transformer Engine's per-tensor current scaling;
+# Megatron's own default --fp8-recipe is delayed), emitted explicitly
 _WORDS = data.words(ENGINE_MEGATRON)  # our word -> Megatron's (data/megatron_words.toml)
 _DTYPE = _WORDS["dtype"]
+_FP8_RECIPE = _WORDS["fp8_recipe"]
 
 
 def pipeline_layout(plan: dict) -> tuple[list[str], list[str]]:
@@ -375,6 +378,8 @@ def model_args(plan: dict) -> list[str]:
             ffn = int(moe.get("shared_ffn_hidden_size") or moe.get("ffn_hidden_size") or m.get("ffn_hidden_size"))
             a += ["--moe-shared-expert-intermediate-size", str(shared * ffn)]
     a += _DTYPE.get(t.get("dtype", DTYPE_BF16), [])
+    if t.get("dtype") == DTYPE_FP8:
+        a += _FP8_RECIPE[t.get("fp8_recipe") or FP8_TENSORWISE]
     return a
 
 
@@ -393,7 +398,10 @@ def precision_args(plan: dict) -> list[str]:
     False, megatron/training/arguments.py validate_args). fp8 with a sharded optimizer:
     --fp8-param-gather, FP8 parameters gathered in FP8 (cost_model/engines.py
     state_bytes_per_param; validate_args allows it only with the distributed optimizer or an
-    FSDP, which zero >= 1 emits)."""
+    FSDP, which zero >= 1 emits). With MXFP8 the parameters are gathered through the gradient
+    buffer, --reuse-grad-buf-for-mxfp8-param-ag (without it Transformer Engine refuses to remap
+    an MXFP8 parameter into the parameter buffer; cost_model/kernels.py param_gather_bytes;
+    Megatron-Bridge's bf16_with_mxfp8_mixed sets both)."""
     t = plan.get("training") or {}
     dtype = t.get("dtype", DTYPE_BF16)
     a = []
@@ -401,6 +409,10 @@ def precision_args(plan: dict) -> list[str]:
         a += ["--grad-reduce-in-bf16"]
     if dtype == DTYPE_FP8 and int(par(plan)["zero"]) >= 1:
         a += ["--fp8-param-gather"]
+        if t.get("fp8_recipe") == FP8_MXFP8 and int(par(plan)["zero"]) == 1:
+            # the distributed optimizer's path; Megatron-FSDP (zero 2/3) gathers MXFP8 its own
+            # way and validate_args switches the flag off there
+            a += ["--reuse-grad-buf-for-mxfp8-param-ag"]
     return a
 
 

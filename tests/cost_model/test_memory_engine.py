@@ -4,6 +4,8 @@ working set or inside its cached segments."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cost_model import memory, transients
@@ -66,14 +68,18 @@ def test_fp8_weight_copies_as_transformer_engine_keeps_them():
     plus a transposed byte where FP8 GEMMs take only the TN layout (Hopper; Blackwell backs
     both uses with one buffer: TE is_non_tn_fp8_gemm_supported, Float8Tensor _data/_transpose).
     zero 0: TE's cached FP8 workspace beside the bf16 parameter; zero >= 1 (--fp8-param-gather
-    emitted): the FP8 tensor is the parameter. torchao (torchtitan) casts per GEMM: no copy."""
+    emitted): the FP8 tensor is the parameter. MXFP8 (Megatron's default on Blackwell) keeps
+    the row- and the column-wise copies with their per-32 scales: 2 x (1 + 1/32). torchao
+    (torchtitan) casts per GEMM: no copy."""
     from cost_model.catalog import get_gpu
     from cost_model.layers import layer_table
     from cost_model.specs import ClusterSpec
 
     t8 = TrainingSpec(global_batch_size=8, seq_length=2048, dtype="fp8")
     b200, h100 = get_gpu("b200"), get_gpu("h100-sxm")
-    assert memory.fp8_weight_bytes(b200, t8) == 1 and memory.fp8_weight_bytes(h100, t8) == 2
+    tw = replace(t8, fp8_recipe="tensorwise")
+    assert memory.fp8_weight_bytes(b200, tw) == 1 and memory.fp8_weight_bytes(h100, t8) == 2
+    assert memory.fp8_weight_bytes(b200, t8) == 2 * (1 + 1 / 32)  # MXFP8, the default there
     assert memory.fp8_weight_bytes(h100, TrainingSpec(global_batch_size=8, seq_length=2048)) == 0
     d = 8
     # bf16 param 2 + fp32 grad 4 + (fp32 master 4 + Adam 8) = 18 (dist_optimizer.md), + the copy
@@ -86,7 +92,7 @@ def test_fp8_weight_copies_as_transformer_engine_keeps_them():
     # no FP8 GEMM behind the parameter (embeddings): the plain bf16 table
     assert memory.state_bytes_per_param(t8, "megatron", 1, d, 0.0).weights == 2
     # a block's weights in the layer table: its parameters x the device's copy bytes
-    for gpu, f in ((b200, 1), (h100, 2)):
+    for gpu, f in ((b200, 2 * (1 + 1 / 32)), (h100, 2)):
         cl = ClusterSpec(gpu, 8, 8, gpu.nvlink_gb_s, gpu.network_gb_s, gpu.intra_node_latency_s, gpu.inter_node_latency_s)
         table = layer_table(LLAMA8B, cl, t8, ParallelConfig(dp=8, zero=1))
         blk = table.blocks[0]

@@ -157,14 +157,14 @@ def test_block_launches_hand_count_qwen3_and_mixtral():
     q = get_preset("qwen3-30b-a3b")
     cfg = ParallelConfig(dp=8, ep=8, micro_batch_size=4)
     lay = moe.layout(q, t, cfg)
-    assert moe.block_launches(q, cfg, lay, fp8=True) == (106, 114)
-    assert moe.block_launches(q, cfg, lay, fp8=False) == (106 - 32, 114 - 32)
+    assert moe.block_launches(q, cfg, lay, quantize_kernels=1) == (106, 114)
+    assert moe.block_launches(q, cfg, lay, quantize_kernels=0) == (106 - 32, 114 - 32)
     mx = get_preset("mixtral-8x7b")
     lay_mx = moe.layout(mx, t, cfg)
-    assert moe.block_launches(mx, cfg, lay_mx, fp8=True) == (43, 22)
+    assert moe.block_launches(mx, cfg, lay_mx, quantize_kernels=1) == (43, 22)
     # without EP: all 8 experts local (sorted), and the metadata is the token counts only (2)
     cfg1 = ParallelConfig(dp=8, ep=1, micro_batch_size=4)
-    assert moe.block_launches(mx, cfg1, moe.layout(mx, t, cfg1), fp8=True)[0] == 21 + 2 + 10 + 3 + 8 * 4
+    assert moe.block_launches(mx, cfg1, moe.layout(mx, t, cfg1), quantize_kernels=1)[0] == 21 + 2 + 10 + 3 + 8 * 4
 
 
 def test_launch_overhead_spreads_the_uncharged_kernels_over_fwd_and_bwd():
@@ -176,13 +176,13 @@ def test_launch_overhead_spreads_the_uncharged_kernels_over_fwd_and_bwd():
     q = get_preset("qwen3-30b-a3b")
     cfg = ParallelConfig(dp=8, ep=8, micro_batch_size=4)
     lay = moe.layout(q, t, cfg)
-    assert moe.launch_overhead_fwd_s(q, g, cfg, lay, True) == pytest.approx(190 * g.kernel_overhead_s / 3)
+    assert moe.launch_overhead_fwd_s(q, g, cfg, lay, 1) == pytest.approx(190 * g.kernel_overhead_s / 3)
     # the whole block (forward + 2 x forward backward) carries exactly the 190 launches
     from cost_model import layers as L
 
     geo = L._geometry(q, t, cfg, 0)
     with_launch, _, _ = L._moe_fwd_s(q, g, t, cfg, geo)
-    without = with_launch - moe.launch_overhead_fwd_s(q, g, cfg, lay, True)
+    without = with_launch - moe.launch_overhead_fwd_s(q, g, cfg, lay, 1)
     assert 3 * (with_launch - without) == pytest.approx(190 * g.kernel_overhead_s)
 
 

@@ -311,6 +311,67 @@ def test_fp8_plan_states_and_overlap_flags_accepted():
     assert ddp.fp8_param_gather and ddp.use_distributed_optimizer and not ddp.grad_reduce_in_fp32
 
 
+def _mxfp8_plan() -> dict:
+    """The fp8 plan on B200s: the plan states MXFP8 (kernels.fp8_recipe) and the launch emits
+    it with the gradient-buffer parameter gather MXFP8 parameters need."""
+    import copy
+
+    plan = copy.deepcopy(planned("llama3-70b@64"))
+    # the distributed optimizer's path (zero 1; the planned zero 2 runs Megatron-FSDP, which
+    # gathers MXFP8 its own way): only the flags are read here, not the plan's memory
+    plan["parallelism"]["zero"] = 1
+    plan["training"].update(dtype="fp8", grad_dtype="bf16", fp8_recipe="mxfp8")
+    plan["cluster"]["gpu"] = "b200"
+    return plan
+
+
+def test_mxfp8_plan_flags_accepted():
+    """--fp8-format e4m3 --fp8-recipe mxfp8 (Megatron-Bridge's bf16_with_mxfp8_mixed) through
+    TransformerConfig, and --reuse-grad-buf-for-mxfp8-param-ag with --fp8-param-gather through
+    the DDP config, whose __post_init__ asserts the second needs the first."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.transformer import TransformerConfig
+
+    from planner.launch import emit
+
+    flags = parse_flags(emit(_mxfp8_plan(), ["megatron"])["megatron"]["args"])
+    kw = transformer_kwargs(flags)
+    kw.update(fp8=flags["fp8_format"], fp8_param=flags["fp8_param_gather"])
+    cfg = TransformerConfig(**kw)
+    assert (cfg.fp8, cfg.fp8_recipe, cfg.fp8_param) == ("e4m3", "mxfp8", True)
+    ddp_names = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    ddp = DistributedDataParallelConfig(**{k: v for k, v in flags.items() if k in ddp_names},
+                                        grad_reduce_in_fp32=not flags["grad_reduce_in_bf16"])
+    assert ddp.reuse_grad_buf_for_mxfp8_param_ag and ddp.fp8_param_gather
+    assert "reuse_grad_buf_for_mxfp8_param_ag" not in parse_flags(
+        emit(planned("llama3-70b@64"), ["megatron"])["megatron"]["args"])  # bf16
+
+
+@pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
+def test_megatron_lm_validates_mxfp8(tmp_path):
+    """Megatron-LM's validate_args takes the MXFP8 plan's arguments (the recipe, e4m3, the
+    parameter gather through the gradient buffer)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from planner.launch import emit
+
+    plan = _mxfp8_plan()
+    art = emit(plan, ["megatron"])["megatron"]
+    keys = '"fp8_param_gather", "fp8_recipe", "fp8", "reuse_grad_buf_for_mxfp8_param_ag")'
+    script = _PARSE.replace('"overlap_moe_expert_parallel_comm")', '"overlap_moe_expert_parallel_comm", ' + keys)
+    env = {**os.environ, **art["env"], "PYTHONPATH": MEGATRON_LM, "WORLD_SIZE": str(plan["ranks"]["world_size"]),
+           "RANK": "0", "LOCAL_RANK": "0"}
+    res = subprocess.run([sys.executable, "-c", script, json.dumps(art["args"])], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.split("PARSED ", 1)[1])
+    assert (got["fp8_recipe"], got["fp8"]) == ("mxfp8", "e4m3")
+    assert got["fp8_param_gather"] and got["reuse_grad_buf_for_mxfp8_param_ag"]
+
+
 @pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
 def test_megatron_lm_validates_fp8_bf16_grads_and_tp_overlap(tmp_path):
     """Megatron-LM's validate_args on an fp8 plan with bf16 gradients and SP: --fp8-param-gather
