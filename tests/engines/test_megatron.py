@@ -347,10 +347,9 @@ def test_mxfp8_plan_flags_accepted():
         emit(planned("llama3-70b@64"), ["megatron"])["megatron"]["args"])  # bf16
 
 
-@pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
-def test_megatron_lm_validates_mxfp8(tmp_path):
-    """Megatron-LM's validate_args takes the MXFP8 plan's arguments (the recipe, e4m3, the
-    parameter gather through the gradient buffer)."""
+def _megatron_lm_parsed(plan: dict, tmp_path, keys: tuple[str, ...]) -> dict:
+    """Megatron-LM's parse_args + validate_args (at PLANNER_MEGATRON_LM) on the plan's emitted
+    arguments in a subprocess: the listed argument values after validation."""
     import json
     import os
     import subprocess
@@ -358,16 +357,23 @@ def test_megatron_lm_validates_mxfp8(tmp_path):
 
     from planner.launch import emit
 
-    plan = _mxfp8_plan()
     art = emit(plan, ["megatron"])["megatron"]
-    keys = '"fp8_param_gather", "fp8_recipe", "fp8", "reuse_grad_buf_for_mxfp8_param_ag")'
-    script = _PARSE.replace('"overlap_moe_expert_parallel_comm")', '"overlap_moe_expert_parallel_comm", ' + keys)
+    extra = ", ".join(f'"{k}"' for k in keys) + ")"
+    script = _PARSE.replace('"overlap_moe_expert_parallel_comm")', '"overlap_moe_expert_parallel_comm", ' + extra)
     env = {**os.environ, **art["env"], "PYTHONPATH": MEGATRON_LM, "WORLD_SIZE": str(plan["ranks"]["world_size"]),
            "RANK": "0", "LOCAL_RANK": "0"}
     res = subprocess.run([sys.executable, "-c", script, json.dumps(art["args"])], env=env, capture_output=True,
                          text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    got = json.loads(res.stdout.split("PARSED ", 1)[1])
+    return json.loads(res.stdout.split("PARSED ", 1)[1])
+
+
+@pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
+def test_megatron_lm_validates_mxfp8(tmp_path):
+    """Megatron-LM's validate_args takes the MXFP8 plan's arguments (the recipe, e4m3, the
+    parameter gather through the gradient buffer)."""
+    got = _megatron_lm_parsed(_mxfp8_plan(), tmp_path,
+                              ("fp8_param_gather", "fp8_recipe", "fp8", "reuse_grad_buf_for_mxfp8_param_ag"))
     assert (got["fp8_recipe"], got["fp8"]) == ("mxfp8", "e4m3")
     assert got["fp8_param_gather"] and got["reuse_grad_buf_for_mxfp8_param_ag"]
 
@@ -378,24 +384,11 @@ def test_megatron_lm_validates_fp8_bf16_grads_and_tp_overlap(tmp_path):
     (needs the distributed optimizer), --grad-reduce-in-bf16 (accumulate_allreduce_grads_in_fp32
     False) and --tp-comm-overlap (needs SP) all stand."""
     import copy
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from planner.launch import emit
 
     plan = copy.deepcopy(planned("llama3-70b@64"))
     plan["training"]["dtype"], plan["training"]["grad_dtype"] = "fp8", "bf16"
-    art = emit(plan, ["megatron"])["megatron"]
-    keys = '"fp8_param_gather", "accumulate_allreduce_grads_in_fp32", "tp_comm_overlap", "sequence_parallel")'
-    script = _PARSE.replace('"overlap_moe_expert_parallel_comm")', '"overlap_moe_expert_parallel_comm", ' + keys)
-    env = {**os.environ, **art["env"], "PYTHONPATH": MEGATRON_LM, "WORLD_SIZE": str(plan["ranks"]["world_size"]),
-           "RANK": "0", "LOCAL_RANK": "0"}
-    res = subprocess.run([sys.executable, "-c", script, json.dumps(art["args"])], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]
-    got = json.loads(res.stdout.split("PARSED ", 1)[1])
+    got = _megatron_lm_parsed(plan, tmp_path, ("fp8_param_gather", "accumulate_allreduce_grads_in_fp32",
+                                               "tp_comm_overlap", "sequence_parallel"))
     assert got["fp8_param_gather"] and got["tp_comm_overlap"] and got["sequence_parallel"]
     assert got["accumulate_allreduce_grads_in_fp32"] is False
 
