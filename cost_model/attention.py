@@ -125,9 +125,16 @@ class Projection:
 
 
 def _biases(m: TransformerSpec) -> tuple[bool, bool]:
-    legacy = m.norm == NORM_LAYERNORM  # GPT-style models carry linear biases
-    qkv = legacy if m.qkv_bias is None else m.qkv_bias
-    out = (legacy if m.qkv_bias is None else m.qkv_bias) if m.out_proj_bias is None else m.out_proj_bias
+    return biases_of(m.norm, m.qkv_bias, m.out_proj_bias)
+
+
+def biases_of(norm: str, qkv_bias: bool | None, out_proj_bias: bool | None) -> tuple[bool, bool]:
+    """(qkv, attention output) biases from the fields themselves (the launch emitters read a
+    plan's model as JSON): None means GPT-style LayerNorm models have them; the output
+    projection's follows the qkv one unless set."""
+    legacy = norm == NORM_LAYERNORM  # GPT-style models carry linear biases
+    qkv = legacy if qkv_bias is None else qkv_bias
+    out = qkv if out_proj_bias is None else out_proj_bias
     return qkv, out
 
 

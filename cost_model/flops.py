@@ -106,7 +106,12 @@ def logits_flops(m: TransformerSpec, tokens: float) -> float:
 
 
 def _mlp_biased(m: TransformerSpec) -> bool:
-    return m.norm == NORM_LAYERNORM if m.mlp_bias is None else m.mlp_bias
+    return mlp_biased_of(m.norm, m.mlp_bias)
+
+
+def mlp_biased_of(norm: str, mlp_bias: bool | None) -> bool:
+    """Dense MLP biases from the fields (None: only GPT-style LayerNorm models have them)."""
+    return norm == NORM_LAYERNORM if mlp_bias is None else mlp_bias
 
 
 def ffn_params(m: TransformerSpec, ffn: int, bias: bool | None = None) -> float:

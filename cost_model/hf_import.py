@@ -178,7 +178,7 @@ def _other_mixers(c: _Cfg, model_type: str) -> None:
         raise SpecError(f"{c.path}.attn_type_list", "has lightning (linear) attention blocks (0; MiniMax-Text-01), "
                         f"which are not priced{_NOT_PRICED}")
     types = c.get("layer_types")
-    for i, t in enumerate(types if isinstance(types, list) else ()):
+    for i, t in enumerate(types if isinstance(types, (list, tuple)) else ()):
         if t not in LAYER_TYPES:  # whether or not a window is set (Qwen3-Next 'linear_attention')
             raise SpecError(f"{c.path}.layer_types[{i}]", f"unknown attention kind {t!r}: not priced{_NOT_PRICED}",
                             allowed=list(LAYER_TYPES))
@@ -346,9 +346,7 @@ def _attention_pattern(c: _Cfg, model_type: str, layers: int) -> tuple[int | Non
 
 
 def _check_types(c: _Cfg, types: tuple[str, ...], layers: int) -> tuple[str, ...]:
+    """One kind per block (each kind was checked by _other_mixers)."""
     if len(types) < layers:
         raise SpecError(f"{c.path}.layer_types", f"has {len(types)} entries for {layers} layers", allowed=list(LAYER_TYPES))
-    for i, t in enumerate(types[:layers]):
-        if t not in LAYER_TYPES:
-            raise SpecError(f"{c.path}.layer_types[{i}]", f"unknown attention kind {t!r}", allowed=list(LAYER_TYPES))
     return tuple(types[:layers])

@@ -318,7 +318,7 @@ def param_gather_bytes(engine: str, gpu, t) -> float:
     shared_buffer and _post_param_sync, megatron/core/optimizer/distrib_optimizer.py @d98e8a64;
     without the flag TE's replace_raw_data refuses MXFP8 parameters): 2. Else the training
     dtype's bytes."""
-    if t.dtype == DTYPE_FP8 and fp8_recipe(engine, gpu, t) == FP8_MXFP8:
+    if fp8_recipe(engine, gpu, t) == FP8_MXFP8:
         return 2.0
     return float(DTYPE_BYTES[t.dtype])
 

@@ -144,7 +144,7 @@ class MoE(_Strict):
         if self.num_groups:
             if self.num_experts % self.num_groups:
                 raise _rule("num_groups", f"{self.num_experts} experts do not split into {self.num_groups} equal groups",
-                            [g for g in range(1, self.num_experts + 1) if self.num_experts % g == 0])
+                            divisors(self.num_experts))
             if self.group_top_k > self.num_groups:
                 raise _rule("group_top_k", f"group_top_k={self.group_top_k} exceeds num_groups={self.num_groups}",
                             f"1..{self.num_groups}")

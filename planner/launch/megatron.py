@@ -29,7 +29,7 @@ model prices the grad buffer and its reduce-scatter in that dtype.
 
 from __future__ import annotations
 
-from cost_model import attention
+from cost_model import attention, flops
 from cost_model.engines import tp_comm_overlap
 from cost_model.vocab import (
     ATTN_CHUNKED,
@@ -43,7 +43,6 @@ from cost_model.vocab import (
     FP8_MXFP8,
     FP8_TENSORWISE,
     MLP_SWIGLU,
-    NORM_LAYERNORM,
     NORM_RMSNORM,
     OPTIMIZER_ADAM,
     POSITION_LEARNED,
@@ -203,15 +202,13 @@ def _has_dense_mlp(model: dict) -> bool:
 
 
 def linear_biases(model: dict) -> dict[str, bool]:
-    """The model's linear biases, resolved as the cost model counts them (attention._biases,
-    flops._mlp_biased: None means only GPT-style LayerNorm models have them): qkv, the
+    """The model's linear biases, resolved as the cost model counts them (attention.biases_of,
+    flops.mlp_biased_of: None means only GPT-style LayerNorm models have them): qkv, the
     attention output, the dense MLPs and shared experts, the routed experts."""
-    legacy = model.get("norm") == NORM_LAYERNORM
-    qkv = legacy if model.get("qkv_bias") is None else bool(model["qkv_bias"])
-    out = qkv if model.get("out_proj_bias") is None else bool(model["out_proj_bias"])
-    b = {"qkv": qkv, "attention output": out}
+    qkv, out = attention.biases_of(model.get("norm"), model.get("qkv_bias"), model.get("out_proj_bias"))
+    b = {"qkv": bool(qkv), "attention output": bool(out)}
     if _has_dense_mlp(model):
-        b["MLP"] = legacy if model.get("mlp_bias") is None else bool(model["mlp_bias"])
+        b["MLP"] = bool(flops.mlp_biased_of(model.get("norm"), model.get("mlp_bias")))
     moe = model.get("moe")
     if moe:
         b["experts"] = bool(moe.get("expert_bias"))
