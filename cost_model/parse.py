@@ -46,7 +46,7 @@ def transformer_spec(t: rq.Transformer) -> TransformerSpec:
     declares exactly the spec's fields); lists become tuples and the defaults that depend on
     other fields are resolved here."""
     gated = t.mlp == MLP_SWIGLU  # Llama-style models: RMSNorm and RoPE unless told otherwise
-    fields = t.model_dump(exclude={"moe", "mla"})
+    fields = t.model_dump(exclude={"moe", "mla", "attention"})  # attention: folded into the flat fields
     moe = None
     if t.moe is not None:
         moe_fields = t.moe.model_dump()

@@ -35,6 +35,9 @@ from pydantic_core import PydanticCustomError
 from .request_errors import GPU_TAG_NAME, GPU_TAG_OBJECT, UNION_TAGS, spec_error_from, validate_as
 from .vocab import (
     ATTENTION_FLASH,
+    ATTN_GQA,
+    ATTN_MHA,
+    ATTN_MLA,
     CP_P2P,
     DTYPE_BF16,
     DTYPE_FP8,
@@ -51,6 +54,7 @@ from .vocab import (
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
     Attention,
+    AttentionKind,
     AttentionLayer,
     CpComm,
     Dtype,
@@ -166,6 +170,37 @@ class MLA(_Strict):
                                     examples=[1536])
 
 
+class AttentionBlock(_Strict):
+    """The attention fields grouped, as DESIGN.md's request writes them
+    (`transformer.attention: {kind: mha|gqa|mla, q_lora_rank?, kv_lora_rank?,
+    qk_nope_head_dim?, qk_rope_head_dim?, v_head_dim?, sliding_window?, layer_types?}`): the
+    same fields as the transformer's flat `mla`, `sliding_window`, `layer_types`, to which
+    Transformer folds them; kind mha / gqa says whether num_kv_heads may differ from the heads."""
+
+    kind: AttentionKind = Field(ATTN_MHA, description="mha: one K/V head per query head; gqa: num_kv_heads groups; "
+                                "mla: multi-head latent attention (the MLA widths below)", examples=[ATTN_MHA])
+    kv_lora_rank: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="mla: K/V latent width", examples=[512])
+    qk_nope_head_dim: int | None = Field(None, ge=0, le=MAX_HIDDEN, description="mla: per-head q/k width without RoPE")
+    qk_rope_head_dim: int | None = Field(None, ge=0, le=MAX_HIDDEN, description="mla: per-head q/k RoPE width")
+    v_head_dim: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="mla: per-head value width")
+    q_lora_rank: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="mla: query latent width; null: a plain q projection")
+    sliding_window: int | None = Field(None, ge=1, le=MAX_SEQ, description="keys per query on sliding-window layers")
+    layer_types: list[AttentionLayer] | None = Field(None, max_length=MAX_LAYERS, description="per-block attention kind")
+
+    @model_validator(mode="after")
+    def _mla_widths(self) -> AttentionBlock:
+        widths = {k: getattr(self, k) for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
+        if self.kind == ATTN_MLA:
+            for k, v in widths.items():
+                if v is None:
+                    raise _rule(k, f"kind mla needs {k}", "an integer")
+        else:
+            for k, v in {**widths, "q_lora_rank": self.q_lora_rank}.items():
+                if v is not None:
+                    raise _rule(k, f"{k} is an MLA width; kind is {self.kind!r}", [ATTN_MLA])
+        return self
+
+
 class Transformer(_Strict):
     """Decoder-only transformer: GPT (MHA, GELU, LayerNorm, learned positions) or Llama
     (GQA, SwiGLU, RMSNorm, RoPE), optionally with MoE blocks."""
@@ -187,6 +222,8 @@ class Transformer(_Strict):
     head_dim: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="default hidden_size / num_attention_heads", examples=[128])
     rope_theta: float | None = Field(None, gt=0, description="RoPE base (carried into the plan)", examples=[500000.0])
     mla: MLA | None = Field(None, description="multi-head latent attention (DeepSeek-V3, Kimi-K2); null: MHA/GQA")
+    attention: AttentionBlock | None = Field(None, description="the attention fields grouped (DESIGN.md's form), folded "
+                                             "into mla / sliding_window / layer_types; give one form or the other")
     num_nextn_predict_layers: int = Field(0, ge=0, le=64, description="multi-token-prediction modules (DeepSeek-V3 §2.2: 1), "
                                           "counted apart from the model's parameters", examples=[0])
     sliding_window: int | None = Field(None, ge=1, le=MAX_SEQ, description="keys per query on sliding-window layers", examples=[4096])
@@ -203,6 +240,26 @@ class Transformer(_Strict):
         None, gt=0, le=1e6, description="clamp of the gated MLP's two fc1 halves before the activation (GPT-OSS: 7.0, "
         "HF swiglu_limit); the engines keep extra copies for backward. Needs mlp swiglu. null: no clamp",
         examples=[7.0])
+
+    @model_validator(mode="after")
+    def _fold_attention(self) -> Transformer:
+        """The grouped attention block into the flat fields (one schema for the spec)."""
+        at = self.attention
+        if at is None:
+            return self
+        for k in ("mla", "sliding_window", "layer_types"):
+            if getattr(self, k) is not None:
+                raise _rule(k, f"given twice: as {k} and in attention; give one", ["attention", k])
+        if at.kind == ATTN_MHA and self.num_kv_heads not in (None, self.num_attention_heads):
+            raise _rule("attention.kind", f"mha has one K/V head per query head, not num_kv_heads={self.num_kv_heads}",
+                        [ATTN_GQA])
+        if at.kind == ATTN_GQA and self.num_kv_heads is None:
+            raise _rule("num_kv_heads", "attention kind gqa needs num_kv_heads", divisors(self.num_attention_heads))
+        if at.kind == ATTN_MLA:
+            self.mla = MLA(kv_lora_rank=at.kv_lora_rank, qk_nope_head_dim=at.qk_nope_head_dim,
+                           qk_rope_head_dim=at.qk_rope_head_dim, v_head_dim=at.v_head_dim, q_lora_rank=at.q_lora_rank)
+        self.sliding_window, self.layer_types, self.attention = at.sliding_window, at.layer_types, None
+        return self
 
     @model_validator(mode="after")
     def _shapes(self) -> Transformer:

@@ -28,6 +28,8 @@ Mlp = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm"]
 Position = Literal["learned", "rope"]
 ModelKind = Literal["transformer", "layers"]
+# attention projections of the grouped `transformer.attention` block (DESIGN.md's request)
+AttentionKind = Literal["mha", "gqa", "mla"]
 # per-block attention kind (Hugging Face `layer_types`)
 AttentionLayer = Literal["full_attention", "sliding_attention", "chunked_attention"]
 # MoE router score function (Megatron-Core moe_router_score_function; HF DeepSeek-V3 scoring_func)
@@ -72,6 +74,7 @@ LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused
 (LEVEL_INTRA, LEVEL_INTER) = get_args(LinkLevel)
 (MODEL_TRANSFORMER, MODEL_LAYERS) = get_args(ModelKind)
 (ATTN_FULL, ATTN_SLIDING, ATTN_CHUNKED) = get_args(AttentionLayer)
+(ATTN_MHA, ATTN_GQA, ATTN_MLA) = get_args(AttentionKind)
 (FP8_TENSORWISE, FP8_MXFP8) = get_args(Fp8Recipe)
 (ROUTER_SOFTMAX, ROUTER_SIGMOID) = get_args(RouterScore)
 (STATUS_OPTIMAL, STATUS_FEASIBLE) = get_args(SolverStatus)

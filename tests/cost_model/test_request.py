@@ -131,3 +131,34 @@ def test_loss_chunks_refused_at_the_request_for_the_default_engine():
     assert e.value.field == "training.loss_chunks" and "ChunkedLossWrapper" in e.value.message
     req["training"]["loss_chunks"] = 1
     assert problem_from_request(req).training.loss_chunks == 1
+
+
+_TF = {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100, "mlp": "swiglu"}
+_MLA = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16}
+
+
+def test_grouped_attention_block_is_the_flat_fields():
+    """DESIGN.md's `transformer.attention: {kind, MLA widths, sliding_window, layer_types}`
+    builds the same model as the flat fields; mha / gqa check the K/V heads."""
+
+    def tf(**kw):
+        return parse_model({"transformer": {**_TF, **kw}})
+
+    assert tf(attention={"kind": "mla", **_MLA}) == tf(mla=_MLA)
+    types = ["sliding_attention", "full_attention"] * 2
+    assert tf(num_kv_heads=2, attention={"kind": "gqa", "sliding_window": 16, "layer_types": types}) == tf(
+        num_kv_heads=2, sliding_window=16, layer_types=types)
+    assert tf(attention={"kind": "mha"}) == tf()
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"attention": {"kind": "mla", "kv_lora_rank": 16}}, "model.transformer.attention.qk_nope_head_dim"),
+    ({"attention": {"kind": "gqa", "v_head_dim": 8}, "num_kv_heads": 2}, "model.transformer.attention.v_head_dim"),
+    ({"attention": {"kind": "gqa"}}, "model.transformer.num_kv_heads"),
+    ({"attention": {"kind": "mha"}, "num_kv_heads": 2}, "model.transformer.attention.kind"),
+    ({"attention": {"sliding_window": 8}, "sliding_window": 8}, "model.transformer.sliding_window"),
+])
+def test_grouped_attention_block_errors_name_the_field(kw, field):
+    with pytest.raises(SpecError) as e:
+        parse_model({"transformer": {**_TF, **kw}})
+    assert e.value.field == field
