@@ -72,6 +72,15 @@ _BLACKWELL_ARCH = dict(fp8_gemm_tn_only=False, mxfp8=True)
 # not, so the fit is, if anything, low for it. The rows at MBS 4-8 and on GB200/GB300 stay
 # device-bound and unchanged.
 HOST_OP_S = 3.7e-5
+# DeepEP (the `deepep` MoE dispatcher, GPUSpec.deepep): deepseek-ai/DeepEP README @dd758ca
+# runs on Ampere (sm80) and Hopper (sm90) with NVLink inside the node and RDMA (InfiniBand /
+# RoCE, NVSHMEM IBGDA) between nodes, 8 NVLink peers per node (csrc/kernels/legacy/compiled.cuh
+# LEGACY_NUM_MAX_NVL_PEERS); Megatron-Bridge applies it on "Ampere, Hopper, and Blackwell (only
+# B200 and B300)" and not on GB200/GB300 NVL72 racks (src/megatron/bridge/training/
+# flex_dispatcher_backend.py @c0b9a0003; Megatron-Core: "only hybridep backend supports the MNNVL
+# case", transformer_config.py moe_flex_dispatcher_backend, megatron-core 0.16.1). Set on the
+# DGX/HGX entries of those families; not on GB200/GB300 (NVL72), GH200 (Slingshot, 4 per node),
+# L40S (no NVLink), V100 (sm70) or the AMD parts.
 _INHERIT_HOPPER = "inherits the Hopper family constants of h100-sxm (0.62, 128): " + _HOPPER
 _INHERIT_BLACKWELL = "inherits the Blackwell family constants of b200 (0.60, 192): assumed: Hopper shape model, larger tiles"
 _INHERIT_CDNA = (
@@ -99,23 +108,23 @@ CATALOG: dict[str, GPUSpec] = {
         _gpu("a100-40gb", "NVIDIA A100 SXM4 40GB", 39.4, (19.5, 156.0, 312.0, 312.0, 312.0),
              1555.0, 300.0, 25.0, 8,
              "NVIDIA A100 Tensor Core GPU datasheet (2021); NVLink3 600 GB/s bidirectional; fp8 not supported, runs at bf16 rate",
-             **_AMPERE, efficiency_source=_A100_FIT),
+             **_AMPERE, efficiency_source=_A100_FIT, deepep=True),
         _gpu("a100-80gb", "NVIDIA A100 SXM4 80GB", 79.2, (19.5, 156.0, 312.0, 312.0, 312.0),
              2039.0, 300.0, 25.0, 8,
              "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB; NVLink3 600 GB/s bidirectional; DGX A100: 8x200 Gb/s HDR IB",
-             **_AMPERE, efficiency_source=_A100_FIT),
+             **_AMPERE, efficiency_source=_A100_FIT, deepep=True),
         _gpu("h100-sxm", "NVIDIA H100 SXM5 80GB", 79.1, (67.0, 494.7, 989.4, 989.4, 1978.9),
              3350.0, 450.0, 50.0, 8,
              "NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5; NVLink4 900 GB/s bidirectional; DGX H100: 8x400 Gb/s NDR",
-             **_HOPPER_EFF, efficiency_source=_HOPPER),
+             **_HOPPER_EFF, efficiency_source=_HOPPER, deepep=True),
         _gpu("h200", "NVIDIA H200 SXM 141GB", 140.0, (67.0, 494.7, 989.4, 989.4, 1978.9),
              4800.0, 450.0, 50.0, 8,
              "NVIDIA H200 Tensor Core GPU datasheet (2024); NVLink4 900 GB/s bidirectional; 400 Gb/s NDR per GPU",
-             **_HOPPER_EFF, efficiency_source=_HOPPER),
+             **_HOPPER_EFF, efficiency_source=_HOPPER, deepep=True),
         _gpu("b200", "NVIDIA B200 180GB (HGX B200)", 178.0, (75.0, 1100.0, 2250.0, 2250.0, 4500.0),
              7700.0, 900.0, 50.0, 8,
              "NVIDIA HGX B200 datasheet (2025): dense = half the sparse figures; NVLink5 1.8 TB/s bidirectional; ConnectX-7 400 Gb/s per GPU",
-             **_BLACKWELL_EFF, **_BLACKWELL_ARCH, efficiency_source="assumed: Hopper shape model, larger tiles"),
+             **_BLACKWELL_EFF, **_BLACKWELL_ARCH, efficiency_source="assumed: Hopper shape model, larger tiles", deepep=True),
         _gpu("mi300x", "AMD Instinct MI300X 192GB", 191.5, (163.4, 653.7, 1307.4, 1307.4, 2614.9),
              5300.0, 64.0, 50.0, 8,
              "AMD Instinct MI300X datasheet (2023); Infinity Fabric 64 GB/s per link per direction to each peer (7 links); 400 Gb/s per GPU",
@@ -134,7 +143,7 @@ CATALOG: dict[str, GPUSpec] = {
              "NVIDIA HGX B300 datasheet (2025): per GPU 4.5 PFLOP/s dense fp8, 2.25 bf16, 1.1 tf32, 75 TFLOP/s "
              "fp32; 270 GB HBM3e, 7.7 TB/s; NVLink5 1.8 TB/s bidirectional; ConnectX-8 800 Gb/s per GPU. "
              "Capacity: 270 GB less the ~1% the driver reserves (as the b200 entry); not measured",
-             **_BLACKWELL_EFF, **_BLACKWELL_ARCH, efficiency_source=_INHERIT_BLACKWELL),
+             **_BLACKWELL_EFF, **_BLACKWELL_ARCH, efficiency_source=_INHERIT_BLACKWELL, deepep=True),
         _gpu("gb300", "NVIDIA GB300 (one Blackwell Ultra GPU of a GB300 NVL72 rack, 1400 W)", 277.0, (80.0, 1250.0, 2500.0, 2500.0, 5000.0),
              8000.0, 900.0, 100.0, 4,
              "NVIDIA GB300 NVL72 datasheet (2025): per GPU 5 PFLOP/s dense fp8, 2.5 bf16, 1.25 tf32 (rack: 360 "
@@ -146,13 +155,13 @@ CATALOG: dict[str, GPUSpec] = {
              "NVIDIA H800 SXM5 datasheet (2023): H100 SXM5 compute (FP64 reduced to 1 TFLOP/s), 80 GB HBM3 "
              "3.35 TB/s, NVLink 400 GB/s bidirectional (8 of the H100's 18 links); 8x400 Gb/s IB per node as in "
              "DeepSeek-V3 (arXiv 2412.19437 sec. 3.2.2, which measures ~160 GB/s achievable NVLink)",
-             **_HOPPER_EFF, efficiency_source=_INHERIT_HOPPER),
+             **_HOPPER_EFF, efficiency_source=_INHERIT_HOPPER, deepep=True),
         _gpu("h20", "NVIDIA H20 96GB (export Hopper, 400 W)", 95.0, (44.0, 74.0, 148.0, 148.0, 296.0),
              4000.0, 450.0, 50.0, 8,
              "NVIDIA H20 product brief (2024): 296 TFLOP/s fp8 and 148 bf16 dense, 74 tf32, 44 fp32; 96 GB HBM3 "
              "4.0 TB/s; NVLink 900 GB/s bidirectional; 400 Gb/s per GPU assumed (HGX H20)",
              **_HOPPER_EFF,
-             efficiency_source=_INHERIT_HOPPER + " (a compute-starved part: GEMMs saturate at smaller shapes; to be refitted)"),
+             efficiency_source=_INHERIT_HOPPER + " (a compute-starved part: GEMMs saturate at smaller shapes; to be refitted)", deepep=True),
         _gpu("gh200", "NVIDIA GH200 Grace Hopper superchip, 96 GB HBM3 (quad-GH200 nodes)", 95.0, (67.0, 494.7, 989.4, 989.4, 1978.9),
              4000.0, 450.0, 25.0, 4,
              "NVIDIA GH200 Grace Hopper Superchip datasheet (2023): H100 compute, 96 GB HBM3 4 TB/s (a 144 GB "

@@ -32,6 +32,8 @@ from .vocab import (
     CP_A2A_P2P,
     CP_ALL_GATHER,
     CP_P2P,
+    DISPATCHER_ALLTOALL,
+    DISPATCHER_DEEPEP,
     DTYPE_BF16,
     DTYPE_BYTES,
     DTYPE_FP8,
@@ -158,6 +160,9 @@ class EngineSupport:
     # the overlapped 1F1B expert all-to-all (ParallelConfig.moe_a2a_overlap), where the
     # engine has it: the source of its rules (engine_supports)
     moe_a2a_overlap: Source | None = None
+    # the MoE token dispatchers the engine runs (vocab.MoeDispatcher) and where that was read
+    moe_dispatchers: tuple[str, ...] = (DISPATCHER_ALLTOALL,)
+    moe_dispatcher_source: Source | None = None
     # (virtual) pipeline stages that may hold no transformer block, only the embedding or only
     # the loss (a layout that counts them as pipeline layers: pp x vpp up to blocks + 2), and
     # where that was read (engine_supports; EmptyChunks)
@@ -186,6 +191,11 @@ _MG_DOC_DO = "docs/user-guide/features/dist_optimizer.md"
 # schedules in pipeline_parallel/combined_1f1b.py and models/common/model_chunk_schedule_plan.py
 _MG_A2A_OVERLAP = Source("NVIDIA/Megatron-LM", "megatron-core 0.16.1", _MG_TC,
                          "__post_init__: overlap_moe_expert_parallel_comm asserts")
+# The flex dispatcher with the DeepEP backend (megatron-core 0.16.1
+# transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher / _DeepepManager, fused_a2a.py),
+# and DeepEP's own group rules (deepseek-ai/DeepEP @dd758ca, moe.DEEPEP_GROUP_SIZES)
+_MG_FLEX = Source("NVIDIA/Megatron-LM", "megatron-core 0.16.1", "megatron/core/transformer/moe/token_dispatcher.py",
+                  "MoEFlexTokenDispatcher: 'Flex token dispatcher requires TPxEP > 1'; _DeepepManager")
 
 MEGATRON = EngineSupport(
     engine=ENGINE_MEGATRON,
@@ -292,6 +302,8 @@ MEGATRON = EngineSupport(
         "Megatron-FSDP v1 forces --use-distributed-optimizer",
     ),
     moe_a2a_overlap=_MG_A2A_OVERLAP,
+    moe_dispatchers=(DISPATCHER_ALLTOALL, DISPATCHER_DEEPEP),
+    moe_dispatcher_source=_MG_FLEX,
 )
 
 _TT_CFG = "torchtitan/config/configs.py"
@@ -583,6 +595,7 @@ def engine_supports(
     moe_a2a_overlap: bool = False,
     dtype: str | None = None,
     mtp_layers: int = 0,
+    moe_dispatcher: str | None = None,
 ) -> str | None:
     """None when `engine` can run these engine-neutral knobs; otherwise the reason, quoting
     the engine's rule and where it was read. `etp` None means 'expert TP = tp' (Megatron's
@@ -591,6 +604,10 @@ def engine_supports(
     e = get_engine(engine)
     if moe_a2a_overlap:
         rule = _a2a_overlap_rule(e, engine, ep, pp, vpp, recompute, dtype, mtp_layers)
+        if rule is not None:
+            return rule
+    if moe_dispatcher is not None and moe_dispatcher != DISPATCHER_ALLTOALL:
+        rule = dispatcher_rule(engine, moe_dispatcher, ep, tp if etp is None else etp)
         if rule is not None:
             return rule
 
@@ -665,6 +682,29 @@ def empty_chunks_rule(engine: str, stage_layers: tuple[int, ...] | list[int] | N
         return (f"{engine} builds a stage without a transformer block only as the first (the embedding alone) or "
                 f"the last (the loss alone): stages {empty} of {len(stage_layers)} have none ({src})")
     return f"{engine} gives every stage at least one transformer block: stages {empty} of {len(stage_layers)} have none ({src})"
+
+
+def dispatcher_rule(engine: str, dispatcher: str, ep: int, etp: int) -> str | None:
+    """None when `engine` runs the MoE token `dispatcher` for an expert group of ep x etp
+    ranks (the topology's rules are validate.dispatcher_error's); otherwise the rule."""
+    from .moe import DEEPEP_GROUP_SIZES, DEEPEP_NVL_PEERS
+
+    e = get_engine(engine)
+    if dispatcher not in e.moe_dispatchers:
+        return (f"{engine} has no {dispatcher!r} MoE token dispatcher: it runs {', '.join(e.moe_dispatchers)}"
+                + (f" ({e.moe_dispatcher_source})" if e.moe_dispatcher_source else ""))
+    if dispatcher == DISPATCHER_DEEPEP:
+        group = ep * etp
+        if group <= 1:
+            return f"Flex token dispatcher requires TPxEP > 1 (etp={etp}, ep={ep}) ({e.moe_dispatcher_source})"
+        if group not in DEEPEP_GROUP_SIZES:
+            return (f"DeepEP has no dispatch/combine config for {group} ranks (etp x ep = {etp} x {ep}): it runs "
+                    f"{', '.join(map(str, DEEPEP_GROUP_SIZES))} (deepseek-ai/DeepEP @dd758ca "
+                    "deep_ep/buffers/legacy.py get_dispatch_config: 'Unsupported number of EP ranks')")
+        if group > DEEPEP_NVL_PEERS and group % DEEPEP_NVL_PEERS:
+            return (f"DeepEP spans nodes of {DEEPEP_NVL_PEERS} NVLink peers: {group} ranks is not a multiple "
+                    "(deepseek-ai/DeepEP @dd758ca csrc/legacy/config.hpp get_nvl_buffer_size_hint asserts)")
+    return None
 
 
 def _a2a_overlap_rule(e: EngineSupport, engine: str, ep: int, pp: int, vpp: int, recompute: str, dtype: str | None,

@@ -28,9 +28,11 @@ def resolve_slices(model: specs.ModelSpec, cfg: specs.ParallelConfig) -> list[St
 
 
 def rank_costs(
-    table: LayerTable, slices: list[StageSlice], cfg: specs.ParallelConfig, m: int, cluster: specs.ClusterSpec
+    table: LayerTable, slices: list[StageSlice], cfg: specs.ParallelConfig, m: int, cluster: specs.ClusterSpec,
+    model: specs.ModelSpec | None = None,
 ) -> list[RankCost]:
-    reserved = memory.reserved_bytes(cfg)  # CUDA context, cuBLAS workspace, NCCL buffers
+    # CUDA context, cuBLAS workspace, NCCL buffers (and DeepEP's, which need the model)
+    reserved = memory.reserved_bytes(cfg, model)
     return [
         rank_cost(table, slices, r, cfg.pp, cfg.recompute, cfg.schedule, m, cfg.vpp, reserved, cluster.gpu.overlap_interference)
         for r in range(cfg.pp)
@@ -59,7 +61,7 @@ def compose(
 ) -> Estimate:
     """Turn per-rank costs into the Estimate (shared by estimate() and the planner)."""
     m = cfg.num_micro_batches(training.global_batch_size)
-    ranks = rank_costs(table, slices, cfg, m, cluster)
+    ranks = rank_costs(table, slices, cfg, m, cluster, model)
     step = step_time_s(ranks, m, cfg.vpp, cfg.schedule)
     t_pipe = rank_pipeline_time_s(ranks, m, cfg.vpp, cfg.schedule)
     crit = max(ranks, key=lambda r: r.time_s)

@@ -482,7 +482,7 @@ def _moe_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig,
     experts = moe.expert_gemms_fwd_s(m, gpu, t, lay)
     s = experts + moe.shared_expert_gemms_fwd_s(m, gpu, t, cfg, geo.tokens)
     s += moe.router_fwd_s(m, gpu, t, lay, geo.act_dt)
-    s += moe.permute_fwd_s(m, gpu, lay, geo.act_dt)
+    s += moe.permute_fwd_s(m, gpu, lay, geo.act_dt, cfg.moe_dispatcher)
     s += moe.launch_overhead_fwd_s(m, gpu, cfg, lay, _quantize_kernels(gpu, t, cfg, geo))
     s += moe.expert_bias_fwd_s(m, gpu, lay, geo.kernels.expert_bias)
     return s, e.ffn_hidden_size * e.top_k * lay.imbalance + e.shared_ffn * e.num_shared_experts, experts

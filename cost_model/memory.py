@@ -19,8 +19,8 @@ import operator
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import attention, engines, kernels, transients
-from .specs import ParallelConfig, TrainingSpec, TransformerSpec
+from . import attention, engines, kernels, moe, transients
+from .specs import ModelSpec, ParallelConfig, TrainingSpec, TransformerSpec
 from .vocab import (
     ATTENTION_EAGER,
     DTYPE_BF16,
@@ -68,11 +68,13 @@ def communicators(cfg: ParallelConfig) -> int:
     return 1 + sum(g > 1 for g in groups) + (2 if cfg.pp > 1 else 0)
 
 
-def reserved_bytes(cfg: ParallelConfig) -> float:
+def reserved_bytes(cfg: ParallelConfig, model: ModelSpec | None = None) -> float:
     """Bytes outside the activations and model states that every rank holds for the whole
     run: CUDA context, cuBLAS workspace and NCCL buffers per communicator
-    (transients.fixed_overheads_bytes; the sm90+ workspace, the larger, is assumed)."""
-    return _fixed_bytes(communicators(cfg))
+    (transients.fixed_overheads_bytes; the sm90+ workspace, the larger, is assumed), and with
+    the deepep MoE dispatcher DeepEP's NVLink / RDMA buffer (moe.deepep_buffer_bytes)."""
+    extra = moe.deepep_buffer_bytes(model, cfg) if isinstance(model, TransformerSpec) else 0.0
+    return _fixed_bytes(communicators(cfg)) + extra
 
 
 @lru_cache(maxsize=64)

@@ -23,8 +23,8 @@ most for fine-grained experts at small micro-batches.
 
 What this module does not model (stated so the numbers can be read): token dropping with a
 capacity factor (Megatron's default is dropless, `moe_expert_capacity_factor` None);
-DeepEP/HybridEP fused dispatch and its rank-level de-duplication (the `flex` dispatcher, which
-Megatron-Bridge's GB200 recipes select; the emitted launch runs alltoall), the fused permute
+HybridEP (the `flex` dispatcher's other backend, which Megatron-Bridge's GB200/GB300 recipes
+select; DeepEP, the backend for DGX/HGX nodes, is priced: deepep_comm_fwd_s), the fused permute
 and router (--moe-permute-fusion, --moe-router-fusion) and partial CUDA graphs (not emitted);
 fp8 dispatch (fused_a2a.py at the same commit: "Currently, we do not support fp8 dispatch");
 `--recompute-modules moe_act` (not emitted), which
@@ -32,8 +32,10 @@ would drop the clamped activation's saved tensors (GPT-OSS's clamp, TransformerS
 is priced per engine in kernels.GluClamp, memory.glu_clamp_bytes and layers._glu_clamp_s);
 node-limited routing
 (DeepSeek-V3 §2.1.2, at most 4 nodes per token) saves inter-node bytes only with a
-de-duplicating dispatcher, so with Megatron's alltoall dispatcher every routed copy crosses
-the link to its expert's rank.
+de-duplicating dispatcher: with Megatron's alltoall dispatcher every routed copy crosses
+the link to its expert's rank; with DeepEP (ParallelConfig.moe_dispatcher "deepep") a token
+crosses the network once per destination node and NVLink once per destination rank
+(expected_distinct_bins, deepep_comm_fwd_s).
 
 Host-boundedness (host_issue_s): the dispatcher synchronises with the host in every MoE
 layer, so a layer whose kernels the CPU issues more slowly than the GPU runs them takes the
@@ -55,7 +57,7 @@ from statistics import NormalDist
 from . import comm, compute
 from .kernels import ExpertBias
 from .specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
-from .vocab import LEVEL_INTRA, MLP_SWIGLU, ROUTER_SIGMOID
+from .vocab import DISPATCHER_DEEPEP, LEVEL_INTRA, MLP_SWIGLU, ROUTER_SIGMOID
 
 PERMUTE_INDEX_BYTES = 8  # int64 row index per routed token read by the (un)permute gather/scatter
 
@@ -138,7 +140,7 @@ def router_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, lay: ExpertLayout, ac
     return gemm + compute.memory_bound_time_s(gpu, scores, kernels=3)
 
 
-def permute_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, act_dt: int) -> float:
+def permute_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, act_dt: int, dispatcher: str | None = None) -> float:
     """Token (un)permutation (moe_utils.py permute / unpermute, fused or not; both
     memory-bound gathers): before the dispatch each rank copies its tokens_in rows into
     `routed` rows ordered by expert, after the combine it gathers them back and sums the
@@ -147,10 +149,16 @@ def permute_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, act_dt: int) -> fl
     the combine (sort_chunks_by_idxs). Each pass reads and writes every row once."""
     h = m.hidden_size
     row = act_dt * h + PERMUTE_INDEX_BYTES
+    received = lay.tokens_per_expert * lay.local_experts  # rows after the dispatch (and etp gather)
+    if dispatcher == DISPATCHER_DEEPEP:
+        # DeepEP's dispatch kernel gathers the rows it sends (no permute before it, none after
+        # the combine); the receiver permutes the tokens it got into per-expert rows and
+        # unpermutes them before the combine (_DeepepManager.get_permuted_hidden_states_by_experts
+        # / get_restored_hidden_states_by_experts, token_dispatcher.py, megatron-core 0.16.1)
+        return compute.memory_bound_time_s(gpu, 2 * 2 * received * row, kernels=2)
     moved = 2 * 2 * lay.routed * row  # permute + unpermute, read + write
     kernels = 2
     if lay.local_experts > 1:
-        received = lay.tokens_per_expert * lay.local_experts  # rows after the dispatch (and etp gather)
         moved += 2 * 2 * received * row
         kernels += 2
     return compute.memory_bound_time_s(gpu, moved, kernels=kernels)
@@ -346,6 +354,8 @@ def ep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig,
     expert outputs (dispatch_postprocess / combine_preprocess). The busiest rank's load
     (imbalance) sets the time. Backward sends the same volumes again (the gradients of both
     all-to-alls and of the gather), so a block costs 2x this."""
+    if cfg.moe_dispatcher == DISPATCHER_DEEPEP:
+        return deepep_comm_fwd_s(m, cluster, cfg, lay, act_dt)
     h = m.hidden_size
     tok_bytes = lay.routed * act_dt * h * lay.imbalance
     prob_bytes = lay.routed * 4
@@ -356,6 +366,132 @@ def ep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig,
         gathered = tok_bytes * cfg.etp
         a2a += comm.all_gather_s(gathered, cfg.etp, link, fits) + comm.reduce_scatter_s(gathered, cfg.etp, link, fits)
     return a2a
+
+
+# --------------------------------------------------------------------------- DeepEP dispatcher
+
+# DeepEP's NVLink peers per node (deepseek-ai/DeepEP @dd758ca csrc/kernels/legacy/compiled.cuh
+# LEGACY_NUM_MAX_NVL_PEERS): a group larger than this spans nodes of exactly 8 GPUs
+DEEPEP_NVL_PEERS = 8
+# DeepEP group sizes with a dispatch/combine config (deep_ep/buffers/legacy.py
+# get_dispatch_config / get_combine_config config_map @dd758ca; other sizes assert)
+DEEPEP_GROUP_SIZES = (2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160)
+# SMs DeepEP's kernels take (Megatron-Core moe_deepep_num_sms, default 20; megatron-core 0.16.1)
+DEEPEP_NUM_SMS = 20
+
+
+def expected_distinct_bins(num_experts: int, top_k: int, bin_experts: int, num_groups: int = 0,
+                           group_top_k: int = 0) -> float:
+    """Expected number of distinct bins (runs of `bin_experts` consecutive experts: one
+    rank's local experts, or one node's) among one token's top_k experts, under balanced
+    routing: the token's `group_top_k` groups are a uniform draw of num_groups consecutive
+    groups (DeepSeek-V3 §2.1.2 node-limited routing; num_groups 0 = no groups), and every
+    selected group receives at least one of the k experts (a group is selected for the scores
+    of its best experts, which then rank among the token's top k); the rest are uniform over
+    the selected groups' experts. Bins smaller than a group: each of the g*E/G/bin bins is
+    missed with probability C(pool - bin, k) / C(pool, k) (hypergeometric; the at-least-one
+    rule is not applied inside a group, which undercounts the ranks hit by ~1-2% for
+    DeepSeek-V3); bins of one or more whole groups: hit exactly when they hold a selected
+    group. A bin size that neither divides nor is a multiple of the group size is priced
+    without the group limit (an upper bound)."""
+    e, k, b = num_experts, top_k, bin_experts
+    groups, g = (num_groups, group_top_k) if num_groups > 1 and group_top_k > 0 else (1, 1)
+    size = e // groups
+    if size % b and b % size:
+        groups, g, size = 1, 1, e
+    if b < size or groups == 1:
+        pool = g * size
+        kk = min(k, pool)
+        miss = math.comb(pool - b, kk) / math.comb(pool, kk)
+        return (pool // b) * (1.0 - miss)
+    per_bin = b // size  # groups per bin
+    return (e // b) * (1.0 - math.comb(groups - per_bin, g) / math.comb(groups, g))
+
+
+def deepep_group_nodes(cluster: ClusterSpec, cfg: ParallelConfig) -> int:
+    """Nodes one DeepEP group (the etp x ep ranks of token_dispatcher.py's tp_ep_group)
+    spans: 1 within a node, else size / 8 (DeepEP's internode mode)."""
+    size = cfg.ep * cfg.etp
+    return 1 if size <= min(DEEPEP_NVL_PEERS, cluster.gpus_per_node) else size // DEEPEP_NVL_PEERS
+
+
+def deepep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig, lay: ExpertLayout,
+                      act_dt: int) -> float:
+    """Forward dispatch + combine of one MoE block through DeepEP's normal (high-throughput)
+    kernels (Megatron-Core `flex` dispatcher, backend deepep: token_dispatcher.py
+    _DeepepManager, fused_a2a.py; deepseek-ai/DeepEP README, DeepSeek-V3 §3.2.2). A token is
+    sent once to every rank holding one of its experts (the routing map is expanded over the
+    etp ranks of each expert rank, MoEFlexTokenDispatcher._initialize_metadata), and between
+    nodes once per destination node, to the GPU of the same local rank, which forwards it over
+    NVLink: per token the network carries D_node (1 - 1/N) copies and NVLink D_rank etp
+    (1 - 1/min(8, group)) (expected_distinct_bins; the own node is hit with probability D_node
+    / N by symmetry). The two links run at once (DeepEP pipelines RDMA and NVLink chunks): the
+    slower sets the time. The combine sends the same bytes back (per node, reduced over the
+    node's ranks). bf16 both ways as Megatron calls it (no fp8 dispatch); the top-k indices
+    and weights riding with each token (~100 B) are not counted. The busiest rank's load
+    (imbalance) sets the time; backward sends the same again (a block costs 2x this)."""
+    e = m.moe
+    group = cfg.ep * cfg.etp
+    if group <= 1:
+        return 0.0
+    local = max(1, e.num_experts // cfg.ep)
+    tok_bytes = lay.tokens_in * act_dt * m.hidden_size * lay.imbalance
+    ranks_hit = expected_distinct_bins(e.num_experts, e.top_k, local, e.num_groups, e.group_top_k) * cfg.etp
+    nodes = deepep_group_nodes(cluster, cfg)
+    nvl = comm.group_link(cluster, min(group, DEEPEP_NVL_PEERS), 1)
+    nvl_peers = min(group, DEEPEP_NVL_PEERS)
+    t_nvl = tok_bytes * ranks_hit * (1.0 - 1.0 / nvl_peers) / nvl.bandwidth_bytes_s + (nvl_peers - 1) * nvl.latency_s
+    if nodes <= 1:
+        return 2.0 * t_nvl
+    net = comm.group_link(cluster, group, 1)
+    node_experts = local * (DEEPEP_NVL_PEERS // cfg.etp)
+    nodes_hit = expected_distinct_bins(e.num_experts, e.top_k, node_experts, e.num_groups, e.group_top_k)
+    t_net = tok_bytes * nodes_hit * (1.0 - 1.0 / nodes) / net.bandwidth_bytes_s + (nodes - 1) * net.latency_s
+    return 2.0 * max(t_nvl, t_net)
+
+
+def _deepep_config_bytes(hidden_bytes: int, group: int, nvl_chunk_recv: int, rdma_chunk_recv: int) -> tuple[int, int]:
+    """(NVLink, RDMA) buffer bytes of one DeepEP config (csrc/legacy/config.hpp
+    get_nvl_buffer_size_hint / get_rdma_buffer_size_hint @dd758ca; SourceMeta 8 bytes,
+    topk_idx_t int64, kNumMaxTopK = kNumMaxScales = 128, two SMs per channel)."""
+    channels = DEEPEP_NUM_SMS // 2
+    rdma_ranks = max(group // DEEPEP_NVL_PEERS, 1)
+    nvl_ranks = min(group, DEEPEP_NVL_PEERS)
+    per_token = hidden_bytes + 8 + 128 * 8 + 128 * 4 + 128 * 4
+    nvl = channels * nvl_ranks * (2 * rdma_ranks + 3) * 4 + channels * nvl_ranks * nvl_chunk_recv * per_token
+    if group <= DEEPEP_NVL_PEERS:
+        return nvl, 0
+    rdma = (channels * rdma_ranks * (DEEPEP_NVL_PEERS * 2 + 2) * 2 * 4
+            + channels * rdma_ranks * rdma_chunk_recv * (per_token + 16) * 2)
+    return nvl, rdma
+
+
+# (nvl_chunked_recv_tokens, rdma_chunked_recv_tokens) of DeepEP's dispatch and combine
+# configs by group size (deep_ep/buffers/legacy.py config_map @dd758ca, the RDMA count rounded
+# up to a multiple of the RDMA send chunk as csrc/legacy/config.hpp Config does); the buffer is
+# sized for the larger of the two
+_DEEPEP_RECV_TOKENS = {
+    2: ((256, 128), (256, 128)), 4: ((256, 128), (256, 128)), 8: ((256, 128), (256, 128)),
+    16: ((288, 140), (288, 132)), 24: ((288, 128), (288, 128)), 32: ((288, 128), (288, 128)),
+    48: ((288, 128), (288, 128)), 64: ((288, 128), (288, 128)), 96: ((480, 132), (480, 128)),
+    128: ((560, 132), (560, 128)), 144: ((720, 132), (720, 128)), 160: ((720, 132), (720, 128)),
+}
+
+
+def deepep_buffer_bytes(m: TransformerSpec, cfg: ParallelConfig) -> float:
+    """Bytes of the DeepEP Buffer each rank allocates once (Megatron-Core fused_a2a.py
+    get_buffer: the larger of the dispatch and combine configs' NVLink and RDMA size hints for
+    hidden * max(element size, 2) bytes per token), outside torch's caching allocator
+    (cudaMalloc / NVSHMEM): memory a plan with the deepep dispatcher holds on every GPU."""
+    if cfg.moe_dispatcher != DISPATCHER_DEEPEP or m.moe is None:
+        return 0.0
+    group = cfg.ep * cfg.etp
+    recv = _DEEPEP_RECV_TOKENS.get(group)
+    if recv is None:
+        return 0.0
+    hidden_bytes = m.hidden_size * 2
+    sizes = [_deepep_config_bytes(hidden_bytes, group, n, r) for n, r in recv]
+    return float(max(s[0] for s in sizes) + max(s[1] for s in sizes))
 
 
 # --------------------------------------------------------------------------- overlapped 1F1B

@@ -39,6 +39,7 @@ from .vocab import (
     ATTN_MHA,
     ATTN_MLA,
     CP_P2P,
+    DISPATCHER_ALLTOALL,
     DTYPE_BF16,
     DTYPE_FP8,
     DTYPE_FP32,
@@ -62,6 +63,7 @@ from .vocab import (
     Fp8Recipe,
     Mlp,
     ModelKind,
+    MoeDispatcher,
     Norm,
     Optimizer,
     Position,
@@ -399,13 +401,14 @@ def _as_list(v: Any) -> Any:
     return v if isinstance(v, list) else [v]
 
 
-def _choice(item: Any, example: Any, what: str):
-    """A search knob: one value or a non-empty list of allowed values (null = open)."""
+def _choice(item: Any, example: Any, what: str, null: str = "open"):
+    """A search knob: one value or a non-empty list of allowed values (null = open, or what
+    `null` says)."""
     items = Annotated[list[item], Field(min_length=1)]
     return Annotated[
         items | None,
         BeforeValidator(lambda v: None if v is None else _as_list(v), json_schema_input_type=item | items | None),
-        Field(None, description=f"{what}: a value or a list of allowed values; null = open", examples=[example]),
+        Field(None, description=f"{what}: a value or a list of allowed values; null = {null}", examples=[example]),
     ]
 
 
@@ -429,6 +432,9 @@ class Search(_Strict):
     cp_comm: _choice(CpComm, [CP_P2P], "context-parallel communication")
     moe_a2a_overlap: _choice(bool, [True], "Megatron-Core overlapped 1F1B expert all-to-all "
                              "(--overlap-moe-expert-parallel-comm; MoE with ep > 1)")
+    moe_dispatcher: _choice(MoeDispatcher, [DISPATCHER_ALLTOALL, "deepep"], "MoE token dispatcher: alltoall (NCCL) "
+                            "or deepep (Megatron-Core's flex dispatcher with DeepEP, which the job must have "
+                            "installed; DGX/HGX nodes of 8 GPUs)", null="alltoall alone (list deepep to search it)")
     memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom)", examples=[0.05])
     top_k: int = Field(3, ge=1, le=MAX_TOP_K, description="plans to keep (best + alternatives)", examples=[3])
     time_limit_s: float | None = Field(None, gt=0, le=MAX_TIME_LIMIT_S,
@@ -467,6 +473,10 @@ class Parallelism(_Strict):
     moe_a2a_overlap: bool = Field(False, description="Megatron-Core's overlapped 1F1B: each steady step's forward and "
                                   "backward combined, one's expert all-to-alls under the other's compute "
                                   "(--overlap-moe-expert-parallel-comm)", examples=[False])
+    moe_dispatcher: MoeDispatcher = Field(DISPATCHER_ALLTOALL, description="MoE token dispatcher: alltoall (one NCCL "
+                                          "all-to-all of every routed copy) or deepep (--moe-token-dispatcher-type flex "
+                                          "--moe-flex-dispatcher-backend deepep: a token sent once per destination rank "
+                                          "and node; needs DeepEP installed)", examples=[DISPATCHER_ALLTOALL])
     stage_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
         None, max_length=MAX_LAYERS, description="blocks per (virtual) stage, pp*vpp entries; default balanced. 0: a "
         "stage with only the embedding (first) or only the loss (last), where the engine builds one (Megatron: any "

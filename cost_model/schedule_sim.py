@@ -313,7 +313,7 @@ def simulate_config(model, cluster, training, cfg, profile=None) -> Simulation:
     table = layer_table(model, cluster, training, cfg, profile)
     slices = resolve_slices(model, cfg)
     m = cfg.num_micro_batches(training.global_batch_size)
-    ranks = rank_costs(table, slices, cfg, m, cluster)
+    ranks = rank_costs(table, slices, cfg, m, cluster, model)
     tails = [RankTail(r.exposed_dp_s, r.optimizer_s, r.dp_sync_s) for r in ranks]
     return simulate(stage_times(table, slices, cfg), cfg.pp, m, cfg.schedule, cfg.vpp, tails,
                     warmup_extra=warmup_extra(table))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .vocab import (
     ATTENTION_FLASH,
+    DISPATCHER_ALLTOALL,
     DTYPE_BF16,
     DTYPE_FP32,
     ENGINE_MEGATRON,
@@ -27,6 +28,7 @@ from .vocab import (
     Dtype,
     Engine,
     Mlp,
+    MoeDispatcher,
     Norm,
     Optimizer,
     Position,
@@ -240,6 +242,10 @@ class GPUSpec:
     mxfp8: bool = False
     host: bool = False  # a CPU process as device
     reserved_gib: float = 1.0  # CUDA context + communicator buffers, not in torch's allocator
+    # DeepEP's fused dispatch/combine kernels run here (the `deepep` MoE dispatcher): an NVIDIA
+    # part of Ampere, Hopper or B200/B300 class in 8-GPU NVLink nodes with an InfiniBand/RoCE
+    # NIC per GPU (catalog.py says which entries; the rule is engines.deepep_rule)
+    deepep: bool = False
     nvlink_domain: int | None = None  # GPUs on one NVLink fabric (72 in a GB200 NVL72 rack); None = gpus_per_node
 
 
@@ -336,7 +342,9 @@ class ParallelConfig(ParallelSizes):
     engine's default ring). moe_a2a_overlap: Megatron-Core's overlapped 1F1B, each steady
     step's forward and backward combined so that one's expert all-to-alls run under the
     other's compute (--overlap-moe-expert-parallel-comm; moe.combined_pair_s), one more
-    warm-up forward (memory.live_chunk_vectors).
+    warm-up forward (memory.live_chunk_vectors). moe_dispatcher: the expert layers' token
+    dispatcher (vocab.MoeDispatcher; moe.ep_comm_fwd_s prices each, memory.py holds DeepEP's
+    buffers).
     """
 
     dp: int = 1
@@ -356,6 +364,7 @@ class ParallelConfig(ParallelSizes):
     cp_comm: CpComm | None = None
     engine: Engine = ENGINE_MEGATRON  # the engine that runs it, and so how it is priced
     moe_a2a_overlap: bool = False
+    moe_dispatcher: MoeDispatcher = DISPATCHER_ALLTOALL
 
     def num_micro_batches(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch_size)

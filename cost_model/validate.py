@@ -8,6 +8,7 @@ from dataclasses import asdict
 from . import attention, kernels, specs
 from . import request as rq
 from .engines import (
+    dispatcher_rule,
     empty_chunks_rule,
     engine_supports,
     fp8_all_gather_rule,
@@ -19,6 +20,8 @@ from .model_checks import check_architecture
 from .request import divisors
 from .stages import balanced_stage_layers
 from .vocab import (
+    DISPATCHER_ALLTOALL,
+    DISPATCHER_DEEPEP,
     DTYPE_FP8,
     FP8_MXFP8,
     FP8_TENSORWISE,
@@ -185,6 +188,13 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
             raise SpecError("parallelism.recompute_layers", f"needs {n_stages} non-negative counts", allowed=f"{n_stages} entries")
     if p.moe_a2a_overlap:
         _validate_a2a_overlap(m, t, p)
+    if p.moe_dispatcher != DISPATCHER_ALLTOALL:
+        if not isinstance(m, specs.TransformerSpec) or m.moe is None:
+            raise SpecError("parallelism.moe_dispatcher", "needs an MoE model (there are no tokens to dispatch)",
+                            allowed=[DISPATCHER_ALLTOALL])
+        rule = dispatcher_error(c, p.engine, p.moe_dispatcher, p.ep, p.etp)
+        if rule is not None:
+            raise SpecError("parallelism.moe_dispatcher", rule, allowed=[DISPATCHER_ALLTOALL])
     if p.sequence_parallel and p.tp == 1:
         raise SpecError("parallelism.sequence_parallel", "needs tp > 1", allowed=[False])
     if isinstance(m, specs.TransformerSpec):
@@ -251,6 +261,36 @@ def _validate_cp_comm(m: specs.TransformerSpec, p: specs.ParallelConfig) -> None
     if rule is not None:
         raise SpecError("parallelism.cp_comm", rule,
                         allowed=[v for v in variants if attention.cp_comm_error(m, p.tp, p.cp, v) is None])
+
+
+def dispatcher_error(c: specs.ClusterSpec, engine: str, dispatcher: str, ep: int, etp: int) -> str | None:
+    """None when the MoE token `dispatcher` runs for an ep x etp expert group on this cluster:
+    the engine's and the library's rules (engines.dispatcher_rule) and, for DeepEP, the
+    hardware it is built for (GPUSpec.deepep, catalog.py): its intranode kernels reach the
+    group's peers over one node's NVLink, its internode kernels span whole nodes of 8 NVLink
+    peers over RDMA, and it has no multi-node NVLink (NVL72) mode."""
+    rule = dispatcher_rule(engine, dispatcher, ep, etp)
+    if rule is not None or dispatcher != DISPATCHER_DEEPEP:
+        return rule
+    from .moe import DEEPEP_NVL_PEERS
+
+    group, per_node = ep * etp, c.gpus_per_node
+    src = "deepseek-ai/DeepEP @dd758ca README and csrc/kernels/legacy/compiled.cuh LEGACY_NUM_MAX_NVL_PEERS"
+    if not c.gpu.deepep:
+        return (f"DeepEP does not run on {c.gpu.name}: it is built for Ampere, Hopper and B200/B300 GPUs in "
+                "8-GPU NVLink nodes with RDMA NICs, not GB200/GB300 NVL72 racks (HybridEP's), GH200, PCIe parts or "
+                f"AMD ({src}; Megatron-Bridge flex_dispatcher_backend.py @c0b9a0003)")
+    if (c.nvlink_domain or per_node) != per_node:
+        return (f"DeepEP has no multi-node NVLink mode (nvlink_domain {c.nvlink_domain} > {per_node} GPUs per node): "
+                "'Currently only hybridep backend supports the MNNVL case' (megatron-core 0.16.1 transformer_config.py)")
+    if group <= DEEPEP_NVL_PEERS:
+        if per_node % group:
+            return (f"DeepEP's intranode kernels need the {group} ranks on one node's NVLink: {per_node} GPUs per "
+                    f"node hold no whole group ({src})")
+    elif per_node != DEEPEP_NVL_PEERS:
+        return (f"DeepEP's internode kernels take nodes of exactly {DEEPEP_NVL_PEERS} NVLink peers, the cluster has "
+                f"{per_node} GPUs per node ({src})")
+    return None
 
 
 def _validate_a2a_overlap(m: specs.ModelSpec, t: specs.TrainingSpec, p: specs.ParallelConfig) -> None:

@@ -50,6 +50,11 @@ EmptyChunks = Literal["any", "ends", "none"]
 Engine = Literal["megatron", "torchtitan", "deepspeed", "runtime"]
 # context-parallel communication (Megatron-Core `--cp-comm-type`), priced by layers._block_cp_s
 CpComm = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
+# MoE token dispatcher (Megatron-Core): "alltoall" (`--moe-token-dispatcher-type alltoall`, one
+# NCCL all-to-all per routed copy) or "deepep" (`--moe-token-dispatcher-type flex
+# --moe-flex-dispatcher-backend deepep`, DeepEP's fused kernels that send a token once per
+# destination rank and once per destination node); priced by moe.ep_comm_fwd_s
+MoeDispatcher = Literal["alltoall", "deepep"]
 Target = Literal["megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "trainjob", "ranks", "runtime"]
 
 # --------------------------------------------------------------------------- profile
@@ -81,6 +86,7 @@ LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused
 (COUNTS_ANY, COUNTS_UNIFORM, COUNTS_NONE) = get_args(StageCounts)
 (EMPTY_ANY, EMPTY_ENDS, EMPTY_NONE) = get_args(EmptyChunks)
 (CP_P2P, CP_ALL_GATHER, CP_A2A, CP_A2A_P2P) = get_args(CpComm)
+(DISPATCHER_ALLTOALL, DISPATCHER_DEEPEP) = get_args(MoeDispatcher)
 (
     TARGET_MEGATRON, TARGET_TORCHTITAN, TARGET_DEEPSPEED, TARGET_TORCHRUN, TARGET_SLURM,
     TARGET_KUBERNETES, TARGET_TRAINJOB, TARGET_RANKS, TARGET_RUNTIME,

@@ -20,6 +20,7 @@ from pydantic import ConfigDict, Field, model_validator
 from cost_model.results import Estimate, Prediction, Record, StageEstimate
 from cost_model.specs import ParallelSizes
 from cost_model.vocab import (
+    DISPATCHER_ALLTOALL,
     DTYPE_BF16,
     ENGINE_MEGATRON,
     MODEL_TRANSFORMER,
@@ -29,6 +30,7 @@ from cost_model.vocab import (
     CpComm,
     Engine,
     ModelKind,
+    MoeDispatcher,
     Recompute,
     Schedule,
     SolverStatus,
@@ -59,6 +61,9 @@ class Parallelism(ParallelSizes, Record):
                                   "--overlap-moe-expert-parallel-comm)")
     cp_comm: CpComm | None = Field(None, description="context-parallel communication (cp > 1): p2p ring, all_gather "
                                    "of K/V, a2a (Ulysses) or a2a+p2p (Megatron-Core --cp-comm-type)")
+    moe_dispatcher: MoeDispatcher = Field(DISPATCHER_ALLTOALL, description="MoE token dispatcher: alltoall, or deepep "
+                                          "(Megatron-Core --moe-token-dispatcher-type flex "
+                                          "--moe-flex-dispatcher-backend deepep; needs DeepEP installed)")
     stage_layers: list[int] | None = Field(None, description="blocks per virtual stage, model order")
     recompute_layers: list[int] | None = Field(None, description="recomputed blocks per virtual stage (recompute=full)")
 

@@ -8,6 +8,7 @@ from cost_model.results import Estimate
 from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
 from cost_model.vocab import (
     COUNTS_UNIFORM,
+    DISPATCHER_DEEPEP,
     ENGINE_MEGATRON,
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
@@ -78,15 +79,18 @@ def _expert_reason(model: TransformerSpec, cluster: ClusterSpec, cfg: ParallelCo
                 f"expert gradients reduce over dp*cp={cfg.dp * cfg.cp}")
     overlap = (" (the overlapped 1F1B: each steady step's forward and backward combined, one's all-to-alls "
                "under the other's compute; --overlap-moe-expert-parallel-comm)" if cfg.moe_a2a_overlap else "")
+    dispatcher = (" through DeepEP (Megatron-Core's flex dispatcher: each token crosses the network once per "
+                  "destination node and NVLink once per destination GPU, not once per routed copy; DeepEP must be "
+                  "installed)" if cfg.moe_dispatcher == DISPATCHER_DEEPEP else "")
     return (f"ep={cfg.ep} x etp={cfg.etp} (folded over tp*cp*dp={cfg.tp * cfg.cp * cfg.dp}): "
             f"{e.num_experts // cfg.ep} of {e.num_experts} experts per GPU, so expert weights take 1/{span} of "
-            f"ep=1's memory and each local expert's GEMM gets {cfg.ep}x the tokens; the all-to-all runs {where}, "
-            f"{ep_comm_s:.3g} s per step exposed{overlap}; expert gradients reduce over expert-DP={edp}")
+            f"ep=1's memory and each local expert's GEMM gets {cfg.ep}x the tokens; the all-to-all runs {where}"
+            f"{dispatcher}, {ep_comm_s:.3g} s per step exposed{overlap}; expert gradients reduce over expert-DP={edp}")
 
 
 def alternative_reason(alt: Estimate, best: Estimate, alt_c: Candidate, best_c: Candidate) -> str:
     slower = alt.prediction.step_time_s / best.prediction.step_time_s - 1
-    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "moe_a2a_overlap") if getattr(alt_c, k) != getattr(best_c, k)]
+    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "moe_a2a_overlap", "moe_dispatcher") if getattr(alt_c, k) != getattr(best_c, k)]
     ab, bb = vars(alt.prediction.breakdown), vars(best.prediction.breakdown)
     worst = max(ab, key=lambda key: ab[key] - bb[key])
     return f"{_pct(slower)} slower: {', '.join(diffs) or 'same degrees, other split'}; most of the difference is {worst} (+{ab[worst] - bb[worst]:.3g} s)"

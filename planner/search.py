@@ -31,6 +31,7 @@ from cost_model.specs import (
 from cost_model.stages import slices_from_counts, step_time_s
 from cost_model.vocab import (
     COUNTS_UNIFORM,
+    DISPATCHER_ALLTOALL,
     ENGINE_MEGATRON,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
@@ -63,6 +64,7 @@ from .space import (
     a2a_overlap_values,
     cp_comm_values,
     degree_groups,
+    dispatcher_values,
     enumerate_candidates,
     group_candidates,
     micro_batch_values,
@@ -154,7 +156,7 @@ def _to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
         zero=c.zero, micro_batch_size=c.micro_batch_size, recompute=c.recompute,
         recompute_layers=tuple(rcs) if rcs is not None and c.recompute == RECOMPUTE_FULL else None,
         schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None, engine=c.engine,
-        etp=c.etp, moe_a2a_overlap=c.moe_a2a_overlap, cp_comm=c.cp_comm,
+        etp=c.etp, moe_a2a_overlap=c.moe_a2a_overlap, cp_comm=c.cp_comm, moe_dispatcher=c.moe_dispatcher,
     )
 
 
@@ -186,22 +188,23 @@ class _Tables:
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
         return self.base_at(c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine,
-                            c.moe_a2a_overlap, c.cp_comm)
+                            c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher)
 
     def base_at(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mb: int, engine: str,
-                overlap: bool | None = None, cp_comm: str | None = None) -> tuple[LayerTable, TableSums]:
-        """The base table of a candidate with the overlapped 1F1B all-to-all `overlap` and the
-        context-parallel communication `cp_comm`; overlap None: on where the space holds it
-        (a bound over both settings takes the least of the two tables: search's degree
-        groups)."""
+                overlap: bool | None = None, cp_comm: str | None = None,
+                dispatcher: str = DISPATCHER_ALLTOALL) -> tuple[LayerTable, TableSums]:
+        """The base table of a candidate with the overlapped 1F1B all-to-all `overlap`, the
+        context-parallel communication `cp_comm` and the MoE token `dispatcher`; overlap None:
+        on where the space holds it (a bound over several settings takes the least of their
+        tables: search's degree groups)."""
         if overlap is None:
             overlap = True in a2a_overlap_values(self.prob.model, self.prob.space, engine, ep)
-        key = ("base", tp, cp, ep, etp, sp, mb, engine, overlap, cp_comm)
+        key = ("base", tp, cp, ep, etp, sp, mb, engine, overlap, cp_comm, dispatcher)
         sums = self.sums.get(key)
         if sums is not None:  # the common case: no config to build
             return self.cache[key], sums
         cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
-                             engine=engine, moe_a2a_overlap=overlap, cp_comm=cp_comm)
+                             engine=engine, moe_a2a_overlap=overlap, cp_comm=cp_comm, moe_dispatcher=dispatcher)
         table = self._build(key, cfg)
         return table, self._sums(key, table)
 
@@ -216,7 +219,7 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         recompute=c.recompute,
         num_micro_batches=prob.training.global_batch_size // (c.dp * c.micro_batch_size),
         capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
-        reserved_bytes=memory.reserved_bytes(_to_config(c)),
+        reserved_bytes=memory.reserved_bytes(_to_config(c), prob.model),
         interference=gpu.overlap_interference,
         uniform_recompute=get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM,
         empty_ends=get_engine(c.engine).empty_ends,
@@ -285,7 +288,7 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
 def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> None:
     for c in cands:
         m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
-        reserved = memory.reserved_bytes(_to_config(c))
+        reserved = memory.reserved_bytes(_to_config(c), prob.model)
         mem = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, m, reserved) / GIB
         stats.note_memory(mem, c)
 
@@ -444,12 +447,15 @@ def search(
             continue
         least = math.inf
         # the overlapped 1F1B all-to-all can make a layer slower as well as faster (its schedule
-        # nodes' host work, moe.COMBINED_SCHEDULE_HOST_OPS): the least over the settings searched
+        # nodes' host work, moe.COMBINED_SCHEDULE_HOST_OPS), and DeepEP's one permute of the
+        # received rows can outweigh its smaller traffic: the least over the settings searched
         overlaps = a2a_overlap_values(prob.model, prob.space, engine, key[2]) or [False]
+        disps = dispatcher_values(prob.model, prob.cluster, prob.space, key[2], key[3]) or [DISPATCHER_ALLTOALL]
         for sp in sequence_parallel_values(prob.space, key[0]):
             for cc in cp_comm_values(prob.model, prob.space, engine, key[0], key[1]):
                 per_sample[(*key, sp, cc)] = min(
-                    per_sample_time_s(tables.base_at(*key, sp, mb, engine, ov, cc)[1], mb) for ov in overlaps)
+                    per_sample_time_s(tables.base_at(*key, sp, mb, engine, ov, cc, d)[1], mb)
+                    for ov in overlaps for d in disps)
                 least = min(least, per_sample[(*key, sp, cc)])
         layout_s[key] = least
     queue: list[_Entry] = [
@@ -478,7 +484,7 @@ def search(
             # the base memory bound does not depend on the overlapped all-to-all (its extra
             # warm-up micro-batch is left out of the bound): the two settings share it
             mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute,
-                      c.cp_comm)
+                      c.cp_comm, c.moe_dispatcher)
             if c.micro_batch_size >= too_big_mb.get(mb_key, math.inf):
                 stats.pruned_memory += 1
                 continue
@@ -495,7 +501,7 @@ def search(
             twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
             mem_lb = mem_lbs.get(twin)
             if mem_lb is None:
-                reserved = memory.reserved_bytes(_to_config(c))
+                reserved = memory.reserved_bytes(_to_config(c), prob.model)
                 mem_lb = mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
             stats.note_memory(mem_lb / GIB, c)
             if mem_lb > cap:
@@ -586,7 +592,7 @@ def search(
             c = e.candidate
             dived.add(e.order)
             own = own_cheap_bound(c, tables.get(c), B // (c.dp * c.micro_batch_size),
-                                  memory.reserved_bytes(_to_config(c)))
+                                  memory.reserved_bytes(_to_config(c), prob.model))
             if own is not None:
                 picks.append(e._replace(bound_s=max(e.bound_s, own)))
         picks.sort()
@@ -1058,4 +1064,5 @@ def _normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
 def _tiebreak(c: Candidate) -> tuple:
     """Among equal times prefer simpler plans: less model parallelism, less sharding."""
     return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.recompute != RECOMPUTE_NONE, c.micro_batch_size,
-            c.moe_a2a_overlap, get_engine(c.engine).cp_variants.index(c.cp_comm) if c.cp_comm else 0)
+            c.moe_a2a_overlap, get_engine(c.engine).cp_variants.index(c.cp_comm) if c.cp_comm else 0,
+            c.moe_dispatcher != DISPATCHER_ALLTOALL)

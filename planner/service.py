@@ -73,6 +73,7 @@ def _parallelism(cfg, num_micro_batches: int) -> Parallelism:
         sequence_parallel=cfg.sequence_parallel, zero=cfg.zero, micro_batch_size=cfg.micro_batch_size,
         num_micro_batches=num_micro_batches, recompute=cfg.recompute, schedule=cfg.schedule,
         moe_a2a_overlap=cfg.moe_a2a_overlap, cp_comm=cfg.cp_comm if cfg.cp > 1 else None,
+        moe_dispatcher=cfg.moe_dispatcher,
         stage_layers=list(cfg.stage_layers) if cfg.stage_layers else None,
         recompute_layers=list(cfg.recompute_layers) if cfg.recompute_layers else None,
     )

@@ -10,14 +10,16 @@ from typing import Any, NamedTuple
 
 from cost_model import attention, kernels
 from cost_model import request as rq
-from cost_model.engines import engine_supports, get_engine
+from cost_model.engines import dispatcher_rule, engine_supports, get_engine
 from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
-from cost_model.validate import divisors, expert_fold_error
+from cost_model.validate import dispatcher_error, divisors, expert_fold_error
 from cost_model.vocab import (
     ALL_GATHER,
     ALL_REDUCE,
     ATTENTION_FLASH,
+    DISPATCHER_ALLTOALL,
+    DISPATCHER_DEEPEP,
     DTYPE_FP8,
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
@@ -37,7 +39,7 @@ MAX_CP = 64  # context-parallel degrees beyond this are not searched unless aske
 MAX_VPP = 8
 # the knobs of a `search` block that pin values (the others are settings)
 _PINNED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "zero", "schedule",
-           "sequence_parallel", "cp_comm", "moe_a2a_overlap")
+           "sequence_parallel", "cp_comm", "moe_a2a_overlap", "moe_dispatcher")
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,13 @@ class Candidate:
     etp: int = 1  # expert tensor-parallel degree (expert layers only, folded over tp*cp*dp)
     moe_a2a_overlap: bool = False  # Megatron-Core's overlapped 1F1B all-to-all (ParallelConfig)
     cp_comm: str | None = None  # the context-parallel communication (cp > 1; cp_comm_values)
+    moe_dispatcher: str = DISPATCHER_ALLTOALL  # the MoE token dispatcher (dispatcher_values)
 
     @property
     def table_key(self) -> tuple:
         """What the per-layer cost table depends on."""
         return (self.dp, self.tp, self.cp, self.ep, self.sequence_parallel, self.zero, self.micro_batch_size, self.engine,
-                self.etp, self.moe_a2a_overlap, self.cp_comm)
+                self.etp, self.moe_a2a_overlap, self.cp_comm, self.moe_dispatcher)
 
 
 def search_space(d: rq.Search) -> SearchSpace:
@@ -121,6 +124,8 @@ class DegreeGroup(NamedTuple):
     dp: int
     ep: int
     etp: int
+    # the MoE token dispatchers its candidates take (dispatcher_values: the cluster decides)
+    dispatchers: tuple[str, ...] = (DISPATCHER_ALLTOALL,)
 
 
 def enumerate_candidates(
@@ -158,7 +163,9 @@ def degree_groups(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
                     if not space.ok("dp", dp) or B % dp:
                         continue
                     for ep, etp in _expert_values(model, cluster, space, tp, cp, dp):
-                        yield DegreeGroup(tp, cp, pp, dp, ep, etp)
+                        disp = dispatcher_values(model, cluster, space, ep, etp)
+                        if disp:
+                            yield DegreeGroup(tp, cp, pp, dp, ep, etp, tuple(disp))
 
 
 def group_candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpace, g: DegreeGroup, profile=None,
@@ -169,7 +176,7 @@ def group_candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpac
         recomputes = [r for r in recomputes if r != RECOMPUTE_SELECTIVE]
     zeros = [z for z in (0, 1, 2, 3) if space.ok("zero", z)]
     yield from _inner(model, space, training.global_batch_size, model.num_layers, g.tp, g.cp, g.pp, g.dp, g.ep,
-                      recomputes, zeros, training, _fitted_collectives(profile), dominance, g.etp)
+                      recomputes, zeros, training, _fitted_collectives(profile), dominance, g.etp, g.dispatchers)
 
 
 def micro_batch_values(space: SearchSpace, global_batch_size: int, dp: int) -> list[int]:
@@ -286,9 +293,12 @@ def engine_zeros(engine: str, zeros: list[int], pp: int) -> list[int]:
 
 def engine_rule(engine: str, c: Candidate, fp8: bool, dtype: str | None = None, mtp_layers: int = 0) -> str | None:
     """engines.engine_supports for every knob of a candidate (None = runnable)."""
-    return engine_supports(engine, zero=c.zero, recompute=c.recompute, schedule=c.schedule, pp=c.pp, vpp=c.vpp,
+    rule = engine_supports(engine, zero=c.zero, recompute=c.recompute, schedule=c.schedule, pp=c.pp, vpp=c.vpp,
                            tp=c.tp, cp=c.cp, cp_variant=c.cp_comm, ep=c.ep, sequence_parallel=c.sequence_parallel, fp8=fp8,
                            moe_a2a_overlap=c.moe_a2a_overlap, dtype=dtype, mtp_layers=mtp_layers)
+    if rule is None and c.moe_dispatcher != DISPATCHER_ALLTOALL:
+        rule = dispatcher_rule(engine, c.moe_dispatcher, c.ep, c.etp)
+    return rule
 
 
 def cp_comm_values(model: ModelSpec, space: SearchSpace, engine: str, tp: int, cp: int) -> list[str | None]:
@@ -316,6 +326,24 @@ def cp_comm_values(model: ModelSpec, space: SearchSpace, engine: str, tp: int, c
     return [v for v in variants if space.ok("cp_comm", v)]
 
 
+def dispatcher_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, ep: int, etp: int) -> list[str]:
+    """The MoE token dispatchers to search for an ep x etp expert group. Unpinned, alltoall
+    alone: Megatron-Core's default, which needs nothing beyond megatron-core, while DeepEP is
+    a separate CUDA/NVSHMEM build the job must find installed (a plan that silently required
+    it would fail at start where it is missing). Pinned (search.moe_dispatcher), each listed
+    one that runs: deepep where the engine, DeepEP and the cluster run it
+    (validate.dispatcher_error). Neither dominates: DeepEP moves fewer bytes and permutes once
+    (moe.deepep_comm_fwd_s), and holds its buffers on every GPU (moe.deepep_buffer_bytes)."""
+    engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
+    if space.allowed.get("moe_dispatcher") is None:
+        return [DISPATCHER_ALLTOALL]
+    out = [DISPATCHER_ALLTOALL]
+    if (isinstance(model, TransformerSpec) and model.moe is not None and ep * etp > 1
+            and dispatcher_error(cluster, engine, DISPATCHER_DEEPEP, ep, etp) is None):
+        out.append(DISPATCHER_DEEPEP)
+    return [v for v in out if space.ok("moe_dispatcher", v)]
+
+
 def a2a_overlap_values(model: ModelSpec, space: SearchSpace, engine: str, ep: int) -> list[bool]:
     """Settings of the overlapped 1F1B expert all-to-all to search: on and off for an MoE
     model with ep > 1 on an engine that has it (the engine's other rules are checked per
@@ -329,7 +357,7 @@ def a2a_overlap_values(model: ModelSpec, space: SearchSpace, engine: str, ep: in
 
 
 def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=None, fitted_collectives=False,
-           dominance=True, etp=1):
+           dominance=True, etp=1, dispatchers=(DISPATCHER_ALLTOALL,)):
     engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
     fp8 = getattr(training, "dtype", None) == DTYPE_FP8
     sps = sequence_parallel_values(space, tp)
@@ -373,6 +401,8 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                     for ov in overlaps:
                         for rc in ov_recomputes if ov else recomputes:
                             for cc in cp_comms:
-                                c = Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine, etp, ov, cc)
-                                if engine_rule(engine, c, fp8, dtype, mtp) is None:
-                                    yield c
+                                for disp in dispatchers:
+                                    c = Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine, etp, ov, cc,
+                                                  disp)
+                                    if engine_rule(engine, c, fp8, dtype, mtp) is None:
+                                        yield c

@@ -101,6 +101,8 @@ FLAGS: tuple[Flag, ...] = (
     _knob("zero", "zero", int, "ZeRO stage", V.values(V.ZeroStage)),
     _knob("schedule", "schedule", str, "pipeline schedule", V.values(V.Schedule)),
     _knob("cp-comm", "cp_comm", str, "context-parallel communication", V.values(V.CpComm)),
+    _knob("moe-dispatcher", "moe_dispatcher", str, "MoE token dispatcher (deepep: Megatron-Core's flex dispatcher "
+          "with DeepEP, which must be installed)", V.values(V.MoeDispatcher)),
     Flag("--sequence-parallel", "config", "Megatron sequence parallelism on (--no-sequence-parallel: off)",
          action=argparse.BooleanOptionalAction, field="sequence_parallel"),
     Flag("--moe-a2a-overlap", "config", "Megatron-Core's overlapped 1F1B expert all-to-all on "

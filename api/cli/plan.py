@@ -23,6 +23,7 @@ def print_plan(plan: dict) -> None:
         f"vpp={par['vpp']} sp={'on' if par['sequence_parallel'] else 'off'} zero={par['zero']} "
         f"micro-batch={par['micro_batch_size']} x {par['num_micro_batches']} recompute={par['recompute']} schedule={par['schedule']}"
         + (" moe-a2a-overlap" if par.get("moe_a2a_overlap") else "")
+        + (f" moe-dispatcher={par['moe_dispatcher']}" if par.get("moe_dispatcher", "alltoall") != "alltoall" else "")
     )
     m = pred["memory"]
     print(

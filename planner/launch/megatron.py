@@ -37,6 +37,7 @@ from cost_model.vocab import (
     ATTN_SLIDING,
     CP_A2A_P2P,
     CP_P2P,
+    DISPATCHER_DEEPEP,
     DTYPE_BF16,
     DTYPE_FP8,
     ENGINE_MEGATRON,
@@ -218,6 +219,18 @@ def linear_biases(model: dict) -> dict[str, bool]:
     return b
 
 
+def dispatcher_args(plan: dict) -> list[str]:
+    """The MoE token dispatcher the plan was priced with (cost_model/moe.py ep_comm_fwd_s):
+    alltoall, or DeepEP through Megatron-Core's flex dispatcher (token_dispatcher.py
+    MoEFlexTokenDispatcher, backend deepep). The router keeps the training dtype it was priced
+    in (no --moe-router-dtype fp32, which would run the router GEMM in fp32): _DeepepManager
+    casts the top-k probabilities to fp32 for DeepEP itself, with a logged warning
+    (megatron-core 0.16.1)."""
+    if par(plan).moe_dispatcher == DISPATCHER_DEEPEP:
+        return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
+    return ["--moe-token-dispatcher-type", "alltoall"]
+
+
 def router_args(moe: dict) -> list[str]:
     """The router as the model scores and picks, in Megatron-Core's switches
     (transformer_config.py moe_router_* and moe_utils.py topk_routing_with_score_function
@@ -364,8 +377,8 @@ def model_args(plan: dict) -> list[str]:
             "--moe-router-topk", str(moe["top_k"]),
             "--moe-ffn-hidden-size", str(moe.get("ffn_hidden_size") or m.get("ffn_hidden_size")),
             "--moe-grouped-gemm",
-            "--moe-token-dispatcher-type", "alltoall",
         ]
+        a += dispatcher_args(plan)
         a += router_args(moe)
         pattern = moe_layer_pattern(int(m["num_layers"]), moe)
         if pattern:
@@ -443,6 +456,11 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         # priced (cost_model/moe.py combined_pair_s); the engine's rules were checked when the
         # plan was validated (cost_model/engines.py _a2a_overlap_rule)
         a += ["--overlap-moe-expert-parallel-comm"]
+    if m.get("moe") and p.moe_dispatcher == DISPATCHER_DEEPEP:
+        notes.append("moe_dispatcher deepep: the job imports DeepEP (deep_ep, github.com/deepseek-ai/DeepEP, built "
+                     "with NVSHMEM; NGC PyTorch / NeMo containers ship it); without it Megatron-Core stops at start "
+                     "with 'DeepEP is not installed'. Its internode kernels need InfiniBand/RoCE with IBGDA and the "
+                     "network's adaptive routing off (fused_a2a.py get_buffer)")
     layout, n = pipeline_layout(plan)
     a += layout
     notes += n

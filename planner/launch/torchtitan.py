@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from cost_model import engines
 from cost_model.vocab import (
+    DISPATCHER_ALLTOALL,
     DTYPE_BF16,
     DTYPE_FP8,
     ENGINE_TORCHTITAN,
@@ -140,6 +141,12 @@ def layout_problems(plan: dict) -> list[str]:
             "moe_a2a_overlap: the plan is priced with Megatron-Core's overlapped 1F1B (each steady step's "
             "forward and backward combined, the expert all-to-alls of one under the other's compute); "
             "torchtitan's pipeline schedules run the all-to-alls exposed, slower than the plan says"
+        )
+    if p.moe_dispatcher != DISPATCHER_ALLTOALL:
+        out.append(
+            f"moe_dispatcher {p.moe_dispatcher}: the plan is priced with Megatron-Core's DeepEP dispatcher (a token "
+            "sent once per destination rank and node); the emitted torchtitan job runs its all-to-all, which sends "
+            "every routed copy, slower than the plan says"
         )
     sizes = stage_sizes(plan)
     if p["pp"] > 1 and len(sizes) != p["pp"] * p["vpp"]:

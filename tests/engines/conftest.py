@@ -46,6 +46,12 @@ RULE_REQUESTS = {
     # the overlapped 1F1B expert all-to-all pinned on (Megatron-Core --overlap-moe-expert-parallel-comm)
     "mixtral-8x7b-a2a-overlap@64": {**REQUESTS["mixtral-8x7b@64"],
                                     "search": {"ep": [2, 4, 8], "moe_a2a_overlap": True}},
+    # the DeepEP dispatcher pinned (Megatron-Core --moe-token-dispatcher-type flex
+    # --moe-flex-dispatcher-backend deepep), alone and under the overlapped 1F1B
+    "mixtral-8x7b-deepep@64": {**REQUESTS["mixtral-8x7b@64"],
+                               "search": {"ep": [8], "moe_dispatcher": ["deepep"]}},
+    "mixtral-8x7b-deepep-overlap@64": {**REQUESTS["mixtral-8x7b@64"],
+                                       "search": {"ep": [8], "moe_dispatcher": ["deepep"], "moe_a2a_overlap": True}},
 }
 # context-parallel communication pinned (Megatron-Core --cp-comm-type): Ulysses all-to-all,
 # and the hierarchical a2a+p2p with its --hierarchical-context-parallel-sizes
@@ -77,7 +83,8 @@ ARCH_REQUESTS = {
 RULE_REQUESTS.update(ARCH_REQUESTS)
 ARCH_CASES = sorted(ARCH_REQUESTS)
 FOLD_CASES = ["mixtral-8x7b-fold@64"]
-OVERLAP_CASES = ["mixtral-8x7b-a2a-overlap@64"]
+OVERLAP_CASES = ["mixtral-8x7b-a2a-overlap@64", "mixtral-8x7b-deepep-overlap@64"]
+DEEPEP_CASES = ["mixtral-8x7b-deepep@64", "mixtral-8x7b-deepep-overlap@64"]
 CASES = sorted(REQUESTS)
 
 

@@ -21,6 +21,7 @@ from .conftest import (
     ARCH_CASES,
     CASES,
     CP_CASES,
+    DEEPEP_CASES,
     EMPTY_END_CASES,
     FOLD_CASES,
     OVERLAP_CASES,
@@ -237,7 +238,7 @@ print("PARSED", json.dumps({k: getattr(args, k) for k in (
 
 
 @pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
-@pytest.mark.parametrize("name", CASES + OVERLAP_CASES + CP_CASES + EMPTY_END_CASES + ARCH_CASES)
+@pytest.mark.parametrize("name", CASES + OVERLAP_CASES + DEEPEP_CASES + CP_CASES + EMPTY_END_CASES + ARCH_CASES)
 def test_megatron_lm_parse_and_validate_args(name, tmp_path):
     """Megatron-LM's own parse_args + validate_args, in the environment megatron.sh exports."""
     import json
@@ -404,7 +405,8 @@ def test_a2a_overlap_plan_is_megatron_cores_combined_1f1b(name):
     assert p["moe_a2a_overlap"] and p["ep"] > 1
     assert flags.get("overlap_moe_expert_parallel_comm") is True
     cfg = TransformerConfig(**transformer_kwargs(flags))
-    assert cfg.overlap_moe_expert_parallel_comm and cfg.moe_token_dispatcher_type == "alltoall"
+    assert cfg.overlap_moe_expert_parallel_comm
+    assert cfg.moe_token_dispatcher_type == ("flex" if p["moe_dispatcher"] == "deepep" else "alltoall")
     assert cfg.recompute_granularity != "full"
     assert p["pp"] == 1 or (cfg.virtual_pipeline_model_parallel_size or 1) == p["vpp"] > 1
     # the same plan without the overlap emits no switch
@@ -415,6 +417,33 @@ def test_a2a_overlap_plan_is_megatron_cores_combined_1f1b(name):
     off = copy.deepcopy(plan)
     off["parallelism"]["moe_a2a_overlap"] = False
     assert "--overlap-moe-expert-parallel-comm" not in emit(off, ["megatron"])["megatron"]["args"]
+
+
+@pytest.mark.parametrize("name", DEEPEP_CASES)
+def test_deepep_plan_is_megatron_cores_flex_dispatcher(name):
+    """A plan priced with the DeepEP dispatcher emits Megatron-Core's flex dispatcher with the
+    deepep backend, which TransformerConfig accepts, over an expert group MoEFlexTokenDispatcher
+    accepts (etp x ep > 1) and DeepEP has a config for; the plan states the dependency; the
+    same plan with alltoall emits alltoall."""
+    import copy
+
+    from megatron.core.transformer import TransformerConfig
+
+    from cost_model.moe import DEEPEP_GROUP_SIZES
+    from planner.launch import emit
+
+    plan, art, flags = _megatron(name)
+    p = plan["parallelism"]
+    assert p["moe_dispatcher"] == "deepep"
+    cfg = TransformerConfig(**transformer_kwargs(flags))
+    assert cfg.moe_token_dispatcher_type == "flex" and cfg.moe_flex_dispatcher_backend == "deepep"
+    assert cfg.expert_tensor_parallel_size * cfg.expert_model_parallel_size in DEEPEP_GROUP_SIZES
+    assert any("DeepEP" in n for n in art["notes"])
+    off = copy.deepcopy(plan)
+    off["parallelism"]["moe_dispatcher"] = "alltoall"
+    args = emit(off, ["megatron"])["megatron"]["args"]
+    i = args.index("--moe-token-dispatcher-type")
+    assert args[i + 1] == "alltoall" and "--moe-flex-dispatcher-backend" not in args
 
 
 @pytest.mark.parametrize("pp,vpp,ep,recompute,dtype", [

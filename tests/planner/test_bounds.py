@@ -29,6 +29,7 @@ from planner.service import problem_from_request
 from planner.space import (
     cp_comm_values,
     degree_groups,
+    dispatcher_values,
     group_candidates,
     micro_batch_values,
     sequence_parallel_values,
@@ -138,14 +139,15 @@ def test_per_sample_time_nonincreasing_in_micro_batch(case):
         mbs = micro_batch_values(prob.space, B, g.dp)
         for sp in sequence_parallel_values(prob.space, g.tp):
             for cc in cp_comm_values(prob.model, prob.space, "megatron", g.tp, g.cp):
-                layouts.setdefault((g.tp, g.cp, g.ep, g.etp, sp, cc or ""), set()).update(mbs)
+                for d in dispatcher_values(prob.model, prob.cluster, prob.space, g.ep, g.etp):
+                    layouts.setdefault((g.tp, g.cp, g.ep, g.etp, sp, cc or "", d), set()).update(mbs)
     rng = random.Random(7)
     gamma = prob.cluster.gpu.overlap_interference
-    for (tp, cp, ep, etp, sp, cc), mbs in rng.sample(sorted(layouts.items()), min(12, len(layouts))):
+    for (tp, cp, ep, etp, sp, cc, d), mbs in rng.sample(sorted(layouts.items()), min(12, len(layouts))):
         per_sample = []
         for mb in sorted(mbs)[:10] + [max(mbs)]:
             cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
-                                 cp_comm=cc or None)
+                                 cp_comm=cc or None, moe_dispatcher=d)
             sums = table_sums(layer_table(prob.model, prob.cluster, prob.training, cfg), gamma)
             per_sample.append(per_sample_time_s(sums, mb))
         assert all(b <= a * (1 + REL) for a, b in zip(per_sample, per_sample[1:], strict=False)), per_sample
@@ -162,9 +164,11 @@ def test_group_bound_below_every_candidate_base_bound():
     for g in rng.sample(groups, 6):
         mb_ref = max(micro_batch_values(prob.space, B, h.dp)[-1] for h in groups
                      if (h.tp, h.cp, h.ep, h.etp) == (g.tp, g.cp, g.ep, g.etp))
-        least = min(per_sample_time_s(tables.base_at(g.tp, g.cp, g.ep, g.etp, sp, mb_ref, "megatron", None, cc)[1], mb_ref)
+        least = min(per_sample_time_s(tables.base_at(g.tp, g.cp, g.ep, g.etp, sp, mb_ref, "megatron", None, cc, d)[1],
+                                      mb_ref)
                     for sp in sequence_parallel_values(prob.space, g.tp)
-                    for cc in cp_comm_values(prob.model, prob.space, "megatron", g.tp, g.cp))
+                    for cc in cp_comm_values(prob.model, prob.space, "megatron", g.tp, g.cp)
+                    for d in dispatcher_values(prob.model, prob.cluster, prob.space, g.ep, g.etp))
         bound = group_time_bound_s(B, g.dp, g.pp, least)
         cands = list(group_candidates(prob.model, prob.training, prob.space, g, prob.profile))
         for c in rng.sample(cands, min(40, len(cands))):
