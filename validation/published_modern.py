@@ -264,6 +264,9 @@ def parallelism_block(row: dict) -> dict:
     p["recompute"] = row["recompute"].strip() or V.RECOMPUTE_NONE
     p["schedule"] = row["schedule"].strip() or (V.SCHEDULE_INTERLEAVED if p["vpp"] > 1 else V.SCHEDULE_1F1B)
     p["engine"] = engine_of(row)
+    disp = (row.get("moe_dispatcher") or "").strip()
+    if disp in V.values(V.MoeDispatcher):
+        p["moe_dispatcher"] = disp
     return p
 
 
@@ -291,6 +294,11 @@ def search_block(row: dict) -> dict:
         # without it unless its config set it (the optional moe_a2a_overlap column, cited in
         # the row's notes). Left free, the plan prices a schedule the run did not use.
         s["moe_a2a_overlap"] = [bool(_bool(row.get("moe_a2a_overlap")))]
+        # the MoE token dispatcher: Megatron-Core's default alltoall unless the row names the
+        # one its config set (the optional moe_dispatcher column, cited in the row's notes);
+        # HybridEP rows stay alltoall (not priced: moe.py says so)
+        disp = (row.get("moe_dispatcher") or "").strip()
+        s["moe_dispatcher"] = [disp if disp in V.values(V.MoeDispatcher) else V.DISPATCHER_ALLTOALL]
     if (_int(row.get("cp")) or 1) > 1:
         # no published run sets its CP communication (Megatron-Bridge and NeMo leave
         # cp_comm_type unset, torchtitan has its ring): the engine's default ran
