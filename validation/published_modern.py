@@ -29,6 +29,7 @@ import argparse
 import csv
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from cost_model import vocab as V
@@ -120,9 +121,28 @@ def model_block(row: dict) -> dict:
         if name not in PRESETS:
             raise SpecError(f"row {row['id']}: arch", "the dimension columns are empty and this is not a preset",
                             allowed=sorted(PRESETS))
+        mtp = _int(row.get("mtp_layers"))
+        if mtp is not None and mtp != PRESETS[name].num_nextn_predict_layers:
+            # the optional mtp_layers column: the run's multi-token-prediction modules where
+            # they differ from the preset's (Megatron-Bridge's "DeepSeekV3 (w/o MTP)" rows)
+            return {"name": name, "transformer": {**_spec_fields(PRESETS[name]), "num_nextn_predict_layers": mtp}}
         return {"name": name}
     name = matching_preset(row)
     return {"name": name} if name else _columns_block(row)
+
+
+def _spec_fields(spec) -> dict:
+    """A preset's fields as a request's transformer block (dataclass fields, tuples as lists,
+    unset ones left out)."""
+    def clean(v):
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items() if x is not None}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+    fields = clean(asdict(spec))
+    fields.pop("name", None)
+    return fields
 
 
 def _columns_block(row: dict) -> dict:
