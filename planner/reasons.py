@@ -6,6 +6,7 @@ from cost_model import attention
 from cost_model.engines import engine_supports, get_engine
 from cost_model.results import Estimate
 from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
+from cost_model.validate import expert_fold_error
 from cost_model.vocab import (
     COUNTS_UNIFORM,
     DISPATCHER_DEEPEP,
@@ -125,6 +126,29 @@ def engine_restrictions(engine: str, space=None, pp: int | None = None) -> list[
     return rules
 
 
+def _pinned_expert_rule(space, model) -> str | None:
+    """Why pinned expert degrees leave no layout: with tp, cp, dp and ep all pinned, the
+    engine's folding rule (cost_model.validate.expert_fold_error: the expert layers' ep x
+    etp x expert-DP fill the dense layer's tp x cp x dp ranks) refuses every combination."""
+    if space is None or not isinstance(model, TransformerSpec) or model.moe is None:
+        return None
+    a = space.allowed
+    if not all(a.get(k) for k in ("tp", "cp", "dp", "ep")):
+        return None
+    e = model.moe
+    errors = []
+    for tp in a["tp"]:
+        for cp in a["cp"]:
+            for dp in a["dp"]:
+                for ep in a["ep"]:
+                    for etp in a.get("etp") or sorted({1, tp}):
+                        err = expert_fold_error(e.num_experts, e.ffn_hidden_size, tp, cp, dp, ep, etp)
+                        if err is None:
+                            return None
+                        errors.append(f"ep={ep} etp={etp} at tp={tp} cp={cp} dp={dp}: {err}")
+    return errors[0] if errors else None
+
+
 def _pinned_chunk_rule(space, num_layers: int | None) -> str | None:
     """Why pinned pipeline degrees leave no layout: every model chunk (pp x vpp of them)
     holds at least one transformer block, but the first and the last, which may hold only
@@ -180,6 +204,10 @@ def infeasible_details(stats, capacity_gib: float, headroom: float, space=None,
             details["binding"] = "search space"
             details["suggestions"] = ["a smaller search.vpp or search.pp"]
             return f"{msg}: {chunk_rule}", details
+        if (fold_rule := _pinned_expert_rule(space, model)) is not None:
+            details["binding"] = "search space"
+            details["suggestions"] = ["an ep (x etp) that divides the pinned tp x cp x dp"]
+            return f"{msg}: {fold_rule}", details
         if rules:
             msg += f"; the engine {engine} restricts the search: " + "; ".join(rules)
         if cp_rules := _pinned_cp_comm_rules(space, model):

@@ -42,3 +42,21 @@ def test_expert_values_are_every_pair_the_fold_rule_accepts():
     want = [(ep, etp) for etp in (1, 2) for ep in (1, 2, 4, 8, 16, 32, 64, 128, 256)
             if expert_fold_error(256, m.moe.ffn_hidden_size, 2, 1, 32, ep, etp) is None]
     assert got == want and (64, 1) in got and (64, 2) not in got
+
+
+def test_pinned_expert_degrees_that_cannot_fold_name_the_rule():
+    """ep pinned above the ranks a pipeline stage holds (Megatron-Bridge's 25.09 table lists
+    DeepSeek-V3 at pp8 ep64 on 256 GB200, 32 ranks a stage): the answer names the folding
+    rule and the numbers, not a schedule."""
+    import pytest
+
+    from planner.service import Infeasible, plan
+
+    req = {"model": {"name": "deepseek-v3"}, "cluster": {"gpu": "gb200", "num_gpus": 256},
+           "training": {"global_batch_size": 2048, "seq_length": 4096},
+           "search": {"tp": [1], "pp": [8], "dp": [32], "cp": [1], "ep": [64], "vpp": [2]}}
+    with pytest.raises(Infeasible) as exc:
+        plan(req)
+    msg = exc.value.message
+    assert "ep*etp = 64*1 = 64 must divide tp*cp*dp = 1*1*32 = 32" in msg and "gpipe" not in msg
+    assert exc.value.details["binding"] == "search space"
