@@ -19,9 +19,20 @@ from cost_model.parse import (
     parse_training,
 )
 from cost_model.results import Estimate
-from cost_model.specs import LayerListSpec
-from cost_model.validate import validate_fp8_all_gather, validate_fp8_recipe, validate_loss_chunks
-from cost_model.vocab import ENGINE_MEGATRON, STATUS_OPTIMAL, TARGET_RANKS
+from cost_model.specs import LayerListSpec, TransformerSpec
+from cost_model.validate import (
+    dispatcher_error,
+    validate_fp8_all_gather,
+    validate_fp8_recipe,
+    validate_loss_chunks,
+)
+from cost_model.vocab import (
+    DISPATCHER_ALLTOALL,
+    DISPATCHER_DEEPEP,
+    ENGINE_MEGATRON,
+    STATUS_OPTIMAL,
+    TARGET_RANKS,
+)
 
 from .hashing import request_hash
 from .plan import (
@@ -94,6 +105,25 @@ def _engine(prob: Problem) -> str:
     return (prob.space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
 
 
+def dispatcher_hint(prob: Problem, cfg, est) -> str | None:
+    """Where the search kept the default alltoall dispatcher (search.moe_dispatcher unset)
+    and DeepEP runs on this cluster, what the same plan would take with it, fits included:
+    DeepEP is a separate install, so the plan does not assume it, but says what it is worth."""
+    m, c = prob.model, prob.cluster
+    if (prob.space.allowed.get("moe_dispatcher") is not None or not isinstance(m, TransformerSpec)
+            or m.moe is None or cfg.moe_dispatcher != DISPATCHER_ALLTOALL or est.prediction.breakdown.ep_comm_s <= 0
+            or dispatcher_error(c, cfg.engine, DISPATCHER_DEEPEP, cfg.ep, cfg.etp) is not None):
+        return None
+    alt = estimate_config(m, c, prob.training, replace(cfg, moe_dispatcher=DISPATCHER_DEEPEP), prob.profile)
+    usable = c.gpu.memory_gib * (1 - prob.space.memory_headroom)
+    if alt.prediction.step_time_s >= est.prediction.step_time_s or max(alt.memory_per_rank_gib) > usable:
+        return None
+    return (f"with DeepEP (search.moe_dispatcher: [deepep]; the job must have DeepEP installed) this plan's expert "
+            f"communication would be {alt.prediction.breakdown.ep_comm_s:.3g} s instead of "
+            f"{est.prediction.breakdown.ep_comm_s:.3g} s and the step {alt.prediction.step_time_s:.4g} s instead of "
+            f"{est.prediction.step_time_s:.4g} s (peak {max(alt.memory_per_rank_gib):.1f} GiB)")
+
+
 def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, progress) -> Plan:
     """The best plan of a parsed problem, without launch artifacts."""
     res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s, progress=progress)
@@ -108,6 +138,8 @@ def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, pr
     reasons = plan_reasons(best.estimate, best.config, prob.cluster, prob.model)
     schedule = schedule_block(prob, best.config, best.estimate.prediction.step_time_s)
     if (line := schedule_reason(schedule)) is not None:
+        reasons.append(line)
+    if (line := dispatcher_hint(prob, best.config, best.estimate)) is not None:
         reasons.append(line)
     if res.stats.timed_out:
         reasons.append(f"time limit reached: best plan found so far, within {res.gap * 100:.1f}% of the lower bound")

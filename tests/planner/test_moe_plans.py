@@ -60,3 +60,30 @@ def test_pinned_expert_degrees_that_cannot_fold_name_the_rule():
     msg = exc.value.message
     assert "ep*etp = 64*1 = 64 must divide tp*cp*dp = 1*1*32 = 32" in msg and "gpipe" not in msg
     assert exc.value.details["binding"] == "search space"
+
+
+def test_plan_says_what_deepep_would_save_without_assuming_it():
+    """Unpinned, the search keeps Megatron-Core's alltoall dispatcher (DeepEP is a separate
+    install) and a reason prices the same plan with DeepEP, as estimate does; pinned, the
+    search takes it and no hint is given."""
+    import re
+
+    from planner.service import estimate, plan
+
+    req = {"model": {"name": "mixtral-8x7b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 64},
+           "training": {"global_batch_size": 256, "seq_length": 4096}, "search": {"ep": [8], "tp": [1], "pp": [2]}}
+    p = plan(req)
+    assert p["parallelism"]["moe_dispatcher"] == "alltoall"
+    hint = [r for r in p["reasons"] if r.startswith("with DeepEP")]
+    assert len(hint) == 1
+    par = {k: p["parallelism"][k] for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero",
+                                            "recompute", "schedule", "sequence_parallel", "stage_layers",
+                                            "recompute_layers", "moe_a2a_overlap", "cp_comm")}
+    alt = estimate({**{k: req[k] for k in ("model", "cluster", "training")},
+                    "parallelism": {**par, "moe_dispatcher": "deepep"}})
+    step = float(re.search(r"the step ([0-9.]+) s", hint[0]).group(1))
+    assert step == float(f"{alt.prediction.step_time_s:.4g}") < p["prediction"]["step_time_s"]
+    pinned = plan({**req, "search": {**req["search"], "moe_dispatcher": ["alltoall", "deepep"]}})
+    assert pinned["parallelism"]["moe_dispatcher"] == "deepep"
+    assert pinned["prediction"]["step_time_s"] <= alt.prediction.step_time_s * (1 + 1e-9)
+    assert not any(r.startswith("with DeepEP") for r in pinned["reasons"])
