@@ -429,7 +429,9 @@ def deepep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelCon
     slower sets the time. The combine sends the same bytes back (per node, reduced over the
     node's ranks). bf16 both ways as Megatron calls it (no fp8 dispatch); the top-k indices
     and weights riding with each token (~100 B) are not counted. The busiest rank's load
-    (imbalance) sets the time; backward sends the same again (a block costs 2x this)."""
+    (imbalance) sets the time; backward sends the same again (a block costs 2x this).
+    Deviation: the block's kernel launches and host work keep the alltoall dispatcher's
+    counts (block_launches, host_issue_s); DeepEP's own were not counted from its source."""
     e = m.moe
     group = cfg.ep * cfg.etp
     if group <= 1:
