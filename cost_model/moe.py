@@ -378,6 +378,10 @@ DEEPEP_NVL_PEERS = 8
 DEEPEP_GROUP_SIZES = (2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160)
 # SMs DeepEP's kernels take (Megatron-Core moe_deepep_num_sms, default 20; megatron-core 0.16.1)
 DEEPEP_NUM_SMS = 20
+# NVSHMEM's symmetric heap as DeepEP sets it up for internode groups (deep_ep/buffers/legacy.py
+# @dd758ca: NVSHMEM_CUMEM_GRANULARITY = 2**29; "NVSHMEM initialization requires at least 256 MiB")
+DEEPEP_NVSHMEM_CHUNK_BYTES = 2**29
+DEEPEP_NVSHMEM_INIT_BYTES = 2**28
 
 
 def expected_distinct_bins(num_experts: int, top_k: int, bin_experts: int, num_groups: int = 0,
@@ -483,8 +487,10 @@ _DEEPEP_RECV_TOKENS = {
 def deepep_buffer_bytes(m: TransformerSpec, cfg: ParallelConfig) -> float:
     """Bytes of the DeepEP Buffer each rank allocates once (Megatron-Core fused_a2a.py
     get_buffer: the larger of the dispatch and combine configs' NVLink and RDMA size hints for
-    hidden * max(element size, 2) bytes per token), outside torch's caching allocator
-    (cudaMalloc / NVSHMEM): memory a plan with the deepep dispatcher holds on every GPU."""
+    hidden * max(element size, 2) bytes per token), outside torch's caching allocator: the
+    NVLink part cudaMalloc'd, the RDMA part (internode groups) in NVSHMEM's heap, whole
+    512 MiB chunks with NVSHMEM's own 256 MiB. Memory a plan with the deepep dispatcher holds
+    on every GPU."""
     if cfg.moe_dispatcher != DISPATCHER_DEEPEP or m.moe is None:
         return 0.0
     group = cfg.ep * cfg.etp
@@ -493,7 +499,14 @@ def deepep_buffer_bytes(m: TransformerSpec, cfg: ParallelConfig) -> float:
         return 0.0
     hidden_bytes = m.hidden_size * 2
     sizes = [_deepep_config_bytes(hidden_bytes, group, n, r) for n, r in recv]
-    return float(max(s[0] for s in sizes) + max(s[1] for s in sizes))
+    nvl, rdma = max(s[0] for s in sizes), max(s[1] for s in sizes)
+    if rdma:
+        # the RDMA buffer lives in NVSHMEM's symmetric heap, which DeepEP maps in chunks of
+        # NVSHMEM_CUMEM_GRANULARITY = 2**29 bytes and which needs "at least 256 MiB" for
+        # NVSHMEM's own initialisation (deep_ep/buffers/legacy.py @dd758ca): counted as whole
+        # 512 MiB chunks holding both
+        rdma = math.ceil((rdma + DEEPEP_NVSHMEM_INIT_BYTES) / DEEPEP_NVSHMEM_CHUNK_BYTES) * DEEPEP_NVSHMEM_CHUNK_BYTES
+    return float(nvl + rdma)
 
 
 # --------------------------------------------------------------------------- overlapped 1F1B

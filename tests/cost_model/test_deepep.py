@@ -69,8 +69,14 @@ def test_buffer_bytes_follow_deepeps_size_hints_by_hand():
     rdma = (ch * rdma_ranks * (8 * 2 + 2) * 2 * 4
             + ch * rdma_ranks * 128 * (hidden * 2 + 8 * 2 + 128 * 8 * 2 + 128 * 4 * 2 + 128 * 4 * 2 + 16 * 2))
     cfg = ParallelConfig(ep=64, moe_dispatcher="deepep")
-    assert moe.deepep_buffer_bytes(m, cfg) == pytest.approx(nvl + rdma)
-    assert 0.5e9 < nvl + rdma < 1.0e9  # ~0.7 GB a GPU
+    # the RDMA part in NVSHMEM's heap: whole 512 MiB chunks (NVSHMEM_CUMEM_GRANULARITY) that
+    # also hold NVSHMEM's 256 MiB (deep_ep/buffers/legacy.py)
+    assert rdma + 2**28 <= 2 * 2**29 < rdma + 2**28 + 2**29
+    assert moe.deepep_buffer_bytes(m, cfg) == pytest.approx(nvl + 2 * 2**29)
+    assert 1.2e9 < nvl + 2 * 2**29 < 1.6e9  # ~1.4 GB a GPU
+    # inside one node no NVSHMEM: the NVLink buffer alone (8 ranks: nvl recv 256, no RDMA ranks)
+    nvl8 = ch * 8 * (2 * 1 + 3) * 4 + ch * 8 * 256 * (hidden + 8 + 128 * 8 + 128 * 4 + 128 * 4)
+    assert moe.deepep_buffer_bytes(m, ParallelConfig(ep=8, moe_dispatcher="deepep")) == pytest.approx(nvl8)
     assert moe.deepep_buffer_bytes(m, ParallelConfig(ep=64)) == 0.0
 
 
