@@ -21,8 +21,13 @@ per-local-expert GEMM and fp8 quantize kernels are counted from the engine code 
 GPUSpec.kernel_overhead_s each (block_launches); a cost fixed per micro-batch, so it weighs
 most for fine-grained experts at small micro-batches.
 
-What this module does not model (stated so the numbers can be read): token dropping with a
-capacity factor (Megatron's default is dropless, `moe_expert_capacity_factor` None);
+Routing load: the busiest rank's routed tokens over the mean, from balanced routing's
+sampling spread (routing_imbalance), a factor the user states (training.moe_imbalance), or
+token dropping with a capacity factor (training.moe_capacity_factor; Megatron's default is
+dropless), padded to the capacity or not (load_factor); padded, the dispatcher makes no
+host synchronisation (layers._host_bound_excess_s).
+
+What this module does not model (stated so the numbers can be read):
 HybridEP (the `flex` dispatcher's other backend, which Megatron-Bridge's GB200/GB300 recipes
 select; DeepEP, the backend for DGX/HGX nodes, is priced: deepep_comm_fwd_s), the fused permute
 and router (--moe-permute-fusion, --moe-router-fusion) and partial CUDA graphs (not emitted);
@@ -91,6 +96,21 @@ def routing_imbalance(routed_per_rank: float, ep: int) -> float:
     return 1.0 + sd * z / routed_per_rank
 
 
+def load_factor(t: TrainingSpec, sampled: float) -> float:
+    """The busiest expert rank's load over the mean that the step is priced at: the user's
+    stated factor (training.moe_imbalance) or balanced routing's sampling spread, capped by
+    token dropping (training.moe_capacity_factor C: an expert keeps at most ceil(C x its mean
+    tokens), Megatron-Core moe_utils.py get_capacity) and exactly C when every expert's input
+    is padded to the capacity (moe_pad_to_capacity: token_dispatcher.py's drop_and_pad sizes
+    each expert's buffer, all-to-all split and GEMM at the capacity; megatron-core 0.16.1).
+    Deviation: the ceil over a rank's own tokens is not taken (under 1 token per expert)."""
+    load = t.moe_imbalance if t.moe_imbalance is not None else sampled
+    c = t.moe_capacity_factor
+    if c is None:
+        return load
+    return c if t.moe_pad_to_capacity else min(load, c)
+
+
 def layout(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig) -> ExpertLayout:
     e = m.moe
     tokens_in = cfg.micro_batch_size * t.seq_length / cfg.cp / (cfg.tp if cfg.sequence_parallel else 1)
@@ -98,7 +118,7 @@ def layout(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig) -> ExpertLa
     # after the dispatch an EP rank holds the copies of its ep peers for its E/ep experts,
     # and the expert-TP all-gather multiplies them by etp (dispatch_postprocess)
     received = routed * cfg.etp
-    imb = routing_imbalance(received, cfg.ep)
+    imb = load_factor(t, routing_imbalance(received, cfg.ep))
     local = max(1, e.num_experts // cfg.ep)
     return ExpertLayout(tokens_in, routed, local, received * imb / local, imb, e.ffn_hidden_size / cfg.etp)
 

@@ -88,6 +88,7 @@ MAX_GPUS_PER_NODE = 1024
 MAX_BATCH = 1 << 24  # sequences per step
 MAX_SEQ = 1 << 24  # tokens per sequence
 MAX_LOSS_CHUNKS = 1024  # sequence chunks of the loss (torchtitan ChunkedLossWrapper)
+MAX_MOE_IMBALANCE = 64.0  # busiest-rank load / mean and capacity factors: E / top_k bounds both in practice
 MAX_GB_S = 1e6  # link bandwidth, GB/s
 MAX_TOP_K = 50
 MAX_TIME_LIMIT_S = 3600.0
@@ -392,6 +393,16 @@ class Training(_Strict):
         None, ge=1, le=MAX_LOSS_CHUNKS, description="sequence chunks the output layer and loss run in, each chunk's "
         "backward at once (torchtitan --loss.num_chunks); null: the engine's default (torchtitan 8, others 1)",
         examples=[None])
+    moe_imbalance: float | None = Field(
+        None, ge=1, le=MAX_MOE_IMBALANCE, description="MoE: the busiest expert rank's routed tokens over the mean, "
+        "as measured on your router (early training, skewed data); null: balanced routing's sampling spread",
+        examples=[None])
+    moe_capacity_factor: float | None = Field(
+        None, gt=0, le=MAX_MOE_IMBALANCE, description="MoE token dropping (Megatron --moe-expert-capacity-factor): "
+        "an expert keeps at most ceil(C x its mean tokens), the rest are dropped; null: dropless", examples=[None])
+    moe_pad_to_capacity: bool = Field(
+        False, description="pad every expert's input to the capacity (--moe-pad-expert-input-to-capacity): fixed "
+        "shapes, no host synchronisation per MoE layer; needs moe_capacity_factor", examples=[False])
 
 
 # ------------------------------------------------------------------ search

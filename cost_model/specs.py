@@ -292,6 +292,13 @@ class TrainingSpec:
     loss_chunks: int | None = None  # sequence chunks of the output layer + loss; None: the engine's default
     fp8_all_gather: bool = False  # torchtitan Float8: FSDP2 gathers float8 weights (engines.fp8_all_gather_rule)
     fp8_recipe: str | None = None  # Transformer Engine's FP8 scaling; None: the engine's for the GPU (kernels.fp8_recipe)
+    # MoE routing load (moe.layout): the busiest expert rank's routed tokens over the mean, as
+    # stated by the user (None: the sampling model, moe.routing_imbalance); and token dropping
+    # with a capacity factor (Megatron --moe-expert-capacity-factor: an expert keeps at most
+    # ceil(C x mean) tokens), padded to the capacity (--moe-pad-expert-input-to-capacity) or not
+    moe_imbalance: float | None = None
+    moe_capacity_factor: float | None = None
+    moe_pad_to_capacity: bool = False
 
     @property
     def tokens_per_step(self) -> int:

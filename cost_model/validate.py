@@ -23,6 +23,7 @@ from .vocab import (
     DISPATCHER_ALLTOALL,
     DISPATCHER_DEEPEP,
     DTYPE_FP8,
+    ENGINE_MEGATRON,
     FP8_MXFP8,
     FP8_TENSORWISE,
     MODEL_LAYERS,
@@ -188,6 +189,7 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
             raise SpecError("parallelism.recompute_layers", f"needs {n_stages} non-negative counts", allowed=f"{n_stages} entries")
     if p.moe_a2a_overlap:
         _validate_a2a_overlap(m, t, p)
+    validate_moe_load(m, t, p.engine, p.moe_dispatcher)
     if p.moe_dispatcher != DISPATCHER_ALLTOALL:
         if not isinstance(m, specs.TransformerSpec) or m.moe is None:
             raise SpecError("parallelism.moe_dispatcher", "needs an MoE model (there are no tokens to dispatch)",
@@ -261,6 +263,36 @@ def _validate_cp_comm(m: specs.TransformerSpec, p: specs.ParallelConfig) -> None
     if rule is not None:
         raise SpecError("parallelism.cp_comm", rule,
                         allowed=[v for v in variants if attention.cp_comm_error(m, p.tp, p.cp, v) is None])
+
+
+def validate_moe_load(m: specs.ModelSpec, t: specs.TrainingSpec, engine: str,
+                      dispatcher: str = DISPATCHER_ALLTOALL) -> None:
+    """training.moe_imbalance / moe_capacity_factor / moe_pad_to_capacity: an MoE model; the
+    capacity factor where the engine drops tokens (Megatron-Core; torchtitan's MoE is
+    dropless: torchtitan/config/configs.py 0.3.0 has only HybridEP's non-blocking capacity);
+    padding needs the factor and the alltoall dispatcher (megatron-core 0.16.1
+    transformer_config.py: "moe_expert_capacity_factor must be set to use
+    moe_pad_expert_input_to_capacity"; "Flex token dispatcher with deepep backend does not
+    support moe_pad_expert_input_to_capacity")."""
+    moe_model = isinstance(m, specs.TransformerSpec) and m.moe is not None
+    for field, set_ in (("moe_imbalance", t.moe_imbalance is not None),
+                        ("moe_capacity_factor", t.moe_capacity_factor is not None),
+                        ("moe_pad_to_capacity", t.moe_pad_to_capacity)):
+        if set_ and not moe_model:
+            raise SpecError(f"training.{field}", "needs an MoE model", allowed=[None if field != "moe_pad_to_capacity" else False])
+    if t.moe_capacity_factor is not None and engine != ENGINE_MEGATRON:
+        raise SpecError("training.moe_capacity_factor",
+                        f"{engine} has no token dropping: its MoE is dropless (Megatron-Core's "
+                        "--moe-expert-capacity-factor)", allowed=[None])
+    if t.moe_pad_to_capacity:
+        if t.moe_capacity_factor is None:
+            raise SpecError("training.moe_pad_to_capacity", "moe_expert_capacity_factor must be set to use "
+                            "moe_pad_expert_input_to_capacity (megatron-core 0.16.1 transformer_config.py)",
+                            allowed=[False])
+        if dispatcher == DISPATCHER_DEEPEP:
+            raise SpecError("training.moe_pad_to_capacity", "Flex token dispatcher with deepep backend does not "
+                            "support moe_pad_expert_input_to_capacity (megatron-core 0.16.1 transformer_config.py)",
+                            allowed=[False])
 
 
 def dispatcher_error(c: specs.ClusterSpec, engine: str, dispatcher: str, ep: int, etp: int) -> str | None:

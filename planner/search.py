@@ -450,7 +450,8 @@ def search(
         # nodes' host work, moe.COMBINED_SCHEDULE_HOST_OPS), and DeepEP's one permute of the
         # received rows can outweigh its smaller traffic: the least over the settings searched
         overlaps = a2a_overlap_values(prob.model, prob.space, engine, key[2]) or [False]
-        disps = dispatcher_values(prob.model, prob.cluster, prob.space, key[2], key[3]) or [DISPATCHER_ALLTOALL]
+        disps = dispatcher_values(prob.model, prob.cluster, prob.space, key[2], key[3], prob.training) or [
+            DISPATCHER_ALLTOALL]
         for sp in sequence_parallel_values(prob.space, key[0]):
             for cc in cp_comm_values(prob.model, prob.space, engine, key[0], key[1]):
                 per_sample[(*key, sp, cc)] = min(

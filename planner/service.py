@@ -25,6 +25,7 @@ from cost_model.validate import (
     validate_fp8_all_gather,
     validate_fp8_recipe,
     validate_loss_chunks,
+    validate_moe_load,
 )
 from cost_model.vocab import (
     DISPATCHER_ALLTOALL,
@@ -73,6 +74,7 @@ def problem_from_request(req: dict, profile=None) -> Problem:
     validate_loss_chunks(_engine(prob), prob.training)
     validate_fp8_all_gather(_engine(prob), prob.training)
     validate_fp8_recipe(_engine(prob), prob.cluster.gpu, prob.training)
+    validate_moe_load(prob.model, prob.training, _engine(prob))
     # the FP8 scaling the engine runs on this GPU, stated in the plan (its launch emits it)
     return replace(prob, training=replace(prob.training, fp8_recipe=fp8_recipe(_engine(prob), prob.cluster.gpu,
                                                                                  prob.training)))
@@ -111,6 +113,7 @@ def dispatcher_hint(prob: Problem, cfg, est) -> str | None:
     DeepEP is a separate install, so the plan does not assume it, but says what it is worth."""
     m, c = prob.model, prob.cluster
     if (prob.space.allowed.get("moe_dispatcher") is not None or not isinstance(m, TransformerSpec)
+            or prob.training.moe_pad_to_capacity
             or m.moe is None or cfg.moe_dispatcher != DISPATCHER_ALLTOALL or est.prediction.breakdown.ep_comm_s <= 0
             or dispatcher_error(c, cfg.engine, DISPATCHER_DEEPEP, cfg.ep, cfg.etp) is not None):
         return None

@@ -163,7 +163,7 @@ def degree_groups(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
                     if not space.ok("dp", dp) or B % dp:
                         continue
                     for ep, etp in _expert_values(model, cluster, space, tp, cp, dp):
-                        disp = dispatcher_values(model, cluster, space, ep, etp)
+                        disp = dispatcher_values(model, cluster, space, ep, etp, training)
                         if disp:
                             yield DegreeGroup(tp, cp, pp, dp, ep, etp, tuple(disp))
 
@@ -326,7 +326,8 @@ def cp_comm_values(model: ModelSpec, space: SearchSpace, engine: str, tp: int, c
     return [v for v in variants if space.ok("cp_comm", v)]
 
 
-def dispatcher_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, ep: int, etp: int) -> list[str]:
+def dispatcher_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, ep: int, etp: int,
+                      training: TrainingSpec | None = None) -> list[str]:
     """The MoE token dispatchers to search for an ep x etp expert group. Unpinned, alltoall
     alone: Megatron-Core's default, which needs nothing beyond megatron-core, while DeepEP is
     a separate CUDA/NVSHMEM build the job must find installed (a plan that silently required
@@ -338,7 +339,8 @@ def dispatcher_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace
     if space.allowed.get("moe_dispatcher") is None:
         return [DISPATCHER_ALLTOALL]
     out = [DISPATCHER_ALLTOALL]
-    if (isinstance(model, TransformerSpec) and model.moe is not None and ep * etp > 1
+    padded = training is not None and training.moe_pad_to_capacity  # DeepEP does not pad (validate_moe_load)
+    if (isinstance(model, TransformerSpec) and model.moe is not None and ep * etp > 1 and not padded
             and dispatcher_error(cluster, engine, DISPATCHER_DEEPEP, ep, etp) is None):
         out.append(DISPATCHER_DEEPEP)
     return [v for v in out if space.ok("moe_dispatcher", v)]

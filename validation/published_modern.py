@@ -266,6 +266,11 @@ def training_block(row: dict) -> dict:
     recipe = fp8_recipe_of(row)
     if recipe:
         t["fp8_recipe"] = recipe
+    # token dropping, where the row's run dropped tokens (the optional moe_capacity_factor /
+    # moe_pad_to_capacity columns, cited in the row's notes); empty: dropless
+    if _float(row.get("moe_capacity_factor")) is not None:
+        t["moe_capacity_factor"] = _float(row["moe_capacity_factor"])
+        t["moe_pad_to_capacity"] = bool(_bool(row.get("moe_pad_to_capacity")))
     if engine_of(row) == V.ENGINE_TORCHTITAN:
         t["loss_chunks"] = 1  # every published torchtitan row predates ChunkedLossWrapper
         if "fsdp all-gather" in row.get("precision", "").lower():

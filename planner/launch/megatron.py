@@ -231,6 +231,20 @@ def dispatcher_args(plan: dict) -> list[str]:
     return ["--moe-token-dispatcher-type", "alltoall"]
 
 
+def capacity_args(training: dict) -> list[str]:
+    """Token dropping as the plan prices it (cost_model/moe.py load_factor): the capacity
+    factor, and padding every expert's input to the capacity (megatron-core 0.16.1
+    moe_expert_capacity_factor / moe_pad_expert_input_to_capacity); the drop policy stays
+    Megatron's default, the lowest routing probabilities."""
+    c = training.get("moe_capacity_factor")
+    if c is None:
+        return []
+    a = ["--moe-expert-capacity-factor", str(float(c))]
+    if training.get("moe_pad_to_capacity"):
+        a += ["--moe-pad-expert-input-to-capacity"]
+    return a
+
+
 def router_args(moe: dict) -> list[str]:
     """The router as the model scores and picks, in Megatron-Core's switches
     (transformer_config.py moe_router_* and moe_utils.py topk_routing_with_score_function
@@ -379,6 +393,7 @@ def model_args(plan: dict) -> list[str]:
             "--moe-grouped-gemm",
         ]
         a += dispatcher_args(plan)
+        a += capacity_args(t)
         a += router_args(moe)
         pattern = moe_layer_pattern(int(m["num_layers"]), moe)
         if pattern:

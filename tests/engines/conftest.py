@@ -52,6 +52,12 @@ RULE_REQUESTS = {
                                "search": {"ep": [8], "moe_dispatcher": ["deepep"]}},
     "mixtral-8x7b-deepep-overlap@64": {**REQUESTS["mixtral-8x7b@64"],
                                        "search": {"ep": [8], "moe_dispatcher": ["deepep"], "moe_a2a_overlap": True}},
+    # token dropping padded to the capacity (Megatron-Core --moe-expert-capacity-factor
+    # --moe-pad-expert-input-to-capacity)
+    "mixtral-8x7b-tokendrop@64": {**REQUESTS["mixtral-8x7b@64"],
+                                  "training": {**REQUESTS["mixtral-8x7b@64"]["training"], "moe_capacity_factor": 1.25,
+                                               "moe_pad_to_capacity": True},
+                                  "search": {"ep": [8]}},
 }
 # context-parallel communication pinned (Megatron-Core --cp-comm-type): Ulysses all-to-all,
 # and the hierarchical a2a+p2p with its --hierarchical-context-parallel-sizes
@@ -85,6 +91,7 @@ ARCH_CASES = sorted(ARCH_REQUESTS)
 FOLD_CASES = ["mixtral-8x7b-fold@64"]
 OVERLAP_CASES = ["mixtral-8x7b-a2a-overlap@64", "mixtral-8x7b-deepep-overlap@64"]
 DEEPEP_CASES = ["mixtral-8x7b-deepep@64", "mixtral-8x7b-deepep-overlap@64"]
+CAPACITY_CASES = ["mixtral-8x7b-tokendrop@64"]
 CASES = sorted(REQUESTS)
 
 

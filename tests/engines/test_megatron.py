@@ -19,6 +19,7 @@ import pytest
 
 from .conftest import (
     ARCH_CASES,
+    CAPACITY_CASES,
     CASES,
     CP_CASES,
     DEEPEP_CASES,
@@ -238,7 +239,7 @@ print("PARSED", json.dumps({k: getattr(args, k) for k in (
 
 
 @pytest.mark.skipif(not MEGATRON_LM, reason="set PLANNER_MEGATRON_LM to a Megatron-LM checkout to run its parser")
-@pytest.mark.parametrize("name", CASES + OVERLAP_CASES + DEEPEP_CASES + CP_CASES + EMPTY_END_CASES + ARCH_CASES)
+@pytest.mark.parametrize("name", CASES + OVERLAP_CASES + DEEPEP_CASES + CAPACITY_CASES + CP_CASES + EMPTY_END_CASES + ARCH_CASES)
 def test_megatron_lm_parse_and_validate_args(name, tmp_path):
     """Megatron-LM's own parse_args + validate_args, in the environment megatron.sh exports."""
     import json
@@ -417,6 +418,20 @@ def test_a2a_overlap_plan_is_megatron_cores_combined_1f1b(name):
     off = copy.deepcopy(plan)
     off["parallelism"]["moe_a2a_overlap"] = False
     assert "--overlap-moe-expert-parallel-comm" not in emit(off, ["megatron"])["megatron"]["args"]
+
+
+@pytest.mark.parametrize("name", CAPACITY_CASES)
+def test_token_dropping_plan_sets_megatron_cores_capacity(name):
+    """A plan priced with token dropping padded to the capacity emits the capacity factor and
+    the padding, which megatron-core's TransformerConfig accepts with the alltoall dispatcher
+    the emitted launch runs."""
+    from megatron.core.transformer import TransformerConfig
+
+    plan, art, flags = _megatron(name)
+    t = plan["training"]
+    cfg = TransformerConfig(**transformer_kwargs(flags))
+    assert cfg.moe_expert_capacity_factor == t["moe_capacity_factor"] == 1.25
+    assert cfg.moe_pad_expert_input_to_capacity is True and cfg.moe_token_dispatcher_type == "alltoall"
 
 
 @pytest.mark.parametrize("name", DEEPEP_CASES)
