@@ -37,6 +37,8 @@ def print_estimate(est: Estimate, cfg_line: str = "") -> None:
         first, last = s.layers
         span = f"{first:4d}-{last:<4d}" if last >= first else f"{'none':>9s}"  # only the embedding or the loss
         print(f"{s.index:5d} {span} {s.recompute_layers:9d} {s.time_ms:8.2f}ms {s.memory_gib:8.1f}")
+    for note in est.notes:  # what the cost model flags about this configuration (host-bound MoE layers)
+        print(f"note: {note}")
 
 
 def run(args: argparse.Namespace) -> int:

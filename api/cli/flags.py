@@ -87,6 +87,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--seq-len", "problem", "tokens per sequence (training.seq_length; CP splits it)", type=int, metavar="N",
          field="training.seq_length"),
     Flag("--dtype", "problem", "compute precision", choices=V.values(V.TrainDtype), field="training.dtype"),
+    Flag("--moe-imbalance", "problem", "MoE: busiest expert rank's routed tokens over the mean, as measured "
+         "(default: balanced routing's sampling spread)", type=float, metavar="X", field="training.moe_imbalance"),
+    Flag("--moe-capacity-factor", "problem", "MoE token dropping (megatron --moe-expert-capacity-factor; default "
+         "dropless)", type=float, metavar="C", field="training.moe_capacity_factor"),
+    Flag("--moe-pad-to-capacity", "problem", "pad every expert's input to the capacity (no host sync per MoE layer; "
+         "--no-moe-pad-to-capacity: off)", action=argparse.BooleanOptionalAction, field="training.moe_pad_to_capacity"),
     Flag("--profile", "problem", "profile JSON from `planner profile`", metavar="FILE"),
     # ---- the configuration (estimate/check) or the pins (plan)
     _knob("tp", "tp", int, "tensor-parallel degree"),

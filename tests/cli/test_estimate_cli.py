@@ -193,3 +193,28 @@ def test_model_file_hf_config(tmp_path):
     assert r.returncode == 0, r.stderr
     r2 = planner("estimate", "--model", "llama3-8b", *args)
     assert json.loads(r.stdout)["prediction"] == json.loads(r2.stdout)["prediction"]
+
+
+def test_moe_token_dropping_and_dispatcher_flags_reach_the_estimate():
+    """--moe-capacity-factor / --moe-pad-to-capacity / --moe-dispatcher end to end: the padded
+    capacity removes the host-bound note the dropless estimate prints, and the estimate equals
+    the service's on the same request."""
+    from planner.service import estimate
+
+    base = ["estimate", "--model", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "8", "--global-batch", "512",
+            "--seq-len", "4096", "--dtype", "fp8", "--dp", "8", "--ep", "8", "--zero", "1"]
+    dropless = planner(*base)
+    assert dropless.returncode == 0, dropless.stderr
+    assert "note: " in dropless.stdout and "host-bound" in dropless.stdout
+    padded = planner(*base, "--moe-capacity-factor", "1.0", "--moe-pad-to-capacity", "--moe-dispatcher", "alltoall",
+                     "--json")
+    assert padded.returncode == 0, padded.stderr
+    got = json.loads(padded.stdout)
+    want = estimate({"model": {"name": "qwen3-30b-a3b"}, "cluster": {"gpu": "b200", "num_gpus": 8},
+                     "training": {"global_batch_size": 512, "seq_length": 4096, "dtype": "fp8",
+                                  "moe_capacity_factor": 1.0, "moe_pad_to_capacity": True},
+                     "parallelism": {"dp": 8, "ep": 8, "zero": 1}})
+    assert got["prediction"]["step_time_s"] == pytest.approx(want.prediction.step_time_s)
+    assert not any("host-bound" in n for n in got["notes"])
+    bad = planner(*base, "--moe-pad-to-capacity")
+    assert bad.returncode != 0 and "training.moe_pad_to_capacity" in bad.stderr
