@@ -117,7 +117,10 @@ def dispatcher_hint(prob: Problem, cfg, est) -> str | None:
             or m.moe is None or cfg.moe_dispatcher != DISPATCHER_ALLTOALL or est.prediction.breakdown.ep_comm_s <= 0
             or dispatcher_error(c, cfg.engine, DISPATCHER_DEEPEP, cfg.ep, cfg.etp) is not None):
         return None
-    alt = estimate_config(m, c, prob.training, replace(cfg, moe_dispatcher=DISPATCHER_DEEPEP), prob.profile)
+    try:
+        alt = estimate_config(m, c, prob.training, replace(cfg, moe_dispatcher=DISPATCHER_DEEPEP), prob.profile)
+    except SpecError:  # a rule of DeepEP's the plan's configuration breaks: nothing to say
+        return None
     usable = c.gpu.memory_gib * (1 - prob.space.memory_headroom)
     if alt.prediction.step_time_s >= est.prediction.step_time_s or max(alt.memory_per_rank_gib) > usable:
         return None
