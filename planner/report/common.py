@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_model.vocab import RECOMPUTE_NONE
+from cost_model.vocab import DISPATCHER_ALLTOALL, RECOMPUTE_NONE
 
 
 def as_dict(plan: Any) -> dict:
@@ -37,6 +37,10 @@ def knobs(par: dict) -> str:
         out.append(f"zero{par['zero']}")
     if par.get("recompute", RECOMPUTE_NONE) != RECOMPUTE_NONE:
         out.append(f"rc:{par['recompute']}")
+    if par.get("moe_a2a_overlap"):
+        out.append("a2a-overlap")
+    if par.get("moe_dispatcher") and par["moe_dispatcher"] != DISPATCHER_ALLTOALL:
+        out.append(f"ep:{par['moe_dispatcher']}")
     out.append(str(par.get("schedule", "")))
     return " ".join(out)
 

@@ -204,3 +204,15 @@ def test_empty_end_stages_draw_and_list_as_none():
 
     html = plan_section(plan)
     assert html.count("<td>none</td>") == 2
+
+
+def test_degrees_card_names_the_moe_schedule_and_dispatcher():
+    """The page's knob line says what the launch switches on for the expert layers: the
+    overlapped 1F1B all-to-all and a dispatcher other than Megatron-Core's default."""
+    from planner.report.common import knobs
+
+    base = {"micro_batch_size": 1, "zero": 1, "schedule": "interleaved"}
+    assert "a2a-overlap" not in knobs(base) and "ep:" not in knobs(base)
+    line = knobs({**base, "moe_a2a_overlap": True, "moe_dispatcher": "deepep"})
+    assert "a2a-overlap" in line and "ep:deepep" in line
+    assert "ep:" not in knobs({**base, "moe_dispatcher": "alltoall"})
