@@ -595,7 +595,6 @@ def engine_supports(
     moe_a2a_overlap: bool = False,
     dtype: str | None = None,
     mtp_layers: int = 0,
-    moe_dispatcher: str | None = None,
 ) -> str | None:
     """None when `engine` can run these engine-neutral knobs; otherwise the reason, quoting
     the engine's rule and where it was read. `etp` None means 'expert TP = tp' (Megatron's
@@ -604,10 +603,6 @@ def engine_supports(
     e = get_engine(engine)
     if moe_a2a_overlap:
         rule = _a2a_overlap_rule(e, engine, ep, pp, vpp, recompute, dtype, mtp_layers)
-        if rule is not None:
-            return rule
-    if moe_dispatcher is not None and moe_dispatcher != DISPATCHER_ALLTOALL:
-        rule = dispatcher_rule(engine, moe_dispatcher, ep, tp if etp is None else etp)
         if rule is not None:
             return rule
 

@@ -984,7 +984,7 @@ def _host_bound_excess_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: Parallel
     token_dispatcher.py preprocess, drop_and_pad, megatron-core 0.16.1)."""
     if not (geo.moe_layer and geo.kernels.moe_host_sync and c.source != "profile" and gpu.host_op_s > 0):
         return 0.0, 0.0
-    if t.moe_capacity_factor is not None and t.moe_pad_to_capacity:
+    if moe.padded_to_capacity(t):
         return 0.0, 0.0
     fwd, bwd = moe.host_issue_s(m, gpu, cfg, moe.layout(m, t, cfg), _quantize_kernels(gpu, t, cfg, geo))
     excess = fwd + bwd - (c.fwd_s + c.bwd_s + comm_s)

@@ -108,7 +108,13 @@ def load_factor(t: TrainingSpec, sampled: float) -> float:
     c = t.moe_capacity_factor
     if c is None:
         return load
-    return c if t.moe_pad_to_capacity else min(load, c)
+    return c if padded_to_capacity(t) else min(load, c)
+
+
+def padded_to_capacity(t: TrainingSpec) -> bool:
+    """Every expert's input padded to the capacity (training.moe_pad_to_capacity with its
+    capacity factor): fixed splits and shapes, no host synchronisation per MoE layer."""
+    return t.moe_capacity_factor is not None and t.moe_pad_to_capacity
 
 
 def layout(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig) -> ExpertLayout:
@@ -393,9 +399,18 @@ def ep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig,
 # DeepEP's NVLink peers per node (deepseek-ai/DeepEP @dd758ca csrc/kernels/legacy/compiled.cuh
 # LEGACY_NUM_MAX_NVL_PEERS): a group larger than this spans nodes of exactly 8 GPUs
 DEEPEP_NVL_PEERS = 8
-# DeepEP group sizes with a dispatch/combine config (deep_ep/buffers/legacy.py
-# get_dispatch_config / get_combine_config config_map @dd758ca; other sizes assert)
-DEEPEP_GROUP_SIZES = (2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160)
+# (nvl_chunked_recv_tokens, rdma_chunked_recv_tokens) of DeepEP's dispatch and combine
+# configs by group size (deep_ep/buffers/legacy.py config_map @dd758ca, the RDMA count rounded
+# up to a multiple of the RDMA send chunk as csrc/legacy/config.hpp Config does); the buffer is
+# sized for the larger of the two. Its keys are the group sizes DeepEP has a config for (other
+# sizes assert: 'Unsupported number of EP ranks')
+_DEEPEP_RECV_TOKENS = {
+    2: ((256, 128), (256, 128)), 4: ((256, 128), (256, 128)), 8: ((256, 128), (256, 128)),
+    16: ((288, 140), (288, 132)), 24: ((288, 128), (288, 128)), 32: ((288, 128), (288, 128)),
+    48: ((288, 128), (288, 128)), 64: ((288, 128), (288, 128)), 96: ((480, 132), (480, 128)),
+    128: ((560, 132), (560, 128)), 144: ((720, 132), (720, 128)), 160: ((720, 132), (720, 128)),
+}
+DEEPEP_GROUP_SIZES = tuple(_DEEPEP_RECV_TOKENS)
 # SMs DeepEP's kernels take (Megatron-Core moe_deepep_num_sms, default 20; megatron-core 0.16.1)
 DEEPEP_NUM_SMS = 20
 # NVSHMEM's symmetric heap as DeepEP sets it up for internode groups (deep_ep/buffers/legacy.py
@@ -464,8 +479,8 @@ def deepep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelCon
     tok_bytes = lay.tokens_in * act_dt * m.hidden_size * lay.imbalance
     ranks_hit = expected_distinct_bins(e.num_experts, e.top_k, local, e.num_groups, e.group_top_k) * cfg.etp
     nodes = deepep_group_nodes(cluster, cfg)
-    nvl = comm.group_link(cluster, min(group, DEEPEP_NVL_PEERS), 1)
     nvl_peers = min(group, DEEPEP_NVL_PEERS)
+    nvl = comm.group_link(cluster, nvl_peers, 1)
     t_nvl = tok_bytes * ranks_hit * (1.0 - 1.0 / nvl_peers) / nvl.bandwidth_bytes_s + (nvl_peers - 1) * nvl.latency_s
     if nodes <= 1:
         return 2.0 * t_nvl
@@ -492,16 +507,6 @@ def _deepep_config_bytes(hidden_bytes: int, group: int, nvl_chunk_recv: int, rdm
     return nvl, rdma
 
 
-# (nvl_chunked_recv_tokens, rdma_chunked_recv_tokens) of DeepEP's dispatch and combine
-# configs by group size (deep_ep/buffers/legacy.py config_map @dd758ca, the RDMA count rounded
-# up to a multiple of the RDMA send chunk as csrc/legacy/config.hpp Config does); the buffer is
-# sized for the larger of the two
-_DEEPEP_RECV_TOKENS = {
-    2: ((256, 128), (256, 128)), 4: ((256, 128), (256, 128)), 8: ((256, 128), (256, 128)),
-    16: ((288, 140), (288, 132)), 24: ((288, 128), (288, 128)), 32: ((288, 128), (288, 128)),
-    48: ((288, 128), (288, 128)), 64: ((288, 128), (288, 128)), 96: ((480, 132), (480, 128)),
-    128: ((560, 132), (560, 128)), 144: ((720, 132), (720, 128)), 160: ((720, 132), (720, 128)),
-}
 
 
 def deepep_buffer_bytes(m: TransformerSpec, cfg: ParallelConfig) -> float:

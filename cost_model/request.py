@@ -40,6 +40,7 @@ from .vocab import (
     ATTN_MLA,
     CP_P2P,
     DISPATCHER_ALLTOALL,
+    DISPATCHER_DEEPEP,
     DTYPE_BF16,
     DTYPE_FP8,
     DTYPE_FP32,
@@ -443,7 +444,7 @@ class Search(_Strict):
     cp_comm: _choice(CpComm, [CP_P2P], "context-parallel communication")
     moe_a2a_overlap: _choice(bool, [True], "Megatron-Core overlapped 1F1B expert all-to-all "
                              "(--overlap-moe-expert-parallel-comm; MoE with ep > 1)")
-    moe_dispatcher: _choice(MoeDispatcher, [DISPATCHER_ALLTOALL, "deepep"], "MoE token dispatcher: alltoall (NCCL) "
+    moe_dispatcher: _choice(MoeDispatcher, [DISPATCHER_ALLTOALL, DISPATCHER_DEEPEP], "MoE token dispatcher: alltoall (NCCL) "
                             "or deepep (Megatron-Core's flex dispatcher with DeepEP, which the job must have "
                             "installed; DGX/HGX nodes of 8 GPUs)", null="alltoall alone (list deepep to search it)")
     memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom)", examples=[0.05])

@@ -275,11 +275,9 @@ def validate_moe_load(m: specs.ModelSpec, t: specs.TrainingSpec, engine: str,
     moe_pad_expert_input_to_capacity"; "Flex token dispatcher with deepep backend does not
     support moe_pad_expert_input_to_capacity")."""
     moe_model = isinstance(m, specs.TransformerSpec) and m.moe is not None
-    for field, set_ in (("moe_imbalance", t.moe_imbalance is not None),
-                        ("moe_capacity_factor", t.moe_capacity_factor is not None),
-                        ("moe_pad_to_capacity", t.moe_pad_to_capacity)):
-        if set_ and not moe_model:
-            raise SpecError(f"training.{field}", "needs an MoE model", allowed=[None if field != "moe_pad_to_capacity" else False])
+    for field, unset in (("moe_imbalance", None), ("moe_capacity_factor", None), ("moe_pad_to_capacity", False)):
+        if getattr(t, field) != unset and not moe_model:
+            raise SpecError(f"training.{field}", "needs an MoE model", allowed=[unset])
     if t.moe_capacity_factor is not None and engine != ENGINE_MEGATRON:
         raise SpecError("training.moe_capacity_factor",
                         f"{engine} has no token dropping: its MoE is dropless (Megatron-Core's "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from cost_model import attention
 from cost_model.engines import engine_supports, get_engine
 from cost_model.results import Estimate
@@ -19,7 +21,7 @@ from cost_model.vocab import (
     values,
 )
 
-from .space import Candidate
+from .space import Candidate, etp_values
 
 
 def _pct(x: float) -> str:
@@ -136,17 +138,14 @@ def _pinned_expert_rule(space, model) -> str | None:
     if not all(a.get(k) for k in ("tp", "cp", "dp", "ep")):
         return None
     e = model.moe
-    errors = []
-    for tp in a["tp"]:
-        for cp in a["cp"]:
-            for dp in a["dp"]:
-                for ep in a["ep"]:
-                    for etp in a.get("etp") or sorted({1, tp}):
-                        err = expert_fold_error(e.num_experts, e.ffn_hidden_size, tp, cp, dp, ep, etp)
-                        if err is None:
-                            return None
-                        errors.append(f"ep={ep} etp={etp} at tp={tp} cp={cp} dp={dp}: {err}")
-    return errors[0] if errors else None
+    first = None
+    for tp, cp, dp, ep in itertools.product(a["tp"], a["cp"], a["dp"], a["ep"]):
+        for etp in etp_values(space, tp):
+            err = expert_fold_error(e.num_experts, e.ffn_hidden_size, tp, cp, dp, ep, etp)
+            if err is None:
+                return None
+            first = first or f"ep={ep} etp={etp} at tp={tp} cp={cp} dp={dp}: {err}"
+    return first
 
 
 def _pinned_chunk_rule(space, num_layers: int | None) -> str | None:

@@ -11,6 +11,7 @@ from cost_model.errors import SpecError
 from cost_model.estimate import estimate as estimate_config
 from cost_model.flops import active_params, total_params
 from cost_model.kernels import fp8_recipe
+from cost_model.moe import padded_to_capacity
 from cost_model.parse import (
     model_to_dict,
     parse_cluster,
@@ -113,7 +114,7 @@ def dispatcher_hint(prob: Problem, cfg, est) -> str | None:
     DeepEP is a separate install, so the plan does not assume it, but says what it is worth."""
     m, c = prob.model, prob.cluster
     if (prob.space.allowed.get("moe_dispatcher") is not None or not isinstance(m, TransformerSpec)
-            or prob.training.moe_pad_to_capacity
+            or padded_to_capacity(prob.training)
             or m.moe is None or cfg.moe_dispatcher != DISPATCHER_ALLTOALL or est.prediction.breakdown.ep_comm_s <= 0
             or dispatcher_error(c, cfg.engine, DISPATCHER_DEEPEP, cfg.ep, cfg.etp) is not None):
         return None

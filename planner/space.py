@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from cost_model import attention, kernels
+from cost_model import attention, kernels, moe
 from cost_model import request as rq
 from cost_model.engines import dispatcher_rule, engine_supports, get_engine
 from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
@@ -197,6 +197,12 @@ def sequence_parallel_values(space: SearchSpace, tp: int) -> list[bool]:
     return [v for v in sps if space.ok("sequence_parallel", v) and engine_supports(engine, tp=tp, sequence_parallel=v) is None]
 
 
+def etp_values(space: SearchSpace, tp: int) -> list[int]:
+    """Expert tensor-parallel degrees searched at `tp`: the pinned list, else {1, tp}
+    (experts whole on each EP rank, or split like the dense MLP: Megatron's default)."""
+    return list(space.allowed["etp"]) if space.allowed.get("etp") else sorted({1, tp})
+
+
 def _expert_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, tp: int, cp: int, dp: int):
     """(ep, etp) pairs for the expert layers of a dense tp x cp x dp layout: every pair the
     engine's folding rule accepts (cost_model.validate.expert_fold_error: ep | experts,
@@ -206,7 +212,7 @@ def _expert_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, t
     if not isinstance(model, TransformerSpec) or model.moe is None:
         return [(1, 1)] if space.ok("ep", 1) and space.ok("etp", 1) else []
     e = model.moe
-    etps = list(space.allowed["etp"]) if space.allowed.get("etp") else sorted({1, tp})
+    etps = etp_values(space, tp)
     out = []
     for etp in etps:
         for ep in divisors(e.num_experts):
@@ -339,7 +345,7 @@ def dispatcher_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace
     if space.allowed.get("moe_dispatcher") is None:
         return [DISPATCHER_ALLTOALL]
     out = [DISPATCHER_ALLTOALL]
-    padded = training is not None and training.moe_pad_to_capacity  # DeepEP does not pad (validate_moe_load)
+    padded = training is not None and moe.padded_to_capacity(training)  # DeepEP does not pad (validate_moe_load)
     if (isinstance(model, TransformerSpec) and model.moe is not None and ep * etp > 1 and not padded
             and dispatcher_error(cluster, engine, DISPATCHER_DEEPEP, ep, etp) is None):
         out.append(DISPATCHER_DEEPEP)

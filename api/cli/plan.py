@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from cost_model import vocab as V
+
 from .common import fmt_s, load_profile_arg, print_json, progress, request_from_args
 from .flags import add_flags
 
@@ -23,7 +25,8 @@ def print_plan(plan: dict) -> None:
         f"vpp={par['vpp']} sp={'on' if par['sequence_parallel'] else 'off'} zero={par['zero']} "
         f"micro-batch={par['micro_batch_size']} x {par['num_micro_batches']} recompute={par['recompute']} schedule={par['schedule']}"
         + (" moe-a2a-overlap" if par.get("moe_a2a_overlap") else "")
-        + (f" moe-dispatcher={par['moe_dispatcher']}" if par.get("moe_dispatcher", "alltoall") != "alltoall" else "")
+        + (f" moe-dispatcher={par['moe_dispatcher']}"
+           if par.get("moe_dispatcher", V.DISPATCHER_ALLTOALL) != V.DISPATCHER_ALLTOALL else "")
     )
     m = pred["memory"]
     print(
