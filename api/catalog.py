@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from cost_model.catalog import CATALOG
-from cost_model.flops import total_params
-from cost_model.presets import PRESETS, PUBLISHED, param_counts
+from cost_model.hardware.catalog import CATALOG
+from cost_model.model.flops import total_params
+from cost_model.model.presets import PRESETS, PUBLISHED, param_counts
 
 
 def models_table() -> list[dict]:

@@ -5,7 +5,7 @@
         plan = c.plan({"model": {"name": "llama3-8b"}, "cluster": {...}, "training": {...}})
         print(plan.parallelism.tp, plan.prediction.step_time_s, plan.launch["torchrun"])
 
-`plan`/`get_plan` return `planner.plan.Plan`, `estimate` a `cost_model.results.Estimate`,
+`plan`/`get_plan` return `planner.plan.Plan`, `estimate` a `cost_model.specs.results.Estimate`,
 `check` a `planner.plan.CheckResult`: the same types the service builds, read from the body
 (`Model.model_validate_json`). `last_cache` says whether the last `plan` was a stored answer.
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from cost_model.results import Estimate
+from cost_model.specs.results import Estimate
 from planner.plan import CheckResult, Plan
 
 

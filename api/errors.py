@@ -12,8 +12,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cost_model.errors import SpecError
 from cost_model.request import REQUESTS, UNION_TAGS, spec_error_from
+from cost_model.specs.errors import SpecError
 
 log = logging.getLogger("planner.api")
 

@@ -1,5 +1,5 @@
 """Response models of the REST API that are not the planner's own types (the Plan,
-CheckResult and Estimate come from planner.plan and cost_model.results)."""
+CheckResult and Estimate come from planner.plan and cost_model.specs.results)."""
 
 from __future__ import annotations
 

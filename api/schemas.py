@@ -1,12 +1,12 @@
 """Request bodies of the REST API that are not planning requests. The planning requests
 (plan, estimate, check) are cost_model/request.py's models, which the CLI validates with too;
-responses are planner.plan's, cost_model.results' and api/responses.py's."""
+responses are planner.plan's, cost_model.specs.results' and api/responses.py's."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cost_model.vocab import KIND_BLOCK
+from cost_model.specs.vocab import KIND_BLOCK
 
 
 class ProfileIn(BaseModel):

@@ -3,7 +3,7 @@
     python bench/gpu_check.py [--gpu NAME] [--seq-len 8192] [--out docs/gpu_check.md]
 
 Profiles one Llama-3-8B-shaped block (profiler/transformer.py at the TP-local shapes) for
-tp in {1,2,4,8} and micro-batch in {1,2,4}, asks cost_model.layers for the same block with
+tp in {1,2,4,8} and micro-batch in {1,2,4}, asks cost_model.terms.layers for the same block with
 the catalog numbers of the detected GPU (torch.cuda.get_device_name, e.g. H200 -> "h200"),
 and writes both, with the ratio, to a Markdown table. A few minutes on one GPU. Without
 CUDA it says so and exits 0.
@@ -19,17 +19,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cost_model.vocab import DTYPE_BF16  # noqa: E402
+from cost_model.specs.vocab import DTYPE_BF16  # noqa: E402
 
 TPS, MICRO_BATCHES = (1, 2, 4, 8), (1, 2, 4)
 
 
 def analytic_block(gpu: str, tp: int, b: int, seq: int, dtype: str):
-    from cost_model.catalog import get_gpu
-    from cost_model.layers import layer_table
+    from cost_model.hardware.catalog import get_gpu
+    from cost_model.model.presets import get_preset
     from cost_model.parse import parse_cluster, parse_training
-    from cost_model.presets import get_preset
-    from cost_model.specs import ParallelConfig
+    from cost_model.specs.inputs import ParallelConfig
+    from cost_model.terms.layers import layer_table
 
     get_gpu(gpu)  # SpecError names the catalog when the GPU is unknown
     cluster = parse_cluster({"gpu": gpu, "num_gpus": 8, "gpus_per_node": 8})
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_check: no CUDA device on this machine; nothing to measure (run it on a GPU host)", file=sys.stderr)
         return 0
 
-    from cost_model.presets import get_preset
+    from cost_model.model.presets import get_preset
     from profiler.layers import measure_block
     from profiler.run import catalog_device_name, device_description
     from profiler.transformer import ModelDims

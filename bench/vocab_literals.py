@@ -1,6 +1,6 @@
 """Count where the project's vocabulary words are re-typed as string literals.
 
-Every closed set of words lives once in cost_model/vocab.py as a `Literal` alias; code should
+Every closed set of words lives once in cost_model/specs/vocab.py as a `Literal` alias; code should
 use the named constants. This walks every tracked-style .py file of the repository (tests/ and
 vocab.py itself left out) with `ast` and counts the string constants whose whole value equals
 one of the words in `typing.get_args` of an alias in vocab.py.
@@ -41,7 +41,7 @@ SKIP_DIRS = {"tests", ".venv", "venv", "build", "dist", "__pycache__", ".git", "
 def vocabulary() -> dict[str, list[str]]:
     """word -> the aliases it belongs to (a word may be in several, e.g. "bf16")."""
     sys.path.insert(0, str(ROOT))
-    from cost_model import vocab
+    from cost_model.specs import vocab
 
     words: dict[str, list[str]] = defaultdict(list)
     for name, alias in vars(vocab).items():
@@ -57,7 +57,7 @@ FIELD_NAMES = {
     "ranks": "the plan's rank groups",
 }
 _KEY_METHODS = {"get", "setdefault", "pop"}
-_KEY_FUNCTIONS = {"_list"}  # cost_model/profile_schema.py: a profile's list field by name
+_KEY_FUNCTIONS = {"_list"}  # cost_model/hardware/profile_schema.py: a profile's list field by name
 OTHER_VOCABULARY = {
     ("planner/report/svg.py", "none"): 'SVG paint keyword (fill="none")',
 }

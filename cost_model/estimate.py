@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from . import flops, memory, specs
-from .compute import peak_flops
-from .layers import LayerTable, layer_table
-from .results import GIB, Estimate, MemoryBreakdown, Prediction, StageEstimate, TimeBreakdown
-from .stages import (
+from cost_model.hardware.compute import peak_flops
+from cost_model.model import flops
+from cost_model.pipeline.stages import (
     RankCost,
     StageSlice,
     balanced_stage_layers,
@@ -16,8 +14,19 @@ from .stages import (
     stage_sends,
     step_time_s,
 )
-from .validate import validate_config
-from .vocab import RECOMPUTE_FULL
+from cost_model.specs import inputs as specs
+from cost_model.specs.results import (
+    GIB,
+    Estimate,
+    MemoryBreakdown,
+    Prediction,
+    StageEstimate,
+    TimeBreakdown,
+)
+from cost_model.specs.vocab import RECOMPUTE_FULL
+from cost_model.terms import memory
+from cost_model.terms.layers import LayerTable, layer_table
+from cost_model.validate import validate_config
 
 
 def resolve_slices(model: specs.ModelSpec, cfg: specs.ParallelConfig) -> list[StageSlice]:

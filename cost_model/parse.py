@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from . import request as rq
-from .catalog import resolve_gpu
-from .hf_import import from_hf_config
-from .presets import get_preset
-from .specs import (
+from cost_model import request as rq
+from cost_model.hardware.catalog import resolve_gpu
+from cost_model.model.hf_import import from_hf_config
+from cost_model.model.presets import get_preset
+from cost_model.specs.inputs import (
     ClusterSpec,
     LayerListSpec,
     LayerSpec,
@@ -27,8 +27,7 @@ from .specs import (
     TrainingSpec,
     TransformerSpec,
 )
-from .validate import validate_cluster, validate_model
-from .vocab import (
+from cost_model.specs.vocab import (
     MLP_SWIGLU,
     MODEL_LAYERS,
     MODEL_TRANSFORMER,
@@ -39,6 +38,7 @@ from .vocab import (
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
 )
+from cost_model.validate import validate_cluster, validate_model
 
 
 def transformer_spec(t: rq.Transformer) -> TransformerSpec:

@@ -4,7 +4,7 @@ flags), as pydantic models; DESIGN.md "Request" and docs/request.md describe it.
 Every field a request may carry is declared here, with its range, a description and an
 example, so OpenAPI documents it; unknown fields are refused by name (`extra="forbid"`),
 free-form client data goes under the top-level `metadata` key. Types are strict: a string
-is not a number and 4.0 is not an integer. Closed sets of words come from cost_model/vocab.py.
+is not a number and 4.0 is not an integer. Closed sets of words come from cost_model/specs/vocab.py.
 
 The limits are the ones of the service and the CLI alike (one table, no second copy):
 ranges that keep the arithmetic meaningful (a 10^7-layer model is a typo, not a plan).
@@ -32,8 +32,14 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .request_errors import GPU_TAG_NAME, GPU_TAG_OBJECT, UNION_TAGS, spec_error_from, validate_as
-from .vocab import (
+from cost_model.request_errors import (
+    GPU_TAG_NAME,
+    GPU_TAG_OBJECT,
+    UNION_TAGS,
+    spec_error_from,
+    validate_as,
+)
+from cost_model.specs.vocab import (
     ATTENTION_FLASH,
     ATTN_GQA,
     ATTN_MHA,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from . import attention, kernels, specs
-from . import request as rq
-from .engines import (
+from cost_model import request as rq
+from cost_model.engines import kernels
+from cost_model.engines.support import (
     dispatcher_rule,
     empty_chunks_rule,
     engine_supports,
@@ -15,11 +15,13 @@ from .engines import (
     get_engine,
     loss_chunks_rule,
 )
-from .errors import SpecError
-from .model_checks import check_architecture
-from .request import divisors
-from .stages import balanced_stage_layers
-from .vocab import (
+from cost_model.model import attention
+from cost_model.model.checks import check_architecture
+from cost_model.pipeline.stages import balanced_stage_layers
+from cost_model.request import divisors
+from cost_model.specs import inputs as specs
+from cost_model.specs.errors import SpecError
+from cost_model.specs.vocab import (
     DISPATCHER_ALLTOALL,
     DISPATCHER_DEEPEP,
     DTYPE_FP8,
@@ -302,7 +304,7 @@ def dispatcher_error(c: specs.ClusterSpec, engine: str, dispatcher: str, ep: int
     rule = dispatcher_rule(engine, dispatcher, ep, etp)
     if rule is not None or dispatcher != DISPATCHER_DEEPEP:
         return rule
-    from .moe import DEEPEP_NVL_PEERS
+    from cost_model.terms.moe import DEEPEP_NVL_PEERS
 
     group, per_node = ep * etp, c.gpus_per_node
     src = "deepseek-ai/DeepEP @dd758ca README and csrc/kernels/legacy/compiled.cuh LEGACY_NUM_MAX_NVL_PEERS"

@@ -1,6 +1,6 @@
 """Lower bounds on a candidate's step time and memory, for pruning (search.py) and as a cut
 that lets CP-SAT prove optimality at once (ilp.py). Each is a valid lower bound of the float
-objective of cost_model.stages, which the ILP's feasible set (rounded-up memory) is inside.
+objective of cost_model.pipeline.stages, which the ILP's feasible set (rounded-up memory) is inside.
 
 Cheap bound (every candidate): with W the summed per-micro-batch time of all layers (no full
 recompute), max_r T_r >= W/p and sum_r T_r = W + p2p, so
@@ -25,10 +25,8 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from cost_model import memory
-from cost_model.layers import LayerTable
-from cost_model.rank_costs import StageProblem, block_time_s
-from cost_model.vocab import (
+from cost_model.pipeline.rank_costs import StageProblem, block_time_s
+from cost_model.specs.vocab import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
@@ -36,6 +34,8 @@ from cost_model.vocab import (
     Recompute,
     values,
 )
+from cost_model.terms import memory
+from cost_model.terms.layers import LayerTable
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Brute-force reference search (`planner plan --exhaustive`): every candidate of the space,
 every contiguous stage partition, every per-stage recompute count, each costed by the float
-cost model (cost_model.stages). For small instances only; the planner's tests prove CP-SAT
+cost model (cost_model.pipeline.stages). For small instances only; the planner's tests prove CP-SAT
 reaches the same optimum.
 
 The objective increases with every chunk's forward and backward time and the memory limit
@@ -22,9 +22,9 @@ import math
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 
-from cost_model.errors import SpecError
-from cost_model.rank_costs import StageProblem, uniform_recompute_counts
-from cost_model.stages import empty_end_layouts, slices_from_counts, step_time_s
+from cost_model.pipeline.rank_costs import StageProblem, uniform_recompute_counts
+from cost_model.pipeline.stages import empty_end_layouts, slices_from_counts, step_time_s
+from cost_model.specs.errors import SpecError
 
 # About 1.5 minutes: one evaluation (stages.rank_cost plus its share of building the layer
 # tables) took ~45 microseconds on one core here (8 layers, 16 GPUs: 543,808 in 24 s).

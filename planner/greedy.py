@@ -5,8 +5,8 @@ fully recomputed blocks that fit its memory, added one stage at a time round-rob
 
 from __future__ import annotations
 
-from cost_model.rank_costs import StageProblem
-from cost_model.stages import balanced_stage_layers, slices_from_counts, step_time_s
+from cost_model.pipeline.rank_costs import StageProblem
+from cost_model.pipeline.stages import balanced_stage_layers, slices_from_counts, step_time_s
 
 # repair_partition: per move, the receiving stages whose step time is priced; moves per
 # pipeline rank before it gives up (each move prices every stage's rank once: the search

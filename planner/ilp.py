@@ -1,9 +1,9 @@
 """CP-SAT model for one candidate: contiguous assignment of blocks to pipeline stages and the
-number of fully recomputed blocks per stage, minimising the step time of cost_model.stages
-under each pipeline rank's memory capacity. The coefficients are cost_model.rank_costs';
+number of fully recomputed blocks per stage, minimising the step time of cost_model.pipeline.stages
+under each pipeline rank's memory capacity. The coefficients are cost_model.pipeline.rank_costs';
 this module only builds, solves and reads back the model.
 
-Per pipeline rank r (cost_model/rank_costs.py's docstring, in integer units):
+Per pipeline rank r (cost_model/pipeline/rank_costs.py's docstring, in integer units):
   T[r]          rank r's forward+backward time for one micro-batch
   M >= T[r]     the slowest rank
   E[r]          exposed DP sync: max(dp - window, hidden)     (layers.overlapped_s)
@@ -47,13 +47,13 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from cost_model.rank_costs import (
+from cost_model.pipeline.rank_costs import (
     BlockCoefficients,
     StageProblem,
     uniform_recompute_counts,
 )
-from cost_model.stages import lockstep_slots, slices_from_counts, step_time_s, warmup_extra
-from cost_model.vocab import SCHEDULE_GPIPE, STATUS_FEASIBLE, STATUS_OPTIMAL
+from cost_model.pipeline.stages import lockstep_slots, slices_from_counts, step_time_s, warmup_extra
+from cost_model.specs.vocab import SCHEDULE_GPIPE, STATUS_FEASIBLE, STATUS_OPTIMAL
 
 # Scaling: the whole model's time (every block, fully recomputed, plus the extras) maps to
 # TIME_UNITS_PER_MODEL units and one GPU's capacity to MEMORY_UNITS_PER_GPU units, so that

@@ -19,8 +19,8 @@ from functools import lru_cache
 
 from ortools.linear_solver import linear_solver_pb2, pywraplp
 
-from cost_model.rank_costs import StageProblem
-from cost_model.stages import lockstep_ops, warmup_extra
+from cost_model.pipeline.rank_costs import StageProblem
+from cost_model.pipeline.stages import lockstep_ops, warmup_extra
 
 # Relative margin taken off the LP bound's value: GLOP's optimum is exact only up to its
 # feasibility tolerances (1e-7 on the scaled rows), far below the search's 1% gap.

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from cost_model.results import Estimate, Prediction, Record, StageEstimate
-from cost_model.specs import ParallelSizes
-from cost_model.vocab import (
+from cost_model.specs.inputs import ParallelSizes
+from cost_model.specs.results import Estimate, Prediction, Record, StageEstimate
+from cost_model.specs.vocab import (
     DISPATCHER_ALLTOALL,
     DTYPE_BF16,
     ENGINE_MEGATRON,
@@ -41,7 +41,7 @@ from cost_model.vocab import (
 class Parallelism(ParallelSizes, Record):
     """A resolved parallel layout. Degrees multiply to the world except `ep`/`etp`, which
     are folded over the same ranks as tp x cp x dp (Megatron-Core MoE parallel folding).
-    world_size, dense_dp_size and expert_dp_size are cost_model.specs.ParallelSizes', the
+    world_size, dense_dp_size and expert_dp_size are cost_model.specs.inputs.ParallelSizes', the
     rules the cost model prices with."""
 
     dp: int = Field(1, ge=1)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import itertools
 
-from cost_model import attention
-from cost_model.engines import engine_supports, get_engine
-from cost_model.results import Estimate
-from cost_model.specs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
-from cost_model.validate import expert_fold_error
-from cost_model.vocab import (
+from cost_model.engines.support import engine_supports, get_engine
+from cost_model.model import attention
+from cost_model.specs.inputs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
+from cost_model.specs.results import Estimate
+from cost_model.specs.vocab import (
     COUNTS_UNIFORM,
     DISPATCHER_DEEPEP,
     ENGINE_MEGATRON,
@@ -20,6 +19,7 @@ from cost_model.vocab import (
     Schedule,
     values,
 )
+from cost_model.validate import expert_fold_error
 
 from .space import Candidate, etp_values
 

@@ -1,5 +1,5 @@
 """The plan's `schedule` block: the chosen configuration's pipeline schedule simulated with
-the cost model's per-stage times (cost_model/schedule_sim.py).
+the cost model's per-stage times (cost_model/pipeline/simulator.py).
 
 Per pipeline rank the block also keeps the step tail and the memory parts (weights, grads,
 optimizer, activations, transients, margins) that the memory picture stacks.
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_model.results import GIB
-from cost_model.schedule_sim import RankTail, Simulation, StageTimes, simulate
+from cost_model.pipeline.simulator import RankTail, Simulation, StageTimes, simulate
+from cost_model.specs.results import GIB
 
 # the closed form and the simulation agree within this on uniform stages
 # (tests/cost_model/test_schedule_sim.py); a larger gap is worth a line in the reasons
@@ -45,8 +45,8 @@ def schedule_block(problem, cfg, formula_step_s: float) -> dict[str, Any]:
 
 def _inputs(problem, cfg) -> dict[str, list[dict]]:
     from cost_model.estimate import rank_costs, resolve_slices
-    from cost_model.layers import layer_table
-    from cost_model.schedule_sim import stage_times
+    from cost_model.pipeline.simulator import stage_times
+    from cost_model.terms.layers import layer_table
 
     table = layer_table(problem.model, problem.cluster, problem.training, cfg, problem.profile)
     slices = resolve_slices(problem.model, cfg)

@@ -15,21 +15,19 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
-from cost_model import memory
-from cost_model.engines import get_engine
+from cost_model.engines.support import get_engine
 from cost_model.estimate import compose
-from cost_model.layers import LayerTable, layer_table
-from cost_model.rank_costs import StageProblem, capacity_bytes, uniform_recompute_counts
-from cost_model.results import GIB, Estimate
-from cost_model.specs import (
+from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes, uniform_recompute_counts
+from cost_model.pipeline.stages import slices_from_counts, step_time_s
+from cost_model.specs.inputs import (
     CalibrationProfile,
     ClusterSpec,
     ModelSpec,
     ParallelConfig,
     TrainingSpec,
 )
-from cost_model.stages import slices_from_counts, step_time_s
-from cost_model.vocab import (
+from cost_model.specs.results import GIB, Estimate
+from cost_model.specs.vocab import (
     COUNTS_UNIFORM,
     DISPATCHER_ALLTOALL,
     ENGINE_MEGATRON,
@@ -39,6 +37,8 @@ from cost_model.vocab import (
     STATUS_FEASIBLE,
     STATUS_OPTIMAL,
 )
+from cost_model.terms import memory
+from cost_model.terms.layers import LayerTable, layer_table
 
 from . import exhaustive as brute
 from .bounds import (

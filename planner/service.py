@@ -7,11 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, replace
 
-from cost_model.errors import SpecError
+from cost_model.engines.kernels import fp8_recipe
 from cost_model.estimate import estimate as estimate_config
-from cost_model.flops import active_params, total_params
-from cost_model.kernels import fp8_recipe
-from cost_model.moe import padded_to_capacity
+from cost_model.model.flops import active_params, total_params
 from cost_model.parse import (
     model_to_dict,
     parse_cluster,
@@ -19,21 +17,23 @@ from cost_model.parse import (
     parse_parallelism,
     parse_training,
 )
-from cost_model.results import Estimate
-from cost_model.specs import LayerListSpec, TransformerSpec
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import LayerListSpec, TransformerSpec
+from cost_model.specs.results import Estimate
+from cost_model.specs.vocab import (
+    DISPATCHER_ALLTOALL,
+    DISPATCHER_DEEPEP,
+    ENGINE_MEGATRON,
+    STATUS_OPTIMAL,
+    TARGET_RANKS,
+)
+from cost_model.terms.moe import padded_to_capacity
 from cost_model.validate import (
     dispatcher_error,
     validate_fp8_all_gather,
     validate_fp8_recipe,
     validate_loss_chunks,
     validate_moe_load,
-)
-from cost_model.vocab import (
-    DISPATCHER_ALLTOALL,
-    DISPATCHER_DEEPEP,
-    ENGINE_MEGATRON,
-    STATUS_OPTIMAL,
-    TARGET_RANKS,
 )
 
 from .hashing import request_hash
@@ -95,7 +95,7 @@ def _parallelism(cfg, num_micro_batches: int) -> Parallelism:
 
 def _model_summary(model) -> ModelSummary:
     """The resolved model plus its parameter counts (model-card convention: embeddings and
-    the untied output matrix counted, cost_model.flops)."""
+    the untied output matrix counted, cost_model.model.flops)."""
     if isinstance(model, LayerListSpec):
         total = active = float(sum(layer.params for layer in model.layers))
     else:

@@ -8,13 +8,13 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from cost_model import attention, kernels, moe
 from cost_model import request as rq
-from cost_model.engines import dispatcher_rule, engine_supports, get_engine
+from cost_model.engines import kernels
+from cost_model.engines.support import dispatcher_rule, engine_supports, get_engine
+from cost_model.model import attention
 from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
-from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
-from cost_model.validate import dispatcher_error, divisors, expert_fold_error
-from cost_model.vocab import (
+from cost_model.specs.inputs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
+from cost_model.specs.vocab import (
     ALL_GATHER,
     ALL_REDUCE,
     ATTENTION_FLASH,
@@ -34,6 +34,8 @@ from cost_model.vocab import (
     Target,
     values,
 )
+from cost_model.terms import moe
+from cost_model.validate import dispatcher_error, divisors, expert_fold_error
 
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
 MAX_VPP = 8
@@ -266,7 +268,7 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
     - sequence parallelism: the same TP volume (all-gather + reduce-scatter against
       all-reduce; again not with `fitted_collectives`), less elementwise work and
       activation memory — only where the engine exposes the backward TP collectives alike
-      (cost_model.kernels: Megatron hides the non-SP all-reduce under the weight-gradient
+      (cost_model.engines.kernels: Megatron hides the non-SP all-reduce under the weight-gradient
       GEMM but not SP's gradient all-gather, so SP is not dominant there).
     - DeepSpeed ZeRO-1/2 all-gathers after the optimizer step, unhidden: not dominant over 0.
     - full recompute with a per-stage count includes the count 0 = no recompute; selective

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from cost_model.errors import SpecError
+from cost_model.specs.errors import SpecError
 
 AXES = ("num_gpus", "global_batch_size")
 MAX_POINTS = 32

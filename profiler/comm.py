@@ -4,7 +4,7 @@
 
 Times all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over message sizes
 (NCCL on GPU, gloo on CPU) and fits, per collective, time = alpha + beta * x by least
-squares, where x is the byte term cost_model/comm.py multiplies beta by for this group size
+squares, where x is the byte term cost_model/hardware/comm.py multiplies beta by for this group size
 n, so a fit plugs straight into it:
     all_reduce      x = 2(n-1)/n * B    (B: the buffer)
     reduce_scatter  x = (n-1)/n * B     (B: the full, unsharded input)
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from cost_model import vocab as V
+from cost_model.specs import vocab as V
 from profiler.dist_exit import exit_after_teardown
 
 COLLECTIVES = V.values(V.Collective)
@@ -144,7 +144,7 @@ def benchmark(sizes: list[int], repeats: int, warmup: int, collectives=COLLECTIV
 
 
 def merge_into(path: Path, rows: list[dict]) -> dict:
-    from cost_model.profile_schema import SCHEMA_VERSION, profile_from_dict
+    from cost_model.hardware.profile_schema import SCHEMA_VERSION, profile_from_dict
     from profiler.run import catalog_device_name, merge_comm
 
     if path.is_file():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_model.vocab import MLP_SWIGLU, Mlp, values
+from cost_model.specs.vocab import MLP_SWIGLU, Mlp, values
 
 
 @dataclass(frozen=True)

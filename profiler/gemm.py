@@ -1,5 +1,5 @@
 """Achieved GEMM throughput over square shapes: the curve behind the catalog's
-`gemm_max_efficiency` / `gemm_half_dim` (cost_model.compute.gemm_efficiency)."""
+`gemm_max_efficiency` / `gemm_half_dim` (cost_model.hardware.compute.gemm_efficiency)."""
 
 from __future__ import annotations
 

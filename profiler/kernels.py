@@ -1,6 +1,6 @@
 """Micro-benchmarks of the two non-GEMM kernel classes the cost model prices
-(cost_model.compute): a memory-bound elementwise kernel and fused (SDPA) attention, at the
-sizes the profiled model's layers run, so that cost_model.calibration fits the per-kernel
+(cost_model.hardware.compute): a memory-bound elementwise kernel and fused (SDPA) attention, at the
+sizes the profiled model's layers run, so that cost_model.hardware.calibration fits the per-kernel
 overhead, achieved bandwidth and attention efficiency where the plan will use them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from cost_model.vocab import MLP_SWIGLU
+from cost_model.specs.vocab import MLP_SWIGLU
 from profiler.layers import _Timer
 from profiler.transformer import ModelDims
 
@@ -65,7 +65,7 @@ def attention_shapes(dims: ModelDims, tps: list[int], micro_batches: list[int], 
 def measure_attention(b: int, heads: int, seq_len: int, head_dim: int, device: torch.device, dtype: torch.dtype,
                       warmup: int = 2, repeats: int = 5, budget_s: float = 2.0, cpu_clock: bool = False) -> dict:
     """Causal SDPA forward; `flops` counts the causal pairs only, 2 * b * heads * s^2 * d
-    (QK^T and PV, 4 b h s^2 d, halved), the count cost_model.layers prices it by."""
+    (QK^T and PV, 4 b h s^2 d, halved), the count cost_model.terms.layers prices it by."""
     q, k, v = (torch.randn(b, heads, seq_len, head_dim, device=device, dtype=dtype) for _ in range(3))
     with torch.no_grad():
         t = _median_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), device, warmup, repeats,

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cost_model.vocab import DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, MLP_SWIGLU
+from cost_model.specs.vocab import DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, MLP_SWIGLU
 from profiler.transformer import ModelDims, RMSNorm, TransformerBlock, rope_cos_sin
 
 TORCH_DTYPES = {DTYPE_FP32: torch.float32, DTYPE_BF16: torch.bfloat16, DTYPE_FP16: torch.float16}

@@ -1,5 +1,5 @@
 """Orchestration of a layer + GEMM profile: which shapes, in what order, within what time,
-with progress on stderr; returns the profile JSON object (cost_model.profile_schema)."""
+with progress on stderr; returns the profile JSON object (cost_model.hardware.profile_schema)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from cost_model.profile_schema import SCHEMA_VERSION, profile_from_dict
-from cost_model.vocab import DTYPE_FP32, KIND_BLOCK, KIND_EMBEDDING, KIND_LOGITS, KIND_MOE_BLOCK
+from cost_model.hardware.profile_schema import SCHEMA_VERSION, profile_from_dict
+from cost_model.specs.vocab import (
+    DTYPE_FP32,
+    KIND_BLOCK,
+    KIND_EMBEDDING,
+    KIND_LOGITS,
+    KIND_MOE_BLOCK,
+)
 from profiler import gemm, kernels, layers
 from profiler.transformer import ModelDims
 
-# torch.cuda.get_device_name() substring -> catalog name (cost_model.catalog); checked in
+# torch.cuda.get_device_name() substring -> catalog name (cost_model.hardware.catalog); checked in
 # order, so the more specific names come first.
 _GPU_NAMES = (
     ("H200", "h200"), ("H100", "h100-sxm"), ("B200", "b200"), ("MI300X", "mi300x"),

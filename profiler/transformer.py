@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cost_model.vocab import (
+from cost_model.specs.vocab import (
     MLP_SWIGLU,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,

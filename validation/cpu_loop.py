@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cost_model import vocab as V
+from cost_model.specs import vocab as V
 
 ROOT = Path(__file__).resolve().parents[1]
 PROCS = 2
@@ -105,8 +105,8 @@ def plan(profile_path: Path, fixed: dict | None = None, zero: list[int] | None =
     """The planner's best plan; with `fixed`, the best plan with those knobs pinned (the
     rest default to one process group per knob: dp/tp/pp 1, no recompute). `layer_mbs`
     keeps only the profile's layer rows at those micro-batches: the others are priced by
-    the profile-fitted analytic model (cost_model.calibration, sources "profile-fit")."""
-    from cost_model.profile_schema import profile_from_dict
+    the profile-fitted analytic model (cost_model.hardware.calibration, sources "profile-fit")."""
+    from cost_model.hardware.profile_schema import profile_from_dict
     from planner.service import plan as plan_request
 
     data = json.loads(profile_path.read_text())

@@ -21,8 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import fmean
 
-from cost_model import kernels
-from cost_model.vocab import ENGINE_MEGATRON
+from cost_model.engines import kernels
+from cost_model.specs.vocab import ENGINE_MEGATRON
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import published_modern as pm  # noqa: E402

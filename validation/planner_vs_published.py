@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import DEFAULT_CSV, predict_row, published_time_s, row_specs  # noqa: E402
 
-from cost_model.vocab import MODEL_TRANSFORMER  # noqa: E402
+from cost_model.specs.vocab import MODEL_TRANSFORMER  # noqa: E402
 from planner import service
 from planner.service import Infeasible  # noqa: E402
 

@@ -30,12 +30,12 @@ import json
 import sys
 from pathlib import Path
 
-from cost_model import vocab as V
-from cost_model.catalog import get_gpu
-from cost_model.errors import SpecError
 from cost_model.estimate import estimate
-from cost_model.flops import narayanan_eq3_flops
-from cost_model.specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
+from cost_model.hardware.catalog import get_gpu
+from cost_model.model.flops import narayanan_eq3_flops
+from cost_model.specs import vocab as V
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
 
 
 def _default_csv() -> Path:

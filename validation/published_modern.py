@@ -32,12 +32,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from cost_model import vocab as V
-from cost_model.catalog import get_gpu
-from cost_model.engines import get_engine
-from cost_model.errors import SpecError
+from cost_model.engines.support import get_engine
+from cost_model.hardware.catalog import get_gpu
+from cost_model.model.presets import PRESETS
 from cost_model.parse import parse_model
-from cost_model.presets import PRESETS
+from cost_model.specs import vocab as V
+from cost_model.specs.errors import SpecError
 from planner.service import Infeasible, estimate, plan
 
 _CSV_NAME = Path("shared") / "validation" / "published_runs_modern.csv"
@@ -96,7 +96,7 @@ def matching_preset(row: dict) -> str | None:
     equals the preset's (the same model): the request then names the preset, whose
     architecture also carries what the columns cannot express (GPT-OSS: alternating 128-token
     sliding / full attention, attention sinks, attention and expert biases; Qwen3: QK-norm),
-    from the model's own config (cost_model/presets.py cites each). The degrees, batch and
+    from the model's own config (cost_model/model/presets.py cites each). The degrees, batch and
     sequence stay the row's. None when no preset has the name or any dimension differs."""
     name = row["model"].strip().lower()
     if name not in PRESETS:

@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-from cost_model.errors import SpecError
+from cost_model.specs.errors import SpecError
 
 # command modules, in the order `planner --help` lists them
 COMMANDS = ("plan", "estimate", "check", "sweep", "profile", "serve", "catalog")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from cost_model.vocab import DTYPE_BF16, DTYPE_FP8
+from cost_model.specs.vocab import DTYPE_BF16, DTYPE_FP8
 
 from ..catalog import gpus_table, models_table
 from .common import print_json

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cost_model.results import Estimate
+from cost_model.specs.results import Estimate
 from planner.service import estimate as estimate_request
 
 from .common import fmt_s, load_profile_arg, print_json, request_from_args

@@ -1,5 +1,5 @@
 """Every flag of the `planner` commands, defined once: name, type, choices (from
-cost_model/vocab.py), help, and the request field it fills. Commands name the groups they
+cost_model/specs/vocab.py), help, and the request field it fills. Commands name the groups they
 take (`add_flags(parser, "problem", "config", ...)`), so `--tp` or `--json` is the same
 flag everywhere.
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any
 
-from cost_model import vocab as V
+from cost_model.specs import vocab as V
 
 
 def _csv(kind: Callable[[str], Any], choices: tuple | None = None, flag: str = "") -> Callable[[str], list]:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cost_model import vocab as V
+from cost_model.specs import vocab as V
 
 from .common import fmt_s, load_profile_arg, print_json, progress, request_from_args
 from .flags import add_flags

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cost_model.errors import SpecError
+from cost_model.specs.errors import SpecError
 
 from .common import load_profile_arg, print_json, request_from_args
 from .flags import add_flags

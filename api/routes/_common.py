@@ -14,8 +14,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from cost_model.errors import SpecError
-from cost_model.profile_schema import profile_from_dict
+from cost_model.hardware.profile_schema import profile_from_dict
+from cost_model.specs.errors import SpecError
 from planner.service import Infeasible
 
 from ..errors import ApiError

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import Query, Response
 from starlette.concurrency import run_in_threadpool
 
-from cost_model.errors import SpecError
 from cost_model.request import PlanRequest
+from cost_model.specs.errors import SpecError
 from planner.hashing import SEMANTIC_KEYS, request_hash
 from planner.plan import Plan
 from planner.service import plan as plan_request

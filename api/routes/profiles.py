@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import Response
 from starlette.concurrency import run_in_threadpool
 
-from cost_model.errors import SpecError
-from cost_model.profile_schema import profile_from_dict
+from cost_model.hardware.profile_schema import profile_from_dict
+from cost_model.specs.errors import SpecError
 
 from ..deps import StoreDep
 from ..errors import ApiError

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cost_model.errors import SpecError
 from cost_model.request import PlanRequest
+from cost_model.specs.errors import SpecError
 from planner.sweep import MAX_POINTS
 
 from ..errors import ApiError

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from cost_model.vocab import Engine, values
+from cost_model.specs.vocab import Engine, values
 from planner import report
 from planner.report import page
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cost_model import vocab as V
+from cost_model.specs import vocab as V
 from planner.launch import (
     deepspeed,
     kubernetes,

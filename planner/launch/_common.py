@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from cost_model.vocab import MODEL_LAYERS, TARGET_TORCHRUN
+from cost_model.specs.vocab import MODEL_LAYERS, TARGET_TORCHRUN
 from planner.plan import Parallelism
 
 RDZV_PORT = 29500

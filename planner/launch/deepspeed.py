@@ -22,7 +22,7 @@ with pipeline parallelism", so pp > 1 plans are offered only with ZeRO 0 or 1.
 
 from __future__ import annotations
 
-from cost_model.vocab import (
+from cost_model.specs.vocab import (
     DTYPE_BF16,
     DTYPE_FP8,
     DTYPE_FP32,
@@ -132,12 +132,12 @@ def config(plan: dict) -> dict:
         "wall_clock_breakdown": False,
     }
     if zero >= 1:
-        # The prediction overlaps the DP gradient sync with the backward (cost_model/stages.py).
+        # The prediction overlaps the DP gradient sync with the backward (cost_model/pipeline/stages.py).
         cfg["zero_optimization"].update({"overlap_comm": True, "contiguous_gradients": True})
     if zero == 2:
         cfg["zero_optimization"].update(_WORDS["zero2_options"])
     if zero == 1 and dtype in (DTYPE_BF16, DTYPE_FP8) and t.get("grad_dtype", DTYPE_FP32) == DTYPE_FP32:
-        # the priced mode (cost_model/engines.py DEEPSPEED zero 1: BF16_Optimizer, fp32
+        # the priced mode (cost_model/engines/support.py DEEPSPEED zero 1: BF16_Optimizer, fp32
         # gradient accumulation, 6 + 12/d): engine.py selects it for bf16 + ZeRO-1 with
         # data_types.grad_accum_dtype fp32 (runtime/constants.py DATA_TYPES / GRAD_ACCUM_DTYPE)
         cfg["data_types"] = dict(_WORDS["data_types_fp32_grad_accum"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import yaml
 
-from cost_model.vocab import TARGET_KUBERNETES
+from cost_model.specs.vocab import TARGET_KUBERNETES
 from planner.launch._common import TORCHRUN, join, node_layout, plan_id
 from planner.launch.torchrun import entry, env, is_cpu
 

@@ -15,11 +15,11 @@ compute stream (megatron/core/transformer/moe/README.md: "CUDA_DEVICE_MAX_CONNEC
 validate_args then only warns about tp/cp > 1 before Blackwell, and the plan still prices
 TP's backward collectives under the weight-gradient GEMMs there: a deviation).
 Overlap: the cost model hides the DP gradient sync behind the last backward
-(cost_model/stages.py), which Megatron does with --overlap-grad-reduce; with the distributed
+(cost_model/pipeline/stages.py), which Megatron does with --overlap-grad-reduce; with the distributed
 optimizer the parameter all-gather overlaps the next forward (--overlap-param-gather, which
 megatron/training/arguments.py accepts only with --use-distributed-optimizer and
 --overlap-grad-reduce). TP: --tp-comm-overlap exactly where the cost model prices the TP
-collectives under the GEMMs (cost_model/engines.py tp_comm_overlap: tp > 1, sequence
+collectives under the GEMMs (cost_model/engines/support.py tp_comm_overlap: tp > 1, sequence
 parallelism, the TP group on one node; Transformer Engine layers, Megatron's default
 --transformer-impl).
 Gradients: --grad-reduce-in-bf16 when the plan's training.grad_dtype is bf16 (Megatron's
@@ -29,9 +29,9 @@ model prices the grad buffer and its reduce-scatter in that dtype.
 
 from __future__ import annotations
 
-from cost_model import attention, flops
-from cost_model.engines import tp_comm_overlap
-from cost_model.vocab import (
+from cost_model.engines.support import tp_comm_overlap
+from cost_model.model import attention, flops
+from cost_model.specs.vocab import (
     ATTN_CHUNKED,
     ATTN_FULL,
     ATTN_SLIDING,
@@ -68,7 +68,7 @@ from planner.launch.torchrun import env, launcher
 
 FLAGS_FILE = "megatron_flags.txt"
 
-# fp8: the plan's training.fp8_recipe, the scaling the cost model priced (cost_model/kernels.py
+# fp8: the plan's training.fp8_recipe, the scaling the cost model priced (cost_model/engines/kernels.py
 # fp8_recipe: MXFP8 on Blackwell, else Transformer Engine's per-tensor current scaling;
 # Megatron's own default --fp8-recipe is delayed), emitted explicitly
 _WORDS = data.words(ENGINE_MEGATRON)  # our word -> Megatron's (data/megatron_words.toml)
@@ -220,7 +220,7 @@ def linear_biases(model: dict) -> dict[str, bool]:
 
 
 def dispatcher_args(plan: dict) -> list[str]:
-    """The MoE token dispatcher the plan was priced with (cost_model/moe.py ep_comm_fwd_s):
+    """The MoE token dispatcher the plan was priced with (cost_model/terms/moe.py ep_comm_fwd_s):
     alltoall, or DeepEP through Megatron-Core's flex dispatcher (token_dispatcher.py
     MoEFlexTokenDispatcher, backend deepep). The router keeps the training dtype it was priced
     in (no --moe-router-dtype fp32, which would run the router GEMM in fp32): _DeepepManager
@@ -232,7 +232,7 @@ def dispatcher_args(plan: dict) -> list[str]:
 
 
 def capacity_args(training: dict) -> list[str]:
-    """Token dropping as the plan prices it (cost_model/moe.py load_factor): the capacity
+    """Token dropping as the plan prices it (cost_model/terms/moe.py load_factor): the capacity
     factor, and padding every expert's input to the capacity (megatron-core 0.16.1
     moe_expert_capacity_factor / moe_pad_expert_input_to_capacity); the drop policy stays
     Megatron's default, the lowest routing probabilities."""
@@ -410,7 +410,7 @@ def model_args(plan: dict) -> list[str]:
 
 def overlap_tp(plan: dict) -> bool:
     """Whether the plan was priced with TP communication under the GEMMs (the same predicate
-    as cost_model/layers.py `_tp_overlap`), i.e. whether --tp-comm-overlap is emitted."""
+    as cost_model/terms/layers.py `_tp_overlap`), i.e. whether --tp-comm-overlap is emitted."""
     p = par(plan)
     per_node = int((plan.get("cluster") or {}).get("gpus_per_node") or world_size(plan))
     return tp_comm_overlap(ENGINE_MEGATRON, int(p["tp"]), bool(p["sequence_parallel"]), per_node)
@@ -421,11 +421,11 @@ def precision_args(plan: dict) -> list[str]:
     16-bit grads (grad buffer and its reduction) under bf16/fp8 training where the plan's
     training.grad_dtype says so (--grad-reduce-in-bf16 sets accumulate_allreduce_grads_in_fp32
     False, megatron/training/arguments.py validate_args). fp8 with a sharded optimizer:
-    --fp8-param-gather, FP8 parameters gathered in FP8 (cost_model/engines.py
+    --fp8-param-gather, FP8 parameters gathered in FP8 (cost_model/engines/support.py
     state_bytes_per_param; validate_args allows it only with the distributed optimizer or an
     FSDP, which zero >= 1 emits). With MXFP8 the parameters are gathered through the gradient
     buffer, --reuse-grad-buf-for-mxfp8-param-ag (without it Transformer Engine refuses to remap
-    an MXFP8 parameter into the parameter buffer; cost_model/kernels.py param_gather_bytes;
+    an MXFP8 parameter into the parameter buffer; cost_model/engines/kernels.py param_gather_bytes;
     Megatron-Bridge's bf16_with_mxfp8_mixed sets both)."""
     t = plan.get("training") or {}
     dtype = t.get("dtype", DTYPE_BF16)
@@ -468,8 +468,8 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         a += ["--tp-comm-overlap"]
     if m.get("moe") and p.moe_a2a_overlap:
         # combined 1F1B steps: one micro-batch's expert all-to-alls under another's compute, as
-        # priced (cost_model/moe.py combined_pair_s); the engine's rules were checked when the
-        # plan was validated (cost_model/engines.py _a2a_overlap_rule)
+        # priced (cost_model/terms/moe.py combined_pair_s); the engine's rules were checked when the
+        # plan was validated (cost_model/engines/support.py _a2a_overlap_rule)
         a += ["--overlap-moe-expert-parallel-comm"]
     if m.get("moe") and p.moe_dispatcher == DISPATCHER_DEEPEP:
         notes.append("moe_dispatcher deepep: the job imports DeepEP (deep_ep, github.com/deepseek-ai/DeepEP, built "
@@ -498,7 +498,7 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     if zero >= 1:
         a += ["--use-distributed-optimizer"]
     if zero >= 2:
-        # the sharding the plan was priced with (cost_model/engines.py MEGATRON: Megatron-FSDP
+        # the sharding the plan was priced with (cost_model/engines/support.py MEGATRON: Megatron-FSDP
         # optim_grads / optim_grads_params, which needs the distributed optimizer too)
         strategy = "optim_grads" if zero == 2 else "optim_grads_params"
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy]
@@ -525,11 +525,11 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
 
 
 def cp_comm_args(plan: dict) -> list[str]:
-    """The context-parallel communication the plan was priced with (cost_model/layers.py
+    """The context-parallel communication the plan was priced with (cost_model/terms/layers.py
     _block_cp_s): --cp-comm-type (Megatron-LM arguments.py; its value goes to Transformer
     Engine as is: p2p, all_gather, a2a, a2a+p2p, megatron-core transformer_config.py
     cp_comm_type) and, for a2a+p2p, --hierarchical-context-parallel-sizes a2a ring, the two
-    levels the cost model split cp into (cost_model/attention.py a2a_p2p_sizes)."""
+    levels the cost model split cp into (cost_model/model/attention.py a2a_p2p_sizes)."""
     p, m = par(plan), plan["model"]
     kind = p.cp_comm or CP_P2P
     a = ["--cp-comm-type", kind]

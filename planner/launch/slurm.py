@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 
-from cost_model.vocab import TARGET_SLURM
+from cost_model.specs.vocab import TARGET_SLURM
 from planner.launch._common import RDZV_PORT, join, node_layout, plan_id, torchrun_argv
 from planner.launch.torchrun import entry, env, is_cpu
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cost_model.vocab import TARGET_TORCHRUN
+from cost_model.specs.vocab import TARGET_TORCHRUN
 from planner.launch._common import (
     RDZV_PORT,
     TORCHRUN,

@@ -27,8 +27,8 @@ FLOAT8_CONFIGS), so that the run is the program the plan was priced as.
 
 from __future__ import annotations
 
-from cost_model import engines
-from cost_model.vocab import (
+from cost_model.engines import support as engines
+from cost_model.specs.vocab import (
     DISPATCHER_ALLTOALL,
     DTYPE_BF16,
     DTYPE_FP8,

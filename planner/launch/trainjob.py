@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import yaml
 
-from cost_model.vocab import TARGET_TRAINJOB
+from cost_model.specs.vocab import TARGET_TRAINJOB
 from planner.launch._common import node_layout
 from planner.launch.kubernetes import IMAGE, job_name, pod_command, resources
 from planner.launch.torchrun import env

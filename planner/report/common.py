@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_model.vocab import DISPATCHER_ALLTOALL, RECOMPUTE_NONE
+from cost_model.specs.vocab import DISPATCHER_ALLTOALL, RECOMPUTE_NONE
 
 
 def as_dict(plan: Any) -> dict:

@@ -10,7 +10,7 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from cost_model.vocab import ENGINE_MEGATRON
+from cost_model.specs.vocab import ENGINE_MEGATRON
 
 from .common import as_dict, degrees, fmt_time, knobs
 

@@ -2,15 +2,15 @@
 every micro-batch as a coloured block on a time axis in ms, sends and receives and the DP
 sync in a thin lane under each row, idle time (the bubble) hatched.
 
-The events come from the schedule simulator (cost_model/schedule_sim.py) re-run from the
+The events come from the schedule simulator (cost_model/pipeline/simulator.py) re-run from the
 plan's `schedule` block. A plan without that block (stored before it existed) is drawn from
 its per-stage times with the backward taken as twice the forward (Narayanan et al. SC'21
 §3.2: 2x the forward FLOPs), and the picture says so."""
 
 from __future__ import annotations
 
-from cost_model.schedule_sim import Event, Simulation, StageTimes, simulate
-from cost_model.vocab import SCHEDULE_1F1B
+from cost_model.pipeline.simulator import Event, Simulation, StageTimes, simulate
+from cost_model.specs.vocab import SCHEDULE_1F1B
 
 from ..schedule import simulation_of
 from .common import as_dict

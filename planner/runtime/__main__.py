@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 
-from cost_model.vocab import DTYPE_FP32
+from cost_model.specs.vocab import DTYPE_FP32
 from planner.runtime.plan_io import PlanError, load_plan, scale_down, validate
 from profiler.dist_exit import exit_after_teardown
 

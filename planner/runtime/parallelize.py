@@ -14,7 +14,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-from cost_model.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE
+from cost_model.specs.vocab import RECOMPUTE_FULL, RECOMPUTE_NONE
 from planner.runtime.plan_io import Stage
 from profiler.transformer import Transformer
 

@@ -17,7 +17,7 @@ from torch.distributed.pipelining import (
     ScheduleInterleaved1F1B,
 )
 
-from cost_model.vocab import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED
+from cost_model.specs.vocab import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED
 from planner.runtime.plan_io import RunPlan
 
 

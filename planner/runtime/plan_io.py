@@ -10,9 +10,9 @@ import json
 import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from cost_model.attention import layer_type_of
-from cost_model.specs import TrainingSpec, TransformerSpec
-from cost_model.vocab import (
+from cost_model.model.attention import layer_type_of
+from cost_model.specs.inputs import TrainingSpec, TransformerSpec
+from cost_model.specs.vocab import (
     ATTN_CHUNKED,
     ATTN_SLIDING,
     MODEL_LAYERS,
@@ -43,7 +43,7 @@ def _defaults(spec) -> dict:
 
 
 # A key a hand-written plan leaves out means what it means to the cost model that priced
-# the plan (cost_model/specs.py), so the runtime never runs another model than was planned.
+# the plan (cost_model/specs/inputs.py), so the runtime never runs another model than was planned.
 MODEL_DEFAULTS = _defaults(TransformerSpec)
 TRAINING_DEFAULTS = _defaults(TrainingSpec)
 

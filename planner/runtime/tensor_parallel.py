@@ -7,7 +7,7 @@ and the four collectives of Shoeybi et al. 2019 (fig. 3, the f and g operators) 
 Korthikanti et al. 2022 (sec. 4.2.2, fig. 5: all-gather / reduce-scatter on the sequence
 dim under SP) are explicit autograd functions, as in Megatron-LM's
 core/tensor_parallel/mappings.py. Per block and micro-batch that is the cost model's
-4 all-reduce-equivalents of b*s*h (cost_model/layers.py), and nothing else: no per-op
+4 all-reduce-equivalents of b*s*h (cost_model/terms/layers.py), and nothing else: no per-op
 dispatch of a tensor subclass, which on a CPU costs more than the collectives.
 
 The logits stay vocab-sharded and the loss is Megatron's vocab-parallel cross-entropy

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from cost_model.vocab import OPTIMIZER_SGD, RECOMPUTE_FULL, RECOMPUTE_NONE
+from cost_model.specs.vocab import OPTIMIZER_SGD, RECOMPUTE_FULL, RECOMPUTE_NONE
 from planner.runtime.dist_optimizer import DistributedOptimizer
 from planner.runtime.mesh import init_distributed
 from planner.runtime.parallelize import allreduce_grads, apply_fsdp, apply_recompute

@@ -23,7 +23,7 @@ SMALL = {
     "training": {"global_batch_size": 32, "seq_length": 2048},
 }
 # with the distributed optimizer, as Megatron runs Llama 3 8B on 80 GB parts (without it
-# 18 bytes per parameter leave no room on tp=2: cost_model/engines.py MEGATRON)
+# 18 bytes per parameter leave no room on tp=2: cost_model/engines/support.py MEGATRON)
 PARALLELISM = {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1, "zero": 1}
 
 

@@ -79,7 +79,7 @@ def test_non_finite_numbers_are_refused_not_nulled():
 
     from api import errors
     from api.routes._common import FiniteJSONResponse
-    from cost_model.results import TimeBreakdown
+    from cost_model.specs.results import TimeBreakdown
 
     app = FastAPI()
     errors.install(app)
@@ -96,7 +96,7 @@ def test_non_finite_numbers_are_refused_not_nulled():
 def test_plan_parameter_counts_follow_the_model_cards():
     # Mixtral 8x22B: "141B parameters, 39B active" (mistral.ai/news/mixtral-8x22b); Llama 3
     # 70B: 70.6B (the Hugging Face safetensors count of Meta-Llama-3-70B). Embeddings counted.
-    from cost_model.presets import get_preset
+    from cost_model.model.presets import get_preset
     from planner.service import _model_summary
 
     moe = _model_summary(get_preset("mixtral-8x22b"))

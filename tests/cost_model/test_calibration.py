@@ -1,7 +1,7 @@
-"""A profile calibrates the device (cost_model.calibration), not only its exact shapes.
+"""A profile calibrates the device (cost_model.hardware.calibration), not only its exact shapes.
 
 The independent reference: a profile synthesised from known efficiency constants with the
-engine's own time functions (cost_model.compute, cost_model.layers) at those constants; the
+engine's own time functions (cost_model.hardware.compute, cost_model.terms.layers) at those constants; the
 fit must recover them, and an estimate from a profile measured at micro-batch 1 must equal,
 at micro-batches 2 and 4, the analytic estimate of the device with the known constants.
 """
@@ -13,17 +13,17 @@ import math
 
 import pytest
 
-from cost_model import calibration, compute
-from cost_model.catalog import get_gpu
-from cost_model.errors import SpecError
 from cost_model.estimate import estimate
-from cost_model.layers import layer_table
+from cost_model.hardware import calibration, compute
+from cost_model.hardware.catalog import get_gpu
+from cost_model.hardware.profile_schema import profile_from_dict, profile_to_dict
 from cost_model.parse import parse_cluster, parse_model, parse_training
-from cost_model.profile_schema import profile_from_dict, profile_to_dict
-from cost_model.specs import CalibrationProfile, KernelTiming, LayerTiming, ParallelConfig
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import CalibrationProfile, KernelTiming, LayerTiming, ParallelConfig
+from cost_model.terms.layers import layer_table
 
 DTYPE = "bf16"
-# a device unlike the catalog entry (every constant differs from cost_model/catalog.py h100-sxm)
+# a device unlike the catalog entry (every constant differs from cost_model/hardware/catalog.py h100-sxm)
 TRUE_H100 = dict(gemm_max_efficiency=0.78, gemm_half_dim=150.0, memory_bound_efficiency=0.66,
                  attention_efficiency=0.62, kernel_overhead_s=7e-6)
 GEMM_DIMS = (256, 512, 1024, 2048, 4096, 8192)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cost_model.catalog import CATALOG, get_gpu
+from cost_model.hardware.catalog import CATALOG, get_gpu
 
 NEW = {"gb200": "Blackwell", "b300": "Blackwell", "gb300": "Blackwell", "h800": "Hopper", "h20": "Hopper",
        "gh200": "Hopper", "mi325x": "CDNA", "mi355x": "CDNA"}

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model import attention
-from cost_model.errors import SpecError
 from cost_model.estimate import estimate
+from cost_model.model import attention
+from cost_model.model.presets import get_preset
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
-from cost_model.presets import get_preset
+from cost_model.specs.errors import SpecError
 
 L8B, L70B, DSV3 = get_preset("llama3-8b"), get_preset("llama3-70b"), get_preset("deepseek-v3")
 
@@ -108,8 +108,8 @@ def test_all_gather_backward_holds_the_full_sequence_kv():
     per token 2 x 32 x 128 = 8192, so 4 x 16 x 4096 x 8192 x 2 B = 4 GiB, plus the local
     dq, dk, dv, do (4096 x (8192 + 32 x 256) x 2 B = 128 MiB), against the MLP's gradients
     (4096 x (2 x 4096 + 3 x 11008) x 2 B = 322 MiB), the working set's point without CP."""
-    from cost_model import memory
-    from cost_model.specs import ParallelConfig, TrainingSpec
+    from cost_model.specs.inputs import ParallelConfig, TrainingSpec
+    from cost_model.terms import memory
 
     m = get_preset("llama2-7b")
     t = TrainingSpec(global_batch_size=16, seq_length=65536)

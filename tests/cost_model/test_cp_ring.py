@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model import attention, comm, compute, kernels
-from cost_model import layers as L
-from cost_model.catalog import resolve_gpu
+from cost_model.engines import kernels
 from cost_model.estimate import estimate
-from cost_model.presets import get_preset
-from cost_model.specs import ClusterSpec, ParallelConfig, TrainingSpec
+from cost_model.hardware import comm, compute
+from cost_model.hardware.catalog import resolve_gpu
+from cost_model.model import attention
+from cost_model.model.presets import get_preset
+from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec
+from cost_model.terms import layers as L
 
 # the torchtitan rows' part: H100 SXM 96 GB HBM2e at 500 W (validation/published_modern.py)
 H100_500W = resolve_gpu({"base": "h100-sxm", "memory_gib": 94.5, "hbm_gb_s": 2400.0,

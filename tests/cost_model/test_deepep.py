@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from cost_model import moe
-from cost_model.catalog import get_gpu
-from cost_model.errors import SpecError
-from cost_model.specs import ClusterSpec, ParallelConfig
+from cost_model.hardware.catalog import get_gpu
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import ClusterSpec, ParallelConfig
+from cost_model.terms import moe
 from cost_model.validate import dispatcher_error
 from planner.service import estimate
 
@@ -60,7 +60,7 @@ def test_node_limited_routing_bounds_the_nodes_a_token_reaches():
 def test_buffer_bytes_follow_deepeps_size_hints_by_hand():
     """DeepEP @dd758ca csrc/legacy/config.hpp for 64 ranks (8 nodes), hidden 7168 bf16, 20 SMs
     (10 channels): dispatch config (nvl recv 288, rdma recv 128) is the larger of the two."""
-    from cost_model.presets import get_preset
+    from cost_model.model.presets import get_preset
 
     m = get_preset("deepseek-v3")
     hidden = 7168 * 2
@@ -137,7 +137,7 @@ def test_deepep_halves_deepseek_v3s_network_traffic_and_holds_its_buffer():
     # the rest: the all-to-all's probability exchange, the NVLink share and the latencies
     assert ratio == pytest.approx(7.0 / (nodes_hit * 7 / 8), rel=0.1)
     assert dep.prediction.step_time_s < a2a.prediction.step_time_s
-    buf_gib = moe.deepep_buffer_bytes(__import__("cost_model.presets", fromlist=["x"]).get_preset("deepseek-v3"),
+    buf_gib = moe.deepep_buffer_bytes(__import__("cost_model.model.presets", fromlist=["x"]).get_preset("deepseek-v3"),
                                       ParallelConfig(ep=64, moe_dispatcher="deepep")) / 2**30
     grew = max(dep.memory_per_rank_gib) - max(a2a.memory_per_rank_gib)
     assert grew >= buf_gib * 0.99

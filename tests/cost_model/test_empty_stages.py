@@ -10,14 +10,14 @@ import math
 
 import pytest
 
-from cost_model.catalog import get_gpu
-from cost_model.engines import empty_chunks_rule
-from cost_model.errors import SpecError
+from cost_model.engines.support import empty_chunks_rule
 from cost_model.estimate import estimate
-from cost_model.layers import layer_table
-from cost_model.presets import get_preset
-from cost_model.specs import ClusterSpec, ParallelConfig, TrainingSpec
-from cost_model.stages import rank_cost, slices_from_counts
+from cost_model.hardware.catalog import get_gpu
+from cost_model.model.presets import get_preset
+from cost_model.pipeline.stages import rank_cost, slices_from_counts
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec
+from cost_model.terms.layers import layer_table
 
 BLOCKS = 32  # llama3-8b
 EMPTY_ENDS = (0,) + (1,) * BLOCKS + (0,)  # pp 2 x vpp 17 = 34 stages

@@ -1,4 +1,4 @@
-"""cost_model.engines against the engines' own tables and rules.
+"""cost_model.engines.support against the engines' own tables and rules.
 
 References, restated here from the source (not from engines.py):
 - Megatron-LM docs/user-guide/features/dist_optimizer.md @d98e8a6, bytes per parameter:
@@ -15,8 +15,8 @@ References, restated here from the source (not from engines.py):
 
 import pytest
 
-from cost_model.engines import ENGINES, engine_supports, state_bytes_per_param
-from cost_model.vocab import Engine, values
+from cost_model.engines.support import ENGINES, engine_supports, state_bytes_per_param
+from cost_model.specs.vocab import Engine, values
 
 MEGATRON_TABLE = {
     # (param dtype, grad dtype): (non-distributed, distributed as f(d))

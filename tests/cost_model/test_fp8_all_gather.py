@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model import comm, compute, layers, memory
-from cost_model.errors import SpecError
 from cost_model.estimate import estimate
+from cost_model.hardware import comm, compute
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
+from cost_model.specs.errors import SpecError
+from cost_model.terms import layers, memory
 
 H200_32 = {"gpu": "h200", "num_gpus": 32}
 

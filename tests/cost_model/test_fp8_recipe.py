@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model import kernels, moe
-from cost_model.catalog import get_gpu
-from cost_model.errors import SpecError
+from cost_model.engines import kernels
 from cost_model.estimate import estimate
+from cost_model.hardware.catalog import get_gpu
+from cost_model.model.presets import get_preset
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
-from cost_model.presets import get_preset
-from cost_model.specs import ParallelConfig, TrainingSpec
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import ParallelConfig, TrainingSpec
+from cost_model.terms import moe
 
 
 def _t(**kw) -> TrainingSpec:
@@ -82,7 +83,7 @@ def test_mxfp8_weights_and_parameter_gather():
     1/32) bytes (TE MXFP8Tensor), where per-tensor scaling on Blackwell keeps one byte and on
     Hopper two (the transposed copy); the distributed optimizer gathers MXFP8 parameters as
     bf16 through the gradient buffer (2 bytes), per-tensor FP8 parameters as themselves (1)."""
-    from cost_model import memory
+    from cost_model.terms import memory
 
     b200, h100 = get_gpu("b200"), get_gpu("h100-sxm")
     assert memory.fp8_weight_bytes(b200, _t(), "megatron") == pytest.approx(2 * (1 + 1 / 32))

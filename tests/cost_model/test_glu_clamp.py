@@ -10,21 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from cost_model import kernels, memory
-from cost_model import layers as L
-from cost_model.catalog import get_gpu
-from cost_model.errors import SpecError
-from cost_model.hf_import import from_hf_config
+from cost_model.engines import kernels
+from cost_model.hardware.catalog import get_gpu
+from cost_model.model.hf_import import from_hf_config
+from cost_model.model.presets import get_preset
 from cost_model.parse import parse_transformer
-from cost_model.presets import get_preset
-from cost_model.specs import ParallelConfig, TrainingSpec
-from cost_model.vocab import (
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import ParallelConfig, TrainingSpec
+from cost_model.specs.vocab import (
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
     ENGINE_RUNTIME,
     ENGINE_TORCHTITAN,
     MLP_GELU,
 )
+from cost_model.terms import layers as L
+from cost_model.terms import memory
 
 HF = Path(__file__).parent / "data" / "hf"
 GIB = 2**30
@@ -148,7 +149,7 @@ def test_gpt_oss_validation_row_memory_rises_by_the_hand_count():
 
 
 def test_spec_checks_refuse_a_clamp_without_a_gated_mlp():
-    from cost_model.model_checks import check_architecture
+    from cost_model.model.checks import check_architecture
 
     check_architecture(OSS)
     with pytest.raises(SpecError, match="swiglu_limit"):

@@ -1,4 +1,4 @@
-"""Memory as the engine holds it (cost_model/memory.py): communicators counted from the
+"""Memory as the engine holds it (cost_model/terms/memory.py): communicators counted from the
 degrees, fixed overheads from their stated sizes, the loss transient beside the block's
 working set or inside its cached segments."""
 
@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model import memory, transients
-from cost_model.specs import ParallelConfig, TrainingSpec, TransformerSpec
+from cost_model.specs.inputs import ParallelConfig, TrainingSpec, TransformerSpec
+from cost_model.terms import memory, transients
 
 MIB = 2**20
 LLAMA8B = TransformerSpec(name="llama3-8b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
@@ -71,9 +71,9 @@ def test_fp8_weight_copies_as_transformer_engine_keeps_them():
     emitted): the FP8 tensor is the parameter. MXFP8 (Megatron's default on Blackwell) keeps
     the row- and the column-wise copies with their per-32 scales: 2 x (1 + 1/32). torchao
     (torchtitan) casts per GEMM: no copy."""
-    from cost_model.catalog import get_gpu
-    from cost_model.layers import layer_table
-    from cost_model.specs import ClusterSpec
+    from cost_model.hardware.catalog import get_gpu
+    from cost_model.specs.inputs import ClusterSpec
+    from cost_model.terms.layers import layer_table
 
     t8 = TrainingSpec(global_batch_size=8, seq_length=2048, dtype="fp8")
     b200, h100 = get_gpu("b200"), get_gpu("h100-sxm")
@@ -119,9 +119,9 @@ def _h200_fsdp32(compile_, chunks):
     """torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torchtitan e7c0cae,
     2025-06): Llama 3.1 8B on 32 H200, FSDP 32, local batch 2 x 8192, per-op SAC, compile,
     float8: 47.96 GiB max reserved at iteration 100."""
-    from cost_model.catalog import get_gpu
     from cost_model.estimate import estimate
-    from cost_model.specs import ClusterSpec
+    from cost_model.hardware.catalog import get_gpu
+    from cost_model.specs.inputs import ClusterSpec
 
     g = get_gpu("h200")
     cl = ClusterSpec(g, 32, 8, g.nvlink_gb_s, g.network_gb_s, g.intra_node_latency_s, g.inter_node_latency_s)
@@ -176,7 +176,7 @@ def test_fp8_expert_gemm_inputs_kept_as_fp8():
     """An MoE block (Megatron's TEGroupedMLP): per routed token the permuted input (h) and
     fc2's input (f) are kept as the FP8 copy, fc1's gated output (2f) in bf16; the norm before
     the router stays bf16 (a separate TENorm, not a LayerNormLinear)."""
-    from cost_model.specs import MoESpec
+    from cost_model.specs.inputs import MoESpec
 
     moe = TransformerSpec(name="moe", num_layers=4, hidden_size=2048, num_attention_heads=32, num_kv_heads=4,
                           ffn_hidden_size=6144, vocab_size=151936, mlp="swiglu",

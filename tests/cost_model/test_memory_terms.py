@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model import memory
-from cost_model.specs import TrainingSpec, TransformerSpec
+from cost_model.specs.inputs import TrainingSpec, TransformerSpec
+from cost_model.terms import memory
 
 # ---------------------------------------------------------------- Korthikanti Table 2 / 3
 

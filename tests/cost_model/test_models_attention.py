@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model import attention, flops
-from cost_model.presets import get_preset
+from cost_model.model import attention, flops
+from cost_model.model.presets import get_preset
 
 
 def brute_pairs(s: int, keep) -> int:

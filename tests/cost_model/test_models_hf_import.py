@@ -1,5 +1,5 @@
 """Hugging Face import of today's families: fields read per transformers' configuration
-classes (see cost_model/hf_import.py for the files), unknown fields ignored, missing
+classes (see cost_model/model/hf_import.py for the files), unknown fields ignored, missing
 required ones named by their path."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cost_model import attention, flops
-from cost_model.errors import SpecError
-from cost_model.hf_import import from_hf_config
+from cost_model.model import attention, flops
+from cost_model.model.hf_import import from_hf_config
+from cost_model.specs.errors import SpecError
 
 DATA = Path(__file__).parent / "data" / "hf"
 
@@ -200,8 +200,8 @@ def test_imports_count_the_same_as_their_blocks():
 def test_architecture_checks_name_the_field():
     from dataclasses import replace
 
-    from cost_model.model_checks import check_architecture
-    from cost_model.presets import PRESETS
+    from cost_model.model.checks import check_architecture
+    from cost_model.model.presets import PRESETS
 
     for m in PRESETS.values():
         check_architecture(m)  # every preset is consistent
@@ -222,7 +222,7 @@ def test_architecture_checks_name_the_field():
 def test_presets_with_layer_types_pass_the_strict_schema(name):
     """Specs keep sequences (layer_types, window lists) as tuples; the request schema's
     strict lists must still accept a preset when the estimate validates it."""
-    from cost_model.presets import get_preset
+    from cost_model.model.presets import get_preset
     from cost_model.validate import validate_model
 
     m = get_preset(name)

@@ -3,7 +3,7 @@
 The configs under data/hf/ carry the field values of the released config.json files (the
 Hugging Face repositories named in each row). References are the counts the model cards
 and papers print; each tolerance is 1% unless the row says why the card's own precision
-(or scope) is wider. Convention (cost_model.flops): total = every unique parameter of the
+(or scope) is wider. Convention (cost_model.model.flops): total = every unique parameter of the
 main model, embeddings counted, MTP modules apart; active = the same with top_k routed
 experts, input embedding counted (the majority of the cards); the cards that leave the
 input embedding out of "active" (GPT-OSS, DeepSeek-V3, Kimi-K2) are checked with
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from cost_model import flops
-from cost_model.hf_import import from_hf_config
-from cost_model.presets import PRESETS, PUBLISHED, get_preset, param_counts
+from cost_model.model import flops
+from cost_model.model.hf_import import from_hf_config
+from cost_model.model.presets import PRESETS, PUBLISHED, get_preset, param_counts
 
 DATA = Path(__file__).parent / "data" / "hf"
 

@@ -1,4 +1,4 @@
-"""MoE cost terms (cost_model/moe.py) and the folded expert layout, against hand counts,
+"""MoE cost terms (cost_model/terms/moe.py) and the folded expert layout, against hand counts,
 a sampling reference and the engine's rule."""
 
 from __future__ import annotations
@@ -9,12 +9,15 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model import attention, comm, kernels, moe
-from cost_model.catalog import get_gpu
-from cost_model.errors import SpecError
-from cost_model.layers import _block_params, _expert_dp_size, layer_table
-from cost_model.presets import get_preset
-from cost_model.specs import ClusterSpec, ParallelConfig, TrainingSpec
+from cost_model.engines import kernels
+from cost_model.hardware import comm
+from cost_model.hardware.catalog import get_gpu
+from cost_model.model import attention
+from cost_model.model.presets import get_preset
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec
+from cost_model.terms import moe
+from cost_model.terms.layers import _block_params, _expert_dp_size, layer_table
 from cost_model.validate import expert_fold_error, validate_config
 
 
@@ -142,7 +145,7 @@ def test_mtp_module_on_the_last_stage():
 
 
 def compute_gemm(c, m, n, k):
-    from cost_model import compute
+    from cost_model.hardware import compute
     return compute.gemm_time_s(c.gpu, "bf16", m, n, k)
 
 
@@ -178,7 +181,7 @@ def test_launch_overhead_spreads_the_uncharged_kernels_over_fwd_and_bwd():
     lay = moe.layout(q, t, cfg)
     assert moe.launch_overhead_fwd_s(q, g, cfg, lay, 1) == pytest.approx(190 * g.kernel_overhead_s / 3)
     # the whole block (forward + 2 x forward backward) carries exactly the 190 launches
-    from cost_model import layers as L
+    from cost_model.terms import layers as L
 
     geo = L._geometry(q, t, cfg, 0)
     with_launch, _, _ = L._moe_fwd_s(q, g, t, cfg, geo)
@@ -230,7 +233,7 @@ def test_expert_bias_hand_count_gpt_oss_ep8():
     assert fwd == pytest.approx(elems * 28 / bw + (16 * 2 + 2) * g.kernel_overhead_s)
     assert bwd == pytest.approx(elems * 36 / bw + (16 * 6 + 1) * g.kernel_overhead_s)
     # the block carries fwd + bwd exactly: a third in the forward, twice that in the backward
-    from cost_model import layers as L
+    from cost_model.terms import layers as L
 
     geo = L._geometry(m, t, cfg, 0)
     with_bias, _, _ = L._moe_fwd_s(m, g, t, cfg, geo)
@@ -250,7 +253,7 @@ def test_expert_buffers_last_bucket_hand_count():
     bucket is 64M parameters (a rank holds 36 x 16 experts of 24.9M), bf16 gradients
     reduce-scattered and bf16 parameters all-gathered over 8 ranks one per node (stride 8):
     2 x (7 x latency + 7/8 x 128 MB / (50 GB/s x link efficiency))."""
-    from cost_model import layers as L
+    from cost_model.terms import layers as L
 
     g = get_gpu("b200")
     c = _cluster("b200", 64, 8)
@@ -275,7 +278,7 @@ def test_busiest_expert_rank_saves_its_received_tokens_activations():
     """The routed experts' saved activations are counted at the busiest EP rank's load
     (moe.routing_imbalance), as its time is: the hand count of the routed part is
     s*b*top_k*(3*f + h)*dt, SwiGLU, no shared experts, times the load."""
-    from cost_model import memory
+    from cost_model.terms import memory
 
     m = get_preset("mixtral-8x7b")
     t = TrainingSpec(global_batch_size=64, seq_length=4096)

@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model import moe
-from cost_model.errors import SpecError
-from cost_model.memory import block_activation_bytes
-from cost_model.presets import get_preset
-from cost_model.specs import ParallelConfig, TrainingSpec
+from cost_model.model.presets import get_preset
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import ParallelConfig, TrainingSpec
+from cost_model.terms import moe
+from cost_model.terms.memory import block_activation_bytes
 from planner.service import estimate
 
 T = TrainingSpec(global_batch_size=64, seq_length=4096)
@@ -34,7 +34,7 @@ def test_padded_capacity_sets_the_expert_gemms_traffic_and_memory():
     """At capacity factor C padded, each local expert runs C x its mean tokens (Megatron-Core
     get_capacity: ceil(tokens x top_k / experts x C)): the routed part of the expert GEMMs,
     the all-to-all bytes and the saved expert activations scale with C."""
-    from cost_model.catalog import get_gpu
+    from cost_model.hardware.catalog import get_gpu
 
     m = get_preset("qwen3-30b-a3b")
     gpu = get_gpu("b200")

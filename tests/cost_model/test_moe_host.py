@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model import layers as L
-from cost_model import moe
-from cost_model.catalog import HOST_OP_S, get_gpu
-from cost_model.layers import layer_table
-from cost_model.presets import get_preset
-from cost_model.specs import ParallelConfig, TrainingSpec
+from cost_model.hardware.catalog import HOST_OP_S, get_gpu
+from cost_model.model.presets import get_preset
+from cost_model.specs.inputs import ParallelConfig, TrainingSpec
+from cost_model.terms import layers as L
+from cost_model.terms import moe
+from cost_model.terms.layers import layer_table
 
 from .test_moe import _cluster
 
@@ -54,7 +54,7 @@ def test_layer_takes_the_larger_of_host_and_device():
     assert b.host_wait_s > 0
     assert b.time_s == pytest.approx(host)
     no_host = replace(get_gpu("b200"), host_op_s=0.0)
-    from cost_model.specs import ClusterSpec
+    from cost_model.specs.inputs import ClusterSpec
     cl = _cluster("b200", n=8)
     b0 = layer_table(QWEN30, ClusterSpec(no_host, 8, 8, cl.intra_node_gb_s, cl.inter_node_gb_s,
                                         cl.intra_node_latency_s, cl.inter_node_latency_s), T_FP8, cfg).blocks[0]

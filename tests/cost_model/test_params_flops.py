@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model import flops
-from cost_model.presets import get_preset
-from cost_model.specs import MoESpec, TransformerSpec
+from cost_model.model import flops
+from cost_model.model.presets import get_preset
+from cost_model.specs.inputs import MoESpec, TransformerSpec
 
 V_GPT = 51200
 S_GPT = 2048

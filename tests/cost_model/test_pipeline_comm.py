@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model import comm, stages
-from cost_model.catalog import get_gpu
 from cost_model.estimate import estimate, rank_costs, resolve_slices
-from cost_model.layers import layer_table
-from cost_model.presets import get_preset
-from cost_model.specs import ClusterSpec, LayerListSpec, LayerSpec, ParallelConfig, TrainingSpec
+from cost_model.hardware import comm
+from cost_model.hardware.catalog import get_gpu
+from cost_model.model.presets import get_preset
+from cost_model.pipeline import stages
+from cost_model.specs.inputs import (
+    ClusterSpec,
+    LayerListSpec,
+    LayerSpec,
+    ParallelConfig,
+    TrainingSpec,
+)
+from cost_model.terms.layers import layer_table
 
 
 def even(rank_times: list[float], v: int, fwd_share: float = 1 / 3):

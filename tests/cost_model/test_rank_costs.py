@@ -1,4 +1,4 @@
-"""cost_model.rank_costs' coefficients rebuild stages.rank_cost exactly (the formulas of the
+"""cost_model.pipeline.rank_costs' coefficients rebuild stages.rank_cost exactly (the formulas of the
 module docstring), and the one memory rule and its inverse agree."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import itertools
 
 import pytest
 
-from cost_model import memory
-from cost_model.layers import layer_table, overlap_hidden_s, overlap_window_s, overlapped_s
 from cost_model.parse import parse_cluster, parse_model, parse_training
-from cost_model.rank_costs import StageProblem, capacity_bytes
-from cost_model.specs import ParallelConfig
-from cost_model.stages import slices_from_counts
+from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
+from cost_model.pipeline.stages import slices_from_counts
+from cost_model.specs.inputs import ParallelConfig
+from cost_model.terms import memory
+from cost_model.terms.layers import layer_table, overlap_hidden_s, overlap_window_s, overlapped_s
 
 MODEL = {"transformer": {"num_layers": 6, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 8,
                          "ffn_hidden_size": 5504, "vocab_size": 32000, "mlp": "swiglu",

@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from cost_model.catalog import CATALOG, get_gpu, resolve_gpu
-from cost_model.errors import SpecError
 from cost_model.estimate import estimate
+from cost_model.hardware.catalog import CATALOG, get_gpu, resolve_gpu
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
-from cost_model.vocab import Dtype, values
+from cost_model.specs.errors import SpecError
+from cost_model.specs.vocab import Dtype, values
 from planner.space import parse_search
 
 H100 = CATALOG["h100-sxm"]
@@ -88,7 +88,7 @@ def test_job_nvlink_segment(gpu, num_gpus, given, segment):
 def test_rack_scale_expert_all_to_all_stays_on_nvlink():
     """DeepSeek-V3's EP64 on 256 GB200 (Megatron-Bridge 26.02): the EP group is one 64-GPU
     rack segment, so the dispatch runs at the NVLink rate, not the tray's network."""
-    from cost_model import comm
+    from cost_model.hardware import comm
 
     c = parse_cluster({"gpu": "gb200", "num_gpus": 256})
     assert comm.group_link(c, 64, 1).level == "intra"
@@ -98,8 +98,8 @@ def test_rack_scale_expert_all_to_all_stays_on_nvlink():
 def test_compile_setting_and_loss_chunks():
     """training.compile: true (model and loss), "model" (the model alone) or false, one message
     for anything else; loss_chunks > 1 only on an engine that chunks its loss (torchtitan)."""
-    from cost_model.presets import get_preset
-    from cost_model.specs import ClusterSpec
+    from cost_model.model.presets import get_preset
+    from cost_model.specs.inputs import ClusterSpec
     from cost_model.validate import training_request, validate_config
 
     both = parse_training({"global_batch_size": 8, "seq_length": 1024, "compile": True})

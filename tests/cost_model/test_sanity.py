@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model import stages
 from cost_model.estimate import estimate
+from cost_model.model.presets import get_preset
 from cost_model.parse import parse_cluster
-from cost_model.presets import get_preset
-from cost_model.specs import ParallelConfig, TrainingSpec
+from cost_model.pipeline import stages
+from cost_model.specs.inputs import ParallelConfig, TrainingSpec
 
 
 def _cluster(n: int, gpu: str = "a100-80gb"):

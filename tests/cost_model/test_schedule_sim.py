@@ -12,9 +12,8 @@ from dataclasses import replace
 import pytest
 
 from cost_model.estimate import estimate, rank_costs, resolve_slices
-from cost_model.layers import layer_table
 from cost_model.parse import parse_cluster, parse_model, parse_training
-from cost_model.schedule_sim import (
+from cost_model.pipeline.simulator import (
     StageTimes,
     interleaved_table,
     rank_order,
@@ -22,8 +21,9 @@ from cost_model.schedule_sim import (
     simulate_config,
     stage_times,
 )
-from cost_model.specs import ParallelConfig
-from cost_model.stages import lockstep_slot, lockstep_slots, pipeline_time_s
+from cost_model.pipeline.stages import lockstep_slot, lockstep_slots, pipeline_time_s
+from cost_model.specs.inputs import ParallelConfig
+from cost_model.terms.layers import layer_table
 
 GRID = [
     (sched, pp, v, m_per_p * pp, p2p)

@@ -8,12 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model import comm, compute, flops, kernels
-from cost_model.catalog import get_gpu, resolve_gpu
+from cost_model.engines import kernels
 from cost_model.estimate import estimate
-from cost_model.layers import layer_table, overlapped_s
-from cost_model.presets import get_preset
-from cost_model.specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
+from cost_model.hardware import comm, compute
+from cost_model.hardware.catalog import get_gpu, resolve_gpu
+from cost_model.model import flops
+from cost_model.model.presets import get_preset
+from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
+from cost_model.terms.layers import layer_table, overlapped_s
 
 
 def _cluster(gpu, n: int, per_node: int = 8, domain: int | None = None) -> ClusterSpec:
@@ -72,7 +74,7 @@ def test_fp8_keeps_attention_in_bf16_and_charges_casts():
     f8 = layer_table(m, cl, TrainingSpec(global_batch_size=8, seq_length=8192, dtype="fp8"), cfg).blocks[0]
     assert f8.recompute_selective_s == bf.recompute_selective_s == 0.0
     # GEMMs at most 2x faster; casts make the block slower than the GEMM-only halving
-    from cost_model import layers as L
+    from cost_model.terms import layers as L
     geo_b = L._geometry(m, TrainingSpec(global_batch_size=8, seq_length=8192, dtype="bf16"), cfg, 0)
     geo_f = L._geometry(m, TrainingSpec(global_batch_size=8, seq_length=8192, dtype="fp8"), cfg, 0)
     t8 = TrainingSpec(global_batch_size=8, seq_length=8192, dtype="fp8")
@@ -91,7 +93,7 @@ def test_sequence_parallel_saving_korthikanti_table4(monkeypatch):
     3% (19.0 ms). The model: SP splits the norms/dropout/residuals, keeps the TP-region work,
     and re-gathers the input in backward (under the dgrad GEMM in Megatron). The paper's
     Megatron ran without Transformer Engine userbuffers: TP comm/GEMM overlap off."""
-    from cost_model import engines
+    from cost_model.engines import support as engines
 
     monkeypatch.setattr(engines, "tp_comm_overlap", lambda *a, **k: False)
     g = get_gpu("a100-80gb")
@@ -111,7 +113,7 @@ def test_sequence_parallel_saving_korthikanti_table4(monkeypatch):
 def test_tp_backward_overlap_megatron_formula():
     """Megatron overlaps the backward all-reduce of the column-parallel input gradient with
     the weight-gradient GEMM (tensor_parallel/layers.py); torchtitan exposes it."""
-    from cost_model import layers as L
+    from cost_model.terms import layers as L
 
     g = get_gpu("h100-sxm")
     m = get_preset("llama3-70b")
@@ -134,8 +136,8 @@ def test_tp_comm_overlap_prices_te_userbuffers_methods():
     GEMM (tp-1 of tp chunks hide it) and the reduce-scatter pipelined in 4 splits behind the
     proj / fc2 GEMM; backward, the output-gradient all-gather as a ring exchange under the
     proj / fc2 dgrad GEMM, the rest as before (bulk under the qkv / fc1 GEMMs)."""
-    from cost_model import engines
-    from cost_model import layers as L
+    from cost_model.engines import support as engines
+    from cost_model.terms import layers as L
 
     g = get_gpu("b200")
     m = get_preset("llama3-405b")
@@ -192,8 +194,8 @@ def test_flash_attention_efficiency_matches_papers():
 
 
 def test_cp_variants_priced_per_engine_pattern():
-    from cost_model import attention
-    from cost_model import layers as L
+    from cost_model.model import attention
+    from cost_model.terms import layers as L
 
     g = get_gpu("h100-sxm")
     m = get_preset("llama3-8b")
@@ -248,7 +250,7 @@ def test_param_gather_exposed_without_overlap_flag():
 
 
 def test_eager_elementwise_costs_more_than_fused_and_compile_fuses():
-    from cost_model import layers as L
+    from cost_model.terms import layers as L
 
     g = get_gpu("h100-sxm")
     m = get_preset("llama3-8b")

@@ -1,8 +1,8 @@
-"""cost_model.transients with hand-computed numbers (Llama 3.1 8B shapes)."""
+"""cost_model.terms.transients with hand-computed numbers (Llama 3.1 8B shapes)."""
 
 import pytest
 
-from cost_model.transients import (
+from cost_model.terms.transients import (
     CUBLAS_WORKSPACE_PRE_SM90_BYTES,
     CUBLAS_WORKSPACE_SM90_BYTES,
     MIB,
@@ -109,7 +109,7 @@ def test_loss_parallel_transient_follows_torch_loss_parallel():
     """torch/distributed/tensor/parallel/loss.py: forward keeps bf16 logits, the fp32 copy,
     the shifted logits and their exp (2 + 4 + 4 + 4 bytes per element); the fused backward
     returns (zeros_like(x) + exp(x)) * grad beside the saved fp32 output: 4 fp32 tensors."""
-    from cost_model.transients import engine_loss_impl
+    from cost_model.terms.transients import engine_loss_impl
 
     T, V = 16384, 128256 / 8
     lt = loss_transient_bytes(T, V, "torch_loss_parallel")

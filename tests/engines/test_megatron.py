@@ -444,7 +444,7 @@ def test_deepep_plan_is_megatron_cores_flex_dispatcher(name):
 
     from megatron.core.transformer import TransformerConfig
 
-    from cost_model.moe import DEEPEP_GROUP_SIZES
+    from cost_model.terms.moe import DEEPEP_GROUP_SIZES
     from planner.launch import emit
 
     plan, art, flags = _megatron(name)
@@ -471,7 +471,7 @@ def test_a2a_overlap_rule_is_megatron_cores(pp, vpp, ep, recompute, dtype):
     import torch
     from megatron.core.transformer import TransformerConfig
 
-    from cost_model.engines import engine_supports
+    from cost_model.engines.support import engine_supports
 
     ours_ok = engine_supports("megatron", moe_a2a_overlap=True, ep=ep, pp=pp, vpp=vpp, recompute=recompute,
                               dtype=dtype) is None

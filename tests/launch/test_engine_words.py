@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model.vocab import (
+from cost_model.specs.vocab import (
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
     ENGINE_TORCHTITAN,

@@ -294,7 +294,7 @@ def test_zero3_targets():
     tt = _tt(launch, "main")
     assert tt["--parallelism.data_parallel_shard_degree"] == "16"
     assert tt["--parallelism.context_parallel_degree"] == "2"
-    # the priced ZeRO-3 is Megatron-FSDP's optim_grads_params (cost_model/engines.py MEGATRON)
+    # the priced ZeRO-3 is Megatron-FSDP's optim_grads_params (cost_model/engines/support.py MEGATRON)
     mg = launch["megatron"]["args"]
     i = mg.index("--data-parallel-sharding-strategy")
     assert "--use-megatron-fsdp" in mg and mg[i + 1] == "optim_grads_params" and "--use-distributed-optimizer" in mg
@@ -428,9 +428,9 @@ def test_torchtitan_fields_are_recorded(case):
 
 def test_megatron_tp_comm_overlap_exactly_where_priced():
     """--tp-comm-overlap is emitted exactly where the cost model prices TP collectives under
-    the GEMMs (cost_model.engines.tp_comm_overlap): tp > 1 with SP (Megatron's validate_args
+    the GEMMs (cost_model.engines.support.tp_comm_overlap): tp > 1 with SP (Megatron's validate_args
     asserts SP) and the TP group inside one node (TE userbuffers' TP domain)."""
-    from cost_model.engines import tp_comm_overlap
+    from cost_model.engines.support import tp_comm_overlap
 
     for name, plan in PLANS.items():
         p = plan["parallelism"]
@@ -498,7 +498,7 @@ def test_slurm_asks_for_the_nvlink_segments_the_plan_is_priced_on(gpu, num_gpus,
 def test_moe_layer_pattern_follows_the_models_moe_blocks():
     """--moe-layer-freq as Megatron reads it (a list of 0/1 per block): the blocks
     MoESpec.is_moe_layer marks, whether by frequency, dense first blocks or a list."""
-    from cost_model.specs import MoESpec
+    from cost_model.specs.inputs import MoESpec
     from planner.launch.megatron import moe_layer_pattern
 
     cases = [dict(layer_freq=1), dict(layer_freq=2), dict(first_dense_layers=3), dict(moe_layers=(1, 3, 4))]

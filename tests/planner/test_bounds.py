@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 from bench.search import request as bench_request
-from cost_model.layers import layer_table
-from cost_model.specs import ParallelConfig
+from cost_model.specs.inputs import ParallelConfig
+from cost_model.terms.layers import layer_table
 from planner import exhaustive
 from planner import search as search_module
 from planner.bounds import (
@@ -237,7 +237,7 @@ def test_in_flight_floor_is_a_lower_bound_of_every_chunk_split(pp, vpp):
     over its chunks, and the uniform count, which the bounds used before, exceeds the true
     peak for some split: the last rank holding everything on its last chunk holds one
     micro-batch (the floor is 1 there)."""
-    from cost_model import memory
+    from cost_model.terms import memory
     from planner.bounds import in_flight_floor
 
     rng = random.Random(pp * 10 + vpp)
@@ -279,7 +279,7 @@ def test_memory_bound_below_every_partition(schedule, vpp, recompute, L, pp):
     down to one block on most chunks (L = 7 over 2 x 3 stages)."""
     import itertools
 
-    from cost_model.stages import slices_from_counts
+    from cost_model.pipeline.stages import slices_from_counts
     from planner.bounds import memory_bound_bytes
 
     req = {"model": {"transformer": {"num_layers": L, "hidden_size": 2048, "num_attention_heads": 16,
@@ -329,7 +329,7 @@ def test_in_flight_floor_equals_the_least_over_splits(pp):
     """The floor (the most micro-batches all chunks hold at one point of the order) is the
     LP's least peak per byte over every split of the rank's bytes, within the LP's tolerance:
     the bounds lose nothing by it; m both multiples of pp and not (no period)."""
-    from cost_model import memory
+    from cost_model.terms import memory
     from planner.bounds import in_flight_floor
 
     for vpp in (2, 3, 5):
@@ -354,7 +354,7 @@ def test_in_flight_lines_equal_the_least_over_block_splits(pp):
     at N (x one block's bytes) in Megatron's order whatever the split, and some split holds
     exactly that: brute force over every split, N up to 12; never below the floor x N, and
     at N = vpp the uniform count x vpp (one block per chunk: every chunk alike)."""
-    from cost_model import memory
+    from cost_model.terms import memory
     from planner.bounds import in_flight_floor, in_flight_lines
 
     for vpp in (2, 3, 4):
@@ -396,7 +396,7 @@ def test_least_fullest_rank_equals_brute_force(pp, vpp, blocks):
     its chunks (brute force over both), so it is below every partition's true peak."""
     import itertools
 
-    from cost_model import memory
+    from cost_model.terms import memory
     from planner.bounds import _least_fullest_rank_bytes, in_flight_lines
 
     s, a = 3.0, 5.0
@@ -424,7 +424,7 @@ def test_memory_bound_with_two_block_kinds_below_every_partition(pp, vpp, order)
     into pp x vpp stages of >= 1 block (brute force), for every m tried."""
     import itertools
 
-    from cost_model import memory
+    from cost_model.terms import memory
     from planner.bounds import TableSums, memory_bound_bytes
 
     kinds = {"S": (2.0, 3.0), "B": (7.0, 4.0)}  # (states, activations) per block
@@ -543,9 +543,9 @@ def test_bounds_hold_on_more_stages_than_blocks():
     tight, base) stay below the best of their layouts, and the memory bounds below the
     least peak of any layout; the LP, whose rows put a block on every stage, steps aside.
     One and two block kinds, memory often binding."""
-    from cost_model.memory import reserved_bytes
-    from cost_model.rank_costs import uniform_recompute_counts
-    from cost_model.stages import empty_end_layouts, slices_from_counts
+    from cost_model.pipeline.rank_costs import uniform_recompute_counts
+    from cost_model.pipeline.stages import empty_end_layouts, slices_from_counts
+    from cost_model.terms.memory import reserved_bytes
     from planner.bounds import base_memory_bound_bytes, cheap_time_bound_s, memory_bound_bytes
 
     rng = random.Random(20261204)

@@ -1,7 +1,7 @@
 """Plans are priced as the engine that launches them holds memory (issue 11).
 
 The bytes-per-parameter tables are restated here from the engines' own documents, not read
-from cost_model/engines.py:
+from cost_model/engines/support.py:
 - Megatron-LM docs/user-guide/features/dist_optimizer.md (@d98e8a6), bf16 params with fp32
   main grads: 18 bytes without the distributed optimizer, 6 + 12/d with it.
 - torchtitan FSDP2 (MixedPrecisionPolicy param bf16, reduce fp32, @b5bcd76): the sharded
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model import flops
+from cost_model.model import flops
 from cost_model.parse import parse_model
-from cost_model.results import GIB
+from cost_model.specs.results import GIB
 from planner import service
 
 MODEL = {"transformer": {"num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 8,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import random
 
-from cost_model.errors import SpecError
+from cost_model.specs.errors import SpecError
 from planner import service
 from planner.service import Infeasible
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model.layers import LayerTable
-from cost_model.stages import slices_from_counts, step_time_s
+from cost_model.pipeline.stages import slices_from_counts, step_time_s
+from cost_model.terms.layers import LayerTable
 from planner.bounds import table_sums, tight_time_bound_s
 from planner.ilp import solve
 from planner.search import _Tables, stage_problem
@@ -70,7 +70,7 @@ def test_many_slots_stay_within_cp_sat_integers(vpp, m):
     (MODEL_INVALID: a row's |coefficient| x bound sum above 2**62), which
     the search took for "no partition found" and retried hundreds of times. The model must
     solve: optimal, and no slower than the balanced partition (a point of the model)."""
-    from cost_model.stages import balanced_stage_layers, lockstep_slots
+    from cost_model.pipeline.stages import balanced_stage_layers, lockstep_slots
     from planner.ilp import OP_MAX_UNITS
 
     prob = problem_from_request(request(64, 8, pp=8, schedule="interleaved", tp=1, vpp=2))
@@ -92,7 +92,7 @@ def test_many_slots_stay_within_cp_sat_integers(vpp, m):
 def _lead_table(table: LayerTable, lead: int) -> LayerTable:
     """`table` with its first `lead` blocks of another kind: less compute and fewer states,
     more saved activations (a dense block before MoE blocks is lighter in weights)."""
-    from cost_model.memory import ActivationBytes
+    from cost_model.terms.memory import ActivationBytes
 
     def dense(b):
         return replace(b, name="dense", compute_s=b.compute_s * 0.6, fwd_s=b.fwd_s * 0.6,

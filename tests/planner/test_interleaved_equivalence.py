@@ -1,5 +1,5 @@
 """Interleaved plans: CP-SAT reaches the brute-force optimum of the lock-step step time
-(cost_model/stages.py), and a planned step is what the schedule simulation says.
+(cost_model/pipeline/stages.py), and a planned step is what the schedule simulation says.
 
 The general equivalence draw (test_exhaustive_equivalence.py) meets few interleaved plans;
 here every compared candidate has v > 1: uniform blocks (per-stage counts, one engine-wide
@@ -14,9 +14,9 @@ import math
 import pytest
 
 from cost_model.parse import parse_cluster, parse_model, parse_training
-from cost_model.schedule_sim import simulate_config
-from cost_model.specs import ParallelConfig
-from cost_model.stages import slices_from_counts, step_time_s
+from cost_model.pipeline.simulator import simulate_config
+from cost_model.pipeline.stages import slices_from_counts, step_time_s
+from cost_model.specs.inputs import ParallelConfig
 from planner import exhaustive
 from planner.greedy import greedy_partition
 from planner.ilp import CUTOFF, solve

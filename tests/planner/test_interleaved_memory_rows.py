@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model import memory
-from cost_model.stages import slices_from_counts, step_time_s
+from cost_model.pipeline.stages import slices_from_counts, step_time_s
+from cost_model.terms import memory
 from planner import exhaustive
 from planner.ilp import solve
 from planner.search import _Tables, stage_problem

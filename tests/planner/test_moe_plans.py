@@ -3,7 +3,7 @@ the search space."""
 
 from __future__ import annotations
 
-from cost_model.presets import get_preset
+from cost_model.model.presets import get_preset
 from cost_model.validate import expert_fold_error
 from planner.service import estimate
 from planner.space import _expert_values, _vpp_values, parse_search

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cost_model.errors import SpecError
 from cost_model.estimate import estimate
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
+from cost_model.specs.errors import SpecError
 from planner import service
 from planner.service import Infeasible
 
@@ -565,7 +565,7 @@ def test_measured_collectives_decide_zero_and_sp(slow):
     all-gather) no longer dominates ZeRO-0 (all-reduce), nor SP (all-gather +
     reduce-scatter) no-SP: the planner keeps both and matches the brute force, which keeps
     every option. A 20x slower collective decides which one wins."""
-    from cost_model.specs import CalibrationProfile, CommFit
+    from cost_model.specs.inputs import CalibrationProfile, CommFit
 
     fast, slower = CommFit(1e-5, 1e-11), CommFit(2e-4, 2e-10)
     fits = {(c, lvl): (slower if c == slow else fast)

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model.errors import SpecError
-from cost_model.rank_costs import StageProblem
+from cost_model.pipeline.rank_costs import StageProblem
+from cost_model.specs.errors import SpecError
 from planner import exhaustive
 from planner.search import _Tables, search, stage_problem
 from planner.service import problem_from_request

@@ -88,7 +88,7 @@ def test_rows_of_a_preset_model_name_the_preset_only_when_every_dimension_matche
     """GPT-OSS-120B's columns equal the gpt-oss-120b preset's dimensions, so the request names
     the preset (alternating sliding / full attention, sinks, biases priced); one differing
     column, or a name no preset has, keeps the columns."""
-    from cost_model.presets import get_preset
+    from cost_model.model.presets import get_preset
     from validation.published_modern import matching_preset, model_block
 
     row = next(r for r in _rows() if r["model"].strip().lower() == "gpt-oss-120b")

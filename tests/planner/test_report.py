@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from cost_model.stages import pipeline_time_s
+from cost_model.pipeline.stages import pipeline_time_s
 from planner.report import render_svgs, scaling_svg, write_report
 from planner.report.timeline import shown_ranks, timeline_svg
 from planner.schedule import simulation_of

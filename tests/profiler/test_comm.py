@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from cost_model.comm import Link, all_gather_s, all_reduce_s, send_recv_s
-from cost_model.profile_schema import profile_from_dict
+from cost_model.hardware.comm import Link, all_gather_s, all_reduce_s, send_recv_s
+from cost_model.hardware.profile_schema import profile_from_dict
 from profiler.comm import byte_term, fit_alpha_beta
 
 
@@ -27,8 +27,8 @@ def test_fit_stays_positive_on_noise():
 
 @pytest.mark.parametrize("name, fn, n", [("all_reduce", all_reduce_s, 4), ("all_gather", all_gather_s, 8)])
 def test_fit_plugs_into_cost_model(name, fn, n):
-    """A fit made in byte_term's convention reproduces the measured time in cost_model.comm."""
-    from cost_model.specs import CommFit
+    """A fit made in byte_term's convention reproduces the measured time in cost_model.hardware.comm."""
+    from cost_model.specs.inputs import CommFit
 
     fits = {(name, "intra"): CommFit(2e-5, 5e-10)}
     nbytes = 1 << 20

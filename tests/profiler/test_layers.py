@@ -10,10 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cost_model.estimate import estimate  # noqa: E402
-from cost_model.layers import layer_table  # noqa: E402
+from cost_model.hardware.profile_schema import profile_from_dict, profile_to_dict  # noqa: E402
 from cost_model.parse import parse_cluster, parse_model, parse_training  # noqa: E402
-from cost_model.profile_schema import profile_from_dict, profile_to_dict  # noqa: E402
-from cost_model.specs import ParallelConfig  # noqa: E402
+from cost_model.specs.inputs import ParallelConfig  # noqa: E402
+from cost_model.terms.layers import layer_table  # noqa: E402
 from profiler.run import ProfileOptions, run_profile  # noqa: E402
 from profiler.transformer import ModelDims  # noqa: E402
 
@@ -116,7 +116,7 @@ def test_missing_entries_fall_back_to_the_fitted_analytic_model(profile):
     model, cluster, training = _specs(DIMS)
     cfg = ParallelConfig(dp=2, micro_batch_size=2)  # mb=2 not profiled
     est = estimate(model, cluster, training, cfg, profile_from_dict(profile))
-    # the profile's micro-benchmarks calibrate the device (cost_model.calibration) and its
+    # the profile's micro-benchmarks calibrate the device (cost_model.hardware.calibration) and its
     # rows at other micro-batches scale the layers
     assert est.sources["block"] == "profile-fit" and est.sources["output"] == "profile-fit"
     bare = profile_from_dict({**profile, "layers": [], "gemm": [], "memory_bound": [], "attention": []})

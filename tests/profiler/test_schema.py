@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from cost_model.errors import SpecError
-from cost_model.profile_schema import SCHEMA_VERSION, profile_from_dict, profile_to_dict
-from cost_model.specs import CalibrationProfile, CommFit, LayerTiming
+from cost_model.hardware.profile_schema import SCHEMA_VERSION, profile_from_dict, profile_to_dict
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import CalibrationProfile, CommFit, LayerTiming
 
 
 def _profile() -> CalibrationProfile:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import vocab as V
+from cost_model.specs import vocab as V
 
 MIB = 2**20
 
@@ -135,7 +135,7 @@ def chunked_loss_transient(whole: LossTransient, chunks: int, accumulator_bytes:
 
 def engine_loss_impl(engine: str, cross_entropy_fusion: str | None = None, tp: int = 1,
                      compiled: bool = False) -> str:
-    """The loss implementation an engine runs (cost_model/engines.py LossImpl): Megatron's
+    """The loss implementation an engine runs (cost_model/engines/support.py LossImpl): Megatron's
     default is the unfused vocab-parallel CE (--cross-entropy-loss-fusion off), 'te' with
     --cross-entropy-fusion-impl te; torchtitan torch's CE, under loss_parallel when tp > 1
     (parallelism.disable_loss_parallel is off by default), compiled with the model when

@@ -1,10 +1,10 @@
 """Fit the analytic model's efficiency constants of one device from a profile.
 
 A profile's exact layer rows replace layer times only at the shapes it measured
-(cost_model.layers._profiled); this module makes the rest of the profile calibrate the
+(cost_model.terms.layers._profiled); this module makes the rest of the profile calibrate the
 device itself, so an estimate at a micro-batch, TP degree or sequence the profile did not
 measure still uses it. From the profile's micro-benchmarks it fits, by least squares on
-relative (log) residuals of the engine's own time functions (cost_model.compute):
+relative (log) residuals of the engine's own time functions (cost_model.hardware.compute):
 
 * memory-bound kernels (`memory_bound` rows: bytes, kernels, seconds) ->
   `kernel_overhead_s` and the achieved bandwidth, i.e. `memory_bound_efficiency`
@@ -30,8 +30,8 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 
-from . import compute
-from .specs import CalibrationProfile, GPUSpec
+from cost_model.hardware import compute
+from cost_model.specs.inputs import CalibrationProfile, GPUSpec
 
 # Search ranges of the fit, as factors of the catalog value (the catalog may be an
 # assumption off by orders of magnitude, as for a CPU) or absolute where no catalog value

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import vocab as V
-from .specs import ClusterSpec
+from cost_model.specs import vocab as V
+from cost_model.specs.inputs import ClusterSpec
 
 
 @dataclass(frozen=True)

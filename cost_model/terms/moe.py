@@ -59,10 +59,10 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from . import comm, compute
-from .kernels import ExpertBias
-from .specs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
-from .vocab import DISPATCHER_DEEPEP, LEVEL_INTRA, MLP_SWIGLU, ROUTER_SIGMOID
+from cost_model.engines.kernels import ExpertBias
+from cost_model.hardware import comm, compute
+from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
+from cost_model.specs.vocab import DISPATCHER_DEEPEP, LEVEL_INTRA, MLP_SWIGLU, ROUTER_SIGMOID
 
 PERMUTE_INDEX_BYTES = 8  # int64 row index per routed token read by the (un)permute gather/scatter
 

@@ -19,9 +19,11 @@ import operator
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import attention, engines, kernels, moe, transients
-from .specs import ModelSpec, ParallelConfig, TrainingSpec, TransformerSpec
-from .vocab import (
+from cost_model.engines import kernels
+from cost_model.engines import support as engines
+from cost_model.model import attention
+from cost_model.specs.inputs import ModelSpec, ParallelConfig, TrainingSpec, TransformerSpec
+from cost_model.specs.vocab import (
     ATTENTION_EAGER,
     DTYPE_BF16,
     DTYPE_BYTES,
@@ -39,6 +41,7 @@ from .vocab import (
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
 )
+from cost_model.terms import moe, transients
 
 # The caching allocator's fragmentation: max_reserved / max_allocated - 1 at the peak of a
 # training step. The allocator rounds large blocks to 2 MiB / 20 MiB segments and cannot
@@ -500,7 +503,9 @@ def interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra: 
 def _chunk_order(m: int, vpp: int, pp: int) -> tuple[int, ...]:
     """The model chunk of each forward of Megatron's interleaved order (get_schedule_table),
     shared by every rank of a (m, vpp, pp): the walks below read it once per rank."""
-    from .schedule_sim import interleaved_table  # Megatron's get_schedule_table (no import cycle)
+    from cost_model.pipeline.simulator import (
+        interleaved_table,  # Megatron's get_schedule_table (no import cycle)
+    )
 
     return tuple(c for _, c in interleaved_table(m, vpp, pp))
 

@@ -64,9 +64,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from . import memory
-from .layers import LayerTable, dp_window_factor, overlapped_s
-from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+from cost_model.specs.vocab import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
+    SCHEDULE_GPIPE,
+    SCHEDULE_INTERLEAVED,
+)
+from cost_model.terms import memory
+from cost_model.terms.layers import LayerTable, dp_window_factor, overlapped_s
 
 
 class StageSlice(NamedTuple):
@@ -332,7 +337,7 @@ def _backward_slot(entry: int, rank: int, pp: int) -> int:
 def lockstep_slot(kind: str, rank: int, micro_batch: int, chunk: int, pp: int, vpp: int, num_micro_batches: int,
                   warmup_extra: int = 0) -> int:
     """The lock-step slot of one op of schedule_sim.rank_order ("F"/"B", micro-batch, chunk)."""
-    from .schedule_sim import interleaved_table
+    from cost_model.pipeline.simulator import interleaved_table
 
     table = interleaved_table(num_micro_batches, vpp, pp)
     if kind == "F":
@@ -353,7 +358,9 @@ def lockstep_slots(pp: int, vpp: int, num_micro_batches: int, warmup_extra: int 
     forward that many slots earlier: the order's steady pairs (forward of entry warm + k,
     backward of entry k) still share a slot, and every dependency still points to an
     earlier slot or, for the loss's backward, a forward one slot earlier still."""
-    from .schedule_sim import interleaved_table  # the schedule's own table (no import cycle)
+    from cost_model.pipeline.simulator import (
+        interleaved_table,  # the schedule's own table (no import cycle)
+    )
 
     p, v, m = pp, vpp, num_micro_batches
     chunks = [c for _, c in interleaved_table(m, v, p)]

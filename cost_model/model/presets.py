@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from . import flops
-from .attention import CHUNKED, FULL, SLIDING
-from .errors import SpecError
-from .specs import MLASpec, MoESpec, TransformerSpec
-from .vocab import (
+from cost_model.model import flops
+from cost_model.model.attention import CHUNKED, FULL, SLIDING
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import MLASpec, MoESpec, TransformerSpec
+from cost_model.specs.vocab import (
     MLP_GELU,
     MLP_SWIGLU,
     NORM_LAYERNORM,

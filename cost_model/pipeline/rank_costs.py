@@ -26,10 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
-from . import memory
-from .layers import LayerCost, LayerTable, dp_window_factor, overlap_hidden_s, overlap_window_s
-from .results import GIB
-from .stages import (
+from cost_model.pipeline.stages import (
     RankCost,
     StageSlice,
     combined_extra_bytes,
@@ -39,7 +36,16 @@ from .stages import (
     transient_bytes,
     warmup_extra,
 )
-from .vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from cost_model.specs.results import GIB
+from cost_model.specs.vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from cost_model.terms import memory
+from cost_model.terms.layers import (
+    LayerCost,
+    LayerTable,
+    dp_window_factor,
+    overlap_hidden_s,
+    overlap_window_s,
+)
 
 
 def capacity_bytes(memory_gib: float, headroom: float) -> float:

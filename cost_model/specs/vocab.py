@@ -39,10 +39,10 @@ RouterScore = Literal["softmax", "sigmoid"]
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 ZeroStage = Literal[0, 1, 2, 3]
-# which per-stage full-recompute counts an engine can run (cost_model/engines.py EngineSupport)
+# which per-stage full-recompute counts an engine can run (cost_model/engines/support.py EngineSupport)
 StageCounts = Literal["any", "uniform", "none"]
 # which (virtual) pipeline stages an engine lets hold no transformer block, only the embedding
-# or only the loss (cost_model/engines.py EngineSupport.empty_chunks): any, the first and the
+# or only the loss (cost_model/engines/support.py EngineSupport.empty_chunks): any, the first and the
 # last ("ends"), or none
 EmptyChunks = Literal["any", "ends", "none"]
 
@@ -62,7 +62,7 @@ LayerKind = Literal["block", "moe_block", "embedding", "logits"]
 LinkLevel = Literal["intra", "inter"]
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 SolverStatus = Literal["optimal", "feasible"]
-# the logits + cross-entropy implementation an engine runs (cost_model/transients.py)
+# the logits + cross-entropy implementation an engine runs (cost_model/terms/transients.py)
 LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused", "te", "fp32_runtime", "torch_compiled"]
 
 # Named members, so code says `RECOMPUTE_FULL` and never re-types the word.

@@ -47,10 +47,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import vocab as V
-from .attention import CHUNKED, FULL, LAYER_TYPES, SLIDING
-from .errors import SpecError
-from .specs import MLASpec, MoESpec, TransformerSpec
+from cost_model.model.attention import CHUNKED, FULL, LAYER_TYPES, SLIDING
+from cost_model.specs import vocab as V
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import MLASpec, MoESpec, TransformerSpec
 
 # transformers' PretrainedConfig ties embeddings by default; these classes default to untied
 _UNTIED_BY_DEFAULT = {

@@ -18,12 +18,12 @@ profiler installed. Layout (schema_version 1):
 
 `memory_bound` and `attention` are micro-benchmarks (optional; profiler/kernels.py):
 `bytes` read + written by `kernels` kernels, and the fused attention forward with `flops`
-its causal core FLOPs (the count cost_model.layers prices). With `gemm` they are what
-cost_model.calibration fits the device's efficiency constants from. `dtype` (optional) is
+its causal core FLOPs (the count cost_model.terms.layers prices). With `gemm` they are what
+cost_model.hardware.calibration fits the device's efficiency constants from. `dtype` (optional) is
 the dtype they were measured in.
 
 `seq_length` is the length one device processes (seq_length // cp), matching the key
-cost_model.layers looks up. Extra top-level keys (metadata such as `model`, `peak_memory`)
+cost_model.terms.layers looks up. Extra top-level keys (metadata such as `model`, `peak_memory`)
 are kept by the profiler for people and ignored here.
 """
 
@@ -32,9 +32,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import SpecError
-from .specs import CalibrationProfile, CommFit, KernelTiming, LayerTiming
-from .vocab import DTYPE_BYTES, Collective, LayerKind, LinkLevel, values
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import CalibrationProfile, CommFit, KernelTiming, LayerTiming
+from cost_model.specs.vocab import DTYPE_BYTES, Collective, LayerKind, LinkLevel, values
 
 SCHEMA_VERSION = 1
 LAYER_KINDS = values(LayerKind)

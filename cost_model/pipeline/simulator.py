@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from .vocab import SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+from cost_model.specs.vocab import SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 
 Phase = Literal["forward", "recompute", "backward", "send", "recv", "dp_sync", "optimizer"]
 PHASES: tuple[str, ...] = ("forward", "recompute", "backward", "send", "recv", "dp_sync", "optimizer")
@@ -282,7 +282,7 @@ def stage_times(table, slices, cfg) -> list[StageTimes]:
     """Per virtual stage, the cost model's per-micro-batch times (stages.rank_cost of that
     stage alone, so the stage times of a rank add up to its RankCost.time_s), exposed
     communication split between forward and backward as stages.layer_fwd_s says."""
-    from .stages import rank_cost
+    from cost_model.pipeline.stages import rank_cost
 
     n = len(slices)
     out = []
@@ -304,10 +304,10 @@ def stage_times(table, slices, cfg) -> list[StageTimes]:
 
 def simulate_config(model, cluster, training, cfg, profile=None) -> Simulation:
     """Simulate the schedule of one fully given configuration with the cost model's times."""
-    from .estimate import rank_costs, resolve_slices
-    from .layers import layer_table
-    from .stages import warmup_extra
-    from .validate import validate_config
+    from cost_model.estimate import rank_costs, resolve_slices
+    from cost_model.pipeline.stages import warmup_extra
+    from cost_model.terms.layers import layer_table
+    from cost_model.validate import validate_config
 
     validate_config(model, cluster, training, cfg)
     table = layer_table(model, cluster, training, cfg, profile)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .vocab import (
+from cost_model.specs.vocab import (
     COUNTS_ANY,
     COUNTS_NONE,
     COUNTS_UNIFORM,
@@ -682,7 +682,7 @@ def empty_chunks_rule(engine: str, stage_layers: tuple[int, ...] | list[int] | N
 def dispatcher_rule(engine: str, dispatcher: str, ep: int, etp: int) -> str | None:
     """None when `engine` runs the MoE token `dispatcher` for an expert group of ep x etp
     ranks (the topology's rules are validate.dispatcher_error's); otherwise the rule."""
-    from .moe import DEEPEP_GROUP_SIZES, DEEPEP_NVL_PEERS
+    from cost_model.terms.moe import DEEPEP_GROUP_SIZES, DEEPEP_NVL_PEERS
 
     e = get_engine(engine)
     if dispatcher not in e.moe_dispatchers:

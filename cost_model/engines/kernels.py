@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .vocab import (
+from cost_model.specs.vocab import (
     DTYPE_BYTES,
     DTYPE_FP8,
     ENGINE_DEEPSPEED,

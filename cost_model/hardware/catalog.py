@@ -17,9 +17,9 @@ are checked on the dense rows of validation/published_modern.py.
 
 from __future__ import annotations
 
-from .errors import SpecError
-from .specs import GPUSpec
-from .vocab import Dtype, values
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import GPUSpec
+from cost_model.specs.vocab import Dtype, values
 
 _A100_FIT = (
     "fitted to NAR21 Tables 1-2 by a grid over (eta_max, d_half, HBM fraction, overlap "

@@ -28,8 +28,11 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
-from . import attention, calibration, comm, compute, engines, flops, kernels, memory, moe
-from .specs import (
+from cost_model.engines import kernels
+from cost_model.engines import support as engines
+from cost_model.hardware import calibration, comm, compute
+from cost_model.model import attention, flops
+from cost_model.specs.inputs import (
     CalibrationProfile,
     ClusterSpec,
     LayerListSpec,
@@ -38,7 +41,7 @@ from .specs import (
     TrainingSpec,
     TransformerSpec,
 )
-from .vocab import (
+from cost_model.specs.vocab import (
     ATTENTION_EAGER,
     CP_A2A,
     CP_A2A_P2P,
@@ -55,6 +58,7 @@ from .vocab import (
     MLP_SWIGLU,
     POSITION_ROPE,
 )
+from cost_model.terms import memory, moe
 
 FLASH_BWD_FACTOR = 2.5  # FlashAttention-2 backward does 5 matmuls to forward's 2 (Dao 2023 §3.2)
 # Megatron-Core DDP bucket: max(40M, 1M x dp) parameters (megatron/core/distributed/
@@ -1224,7 +1228,7 @@ def layer_table(
 
 def _calibrated(cluster: ClusterSpec, training: TrainingSpec, profile: CalibrationProfile | None):
     """(cluster, fitted?): a profile of this device replaces the catalog's efficiency
-    constants with the ones fitted from it (cost_model.calibration)."""
+    constants with the ones fitted from it (cost_model.hardware.calibration)."""
     gpu = calibration.calibrated_gpu(cluster.gpu, profile, training.dtype) if profile is not None else None
     return (cluster, False) if gpu is None else (dataclasses.replace(cluster, gpu=gpu), True)
 

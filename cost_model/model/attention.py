@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .specs import TransformerSpec
-from .vocab import (
+from cost_model.specs.inputs import TransformerSpec
+from cost_model.specs.vocab import (
     ATTN_CHUNKED,
     ATTN_FULL,
     ATTN_SLIDING,

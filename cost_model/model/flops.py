@@ -6,7 +6,7 @@ score matrix (the papers do not halve it for the causal mask). Per GPT layer thi
 forward 24*b*s*h^2 + 4*b*s^2*h, hence the papers' 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)).
 Deviations, where the model differs from GPT: GQA shrinks the K/V projections; SwiGLU has
 three FFN matrices; MoE blocks count top_k routed experts + shared experts + the router;
-MLA, sliding-window/chunked blocks, sinks and QK-norm per cost_model/attention.py. A causal
+MLA, sliding-window/chunked blocks, sinks and QK-norm per cost_model/model/attention.py. A causal
 attention-core count (half the square for full blocks) is `attention_core_flops_causal`,
 and `model_flops_per_step(causal=True)`: the one MFU should use.
 Norms, softmax and elementwise ops are not counted as FLOPs (the papers do not); their
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import attention
-from .specs import TransformerSpec
-from .vocab import MLP_SWIGLU, NORM_LAYERNORM, POSITION_LEARNED
+from cost_model.model import attention
+from cost_model.specs.inputs import TransformerSpec
+from cost_model.specs.vocab import MLP_SWIGLU, NORM_LAYERNORM, POSITION_LEARNED
 
 
 @dataclass(frozen=True)

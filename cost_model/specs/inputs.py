@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .vocab import (
+from cost_model.specs.vocab import (
     ATTENTION_FLASH,
     DISPATCHER_ALLTOALL,
     DTYPE_BF16,
@@ -48,7 +48,7 @@ class MLASpec:
     query from a latent of `q_lora_rank` (eqs. 12-13; None: one plain h -> a*(nope+rope)
     projection, DeepSeek-V2-Lite). Each query/key head is `qk_nope_head_dim` +
     `qk_rope_head_dim` wide (decoupled RoPE, eqs. 14-18: the rope part of K is one shared
-    head from h); each value head `v_head_dim`. Formulas: cost_model/attention.py.
+    head from h); each value head `v_head_dim`. Formulas: cost_model/model/attention.py.
     """
 
     kv_lora_rank: int
@@ -133,7 +133,7 @@ class TransformerSpec:
     dropout: bool = False  # GPT-era training used hidden/attention dropout 0.1
     head_dim: int | None = None  # defaults to hidden_size / num_attention_heads
     rope_theta: float | None = None
-    # --- architecture variants (cost_model/attention.py prices them; all default to GPT/Llama)
+    # --- architecture variants (cost_model/model/attention.py prices them; all default to GPT/Llama)
     mla: MLASpec | None = None  # DeepSeek-V2/V3, Kimi-K2: replaces the Q/K/V/O projections
     # DeepSeek-V3 §2.2 multi-token prediction: D extra modules (projection 2h->h, two norms,
     # one block like the last one) sharing the embedding and output head. Counted apart:
@@ -419,10 +419,10 @@ class CalibrationProfile:
     comm: dict[tuple[str, str], CommFit] = field(default_factory=dict)
     gemm_tflops: dict[int, float] = field(default_factory=dict)  # square dim -> TFLOP/s
     source: str = ""
-    # micro-benchmarks cost_model.calibration fits the device's efficiency constants from
+    # micro-benchmarks cost_model.hardware.calibration fits the device's efficiency constants from
     memory_bound: tuple[KernelTiming, ...] = ()  # work = bytes read + written
     attention: tuple[KernelTiming, ...] = ()  # work = causal core FLOPs (forward)
     dtype: str | None = None  # the dtype the profile measured (None: the training dtype)
     # measured / fitted-analytic (fwd, bwd) per layer kind over the profile's rows: derived
-    # by cost_model.layers.layer_table for the model it prices, never read from a file
+    # by cost_model.terms.layers.layer_table for the model it prices, never read from a file
     layer_scale: dict[str, tuple[float, float]] = field(default_factory=dict)

@@ -18,13 +18,13 @@ head dim (Dao 2023, FlashAttention-2 fig. 5-6: A100 causal hdim 128 forward ~90 
 fig. 7: H100 bf16 forward ~330 TFLOP/s at 512 to ~640-660 at 16K, backward ~0.8x the
 forward). eta_max is the kernel's long-sequence fraction of peak: `attention_efficiency`
 for the cuDNN / FA3-class kernel Transformer Engine runs, `sdpa_attention_efficiency` for
-PyTorch SDPA's FlashAttention-2 backend (cost_model/kernels.py says which engine runs which).
+PyTorch SDPA's FlashAttention-2 backend (cost_model/engines/kernels.py says which engine runs which).
 """
 
 from __future__ import annotations
 
-from .specs import GPUSpec
-from .vocab import DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32, DTYPE_TF32
+from cost_model.specs.inputs import GPUSpec
+from cost_model.specs.vocab import DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32, DTYPE_TF32
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
@@ -63,7 +63,7 @@ def memory_bound_time_s(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
 
 def attention_efficiency(gpu: GPUSpec, kernel: str, keys: float, head_dim: float, backward: bool = False) -> float:
     """eta of the module docstring for one kernel call over `keys` keys per query block."""
-    from .kernels import ATTN_SDPA
+    from cost_model.engines.kernels import ATTN_SDPA
 
     eta = gpu.sdpa_attention_efficiency if kernel == ATTN_SDPA else gpu.attention_efficiency
     eta *= keys / (keys + gpu.attention_half_seq) * head_dim / (head_dim + gpu.attention_half_head_dim)

@@ -4,10 +4,10 @@ transformer; each refusal names the field as the request spells it (`model.…`)
 
 from __future__ import annotations
 
-from .attention import CHUNKED, LAYER_TYPES, SLIDING
-from .errors import SpecError
-from .specs import TransformerSpec
-from .vocab import MLP_SWIGLU
+from cost_model.model.attention import CHUNKED, LAYER_TYPES, SLIDING
+from cost_model.specs.errors import SpecError
+from cost_model.specs.inputs import TransformerSpec
+from cost_model.specs.vocab import MLP_SWIGLU
 
 
 def check_architecture(m: TransformerSpec) -> None:
