@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import errors
+from . import errors, routes
 from .metrics import Metrics, MetricsMiddleware
 from .settings import Settings
 from .store import Store, make_engine, migrate
@@ -109,8 +109,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     errors.install(app)
-
-    from . import routes
 
     routes.install(app)
     # outermost first: metrics see the 413s too

@@ -14,7 +14,20 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import BigInteger, Index, String, Text, create_engine, event, select, text
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import (
+    BigInteger,
+    Index,
+    String,
+    Text,
+    create_engine,
+    event,
+    func,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -83,8 +96,6 @@ def _migration_lock(engine: Engine):
 
 
 def alembic_config(engine: Engine):
-    from alembic.config import Config
-
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
@@ -92,8 +103,6 @@ def alembic_config(engine: Engine):
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:
-    from alembic import command
-
     cfg = alembic_config(engine)
     with _migration_lock(engine), engine.begin() as conn:
         cfg.attributes["connection"] = conn
@@ -152,8 +161,6 @@ class Store:
         self, limit: int, cursor: tuple[int, str] | None = None, offset: int = 0
     ) -> tuple[list[dict], str | None, int]:
         """Newest first. Returns (summaries, next_cursor, total)."""
-        from sqlalchemy import func, or_
-
         with Session(self.engine) as s:
             q = select(PlanRow.id, PlanRow.request_hash, PlanRow.status, PlanRow.created_us)
             if cursor is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cost_model.hardware.compute import peak_flops
 from cost_model.model import flops
+from cost_model.pipeline.simulator import RankTail, Simulation, simulate, stage_times
 from cost_model.pipeline.stages import (
     RankCost,
     StageSlice,
@@ -13,6 +14,7 @@ from cost_model.pipeline.stages import (
     slices_from_counts,
     stage_sends,
     step_time_s,
+    warmup_extra,
 )
 from cost_model.specs import inputs as specs
 from cost_model.specs.results import (
@@ -170,3 +172,15 @@ def estimate(
     validate_config(model, cluster, training, cfg)
     table = layer_table(model, cluster, training, cfg, profile)
     return compose(model, cluster, training, cfg, table, resolve_slices(model, cfg))
+
+
+def simulate_config(model, cluster, training, cfg, profile=None) -> Simulation:
+    """Simulate the schedule of one fully given configuration with the cost model's times."""
+    validate_config(model, cluster, training, cfg)
+    table = layer_table(model, cluster, training, cfg, profile)
+    slices = resolve_slices(model, cfg)
+    m = cfg.num_micro_batches(training.global_batch_size)
+    ranks = rank_costs(table, slices, cfg, m, cluster, model)
+    tails = [RankTail(r.exposed_dp_s, r.optimizer_s, r.dp_sync_s) for r in ranks]
+    return simulate(stage_times(table, slices, cfg), cfg.pp, m, cfg.schedule, cfg.vpp, tails,
+                    warmup_extra=warmup_extra(table))

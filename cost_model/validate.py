@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 from cost_model import request as rq
 from cost_model.engines import kernels
+from cost_model.engines.deepep import DEEPEP_NVL_PEERS
 from cost_model.engines.support import (
     dispatcher_rule,
     empty_chunks_rule,
@@ -304,8 +305,6 @@ def dispatcher_error(c: specs.ClusterSpec, engine: str, dispatcher: str, ep: int
     rule = dispatcher_rule(engine, dispatcher, ep, etp)
     if rule is not None or dispatcher != DISPATCHER_DEEPEP:
         return rule
-    from cost_model.terms.moe import DEEPEP_NVL_PEERS
-
     group, per_node = ep * etp, c.gpus_per_node
     src = "deepseek-ai/DeepEP @dd758ca README and csrc/kernels/legacy/compiled.cuh LEGACY_NUM_MAX_NVL_PEERS"
     if not c.gpu.deepep:

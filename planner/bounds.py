@@ -25,6 +25,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
+from cost_model.pipeline import in_flight
 from cost_model.pipeline.rank_costs import StageProblem, block_time_s
 from cost_model.specs.vocab import (
     RECOMPUTE_FULL,
@@ -90,8 +91,8 @@ def in_flight_floor(schedule: str, pp: int, rank: int, m: int, vpp: int) -> floa
     """A lower bound of the saved activations of pipeline rank `rank` per byte one
     micro-batch leaves on it, over every split of those bytes over its virtual stages:
     peak_in_flight_bytes >= floor x the rank's total, whatever its chunks hold. Without
-    interleaving every stage is held alike and the floor is memory.in_flight_micro_batches.
-    Interleaved it is memory.interleaved_floor, the most micro-batches all chunks hold at one
+    interleaving every stage is held alike and the floor is in_flight.in_flight_micro_batches.
+    Interleaved it is in_flight.interleaved_floor, the most micro-batches all chunks hold at one
     point of Megatron's order (that point holds floor x the total). The least over splits,
     min_a max_n sum_c n_c a_c (an LP over the order's vectors), is no larger; on pp 2-10,
     vpp 2-6 and m up to 8pp the two are equal (tests/planner/test_bounds.py). It is below the
@@ -100,8 +101,8 @@ def in_flight_floor(schedule: str, pp: int, rank: int, m: int, vpp: int) -> floa
     vpp): a rank whose activations sit on its least held chunk holds less than the uniform
     count says, so a bound using the uniform count would not be one."""
     if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
-        return float(memory.interleaved_floor(pp, rank, m, vpp))
-    return memory.in_flight_micro_batches(schedule, pp, rank, m, vpp)
+        return float(in_flight.interleaved_floor(pp, rank, m, vpp))
+    return in_flight.in_flight_micro_batches(schedule, pp, rank, m, vpp)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -110,7 +111,7 @@ def in_flight_lines(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tupl
     pipeline rank `rank` holding N >= vpp alike blocks of a bytes each (one or more on every
     virtual stage, as the planner's layouts require): it holds at least
     a x max over lines of (slope x N + intercept), whatever the split of N over its stages.
-    For a held vector w of Megatron's order (memory.live_chunk_vectors) and a split k_c >= 1,
+    For a held vector w of Megatron's order (in_flight.live_chunk_vectors) and a split k_c >= 1,
     sum_c w_c k_c = sum_c w_c + sum_c w_c (k_c - 1) >= sum_c w_c + min_c w_c (N - vpp): the
     split that puts N - (vpp - 1) blocks on w's least held stage. Every line holds for every
     split, so their maximum does; on pp 2-8, vpp 2-4, N up to 12 and m in {pp, 2pp, 3pp+1}
@@ -118,9 +119,9 @@ def in_flight_lines(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tupl
     at N = vpp the rank's uniform count x vpp, never below in_flight_floor x N. Without
     interleaving every stage is held alike: one line through 0."""
     if not (schedule == SCHEDULE_INTERLEAVED and vpp > 1):
-        n = memory.in_flight_micro_batches(schedule, pp, rank, m, vpp)
+        n = in_flight.in_flight_micro_batches(schedule, pp, rank, m, vpp)
         return ((n, 0),)
-    lines = {(min(w), sum(w) - vpp * min(w)) for w in memory.live_chunk_vectors(schedule, pp, rank, m, vpp)}
+    lines = {(min(w), sum(w) - vpp * min(w)) for w in in_flight.live_chunk_vectors(schedule, pp, rank, m, vpp)}
     # keep the upper envelope over N >= vpp: drop a line another is above at N = vpp and in slope
     keep = [ln for ln in lines
             if not any(o != ln and o[0] >= ln[0] and o[0] * vpp + o[1] >= ln[0] * vpp + ln[1] for o in lines)]

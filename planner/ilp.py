@@ -422,7 +422,7 @@ def _memory_rows(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layo
     vector n of p.memory_rows(r): states + sum_c n_c * act_c + transient <= capacity, with
     act_c the bytes one micro-batch leaves on the rank's chunk c (its blocks' activations less
     what full recompute saves, plus the embedding / output layer's). The saved activations
-    peak at the largest of these sums (memory.peak_in_flight_bytes), so all rows hold iff
+    peak at the largest of these sums (in_flight.peak_in_flight_bytes), so all rows hold iff
     the float model fits. Coefficients round up and savings down; on the mixed-block model
     a chunk's totals are differences of rounded prefix sums, each off by under one unit, and
     a row multiplies chunk c's by n_c: 2 n_c units per chunk more than the per-stage margin."""

@@ -101,7 +101,7 @@ def lp_time_bound_s(p: StageProblem) -> float | None:
     backward B_k (stages.rank_cost's chunk times), per distinct lock-step slot D_g >= F + B
     of every op in it (stages.lockstep_slots), the pipeline above both the lock-step sum and
     SC'21's form, the tail above every rank's exposed DP sync + optimizer, and every rank's
-    memory rows (one per held vector of Megatron's order, memory.live_chunk_vectors) within
+    memory rows (one per held vector of Megatron's order, in_flight.live_chunk_vectors) within
     the allocatable bytes; the recompute buffer is taken with weight u_r in [0, 1],
     u_r >= rc_kj / (L - S + 1) (1 on any rank that recomputes). Every partition the float
     model takes is a point of this LP with its own step time (stages.step_time_s: the

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_model.pipeline.simulator import RankTail, Simulation, StageTimes, simulate
+from cost_model.estimate import rank_costs, resolve_slices
+from cost_model.pipeline.simulator import RankTail, Simulation, StageTimes, simulate, stage_times
 from cost_model.specs.results import GIB
+from cost_model.terms.layers import layer_table
 
 # the closed form and the simulation agree within this on uniform stages
 # (tests/cost_model/test_schedule_sim.py); a larger gap is worth a line in the reasons
@@ -44,10 +46,6 @@ def schedule_block(problem, cfg, formula_step_s: float) -> dict[str, Any]:
 
 
 def _inputs(problem, cfg) -> dict[str, list[dict]]:
-    from cost_model.estimate import rank_costs, resolve_slices
-    from cost_model.pipeline.simulator import stage_times
-    from cost_model.terms.layers import layer_table
-
     table = layer_table(problem.model, problem.cluster, problem.training, cfg, problem.profile)
     slices = resolve_slices(problem.model, cfg)
     m = cfg.num_micro_batches(problem.training.global_batch_size)

@@ -468,7 +468,7 @@ def search(
 
     # The base memory bound never decreases with the micro-batch size when the other knobs
     # are fixed (states do not depend on it; activations are mb x min(c1, c2 m)/k with
-    # m = B/(dp mb), memory.in_flight_micro_batches), so once a micro-batch size is ruled
+    # m = B/(dp mb), in_flight.in_flight_micro_batches), so once a micro-batch size is ruled
     # out every larger one is too, without building its table. Keyed by the candidate
     # with its micro-batch size blanked.
     too_big_mb: dict[tuple, int] = {}

@@ -37,6 +37,8 @@ from cost_model.validate import (
 )
 
 from .hashing import request_hash
+from .launch import emit
+from .launch.ranks import emit as emit_ranks
 from .plan import (
     Alternative,
     CheckResult,
@@ -198,9 +200,6 @@ def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, pr
 
 def with_launch(plan: Plan, targets) -> Plan:
     """The plan with its launch artifacts and rank groups (planner.launch)."""
-    from .launch import emit
-    from .launch.ranks import emit as emit_ranks
-
     launch = emit(plan, list(targets))
     return plan.model_copy(update={"launch": launch, "ranks": launch.get(TARGET_RANKS) or emit_ranks(plan)})
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from cost_model.specs.errors import SpecError
 
+from .service import Infeasible, plan, problem_from_request
+
 AXES = ("num_gpus", "global_batch_size")
 MAX_POINTS = 32
 
@@ -48,8 +50,6 @@ def parse_axis(axis: str, values: Any) -> list[int]:
 
 def point(req: dict, axis: str, value: int, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
     """One point of a sweep: the plan's numbers, or why there is none."""
-    from .service import Infeasible, plan
-
     try:
         p = plan(_with_value(req, axis, value), profile, time_limit_s).model_dump(mode="json")
     except Infeasible as exc:
@@ -68,8 +68,6 @@ def point(req: dict, axis: str, value: int, profile=None, time_limit_s: float | 
 
 def check_request(req: dict, axis: str, values: list[int]) -> None:
     """Raise SpecError for a request that is bad whatever the swept value (the first one's)."""
-    from .service import problem_from_request
-
     problem_from_request(_with_value(req, axis, values[0]))
 
 

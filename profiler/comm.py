@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from cost_model.hardware.profile_schema import SCHEMA_VERSION, profile_from_dict
 from cost_model.specs import vocab as V
 from profiler.dist_exit import exit_after_teardown
 
@@ -118,8 +119,8 @@ def _run_one(dist, torch, collective: str, nbytes: int, device, repeats: int, wa
 
 
 def benchmark(sizes: list[int], repeats: int, warmup: int, collectives=COLLECTIVES, stat: str = "mean") -> list[dict]:
-    import torch
-    import torch.distributed as dist
+    import torch  # noqa: PLC0415 (optional torch: loaded only to run the benchmark)
+    import torch.distributed as dist  # noqa: PLC0415 (optional torch: loaded only to run the benchmark)
 
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
     n = dist.get_world_size()
@@ -144,8 +145,7 @@ def benchmark(sizes: list[int], repeats: int, warmup: int, collectives=COLLECTIV
 
 
 def merge_into(path: Path, rows: list[dict]) -> dict:
-    from cost_model.hardware.profile_schema import SCHEMA_VERSION, profile_from_dict
-    from profiler.run import catalog_device_name, merge_comm
+    from profiler.run import catalog_device_name, merge_comm  # noqa: PLC0415 (optional torch: profiler.run loads it)
 
     if path.is_file():
         profile = json.loads(path.read_text())
@@ -180,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: run under torchrun (e.g. torchrun --nproc-per-node 2 -m profiler.comm --out FILE)", file=sys.stderr)
         return 2
 
-    import torch
-    import torch.distributed as dist
+    import torch  # noqa: PLC0415 (optional torch: loaded only to run the benchmark)
+    import torch.distributed as dist  # noqa: PLC0415 (optional torch: loaded only to run the benchmark)
 
     gpu = torch.cuda.is_available()
     if gpu:

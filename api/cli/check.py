@@ -16,7 +16,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.service import check as check_request
+    from planner.service import check as check_request  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
 
     req = request_from_args(args, "check")
     max_slowdown = req.pop("max_slowdown")

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from cost_model.hardware.profile_schema import profile_from_dict
 from cost_model.request import REQUESTS, validate_as
 from cost_model.specs.errors import SpecError
 from cost_model.specs.vocab import MODEL_TRANSFORMER, ModelKind, values
@@ -105,8 +106,6 @@ def load_profile_arg(args: argparse.Namespace):
     """--profile FILE -> CalibrationProfile (None when not given)."""
     if not getattr(args, "profile", None):
         return None
-    from cost_model.hardware.profile_schema import profile_from_dict
-
     return profile_from_dict(load_structured(args.profile, "--profile"))
 
 

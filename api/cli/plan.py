@@ -55,8 +55,8 @@ def print_plan(plan: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.service import Infeasible
-    from planner.service import plan as plan_request
+    from planner.service import Infeasible  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
+    from planner.service import plan as plan_request  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
 
     req = request_from_args(args, "plan")
     try:
@@ -69,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"  - {s}", file=sys.stderr)
         return 1
     if args.emit:
-        from planner.launch import write_artifacts
+        from planner.launch import write_artifacts  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
 
         paths = write_artifacts(plan, Path(args.emit))
-        from planner.report import write_report  # report.html + the SVGs beside plan.json
+        from planner.report import write_report  # report.html + the SVGs beside plan.json  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
 
         paths += write_report(plan, Path(args.emit))
         print(f"wrote {len(paths)} files to {args.emit}", file=sys.stderr)

@@ -84,11 +84,11 @@ def run_comm(out: str, procs: int) -> None:
 def run(args: argparse.Namespace) -> int:
     _check_args(args)
     m = resolve_model(args)
-    import torch  # the optional extra, needed from here on
+    import torch  # the optional extra, needed from here on  # noqa: PLC0415 (optional torch: only `planner profile` needs it)
 
-    from profiler.layers import MoEDims
-    from profiler.run import ProfileOptions, run_profile
-    from profiler.transformer import ModelDims
+    from profiler.layers import MoEDims  # noqa: PLC0415 (optional torch: only `planner profile` needs it)
+    from profiler.run import ProfileOptions, run_profile  # noqa: PLC0415 (optional torch: only `planner profile` needs it)
+    from profiler.transformer import ModelDims  # noqa: PLC0415 (optional torch: only `planner profile` needs it)
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -16,9 +16,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
+    import uvicorn  # noqa: PLC0415 (startup: only `planner serve` loads the web stack)
 
-    from api.settings import Settings
+    from api.settings import Settings  # noqa: PLC0415 (startup: only `planner serve` loads the web stack)
 
     # settings travel through the environment so every uvicorn process reads the same ones
     if args.workers is not None:

@@ -33,8 +33,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.report import scaling_svg
-    from planner.sweep import sweep, table
+    from planner.report import scaling_svg  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
+    from planner.sweep import sweep, table  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
 
     gpus, batches = args.gpus or [], args.global_batch or []
     if len(gpus) > 1 and len(batches) > 1:

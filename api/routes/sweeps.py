@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cost_model.request import PlanRequest
 from cost_model.specs.errors import SpecError
-from planner.sweep import MAX_POINTS
+from planner.report import scaling_svg
+from planner.sweep import MAX_POINTS, check_request, header, parse_axis, point, table
 
 from ..errors import ApiError
 from ..store import now_us
@@ -48,15 +49,10 @@ class SweepRequest(PlanRequest):
 
 
 def _run_point(req: dict, axis: str, value: int, limit_s: float) -> dict[str, Any]:
-    from planner.sweep import point
-
     return point(req, axis, value, None, limit_s)
 
 
 def _finish(result: dict[str, Any]) -> dict[str, Any]:
-    from planner.report import scaling_svg
-    from planner.sweep import table
-
     result["table"] = table(result)
     result["svg"] = scaling_svg(result)
     return result
@@ -67,8 +63,6 @@ def _finish(result: dict[str, Any]) -> dict[str, Any]:
 async def create_sweep(body: SweepRequest, request: Request):
     """Plan the model at every value of one axis. Each point is one solve on the solver pool
     with the plan time limit; the answer has the points, a text table and the scaling SVG."""
-    from planner.sweep import check_request, header, parse_axis
-
     app = request.app
     settings = app.state.settings
     req = body.model_dump(mode="json", exclude_none=True)

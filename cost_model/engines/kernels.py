@@ -41,6 +41,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_model.specs.vocab import (
+    ATTN_FUSED,
+    ATTN_SDPA,
     DTYPE_BYTES,
     DTYPE_FP8,
     ENGINE_DEEPSPEED,
@@ -50,9 +52,6 @@ from cost_model.specs.vocab import (
     FP8_MXFP8,
     FP8_TENSORWISE,
 )
-
-ATTN_FUSED = "fused"  # cuDNN / FlashAttention-3 class (GPUSpec.attention_efficiency)
-ATTN_SDPA = "sdpa"  # PyTorch SDPA flash backend = FlashAttention-2 (GPUSpec.sdpa_attention_efficiency)
 
 
 @dataclass(frozen=True)

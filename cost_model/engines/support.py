@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from cost_model.engines.deepep import DEEPEP_GROUP_SIZES, DEEPEP_NVL_PEERS
 from cost_model.specs.vocab import (
     COUNTS_ANY,
     COUNTS_NONE,
@@ -193,7 +194,7 @@ _MG_A2A_OVERLAP = Source("NVIDIA/Megatron-LM", "megatron-core 0.16.1", _MG_TC,
                          "__post_init__: overlap_moe_expert_parallel_comm asserts")
 # The flex dispatcher with the DeepEP backend (megatron-core 0.16.1
 # transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher / _DeepepManager, fused_a2a.py),
-# and DeepEP's own group rules (deepseek-ai/DeepEP @dd758ca, moe.DEEPEP_GROUP_SIZES)
+# and DeepEP's own group rules (deepseek-ai/DeepEP @dd758ca, deepep.DEEPEP_GROUP_SIZES)
 _MG_FLEX = Source("NVIDIA/Megatron-LM", "megatron-core 0.16.1", "megatron/core/transformer/moe/token_dispatcher.py",
                   "MoEFlexTokenDispatcher: 'Flex token dispatcher requires TPxEP > 1'; _DeepepManager")
 
@@ -682,7 +683,6 @@ def empty_chunks_rule(engine: str, stage_layers: tuple[int, ...] | list[int] | N
 def dispatcher_rule(engine: str, dispatcher: str, ep: int, etp: int) -> str | None:
     """None when `engine` runs the MoE token `dispatcher` for an expert group of ep x etp
     ranks (the topology's rules are validate.dispatcher_error's); otherwise the rule."""
-    from cost_model.terms.moe import DEEPEP_GROUP_SIZES, DEEPEP_NVL_PEERS
 
     e = get_engine(engine)
     if dispatcher not in e.moe_dispatchers:

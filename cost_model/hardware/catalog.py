@@ -17,6 +17,8 @@ are checked on the dense rows of validation/published_modern.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import GPUSpec
 from cost_model.specs.vocab import Dtype, values
@@ -224,8 +226,6 @@ def resolve_gpu(gpu: str | dict) -> GPUSpec:
     cost_model.request.GpuOverride). With a base, the given numbers replace the base's
     (`dataclasses.replace`, peak_tflops merged per dtype); without one, the datasheet
     numbers are all required and the efficiency model keeps the GPUSpec defaults."""
-    from dataclasses import replace
-
     if isinstance(gpu, str):
         return get_gpu(gpu)
     given = {k: v for k, v in gpu.items() if v is not None}

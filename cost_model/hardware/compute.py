@@ -24,7 +24,7 @@ PyTorch SDPA's FlashAttention-2 backend (cost_model/engines/kernels.py says whic
 from __future__ import annotations
 
 from cost_model.specs.inputs import GPUSpec
-from cost_model.specs.vocab import DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32, DTYPE_TF32
+from cost_model.specs.vocab import ATTN_SDPA, DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32, DTYPE_TF32
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
@@ -63,8 +63,6 @@ def memory_bound_time_s(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
 
 def attention_efficiency(gpu: GPUSpec, kernel: str, keys: float, head_dim: float, backward: bool = False) -> float:
     """eta of the module docstring for one kernel call over `keys` keys per query block."""
-    from cost_model.engines.kernels import ATTN_SDPA
-
     eta = gpu.sdpa_attention_efficiency if kernel == ATTN_SDPA else gpu.attention_efficiency
     eta *= keys / (keys + gpu.attention_half_seq) * head_dim / (head_dim + gpu.attention_half_head_dim)
     return eta * (gpu.attention_bwd_ratio if backward else 1.0)

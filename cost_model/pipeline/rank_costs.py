@@ -13,7 +13,7 @@ first / last virtual stage) with R_r of them fully recomputed:
   transient = block_transient (+ recompute_buffer if R_r > 0) + extras.transient
   peak      = memory.peak_bytes(allocated, transient, reserved)
 with live_r the micro-batches each of the rank's virtual stages k holds where its saved
-activations can peak (memory.live_chunk_vectors: Megatron's interleaved order holds its
+activations can peak (in_flight.live_chunk_vectors: Megatron's interleaved order holds its
 chunks unequally; other schedules one vector, in_flight_micro_batches of every stage).
 Under interleaving the step time also reads each virtual stage k's own forward and backward
 (stages.pipeline_time_s): f_k = sum_B fwd + stage_extras[k].fwd, b_k = T_k - f_k with T_k
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
+from cost_model.pipeline import in_flight
 from cost_model.pipeline.stages import (
     RankCost,
     StageSlice,
@@ -124,19 +125,19 @@ class StageProblem:
 
     def inflight(self, rank: int) -> float:
         """Micro-batches in flight in units of the rank's whole activations, as if its
-        stages were held alike (memory.in_flight_micro_batches; exact without interleaving)."""
-        return memory.in_flight_micro_batches(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp)
+        stages were held alike (in_flight.in_flight_micro_batches; exact without interleaving)."""
+        return in_flight.in_flight_micro_batches(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp)
 
     def live_chunks(self, rank: int) -> tuple[tuple[int, ...], ...]:
-        """memory.live_chunk_vectors of `rank`: per vector, the micro-batches each of its
+        """in_flight.live_chunk_vectors of `rank`: per vector, the micro-batches each of its
         virtual stages (in chunk order) holds at a point where its activations can peak."""
-        return memory.live_chunk_vectors(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp,
+        return in_flight.live_chunk_vectors(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp,
                                          warmup_extra(self.table))
 
     def memory_rows(self, rank: int) -> tuple[tuple[int, ...], ...]:
-        """live_chunks(rank) less the vectors that never hold the most (memory.memory_row_vectors):
+        """live_chunks(rank) less the vectors that never hold the most (in_flight.memory_row_vectors):
         the ILP's memory rows."""
-        return memory.memory_row_vectors(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp,
+        return in_flight.memory_row_vectors(self.schedule, self.pp, rank, self.num_micro_batches, self.vpp,
                                          warmup_extra(self.table))
 
     @cached_property

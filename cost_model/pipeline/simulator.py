@@ -51,7 +51,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from cost_model.specs.vocab import SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+from cost_model.pipeline.order import rank_order, warmup_forwards
+from cost_model.pipeline.stages import rank_cost
 
 Phase = Literal["forward", "recompute", "backward", "send", "recv", "dp_sync", "optimizer"]
 PHASES: tuple[str, ...] = ("forward", "recompute", "backward", "send", "recv", "dp_sync", "optimizer")
@@ -112,54 +113,6 @@ class Simulation:
     def bubble_s(self) -> tuple[float, ...]:
         """Per rank: idle time inside the pipeline phase."""
         return tuple(self.pipeline_time_s - b for b in self.busy_s)
-
-
-# --------------------------------------------------------------------------- orders
-
-
-def interleaved_table(m: int, vpp: int, group: int) -> list[tuple[int, int]]:
-    """Megatron get_schedule_table: virtual micro-batch id -> (micro-batch, model chunk)."""
-    table: list[tuple[int, int]] = []
-    for lo in range(0, m, group):
-        hi = m if lo + group >= m else lo + group
-        table.extend((mb, chunk) for chunk in range(vpp) for mb in range(lo, hi))
-    return table
-
-
-def warmup_forwards(schedule: str, pp: int, rank: int, m: int, vpp: int = 1, group: int | None = None,
-                    warmup_extra: int = 0) -> tuple[int, int]:
-    """(warm-up forwards, forwards in all) of one rank in rank_order: its steady 1F1B pairs
-    are the forward of entry warm + k with the backward of entry k, k < total - warm."""
-    if schedule == SCHEDULE_GPIPE:
-        return m, m
-    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
-        total = m * vpp
-        return min(total, 2 * (pp - rank - 1) + (vpp - 1) * (group or pp) + warmup_extra), total
-    return min(m, pp - rank - 1 + warmup_extra), m
-
-
-def rank_order(schedule: str, pp: int, rank: int, m: int, vpp: int = 1, group: int | None = None,
-               warmup_extra: int = 0) -> list[tuple[str, int, int]]:
-    """The op sequence of one pipeline rank: (F|B, micro-batch, chunk). `warmup_extra`
-    forwards are added to the warm-up (memory.interleaved_live_chunks; without pipelining
-    Megatron's combined_1f1b_schedule_for_no_pipelining runs the first forward alone, then
-    each forward with the previous micro-batch's backward)."""
-    if schedule == SCHEDULE_GPIPE:
-        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
-    warm, total = warmup_forwards(schedule, pp, rank, m, vpp, group, warmup_extra)
-    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
-        table = interleaved_table(m, vpp, group or pp)
-        fwd = [("F", mb, c) for mb, c in table]
-        bwd = [("B", mb, vpp - 1 - c) for mb, c in table]
-    else:  # pp = 1 with warmup_extra: the first forward alone, then (F i+1, B i)
-        fwd = [("F", i, 0) for i in range(m)]
-        bwd = [("B", i, 0) for i in range(m)]
-    order = fwd[:warm]
-    for k in range(total - warm):
-        order.append(fwd[warm + k])
-        order.append(bwd[k])
-    order.extend(bwd[total - warm:])
-    return order
 
 
 # --------------------------------------------------------------------------- simulation
@@ -282,8 +235,6 @@ def stage_times(table, slices, cfg) -> list[StageTimes]:
     """Per virtual stage, the cost model's per-micro-batch times (stages.rank_cost of that
     stage alone, so the stage times of a rank add up to its RankCost.time_s), exposed
     communication split between forward and backward as stages.layer_fwd_s says."""
-    from cost_model.pipeline.stages import rank_cost
-
     n = len(slices)
     out = []
     for sl in slices:
@@ -300,20 +251,3 @@ def stage_times(table, slices, cfg) -> list[StageTimes]:
             unpaired_s=c.chunk_unpaired_s[0],
         ))
     return out
-
-
-def simulate_config(model, cluster, training, cfg, profile=None) -> Simulation:
-    """Simulate the schedule of one fully given configuration with the cost model's times."""
-    from cost_model.estimate import rank_costs, resolve_slices
-    from cost_model.pipeline.stages import warmup_extra
-    from cost_model.terms.layers import layer_table
-    from cost_model.validate import validate_config
-
-    validate_config(model, cluster, training, cfg)
-    table = layer_table(model, cluster, training, cfg, profile)
-    slices = resolve_slices(model, cfg)
-    m = cfg.num_micro_batches(training.global_batch_size)
-    ranks = rank_costs(table, slices, cfg, m, cluster, model)
-    tails = [RankTail(r.exposed_dp_s, r.optimizer_s, r.dp_sync_s) for r in ranks]
-    return simulate(stage_times(table, slices, cfg), cfg.pp, m, cfg.schedule, cfg.vpp, tails,
-                    warmup_extra=warmup_extra(table))

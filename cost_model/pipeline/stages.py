@@ -18,13 +18,13 @@ stages, above it when the slowest forward and the slowest backward are on differ
 
 Interleaved 1F1B, v > 1 virtual stages (chunks) per rank: SC'21 §2.2 prices it as
 m*t + (p-1)*t/v, which assumes the v chunks of every rank equal. With uneven chunks that
-form is too fast by up to a third: in Megatron's order (schedule_sim.rank_order) a rank
+form is too fast by up to a third: in Megatron's order (order.rank_order) a rank
 runs a group of p micro-batches through one chunk before the next, so a large chunk on one
 rank stalls its neighbours every group, not only at fill and drain. The form priced here
 is a lock-step schedule of that same order: global slot g holds, on rank r,
   the forward of table entry j = g + (v-1)p + (p-1-r)   (its 2(p-r-1) + (v-1)p warm-up
   the backward of table entry k = g - (p-1-r)            forwards plus the steady pairs)
-(entries of Megatron's schedule table, schedule_sim.interleaved_table; the backward of
+(entries of Megatron's schedule table, order.interleaved_table; the backward of
 entry k runs chunk v-1-chunk(k)), and a slot lasts as long as its slowest rank's ops:
   T_pipe = sum_g max_r (f_r,g + b_r,g)
 with f, b a chunk's forward (plus its activation send) and backward (plus recomputation and
@@ -64,6 +64,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
+from cost_model.pipeline import in_flight
+from cost_model.pipeline.order import interleaved_table
 from cost_model.specs.vocab import (
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
@@ -274,8 +276,8 @@ def rank_cost(
     transient += combined_extra_bytes(table, recompute_mode, schedule, vpp)
     # saved activations at the rank's peak: per virtual stage, the micro-batches the schedule
     # holds there (Megatron's interleaved order holds its chunks unequally) x that stage's
-    # bytes (memory.peak_in_flight_bytes)
-    act = memory.peak_in_flight_bytes(schedule, pp, rank, num_micro_batches, vpp, tuple(chunk_act),
+    # bytes (in_flight.peak_in_flight_bytes)
+    act = in_flight.peak_in_flight_bytes(schedule, pp, rank, num_micro_batches, vpp, tuple(chunk_act),
                                       warmup_extra(table))
     return RankCost(
         rank=rank,
@@ -307,7 +309,7 @@ def rank_cost(
 
 def warmup_extra(table: LayerTable) -> int:
     """Forwards Megatron adds to the interleaved warm-up under the overlapped 1F1B all-to-all
-    (memory.interleaved_live_chunks)."""
+    (in_flight.interleaved_live_chunks)."""
     return 1 if table.combined_1f1b else 0
 
 
@@ -336,8 +338,7 @@ def _backward_slot(entry: int, rank: int, pp: int) -> int:
 
 def lockstep_slot(kind: str, rank: int, micro_batch: int, chunk: int, pp: int, vpp: int, num_micro_batches: int,
                   warmup_extra: int = 0) -> int:
-    """The lock-step slot of one op of schedule_sim.rank_order ("F"/"B", micro-batch, chunk)."""
-    from cost_model.pipeline.simulator import interleaved_table
+    """The lock-step slot of one op of order.rank_order ("F"/"B", micro-batch, chunk)."""
 
     table = interleaved_table(num_micro_batches, vpp, pp)
     if kind == "F":
@@ -358,9 +359,6 @@ def lockstep_slots(pp: int, vpp: int, num_micro_batches: int, warmup_extra: int 
     forward that many slots earlier: the order's steady pairs (forward of entry warm + k,
     backward of entry k) still share a slot, and every dependency still points to an
     earlier slot or, for the loss's backward, a forward one slot earlier still."""
-    from cost_model.pipeline.simulator import (
-        interleaved_table,  # the schedule's own table (no import cycle)
-    )
 
     p, v, m = pp, vpp, num_micro_batches
     chunks = [c for _, c in interleaved_table(m, v, p)]

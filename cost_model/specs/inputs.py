@@ -349,7 +349,7 @@ class ParallelConfig(ParallelSizes):
     engine's default ring). moe_a2a_overlap: Megatron-Core's overlapped 1F1B, each steady
     step's forward and backward combined so that one's expert all-to-alls run under the
     other's compute (--overlap-moe-expert-parallel-comm; moe.combined_pair_s), one more
-    warm-up forward (memory.live_chunk_vectors). moe_dispatcher: the expert layers' token
+    warm-up forward (in_flight.live_chunk_vectors). moe_dispatcher: the expert layers' token
     dispatcher (vocab.MoeDispatcher; moe.ep_comm_fwd_s prices each, memory.py holds DeepEP's
     buffers).
     """

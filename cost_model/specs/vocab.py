@@ -97,9 +97,16 @@ LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused
     LOSS_TORCH_COMPILED,
 ) = get_args(LossKernel)
 
+# The fused-attention kernel an engine runs (engines/kernels.py says which engine runs which):
+# cuDNN / FlashAttention-3 class (GPUSpec.attention_efficiency), or PyTorch SDPA's flash
+# backend = FlashAttention-2 (GPUSpec.sdpa_attention_efficiency)
+AttentionKernel = Literal["fused", "sdpa"]
+ATTN_FUSED, ATTN_SDPA = get_args(AttentionKernel)
+
 DTYPE_BYTES: dict[str, int] = dict(zip(get_args(Dtype), (4, 4, 2, 2, 1), strict=True))
 
 
 def values(alias) -> tuple:
     """The allowed values of a Literal alias, in definition order (CLI choices, messages)."""
     return get_args(alias)
+

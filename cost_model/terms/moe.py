@@ -59,6 +59,13 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from cost_model.engines.deepep import (
+    DEEPEP_NUM_SMS,
+    DEEPEP_NVL_PEERS,
+    DEEPEP_NVSHMEM_CHUNK_BYTES,
+    DEEPEP_NVSHMEM_INIT_BYTES,
+    DEEPEP_RECV_TOKENS,
+)
 from cost_model.engines.kernels import ExpertBias
 from cost_model.hardware import comm, compute
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
@@ -396,29 +403,6 @@ def ep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig,
 
 # --------------------------------------------------------------------------- DeepEP dispatcher
 
-# DeepEP's NVLink peers per node (deepseek-ai/DeepEP @dd758ca csrc/kernels/legacy/compiled.cuh
-# LEGACY_NUM_MAX_NVL_PEERS): a group larger than this spans nodes of exactly 8 GPUs
-DEEPEP_NVL_PEERS = 8
-# (nvl_chunked_recv_tokens, rdma_chunked_recv_tokens) of DeepEP's dispatch and combine
-# configs by group size (deep_ep/buffers/legacy.py config_map @dd758ca, the RDMA count rounded
-# up to a multiple of the RDMA send chunk as csrc/legacy/config.hpp Config does); the buffer is
-# sized for the larger of the two. Its keys are the group sizes DeepEP has a config for (other
-# sizes assert: 'Unsupported number of EP ranks')
-_DEEPEP_RECV_TOKENS = {
-    2: ((256, 128), (256, 128)), 4: ((256, 128), (256, 128)), 8: ((256, 128), (256, 128)),
-    16: ((288, 140), (288, 132)), 24: ((288, 128), (288, 128)), 32: ((288, 128), (288, 128)),
-    48: ((288, 128), (288, 128)), 64: ((288, 128), (288, 128)), 96: ((480, 132), (480, 128)),
-    128: ((560, 132), (560, 128)), 144: ((720, 132), (720, 128)), 160: ((720, 132), (720, 128)),
-}
-DEEPEP_GROUP_SIZES = tuple(_DEEPEP_RECV_TOKENS)
-# SMs DeepEP's kernels take (Megatron-Core moe_deepep_num_sms, default 20; megatron-core 0.16.1)
-DEEPEP_NUM_SMS = 20
-# NVSHMEM's symmetric heap as DeepEP sets it up for internode groups (deep_ep/buffers/legacy.py
-# @dd758ca: NVSHMEM_CUMEM_GRANULARITY = 2**29; "NVSHMEM initialization requires at least 256 MiB")
-DEEPEP_NVSHMEM_CHUNK_BYTES = 2**29
-DEEPEP_NVSHMEM_INIT_BYTES = 2**28
-
-
 def expected_distinct_bins(num_experts: int, top_k: int, bin_experts: int, num_groups: int = 0,
                            group_top_k: int = 0) -> float:
     """Expected number of distinct bins (runs of `bin_experts` consecutive experts: one
@@ -519,7 +503,7 @@ def deepep_buffer_bytes(m: TransformerSpec, cfg: ParallelConfig) -> float:
     if cfg.moe_dispatcher != DISPATCHER_DEEPEP or m.moe is None:
         return 0.0
     group = cfg.ep * cfg.etp
-    recv = _DEEPEP_RECV_TOKENS.get(group)
+    recv = DEEPEP_RECV_TOKENS.get(group)
     if recv is None:
         return 0.0
     hidden_bytes = m.hidden_size * 2

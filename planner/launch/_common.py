@@ -84,14 +84,3 @@ def torchrun_argv(plan: dict, node_rank: str | int, endpoint: str = f"{MASTER_AD
         "--rdzv-endpoint", endpoint,
         "--rdzv-id", plan_id(plan),
     ]
-
-
-def entry_argv(plan: dict) -> list[str]:
-    """What torchrun starts: Megatron for transformer models, the project runtime otherwise."""
-    if is_transformer(plan):
-        from planner.launch import megatron
-
-        return ["pretrain_gpt.py", *megatron.args(plan)]
-    from planner.launch import runtime
-
-    return list(runtime.RUNTIME_ARGS)

@@ -30,9 +30,9 @@ from cost_model.specs.vocab import (
     OPTIMIZER_ADAMW,
     RECOMPUTE_FULL,
 )
-from planner.launch import data
+from planner.launch import data, runtime
 from planner.launch._common import NotApplicable, join, par
-from planner.launch.torchrun import is_cpu, launcher
+from planner.launch.process import is_cpu, launcher
 
 # microsoft/DeepSpeed commit the key names were checked against.
 SOURCE_COMMIT = "38327e07f6cd39b63418f60cedd1651b0be3e7c3"
@@ -157,8 +157,6 @@ def emit(plan: dict) -> dict:
         notes.append(f"train.py is the training script: deepspeed.initialize(model=PipelineModule(layers, "
                      f"num_stages={p['pp']}), config=ds_config.json); ZeRO <= 1 (PipelineEngine)")
     else:
-        from planner.launch import runtime
-
         reason = runtime.refusal(plan)
         if reason:
             raise NotApplicable(f"deepspeed: the training entry builds the model with the project's blocks: {reason}")

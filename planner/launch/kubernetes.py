@@ -13,7 +13,8 @@ import yaml
 
 from cost_model.specs.vocab import TARGET_KUBERNETES
 from planner.launch._common import TORCHRUN, join, node_layout, plan_id
-from planner.launch.torchrun import entry, env, is_cpu
+from planner.launch.process import env, is_cpu
+from planner.launch.torchrun import entry
 
 SOURCE_COMMIT = "ee1162919408cbca4a899f2916cfcd0ecd562881"
 IMAGE = "nvcr.io/nvidia/pytorch:24.12-py3"

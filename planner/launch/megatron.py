@@ -64,7 +64,7 @@ from planner.launch._common import (
     stage_sizes,
     world_size,
 )
-from planner.launch.torchrun import env, launcher
+from planner.launch.process import env, launcher
 
 FLAGS_FILE = "megatron_flags.txt"
 

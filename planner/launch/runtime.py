@@ -15,6 +15,7 @@ from planner.launch._common import (
     torchrun_argv,
     world_size,
 )
+from planner.runtime.plan_io import PlanError, parse_plan, validate
 
 PLAN_FILE = "plan.json"
 RUNTIME_ARGS = ("-m", "planner.runtime", "--plan", PLAN_FILE)
@@ -22,8 +23,6 @@ RUNTIME_ARGS = ("-m", "planner.runtime", "--plan", PLAN_FILE)
 
 def refusal(plan: dict) -> str | None:
     """The runtime's reason for not running this plan, or None when it runs it."""
-    from planner.runtime.plan_io import PlanError, parse_plan, validate
-
     try:
         validate(parse_plan(plan), world_size(plan))
     except PlanError as exc:

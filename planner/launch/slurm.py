@@ -13,7 +13,8 @@ import shlex
 
 from cost_model.specs.vocab import TARGET_SLURM
 from planner.launch._common import RDZV_PORT, join, node_layout, plan_id, torchrun_argv
-from planner.launch.torchrun import entry, env, is_cpu
+from planner.launch.process import env, is_cpu
+from planner.launch.torchrun import entry
 
 SLURM_VERSION = "22.05"
 # Rack-scale NVLink: the plan prices each NVLink segment of the job (cluster.nvlink_domain

@@ -46,7 +46,7 @@ from planner.launch._common import (
     require_transformer,
     stage_sizes,
 )
-from planner.launch.torchrun import launcher
+from planner.launch.process import launcher
 
 VERSIONS = ("0.3.0", "main")
 FIELDS_FILES = {"0.3.0": "torchtitan_fields_0.3.0.txt", "main": "torchtitan_fields_main.txt"}

@@ -18,7 +18,7 @@ import yaml
 from cost_model.specs.vocab import TARGET_TRAINJOB
 from planner.launch._common import node_layout
 from planner.launch.kubernetes import IMAGE, job_name, pod_command, resources
-from planner.launch.torchrun import env
+from planner.launch.process import env
 
 SOURCE_COMMIT = "8c0f5059bd51ec3ba6d6a6a7b2e1471de7bc13b3"
 API_VERSION = "trainer.kubeflow.org/v1alpha1"

@@ -9,27 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .alternatives import alternatives_svg
-from .breakdown import breakdown_svg
 from .common import as_dict
-from .memory import memory_svg
 from .page import report_html
+from .pictures import PICTURES, render_svgs
 from .scaling import scaling_svg
-from .timeline import timeline_svg
-
-PICTURES = {
-    "timeline": timeline_svg,
-    "breakdown": breakdown_svg,
-    "memory": memory_svg,
-    "alternatives": alternatives_svg,
-}
 
 __all__ = ["PICTURES", "render_svgs", "report_html", "scaling_svg", "write_report"]
-
-
-def render_svgs(plan) -> dict[str, str]:
-    plan = as_dict(plan)
-    return {name: draw(plan) for name, draw in PICTURES.items()}
 
 
 def write_report(plan, directory) -> list[Path]:

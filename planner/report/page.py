@@ -13,6 +13,7 @@ from typing import Any
 from cost_model.specs.vocab import ENGINE_MEGATRON
 
 from .common import as_dict, degrees, fmt_time, knobs
+from .pictures import render_svgs
 
 ASSETS = ("report.css", "app.js")
 FIGURES = (
@@ -62,8 +63,6 @@ def plan_section(plan, svgs: dict[str, str] | None = None, missing: str | None =
     """The plan as an HTML section (what report.html shows and the form page injects)."""
     plan = as_dict(plan)
     if svgs is None and missing is None:
-        from . import render_svgs
-
         svgs = render_svgs(plan)
     par, pred = plan["parallelism"], plan["prediction"]
     mem = pred["memory"]

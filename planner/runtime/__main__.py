@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _standalone_env()
 
-    import torch  # lazily: the planner package must import without torch
+    import torch  # lazily: the planner package must import without torch  # noqa: PLC0415 (optional torch: the plan is checked before torch loads)
 
-    from planner.runtime.train import run
+    from planner.runtime.train import run  # noqa: PLC0415 (optional torch: the plan is checked before torch loads)
 
     if rank == 0:
         on_gpu = args.device != "cpu" and torch.cuda.is_available()

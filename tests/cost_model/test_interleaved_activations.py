@@ -2,17 +2,17 @@
 (schedule_sim.rank_order: Megatron's interleaved 1F1B, megatron/core/pipeline_parallel/
 schedules.py @d98e8a64ddf3), with each virtual stage's bytes summed from the layer table;
 and, where every stage of a rank is held alike, against the uniform count
-memory.in_flight_micro_batches x the rank's total (the pricing before per-chunk counts)."""
+in_flight.in_flight_micro_batches x the rank's total (the pricing before per-chunk counts)."""
 
 from __future__ import annotations
 
 import pytest
 
 from cost_model.parse import parse_cluster, parse_model, parse_training
-from cost_model.pipeline.simulator import rank_order
+from cost_model.pipeline import in_flight
+from cost_model.pipeline.order import rank_order
 from cost_model.pipeline.stages import rank_cost, slices_from_counts
 from cost_model.specs.inputs import ParallelConfig
-from cost_model.terms import memory
 from cost_model.terms.layers import layer_table
 
 # the README quickstart's plan: llama3-70b, 64 H100, dp2 tp4 pp4 cp2 vpp4, 64 micro-batches
@@ -63,7 +63,7 @@ def test_quickstart_plan_activations_equal_the_replayed_order():
         assert rc.activations_bytes == pytest.approx(_replay_peak(pp, r, m, vpp, chunks), rel=1e-12)
         counts = [QUICKSTART_COUNTS[c * pp + r] for c in range(vpp)]
         blocks_held.append(_replay_peak(pp, r, m, vpp, counts))
-        blocks_uniform.append(memory.in_flight_micro_batches("interleaved", pp, r, m, vpp) * sum(counts))
+        blocks_uniform.append(in_flight.in_flight_micro_batches("interleaved", pp, r, m, vpp) * sum(counts))
     # block-micro-batches held at the peak: rank 2 (its last chunk, the least held, 6 blocks)
     # holds fewer than the uniform count 3.75 x 21, rank 3 (its last chunk 4 blocks) more
     # than 3.25 x 19 (+5%); the others hold equal chunks. In bytes rank 3 holds less than the
@@ -83,7 +83,7 @@ def test_equal_chunks_priced_as_the_uniform_count(schedule, vpp):
     for r in range(pp):
         rc = rank_cost(table, slices, r, pp, "none", schedule, m, vpp)
         chunks = _chunk_bytes(table, slices, r, pp)
-        uniform = memory.in_flight_micro_batches(schedule, pp, r, m, vpp) * sum(chunks)
+        uniform = in_flight.in_flight_micro_batches(schedule, pp, r, m, vpp) * sum(chunks)
         if vpp == 1 or len(set(chunks)) == 1:
             assert rc.activations_bytes == pytest.approx(uniform, rel=1e-12)
         if schedule == "interleaved":
@@ -92,14 +92,14 @@ def test_equal_chunks_priced_as_the_uniform_count(schedule, vpp):
 
 @pytest.mark.parametrize("pp,vpp,m", [(4, 2, 8), (4, 4, 64), (8, 8, 32), (4, 3, 12), (8, 4, 16)])
 def test_memory_rows_keep_the_peak(pp, vpp, m):
-    """The ILP's rows (memory.memory_row_vectors: segment-covered vectors dropped) give the
+    """The ILP's rows (in_flight.memory_row_vectors: segment-covered vectors dropped) give the
     same maximum as every Pareto vector, for random nonnegative chunk bytes."""
     import random
 
     rng = random.Random(pp * 100 + vpp * 10 + m)
     for r in range(pp):
-        full = memory.live_chunk_vectors("interleaved", pp, r, m, vpp)
-        rows = memory.memory_row_vectors("interleaved", pp, r, m, vpp)
+        full = in_flight.live_chunk_vectors("interleaved", pp, r, m, vpp)
+        rows = in_flight.memory_row_vectors("interleaved", pp, r, m, vpp)
         assert set(rows) <= set(full)
         for _ in range(200):
             a = [rng.random() ** 3 for _ in range(vpp)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pytest
 
+from cost_model.pipeline import in_flight
 from cost_model.specs.inputs import TrainingSpec, TransformerSpec
 from cost_model.terms import memory
 
@@ -195,19 +196,19 @@ def test_sgd_momentum_bytes_per_param():
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 64), (8, 3), (16, 16)])
 def test_1f1b_in_flight(p, m):
     for r in range(p):
-        assert memory.in_flight_micro_batches("1f1b", p, r, m, 1) == min(m, p - r)
+        assert in_flight.in_flight_micro_batches("1f1b", p, r, m, 1) == min(m, p - r)
 
 
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 3)])
 def test_gpipe_in_flight(p, m):
     for r in range(p):
-        assert memory.in_flight_micro_batches("gpipe", p, r, m, 1) == m
+        assert in_flight.in_flight_micro_batches("gpipe", p, r, m, 1) == m
 
 
 @pytest.mark.parametrize("p,v", [(4, 2), (8, 2), (8, 4), (12, 3)])
 def test_interleaved_rank0_in_flight_korthikanti(p, v):
     m = 64 * p  # enough micro-batches that the warm-up is not capped
-    got = memory.in_flight_micro_batches("interleaved", p, 0, m, v)
+    got = in_flight.in_flight_micro_batches("interleaved", p, 0, m, v)
     assert got == pytest.approx(p * (1 + (p - 1) / (p * v)), rel=1e-12)
     # the interleaved schedule holds more than 1F1B's p, less than 2p
     assert p < got < 2 * p
@@ -238,15 +239,15 @@ def test_interleaved_peak_per_chunk_equals_megatron_order(p, v, m):
     order, which the uniform count misses where the fuller chunks are the heavier ones."""
     for r in range(p):
         uniform = (2.0,) * v
-        got = memory.peak_in_flight_bytes("interleaved", p, r, m, v, uniform)
-        assert got == pytest.approx(memory.in_flight_micro_batches("interleaved", p, r, m, v) * sum(uniform))
+        got = in_flight.peak_in_flight_bytes("interleaved", p, r, m, v, uniform)
+        assert got == pytest.approx(in_flight.in_flight_micro_batches("interleaved", p, r, m, v) * sum(uniform))
         assert got == pytest.approx(_megatron_interleaved_peak(p, v, m, r, uniform))
         for uneven in ((1.0,) + (2.0,) * (v - 1), (2.0,) * (v - 1) + (1.0,), (3.0,) + (2.0,) * (v - 1)):
-            assert memory.peak_in_flight_bytes("interleaved", p, r, m, v, uneven) == pytest.approx(
+            assert in_flight.peak_in_flight_bytes("interleaved", p, r, m, v, uneven) == pytest.approx(
                 _megatron_interleaved_peak(p, v, m, r, uneven))
     # Llama 3.1 405B at pp 8 x vpp 8, 32 micro-batches, the last rank's last chunk one block
     # short (loss accounting): 114 block-micro-batches, the uniform count says 57/8 x 15
     last = (2.0,) * 7 + (1.0,)
     if (p, v, m) == (8, 8, 32):
-        assert memory.peak_in_flight_bytes("interleaved", 8, 7, 32, 8, last) == 114
-        assert memory.in_flight_micro_batches("interleaved", 8, 7, 32, 8) * sum(last) == pytest.approx(57 / 8 * 15)
+        assert in_flight.peak_in_flight_bytes("interleaved", 8, 7, 32, 8, last) == 114
+        assert in_flight.in_flight_micro_batches("interleaved", 8, 7, 32, 8) * sum(last) == pytest.approx(57 / 8 * 15)

@@ -10,15 +10,15 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model.estimate import estimate
+from cost_model.estimate import estimate, simulate_config
 from cost_model.model.presets import get_preset
-from cost_model.pipeline.simulator import rank_order, simulate_config
+from cost_model.pipeline.in_flight import interleaved_live_chunks, peak_in_flight_bytes
+from cost_model.pipeline.order import rank_order
 from cost_model.pipeline.stages import rank_cost, slices_from_counts
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import ParallelConfig, TrainingSpec
 from cost_model.terms import moe
 from cost_model.terms.layers import layer_table
-from cost_model.terms.memory import interleaved_live_chunks, peak_in_flight_bytes
 from cost_model.validate import validate_config
 
 from .test_moe import _cluster

@@ -47,7 +47,7 @@ def test_coefficients_rebuild_rank_cost(recompute, schedule, pp, vpp, zero):
             hidden = sum(co[i].dp_hidden_s for i in mine) + ex.dp_hidden_s
             assert max(dp - window, hidden) == pytest.approx(rc.exposed_dp_s, rel=1e-12, abs=1e-15)
             # per chunk of the rank: its blocks' activations less what full recompute saves,
-            # plus the embedding / output layer's; held per memory.live_chunk_vectors
+            # plus the embedding / output layer's; held per in_flight.live_chunk_vectors
             chunk = [sum(co[i].act_bytes for i in range(sl.first, sl.last + 1))
                      - sum(co[i].act_saved_bytes for i in range(sl.first, sl.first + sl.recompute_layers))
                      + p.stage_extras[sl.index].act_bytes

@@ -11,16 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from cost_model.estimate import estimate, rank_costs, resolve_slices
+from cost_model.estimate import estimate, rank_costs, resolve_slices, simulate_config
 from cost_model.parse import parse_cluster, parse_model, parse_training
-from cost_model.pipeline.simulator import (
-    StageTimes,
-    interleaved_table,
-    rank_order,
-    simulate,
-    simulate_config,
-    stage_times,
-)
+from cost_model.pipeline.order import interleaved_table, rank_order
+from cost_model.pipeline.simulator import StageTimes, simulate, stage_times
 from cost_model.pipeline.stages import lockstep_slot, lockstep_slots, pipeline_time_s
 from cost_model.specs.inputs import ParallelConfig
 from cost_model.terms.layers import layer_table

@@ -444,7 +444,7 @@ def test_deepep_plan_is_megatron_cores_flex_dispatcher(name):
 
     from megatron.core.transformer import TransformerConfig
 
-    from cost_model.terms.moe import DEEPEP_GROUP_SIZES
+    from cost_model.engines.deepep import DEEPEP_GROUP_SIZES
     from planner.launch import emit
 
     plan, art, flags = _megatron(name)

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from bench.search import request as bench_request
+from cost_model.pipeline import in_flight
 from cost_model.specs.inputs import ParallelConfig
 from cost_model.terms.layers import layer_table
 from planner import exhaustive
@@ -237,7 +238,6 @@ def test_in_flight_floor_is_a_lower_bound_of_every_chunk_split(pp, vpp):
     over its chunks, and the uniform count, which the bounds used before, exceeds the true
     peak for some split: the last rank holding everything on its last chunk holds one
     micro-batch (the floor is 1 there)."""
-    from cost_model.terms import memory
     from planner.bounds import in_flight_floor
 
     rng = random.Random(pp * 10 + vpp)
@@ -245,15 +245,15 @@ def test_in_flight_floor_is_a_lower_bound_of_every_chunk_split(pp, vpp):
         for r in range(pp):
             floor = in_flight_floor("interleaved", pp, r, m, vpp)
             for a in _splits(rng, vpp):
-                peak = memory.peak_in_flight_bytes("interleaved", pp, r, m, vpp, a)
+                peak = in_flight.peak_in_flight_bytes("interleaved", pp, r, m, vpp, a)
                 assert peak >= floor * sum(a) * (1 - 1e-12)
-            assert floor <= memory.in_flight_micro_batches("interleaved", pp, r, m, vpp) + 1e-12
+            assert floor <= in_flight.in_flight_micro_batches("interleaved", pp, r, m, vpp) + 1e-12
         last = tuple(float(c == vpp - 1) for c in range(vpp))
-        assert memory.peak_in_flight_bytes("interleaved", pp, pp - 1, m, vpp, last) == 1
+        assert in_flight.peak_in_flight_bytes("interleaved", pp, pp - 1, m, vpp, last) == 1
         assert in_flight_floor("interleaved", pp, pp - 1, m, vpp) == pytest.approx(1.0, abs=1e-9)
-        assert memory.in_flight_micro_batches("interleaved", pp, pp - 1, m, vpp) > 1
+        assert in_flight.in_flight_micro_batches("interleaved", pp, pp - 1, m, vpp) > 1
     for r in range(pp):  # without interleaving: the uniform count, exact
-        assert in_flight_floor("1f1b", pp, r, 4 * pp, 1) == memory.in_flight_micro_batches("1f1b", pp, r, 4 * pp, 1)
+        assert in_flight_floor("1f1b", pp, r, 4 * pp, 1) == in_flight.in_flight_micro_batches("1f1b", pp, r, 4 * pp, 1)
 
 
 @pytest.mark.parametrize("pp,vpp", [(2, 2), (4, 2), (4, 4), (8, 3), (8, 8)])
@@ -329,13 +329,12 @@ def test_in_flight_floor_equals_the_least_over_splits(pp):
     """The floor (the most micro-batches all chunks hold at one point of the order) is the
     LP's least peak per byte over every split of the rank's bytes, within the LP's tolerance:
     the bounds lose nothing by it; m both multiples of pp and not (no period)."""
-    from cost_model.terms import memory
     from planner.bounds import in_flight_floor
 
     for vpp in (2, 3, 5):
         for m in sorted({pp, 2 * pp, 4 * pp, pp + 1, 3}):
             for r in range(pp):
-                lp = _least_over_splits(memory.live_chunk_vectors("interleaved", pp, r, m, vpp))
+                lp = _least_over_splits(in_flight.live_chunk_vectors("interleaved", pp, r, m, vpp))
                 assert in_flight_floor("interleaved", pp, r, m, vpp) == pytest.approx(lp, abs=1e-6), (vpp, m, r)
 
 
@@ -354,13 +353,12 @@ def test_in_flight_lines_equal_the_least_over_block_splits(pp):
     at N (x one block's bytes) in Megatron's order whatever the split, and some split holds
     exactly that: brute force over every split, N up to 12; never below the floor x N, and
     at N = vpp the uniform count x vpp (one block per chunk: every chunk alike)."""
-    from cost_model.terms import memory
     from planner.bounds import in_flight_floor, in_flight_lines
 
     for vpp in (2, 3, 4):
         for m in sorted({pp, 2 * pp, 3 * pp + 1}):
             for r in range(pp):
-                vectors = memory.live_chunk_vectors("interleaved", pp, r, m, vpp)
+                vectors = in_flight.live_chunk_vectors("interleaved", pp, r, m, vpp)
                 lines = in_flight_lines("interleaved", pp, r, m, vpp)
                 for n in range(vpp, 13):
                     least = min(max(sum(w * k for w, k in zip(v, split, strict=True)) for v in vectors)
@@ -369,9 +367,9 @@ def test_in_flight_lines_equal_the_least_over_block_splits(pp):
                     assert bound == least, (pp, vpp, m, r, n)
                     assert bound >= in_flight_floor("interleaved", pp, r, m, vpp) * n
                 at_v = max(a * vpp + b for a, b in lines)
-                assert at_v == pytest.approx(memory.in_flight_micro_batches("interleaved", pp, r, m, vpp) * vpp)
+                assert at_v == pytest.approx(in_flight.in_flight_micro_batches("interleaved", pp, r, m, vpp) * vpp)
     for r in range(pp):  # without interleaving: the uniform count per block
-        assert in_flight_lines("1f1b", pp, r, 4 * pp, 1) == ((memory.in_flight_micro_batches("1f1b", pp, r, 4 * pp, 1), 0),)
+        assert in_flight_lines("1f1b", pp, r, 4 * pp, 1) == ((in_flight.in_flight_micro_batches("1f1b", pp, r, 4 * pp, 1), 0),)
 
 
 @pytest.mark.parametrize("pp,vpp", [(2, 2), (4, 2), (4, 4), (8, 3), (8, 5)])
@@ -396,12 +394,11 @@ def test_least_fullest_rank_equals_brute_force(pp, vpp, blocks):
     its chunks (brute force over both), so it is below every partition's true peak."""
     import itertools
 
-    from cost_model.terms import memory
     from planner.bounds import _least_fullest_rank_bytes, in_flight_lines
 
     s, a = 3.0, 5.0
     for m in (pp, 2 * pp, 3 * pp):
-        vectors = [memory.live_chunk_vectors("interleaved", pp, r, m, vpp) for r in range(pp)]
+        vectors = [in_flight.live_chunk_vectors("interleaved", pp, r, m, vpp) for r in range(pp)]
 
         def rank_least(r: int, n: int, vectors=vectors) -> float:
             return s * n + a * min(max(sum(w * k for w, k in zip(v, split, strict=True)) for v in vectors[r])
@@ -444,7 +441,7 @@ def test_memory_bound_with_two_block_kinds_below_every_partition(pp, vpp, order)
                 mine = stages[r::pp]  # virtual stage k on rank k % pp, chunk k // pp
                 chunk_act = tuple(sum(kinds[k][1] for k in st) for st in mine)
                 states = sum(kinds[k][0] for st in mine for k in st)
-                fullest = max(fullest, states + memory.peak_in_flight_bytes("interleaved", pp, r, m, vpp, chunk_act))
+                fullest = max(fullest, states + in_flight.peak_in_flight_bytes("interleaved", pp, r, m, vpp, chunk_act))
             least = min(least, fullest)
         bound = memory_bound_bytes(sums, "none", "interleaved", pp, vpp, m, 0.0)
         assert bound <= memory.peak_bytes(least, 0.0, 0.0) * (1 + 1e-12), (m, bound, least)

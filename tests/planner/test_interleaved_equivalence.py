@@ -13,8 +13,8 @@ import math
 
 import pytest
 
+from cost_model.estimate import simulate_config
 from cost_model.parse import parse_cluster, parse_model, parse_training
-from cost_model.pipeline.simulator import simulate_config
 from cost_model.pipeline.stages import slices_from_counts, step_time_s
 from cost_model.specs.inputs import ParallelConfig
 from planner import exhaustive

@@ -1,4 +1,4 @@
-"""Interleaved memory rows: the ILP holds every rank to memory.peak_in_flight_bytes (one row
+"""Interleaved memory rows: the ILP holds every rank to in_flight.peak_in_flight_bytes (one row
 per vector of Megatron's order, ilp._memory_rows), not to the uniform count x the rank's
 total. Checked against the brute force (exhaustive.best_partition, which prices partitions
 with stages.rank_cost) at a capacity where the uniform count would admit a partition that
