@@ -40,13 +40,8 @@ from cost_model.pipeline.stages import (
 from cost_model.specs.results import GIB
 from cost_model.specs.vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from cost_model.terms import memory
-from cost_model.terms.layers import (
-    LayerCost,
-    LayerTable,
-    dp_window_factor,
-    overlap_hidden_s,
-    overlap_window_s,
-)
+from cost_model.terms.layers import LayerCost, LayerTable
+from cost_model.terms.overlap import dp_window_factor, overlap_hidden_s, overlap_window_s
 
 
 def capacity_bytes(memory_gib: float, headroom: float) -> float:

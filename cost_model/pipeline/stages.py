@@ -73,7 +73,8 @@ from cost_model.specs.vocab import (
     SCHEDULE_INTERLEAVED,
 )
 from cost_model.terms import memory
-from cost_model.terms.layers import LayerTable, dp_window_factor, overlapped_s
+from cost_model.terms.layers import LayerTable
+from cost_model.terms.overlap import dp_window_factor, overlapped_s
 
 
 class StageSlice(NamedTuple):

@@ -13,7 +13,9 @@ from cost_model.hardware.catalog import resolve_gpu
 from cost_model.model import attention
 from cost_model.model.presets import get_preset
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec
-from cost_model.terms import layers as L
+from cost_model.terms.compute import attention_core_s, block_compute
+from cost_model.terms.cp import block_cp_s
+from cost_model.terms.geometry import geometry, repeats_kv
 
 # the torchtitan rows' part: H100 SXM 96 GB HBM2e at 500 W (validation/published_modern.py)
 H100_500W = resolve_gpu({"base": "h100-sxm", "memory_gib": 94.5, "hbm_gb_s": 2400.0,
@@ -57,9 +59,9 @@ def test_torchtitan_passes_repeated_kv_to_the_kernel():
     heads before SDPA, Megatron (TE, GQA-aware kernels) passes the 8."""
     assert attention.kv_elems_per_token(M8B) == 2 * 8 * 128
     assert attention.kv_elems_per_token(M8B, repeated=True) == 2 * 32 * 128
-    tt = L._geometry(M8B, T256K, CP8, 0)
-    mg = L._geometry(M8B, T256K, ParallelConfig(cp=8), 0)
-    assert L._repeats_kv(tt) and not L._repeats_kv(mg)
+    tt = geometry(M8B, T256K, CP8, 0)
+    mg = geometry(M8B, T256K, ParallelConfig(cp=8), 0)
+    assert repeats_kv(tt) and not repeats_kv(mg)
 
 
 def test_torch_ring_comm_repeated_kv_and_fp32_dkv():
@@ -67,14 +69,14 @@ def test_torch_ring_comm_repeated_kv_and_fp32_dkv():
     (2 B x 32768 x 8192), backward the same plus 7 sends of fp32 dK/dV; all of it runs under
     the (much longer) ring's attention, so only the interference share is exposed."""
     cl = _cluster(H100_500W)
-    geo = L._geometry(M8B, T256K, CP8, 0)
-    c = L._block_compute(M8B, H100_500W, T256K, CP8, geo, None)
+    geo = geometry(M8B, T256K, CP8, 0)
+    c = block_compute(M8B, H100_500W, T256K, CP8, geo, None)
     link = comm.group_link(cl, 8, 1)
     kv = 2 * 32768 * 8192
     fwd = 7 * comm.send_recv_s(kv, link)
     bwd = fwd + 7 * comm.send_recv_s(2 * kv, link)
     assert fwd < c.core_fwd_s and bwd < c.core_bwd_s
-    assert L._block_cp_s(M8B, cl, CP8, geo, c, None) == pytest.approx(H100_500W.overlap_interference * (fwd + bwd))
+    assert block_cp_s(M8B, cl, CP8, geo, c, None) == pytest.approx(H100_500W.overlap_interference * (fwd + bwd))
 
 
 def test_torch_ring_core_adds_per_step_passes():
@@ -82,8 +84,8 @@ def test_torch_ring_core_adds_per_step_passes():
     backward passes + the merge + the per-step copies and fp32 accumulations (hand count of
     the bytes: the last rank runs every step on its whole 32768-token query chunk)."""
     g = H100_500W
-    geo = L._geometry(M8B, T256K, CP8, 0)
-    fwd, bwd = L._attention_core_s(M8B, g, T256K, CP8, geo)
+    geo = geometry(M8B, T256K, CP8, 0)
+    fwd, bwd = attention_core_s(M8B, g, T256K, CP8, geo)
     flops = 4 * 32 * 128 * (262144 ** 2 / 2) / 8  # causal pairs of one rank, 4 a d FLOPs each
     q = 32768 * 32 * 128
     kv = 32768 * 2 * 32 * 128

@@ -10,7 +10,8 @@ from cost_model.estimate import estimate
 from cost_model.hardware import comm, compute
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from cost_model.specs.errors import SpecError
-from cost_model.terms import layers, memory
+from cost_model.terms import memory
+from cost_model.terms.dp import zero3_s
 
 H200_32 = {"gpu": "h200", "num_gpus": 32}
 
@@ -34,7 +35,7 @@ def test_gathers_move_one_byte_per_parameter():
     link = comm.group_link(cluster, size, 1)
     for on, w in ((False, 2), (True, 1)):
         t = _training(on)
-        got = layers._zero3_s(cluster, t, cfg, params, size, 1, 0.0, 0.0, None)
+        got = zero3_s(cluster, t, cfg, params, size, 1, 0.0, 0.0, None)
         wbytes, gbytes = params * w, params * memory.reduce_bytes(t, cfg.engine)
         want = (2 * comm.all_gather_s(wbytes, size, link) + comm.reduce_scatter_s(gbytes, size, link)
                 + compute.memory_bound_time_s(cluster.gpu, 2 * (2 * wbytes + gbytes), kernels=3))

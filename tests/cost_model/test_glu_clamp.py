@@ -26,6 +26,8 @@ from cost_model.specs.vocab import (
 )
 from cost_model.terms import layers as L
 from cost_model.terms import memory
+from cost_model.terms.compute import block_compute, glu_clamp_s
+from cost_model.terms.geometry import geometry
 
 HF = Path(__file__).parent / "data" / "hf"
 GIB = 2**30
@@ -106,18 +108,18 @@ def test_megatron_memory_passes_hand_count():
     assert c.kernels == (3, 9)
     g = get_gpu("b200")
     cfg = ParallelConfig(dp=64, ep=8, micro_batch_size=4)
-    geo = L._geometry(OSS, T, cfg, 0)
+    geo = geometry(OSS, T, cfg, 0)
     f_elem = 4 * 2880 * L.moe.layout(OSS, T, cfg).imbalance  # the busiest rank's routed copies
     elems = 4 * 4096 * f_elem
     bw = g.hbm_gb_s * 1e9 * g.memory_bound_efficiency
-    fwd, bwd = L._glu_clamp_s(OSS, g, cfg, geo, f_elem)
+    fwd, bwd = glu_clamp_s(OSS, g, cfg, geo, f_elem)
     assert fwd == pytest.approx(elems * fwd_b / bw + 3 * g.kernel_overhead_s)
     assert bwd == pytest.approx(elems * bwd_b / bw + 9 * g.kernel_overhead_s)
-    with_c = L._block_compute(OSS, g, T, cfg, geo, None)
-    without = L._block_compute(PLAIN, g, T, cfg, L._geometry(PLAIN, T, cfg, 0), None)
+    with_c = block_compute(OSS, g, T, cfg, geo, None)
+    without = block_compute(PLAIN, g, T, cfg, geometry(PLAIN, T, cfg, 0), None)
     assert (with_c.fwd_s + with_c.bwd_s) - (without.fwd_s + without.bwd_s) == pytest.approx(fwd + bwd)
     assert with_c.fwd_s - without.fwd_s == pytest.approx((fwd + bwd) / 3)
-    assert L._glu_clamp_s(PLAIN, g, cfg, geo, f_elem) == (0.0, 0.0)
+    assert glu_clamp_s(PLAIN, g, cfg, geo, f_elem) == (0.0, 0.0)
 
 
 def test_gpt_oss_validation_row_memory_rises_by_the_hand_count():

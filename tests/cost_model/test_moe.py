@@ -17,7 +17,12 @@ from cost_model.model.presets import get_preset
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec
 from cost_model.terms import moe
-from cost_model.terms.layers import _block_params, _expert_dp_size, layer_table
+from cost_model.terms.compute import moe_fwd_s
+from cost_model.terms.dp import dp_last_bucket_s, expert_dp_size, expert_last_bucket_s
+from cost_model.terms.geometry import geometry
+from cost_model.terms.layers import layer_table
+from cost_model.terms.params import block_params
+from cost_model.terms.states import optimizer_step_s
 from cost_model.validate import expert_fold_error, validate_config
 
 
@@ -35,7 +40,7 @@ def test_deepseek_v3_published_layout_is_valid_and_the_old_rule_is_gone():
     (ep*etp = 64 divides tp*cp*dp = 64)."""
     cfg = ParallelConfig(dp=32, tp=2, pp=16, ep=64, etp=1, sequence_parallel=True, micro_batch_size=1, zero=1)
     validate_config(DSV3, _cluster(), T4K, cfg)
-    assert _expert_dp_size(cfg) == 1
+    assert expert_dp_size(cfg) == 1
     with pytest.raises(SpecError, match=r"world_size % \(etp\*ep\*pp\)") as err:
         validate_config(DSV3, _cluster(), T4K, replace(cfg, etp=2))
     assert err.value.field == "parallelism.ep"
@@ -102,12 +107,12 @@ def test_expert_params_split_by_ep_and_etp():
     """DeepSeek-V3 MoE block on one GPU: 256/64 = 4 routed experts of 3*7168*2048 each,
     over etp; the router stays whole; the rest splits by tp except MLA's replicated parts."""
     cfg = ParallelConfig(dp=32, tp=2, pp=16, ep=64, etp=1)
-    dense, expert = _block_params(DSV3, cfg, True)
+    dense, expert = block_params(DSV3, cfg, True)
     each = 3 * 7168 * 2048
     assert expert == pytest.approx(4 * each)
-    _, expert2 = _block_params(DSV3, replace(cfg, ep=32, etp=2), True)
+    _, expert2 = block_params(DSV3, replace(cfg, ep=32, etp=2), True)
     assert expert2 == pytest.approx(8 * each / 2)
-    dense_tp1, _ = _block_params(DSV3, replace(cfg, tp=1), True)
+    dense_tp1, _ = block_params(DSV3, replace(cfg, tp=1), True)
     router = 7168 * 256 + (256 if DSV3.moe.router_bias else 0)  # e_score_correction_bias
     # halving the split part leaves MLA's replicated parts whole on each TP rank
     rep = attention.tp_replicated_params(DSV3)
@@ -181,10 +186,9 @@ def test_launch_overhead_spreads_the_uncharged_kernels_over_fwd_and_bwd():
     lay = moe.layout(q, t, cfg)
     assert moe.launch_overhead_fwd_s(q, g, cfg, lay, 1) == pytest.approx(190 * g.kernel_overhead_s / 3)
     # the whole block (forward + 2 x forward backward) carries exactly the 190 launches
-    from cost_model.terms import layers as L
 
-    geo = L._geometry(q, t, cfg, 0)
-    with_launch, _, _ = L._moe_fwd_s(q, g, t, cfg, geo)
+    geo = geometry(q, t, cfg, 0)
+    with_launch, _, _ = moe_fwd_s(q, g, t, cfg, geo)
     without = with_launch - moe.launch_overhead_fwd_s(q, g, cfg, lay, 1)
     assert 3 * (with_launch - without) == pytest.approx(190 * g.kernel_overhead_s)
 
@@ -233,12 +237,11 @@ def test_expert_bias_hand_count_gpt_oss_ep8():
     assert fwd == pytest.approx(elems * 28 / bw + (16 * 2 + 2) * g.kernel_overhead_s)
     assert bwd == pytest.approx(elems * 36 / bw + (16 * 6 + 1) * g.kernel_overhead_s)
     # the block carries fwd + bwd exactly: a third in the forward, twice that in the backward
-    from cost_model.terms import layers as L
 
-    geo = L._geometry(m, t, cfg, 0)
-    with_bias, _, _ = L._moe_fwd_s(m, g, t, cfg, geo)
+    geo = geometry(m, t, cfg, 0)
+    with_bias, _, _ = moe_fwd_s(m, g, t, cfg, geo)
     no_bias = replace(m, moe=replace(m.moe, expert_bias=False))
-    without, _, _ = L._moe_fwd_s(no_bias, g, t, cfg, L._geometry(no_bias, t, cfg, 0))
+    without, _, _ = moe_fwd_s(no_bias, g, t, cfg, geometry(no_bias, t, cfg, 0))
     assert 3 * (with_bias - without) == pytest.approx(fwd + bwd)
     # nothing without expert biases, nor where an engine fuses the bias (no ExpertBias)
     assert moe.expert_bias_s(no_bias, g, lay, kern) == (0.0, 0.0)
@@ -263,15 +266,15 @@ def test_expert_buffers_last_bucket_hand_count():
     bucket = 64e6
     bw = g.network_gb_s * 1e9 * g.link_efficiency
     one = 7 * g.inter_node_latency_s + 7 / 8 * bucket * 2 / bw
-    assert L._expert_last_bucket_s(m, c, t, cfg, None) == pytest.approx(2 * one)
+    assert expert_last_bucket_s(m, c, t, cfg, None) == pytest.approx(2 * one)
     # the embedding's tail carries it beside the dense buffers' bucket
     emb = L._embedding_cost(m, c, t, cfg, None, {})
-    dense_tail = L._dp_last_bucket_s(c, t, cfg, L._total_params(m), None)
-    assert emb.optimizer_s - L._optimizer_s(c, t, cfg, emb.weights_bytes / 2, 64) == pytest.approx(
+    dense_tail = dp_last_bucket_s(c, t, cfg, L._total_params(m), None)
+    assert emb.optimizer_s - optimizer_step_s(c, t, cfg, emb.weights_bytes / 2, 64) == pytest.approx(
         dense_tail + 2 * one, rel=1e-6)
     # no expert-DP group (ep = all data-parallel ranks), or no experts: nothing
-    assert L._expert_last_bucket_s(m, c, t, replace(cfg, ep=64), None) == 0.0
-    assert L._expert_last_bucket_s(get_preset("llama3-8b"), c, t, cfg, None) == 0.0
+    assert expert_last_bucket_s(m, c, t, replace(cfg, ep=64), None) == 0.0
+    assert expert_last_bucket_s(get_preset("llama3-8b"), c, t, cfg, None) == 0.0
 
 
 def test_busiest_expert_rank_saves_its_received_tokens_activations():

@@ -13,8 +13,9 @@ import pytest
 from cost_model.hardware.catalog import HOST_OP_S, get_gpu
 from cost_model.model.presets import get_preset
 from cost_model.specs.inputs import ParallelConfig, TrainingSpec
-from cost_model.terms import layers as L
 from cost_model.terms import moe
+from cost_model.terms.compute import block_compute, host_bound_excess_s
+from cost_model.terms.geometry import geometry
 from cost_model.terms.layers import layer_table
 
 from .test_moe import _cluster
@@ -103,11 +104,11 @@ def test_published_b200_mbs1_against_gb200_mbs4():
 def test_profiled_blocks_are_not_floored():
     """A block whose time a profile measured holds the host's issue already: no wait is added."""
     cfg = ParallelConfig(dp=8, ep=8, micro_batch_size=1)
-    geo = L._geometry(QWEN30, T_FP8, cfg, 0)
-    c = L._block_compute(QWEN30, get_gpu("b200"), T_FP8, cfg, geo, None)
-    assert L._host_bound_excess_s(QWEN30, get_gpu("b200"), T_FP8, cfg, geo, c, 0.0)[0] > 0
+    geo = geometry(QWEN30, T_FP8, cfg, 0)
+    c = block_compute(QWEN30, get_gpu("b200"), T_FP8, cfg, geo, None)
+    assert host_bound_excess_s(QWEN30, get_gpu("b200"), T_FP8, cfg, geo, c, 0.0)[0] > 0
     measured = replace(c, source="profile")
-    assert L._host_bound_excess_s(QWEN30, get_gpu("b200"), T_FP8, cfg, geo, measured, 0.0) == (0.0, 0.0)
+    assert host_bound_excess_s(QWEN30, get_gpu("b200"), T_FP8, cfg, geo, measured, 0.0) == (0.0, 0.0)
 
 
 def test_estimate_and_plan_say_when_layers_are_host_bound():

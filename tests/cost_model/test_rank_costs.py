@@ -12,7 +12,8 @@ from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.pipeline.stages import slices_from_counts
 from cost_model.specs.inputs import ParallelConfig
 from cost_model.terms import memory
-from cost_model.terms.layers import layer_table, overlap_hidden_s, overlap_window_s, overlapped_s
+from cost_model.terms.layers import layer_table
+from cost_model.terms.overlap import overlap_hidden_s, overlap_window_s, overlapped_s
 
 MODEL = {"transformer": {"num_layers": 6, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 8,
                          "ffn_hidden_size": 5504, "vocab_size": 32000, "mlp": "swiglu",

@@ -15,7 +15,18 @@ from cost_model.hardware.catalog import get_gpu, resolve_gpu
 from cost_model.model import flops
 from cost_model.model.presets import get_preset
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
-from cost_model.terms.layers import layer_table, overlapped_s
+from cost_model.terms.compute import (
+    attention_core_s,
+    block_compute,
+    elementwise_fwd_s,
+    fp8_casts_s,
+    gemms_fwd_s,
+)
+from cost_model.terms.cp import block_cp_s
+from cost_model.terms.geometry import geometry
+from cost_model.terms.layers import layer_table
+from cost_model.terms.overlap import overlapped_s
+from cost_model.terms.tp import block_tp_bwd_s, block_tp_fwd_s
 
 
 def _cluster(gpu, n: int, per_node: int = 8, domain: int | None = None) -> ClusterSpec:
@@ -74,15 +85,14 @@ def test_fp8_keeps_attention_in_bf16_and_charges_casts():
     f8 = layer_table(m, cl, TrainingSpec(global_batch_size=8, seq_length=8192, dtype="fp8"), cfg).blocks[0]
     assert f8.recompute_selective_s == bf.recompute_selective_s == 0.0
     # GEMMs at most 2x faster; casts make the block slower than the GEMM-only halving
-    from cost_model.terms import layers as L
-    geo_b = L._geometry(m, TrainingSpec(global_batch_size=8, seq_length=8192, dtype="bf16"), cfg, 0)
-    geo_f = L._geometry(m, TrainingSpec(global_batch_size=8, seq_length=8192, dtype="fp8"), cfg, 0)
+    geo_b = geometry(m, TrainingSpec(global_batch_size=8, seq_length=8192, dtype="bf16"), cfg, 0)
+    geo_f = geometry(m, TrainingSpec(global_batch_size=8, seq_length=8192, dtype="fp8"), cfg, 0)
     t8 = TrainingSpec(global_batch_size=8, seq_length=8192, dtype="fp8")
-    core_b = L._attention_core_s(m, g, TrainingSpec(global_batch_size=8, seq_length=8192, dtype="bf16"), cfg, geo_b)
-    core_f = L._attention_core_s(m, g, t8, cfg, geo_f)
+    core_b = attention_core_s(m, g, TrainingSpec(global_batch_size=8, seq_length=8192, dtype="bf16"), cfg, geo_b)
+    core_f = attention_core_s(m, g, t8, cfg, geo_f)
     assert core_b == core_f
-    gem = L._gemms_fwd_s(m, g, t8, cfg, geo_f)
-    cast_f, cast_b = L._fp8_casts_s(g, t8, cfg, geo_f, gem)
+    gem = gemms_fwd_s(m, g, t8, cfg, geo_f)
+    cast_f, cast_b = fp8_casts_s(g, t8, cfg, geo_f, gem)
     assert cast_f > 0 and cast_b > 0
     assert bf.compute_s / f8.compute_s < 2.0
 
@@ -113,20 +123,19 @@ def test_sequence_parallel_saving_korthikanti_table4(monkeypatch):
 def test_tp_backward_overlap_megatron_formula():
     """Megatron overlaps the backward all-reduce of the column-parallel input gradient with
     the weight-gradient GEMM (tensor_parallel/layers.py); torchtitan exposes it."""
-    from cost_model.terms import layers as L
 
     g = get_gpu("h100-sxm")
     m = get_preset("llama3-70b")
     t = TrainingSpec(global_batch_size=8, seq_length=4096)
     cl = _cluster(g, 8)
     cfg = ParallelConfig(tp=8, micro_batch_size=1)
-    geo = L._geometry(m, t, cfg, 0)
-    c = L._block_compute(m, g, t, cfg, geo, None)
+    geo = geometry(m, t, cfg, 0)
+    c = block_compute(m, g, t, cfg, geo, None)
     ar = comm.all_reduce_s(geo.act_dt * geo.tokens * m.hidden_size, 8, comm.group_link(cl, 8, 1))
     want = overlapped_s(ar, c.qkv_s, g.overlap_interference) + overlapped_s(ar, c.up_s, g.overlap_interference)
-    assert L._block_tp_bwd_s(m, cl, cfg, geo, c, None) == pytest.approx(want)
+    assert block_tp_bwd_s(m, cl, cfg, geo, c, None) == pytest.approx(want)
     tt = replace(cfg, engine="torchtitan")
-    assert L._block_tp_bwd_s(m, cl, tt, L._geometry(m, t, tt, 0), c, None) == pytest.approx(2 * ar)
+    assert block_tp_bwd_s(m, cl, tt, geometry(m, t, tt, 0), c, None) == pytest.approx(2 * ar)
 
 
 def test_tp_comm_overlap_prices_te_userbuffers_methods():
@@ -137,7 +146,6 @@ def test_tp_comm_overlap_prices_te_userbuffers_methods():
     proj / fc2 GEMM; backward, the output-gradient all-gather as a ring exchange under the
     proj / fc2 dgrad GEMM, the rest as before (bulk under the qkv / fc1 GEMMs)."""
     from cost_model.engines import support as engines
-    from cost_model.terms import layers as L
 
     g = get_gpu("b200")
     m = get_preset("llama3-405b")
@@ -145,8 +153,8 @@ def test_tp_comm_overlap_prices_te_userbuffers_methods():
     cl = _cluster(g, 8)
     cfg = ParallelConfig(tp=4, sequence_parallel=True, micro_batch_size=1)
     assert engines.tp_comm_overlap("megatron", 4, True, 8)
-    geo = L._geometry(m, t, cfg, 0)
-    c = L._block_compute(m, g, t, cfg, geo, None)
+    geo = geometry(m, t, cfg, 0)
+    c = block_compute(m, g, t, cfg, geo, None)
     assert min(c.qkv_s, c.out_s, c.up_s, c.down_s) > 0
     link = comm.group_link(cl, 4, 1)
     nbytes = geo.act_dt * geo.tokens * m.hidden_size
@@ -160,10 +168,10 @@ def test_tp_comm_overlap_prices_te_userbuffers_methods():
         return x / 4 + max(0.0, 0.75 * x - 0.75 * gemm) + gam * min(0.75 * x, 0.75 * gemm)
 
     want_f = ring(ag, c.qkv_s) + pipe(rs, c.out_s) + ring(ag, c.up_s) + pipe(rs, c.down_s)
-    assert L._block_tp_fwd_s(m, cl, cfg, geo, c, None) == pytest.approx(want_f)
+    assert block_tp_fwd_s(m, cl, cfg, geo, c, None) == pytest.approx(want_f)
     want_b = sum(ring(ag, row) + overlapped_s(rs, col, gam) + overlapped_s(ag, col, gam)
                  for col, row in ((c.qkv_s, c.out_s), (c.up_s, c.down_s)))
-    assert L._block_tp_bwd_s(m, cl, cfg, geo, c, None) == pytest.approx(want_b)
+    assert block_tp_bwd_s(m, cl, cfg, geo, c, None) == pytest.approx(want_b)
     # exposed: far below the plain collectives (2 (ag + rs) forward)
     assert want_f < 0.5 * 2 * (ag + rs)
     # off: without SP (validate_args asserts SP), across nodes (userbuffers' TP domain is one
@@ -175,7 +183,7 @@ def test_tp_comm_overlap_prices_te_userbuffers_methods():
     cross = _cluster(g, 16, per_node=2)
     plain = 2 * (comm.all_gather_s(nbytes, 4, comm.group_link(cross, 4, 1))
                  + comm.reduce_scatter_s(nbytes, 4, comm.group_link(cross, 4, 1)))
-    assert L._block_tp_fwd_s(m, cross, cfg, geo, c, None) == pytest.approx(plain)
+    assert block_tp_fwd_s(m, cross, cfg, geo, c, None) == pytest.approx(plain)
 
 
 def test_flash_attention_efficiency_matches_papers():
@@ -195,7 +203,6 @@ def test_flash_attention_efficiency_matches_papers():
 
 def test_cp_variants_priced_per_engine_pattern():
     from cost_model.model import attention
-    from cost_model.terms import layers as L
 
     g = get_gpu("h100-sxm")
     m = get_preset("llama3-8b")
@@ -204,9 +211,9 @@ def test_cp_variants_priced_per_engine_pattern():
     out = {}
     for kind in ("p2p", "all_gather", "a2a", "a2a+p2p"):
         cfg = ParallelConfig(cp=8, cp_comm=kind)
-        geo = L._geometry(m, t, cfg, 0)
-        c = L._block_compute(m, g, t, cfg, geo, None)
-        out[kind] = (L._block_cp_s(m, cl, cfg, geo, c, None), geo, c)
+        geo = geometry(m, t, cfg, 0)
+        c = block_compute(m, g, t, cfg, geo, None)
+        out[kind] = (block_cp_s(m, cl, cfg, geo, c, None), geo, c)
     # a2a: 2 x all-to-all of q, k, v, o shards (forward and backward), not overlapped
     _, geo, _ = out["a2a"]
     kv = geo.act_dt * geo.tokens * attention.kv_elems_per_token(m)
@@ -250,13 +257,12 @@ def test_param_gather_exposed_without_overlap_flag():
 
 
 def test_eager_elementwise_costs_more_than_fused_and_compile_fuses():
-    from cost_model.terms import layers as L
 
     g = get_gpu("h100-sxm")
     m = get_preset("llama3-8b")
     t, tc = TrainingSpec(global_batch_size=8, seq_length=8192), TrainingSpec(global_batch_size=8, seq_length=8192, compile=True)
     mg, tt = ParallelConfig(dp=8), ParallelConfig(dp=8, engine="torchtitan")
-    e = {k: L._elementwise_fwd_s(m, g, cfg, L._geometry(m, tr, cfg, 0), m.ffn_hidden_size)
+    e = {k: elementwise_fwd_s(m, g, cfg, geometry(m, tr, cfg, 0), m.ffn_hidden_size)
          for k, cfg, tr in (("mg", mg, t), ("tt", tt, t), ("ttc", tt, tc))}
     assert e["tt"] > 3 * e["mg"]
     assert e["ttc"] == pytest.approx(e["mg"])

@@ -1,0 +1,157 @@
+"""Data-parallel communication: the gradient sync (bucketed, overlapped with the last backward:
+PyTorch DDP, Li et al. VLDB'20; Megatron --overlap-grad-reduce), its exposed last bucket, and
+ZeRO-3's per-micro-batch parameter all-gathers and gradient reduce-scatters, prefetched so that
+only the excess over the layer's compute is exposed (Rajbhandari et al. 2020 §5).
+"""
+
+from __future__ import annotations
+
+from cost_model.engines import kernels
+from cost_model.hardware import comm, compute
+from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
+from cost_model.specs.vocab import DTYPE_BYTES, ENGINE_DEEPSPEED, ENGINE_MEGATRON
+from cost_model.terms import memory
+from cost_model.terms.overlap import overlapped_s
+from cost_model.terms.params import block_keys, block_params
+
+# Megatron-Core DDP bucket: max(40M, 1M x dp) parameters (megatron/core/distributed/
+# distributed_data_parallel_config.py bucket_size; DistributedDataParallel.__init__ @d98e8a6)
+MEGATRON_BUCKET_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_DP = 1_000_000
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def dense_dp_size(cfg: ParallelConfig) -> int:
+    return cfg.dense_dp_size
+
+
+def expert_dp_size(cfg: ParallelConfig) -> int:
+    return cfg.expert_dp_size
+
+
+def expert_dp_stride(cfg: ParallelConfig) -> int:
+    """Expert-DP group members are etp*ep ranks apart (expert generator order tp-ep-dp-pp)."""
+    return cfg.etp * cfg.ep
+
+
+def grad_sync_s(
+    cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, size: int, stride: int, fits
+) -> float:
+    """Once-per-step gradient sync of `params` local parameters over a DP group, the part
+    that runs under compute (stages.py overlaps it with the last backward).
+    zero 0: all-reduce of gradients (grad dtype). zero 1/2 (distributed optimizer):
+    reduce-scatter of gradients + all-gather of updated 16-bit parameters (Megatron
+    distrib_optimizer.md; ZeRO §5.1-5.2: same 2*Psi volume as all-reduce). The all-gather
+    runs under compute where the engine overlaps it: Megatron with --overlap-param-gather
+    (the launch emitter emits it with the distributed optimizer) runs it under the next
+    forward, which this per-layer term approximates by the same overlap window as the
+    gradient reduce-scatter; DeepSpeed's follows the optimizer step (`grad_sync_exposed_s`).
+    zero 3: per micro-batch, `zero3_s`."""
+    if size <= 1 or cfg.zero >= 3:
+        return 0.0
+    link = comm.group_link(cluster, size, stride)
+    gbytes = params * memory.grad_dtype_bytes(t)
+    if cfg.zero == 0:
+        return comm.all_reduce_s(gbytes, size, link, fits)
+    rs = comm.reduce_scatter_s(gbytes, size, link, fits)
+    if cfg.engine == ENGINE_DEEPSPEED:
+        return rs
+    return rs + comm.all_gather_s(params * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t), size, link, fits)
+
+
+def grad_sync_exposed_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, groups: list[tuple[float, int, int]],
+                  fits) -> float:
+    """The all-gather of the updated 16-bit parameters of a ZeRO-1/2 optimizer that runs
+    after the optimizer step, unhidden: DeepSpeed stage 1/2 (deepspeed/runtime/zero/
+    stage_1_and_2.py step(): all_gather_dp_groups after the update). Priced in the step's
+    tail with the optimizer. Megatron with --overlap-param-gather (emitted) and the other
+    engines: in `grad_sync_s`."""
+    if cfg.zero not in (1, 2) or cfg.engine != ENGINE_DEEPSPEED:
+        return 0.0
+    return sum(comm.all_gather_s(params * DTYPE_BYTES[t.dtype], size, comm.group_link(cluster, size, stride), fits)
+               for params, size, stride in groups if size > 1 and params > 0)
+
+
+def dp_last_bucket_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params_rank: float, fits) -> float:
+    """Megatron's bucketed overlap leaves the last gradient bucket exposed after the last
+    backward (it is reduced when its last gradient arrives), and with
+    --overlap-param-gather the first bucket's all-gather before the first forward. Bucket:
+    max(40M, 1M x dp) parameters (MEGATRON_BUCKET_PARAMS), at most the rank's parameters.
+    Charged once per rank with the embedding (the first layers' bucket is the last one)."""
+    size = dense_dp_size(cfg)
+    if cfg.engine != ENGINE_MEGATRON or size <= 1 or cfg.zero >= 3:
+        return 0.0
+    return bucket_sync_s(cluster, t, cfg, params_rank, size, cfg.tp, fits)
+
+
+def bucket_sync_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params_rank: float, size: int,
+                   stride: int, fits) -> float:
+    """One Megatron DDP bucket's gradient reduction (and with the distributed optimizer its
+    parameter all-gather) over a group of `size` ranks `stride` apart (dp_last_bucket_s)."""
+    bucket = min(params_rank, max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP * dense_dp_size(cfg)))
+    link = comm.group_link(cluster, size, stride)
+    gbytes = bucket * memory.grad_dtype_bytes(t)
+    if cfg.zero == 0:
+        return comm.all_reduce_s(gbytes, size, link, fits)
+    gather = bucket * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t)
+    return comm.reduce_scatter_s(gbytes, size, link, fits) + comm.all_gather_s(gather, size, link, fits)
+
+
+def expert_last_bucket_s(m: TransformerSpec, cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, fits) -> float:
+    """The same exposed last / first bucket of the expert parameters: Megatron-Core DDP puts
+    them in their own buffers over the expert-data-parallel group, bucketed with the same
+    bucket size (megatron/core/distributed/distributed_data_parallel.py @92c8482e6d:
+    ddp_config.bucket_size = max(40M, 1M x data-parallel size); expert_parallel_buffers /
+    expert_parallel_bucket_groups from _allocate_buffers_for_parameters(expert_parallel_params,
+    intra_expt_dp_group)), so the first MoE blocks' expert gradients form a last bucket of
+    their own, reduced after the backward, and its all-gather precedes the first forward. On
+    the same links as the dense buckets', so added to theirs. At most the rank's expert
+    parameters."""
+    size = expert_dp_size(cfg)
+    if cfg.engine != ENGINE_MEGATRON or m.moe is None or size <= 1 or cfg.zero >= 3:
+        return 0.0
+    moe_blocks = sum(moe for moe, _ in block_keys(m))
+    _, expert = block_params(m, cfg, True)
+    return bucket_sync_s(cluster, t, cfg, expert * moe_blocks / cfg.pp, size, expert_dp_stride(cfg), fits)
+
+
+def zero3_s(
+    cluster: ClusterSpec,
+    t: TrainingSpec,
+    cfg: ParallelConfig,
+    params: float,
+    size: int,
+    stride: int,
+    fwd_compute_s: float,
+    bwd_compute_s: float,
+    fits,
+) -> float:
+    """ZeRO-3 per micro-batch: all-gather the parameters for forward and for backward,
+    reduce-scatter gradients; prefetch overlaps them with the layer's compute. Gathered in
+    16 bits (FSDP2 param_dtype bf16, DeepSpeed's 16-bit copy; fp8 where Megatron gathers FP8
+    parameters, --fp8-param-gather, emitted with fp8; torchtitan's Float8 weights with
+    training.fp8_all_gather: engines.fp8_all_gather_rule), reduced in the engine's reduce dtype
+    (memory.reduce_bytes: torchtitan's FSDP2 mixed_precision_reduce is float32, its only
+    choice in 0.3.0). Plus the buffer copies around them, which run on the compute stream and
+    are not hidden: the gathered flat buffer is copied out into the layer's parameters after
+    each gather, and the gradients into the flat reduce-scatter input (torch FSDP2, fully_shard
+    _fsdp_collectives.py: foreach_all_gather_copy_out, foreach_reduce; DeepSpeed ZeRO-3
+    flattens and copies likewise): one read and one write of 2 W + G bytes."""
+    if size <= 1 or cfg.zero < 3:
+        return 0.0
+    link = comm.group_link(cluster, size, stride)
+    if cfg.engine == ENGINE_MEGATRON:
+        gather = kernels.param_gather_bytes(cfg.engine, cluster.gpu, t)  # FP8 parameters (MXFP8: staged bf16)
+    elif t.fp8_all_gather:
+        gather = DTYPE_BYTES[t.dtype]  # torchtitan's float8 weights
+    else:
+        gather = memory.activation_dtype_bytes(t)
+    wbytes = params * gather
+    gbytes = params * memory.reduce_bytes(t, cfg.engine)
+    fwd = comm.all_gather_s(wbytes, size, link, fits)
+    bwd = comm.all_gather_s(wbytes, size, link, fits) + comm.reduce_scatter_s(gbytes, size, link, fits)
+    gamma = cluster.gpu.overlap_interference
+    copies = compute.memory_bound_time_s(cluster.gpu, 2 * (2 * wbytes + gbytes), kernels=3)
+    return overlapped_s(fwd, fwd_compute_s, gamma) + overlapped_s(bwd, bwd_compute_s, gamma) + copies
