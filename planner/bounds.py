@@ -25,6 +25,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
+from cost_model.engines.states import state_bytes_per_param
 from cost_model.pipeline import in_flight
 from cost_model.pipeline.rank_costs import StageProblem, block_time_s
 from cost_model.specs.vocab import (
@@ -263,11 +264,11 @@ def _states_scale(training, engine: str, zero: int, shard: int) -> float:
     """Model-state bytes per parameter of `engine` under ZeRO `zero` over `shard` ranks,
     relative to the base table's (the same engine, zero 0; called once per candidate: cached).
     Under fp8 training the blocks' weights carry an FP8 copy and the embeddings none
-    (memory.fp8_weight_bytes: 0, 1 or 2 bytes): the least ratio over those keeps the bound
+    (fp8_weight_bytes: 0, 1 or 2 bytes): the least ratio over those keeps the bound
     below every layer's states."""
     def ratio(fp8_weight: float) -> float:
-        base = memory.state_bytes_per_param(training, engine, 0, 1, fp8_weight).total
-        return memory.state_bytes_per_param(training, engine, zero, shard, fp8_weight).total / base
+        base = state_bytes_per_param(training, engine, 0, 1, fp8_weight).total
+        return state_bytes_per_param(training, engine, zero, shard, fp8_weight).total / base
 
     return min(ratio(f) for f in (0.0, 1.0, 2.0))
 

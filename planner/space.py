@@ -260,7 +260,7 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
     - ZeRO-1 vs 0: reduce-scatter + all-gather moves (g + w)(n-1)/n bytes against the
       all-reduce's 2g(n-1)/n, with less optimizer memory and work (only while the three
       collectives share the ring formula: not with `fitted_collectives`); every engine's
-      ZeRO-1 keeps no more than its ZeRO-0 (engines.state_bytes_per_param).
+      ZeRO-1 keeps no more than its ZeRO-0 (engines/states.py engine_state_bytes).
     - ZeRO-2 vs 1 only for the runtime, whose zero 2 is its zero 1 (engines.py RUNTIME):
       the engines' ZeRO-2 (Megatron-FSDP optim_grads, DeepSpeed stage 2, FSDP2 without
       resharding) reduces gradients every micro-batch, so it may cost more time.

@@ -9,15 +9,12 @@ each engine once:
   entry with the upstream file and commit it was read from;
 - `engine_supports(engine, **knobs)`: None if the engine can run the knobs, else the reason,
   quoting the engine's rule;
-- `state_bytes_per_param(engine, zero, shard, ...)`: the model-state bytes per parameter
-  that engine really keeps (the engine-faithful counterpart of
-  `memory.model_state_bytes_per_param`, same three fields plus the optimizer-step transient).
+The model-state bytes per parameter each engine keeps are in engines/states.py.
 
 Sources (read with git from the snapshots, commit given per entry):
   NVIDIA/Megatron-LM @ d98e8a64ddf3 (2026-08-22), pytorch/torchtitan @ b5bcd76c66d0
   (2026-08-21; the 2024 benchmark runs used 9dec370ad26b, noted where it differs),
-  deepspeedai/DeepSpeed @ edaa72212672 (2026-08-22), and this project's planner/runtime.
-"""
+  deepspeedai/DeepSpeed @ edaa72212672 (2026-08-22), and this project's planner/runtime."""
 
 from __future__ import annotations
 
@@ -36,10 +33,8 @@ from cost_model.specs.vocab import (
     DISPATCHER_ALLTOALL,
     DISPATCHER_DEEPEP,
     DTYPE_BF16,
-    DTYPE_BYTES,
     DTYPE_FP8,
     DTYPE_FP16,
-    DTYPE_FP32,
     EMPTY_ANY,
     EMPTY_ENDS,
     EMPTY_NONE,
@@ -47,8 +42,6 @@ from cost_model.specs.vocab import (
     ENGINE_MEGATRON,
     ENGINE_RUNTIME,
     ENGINE_TORCHTITAN,
-    OPTIMIZER_ADAM,
-    OPTIMIZER_ADAMW,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
@@ -80,7 +73,7 @@ class Source:
         return f"{self.repo} {self.path}{at}{tail}"
 
 
-def _mg(path: str, what: str = "") -> Source:
+def megatron_source(path: str, what: str = "") -> Source:
     return Source("NVIDIA/Megatron-LM", MEGATRON_COMMIT, path, what)
 
 
@@ -185,7 +178,7 @@ class EngineSupport:
 
 _MG_ARGS = "megatron/training/arguments.py"
 _MG_TC = "megatron/core/transformer/transformer_config.py"
-_MG_DOC_DO = "docs/user-guide/features/dist_optimizer.md"
+MEGATRON_DIST_OPTIMIZER_DOC = "docs/user-guide/features/dist_optimizer.md"
 
 # Read in megatron-core 0.16.1 (the release the emitted launch targets): the asserts of
 # TransformerConfig.__post_init__ under `if self.overlap_moe_expert_parallel_comm`, the
@@ -206,7 +199,7 @@ MEGATRON = EngineSupport(
             "param (param_dtype) + main grad (grad_dtype, --main-grads-dtype fp32 default) + fp32 main "
             "param and Adam moments; table: bf16/fp32 -> 18 B, fp16/fp16 -> 20 B, fp32/fp32 -> 16 B",
             "all-reduce of the grad buffer once per step (bucketed; --overlap-grad-reduce hides all but the last bucket)",
-            True, _mg(_MG_DOC_DO, "bytes-per-parameter table, 'Non-distributed optim' column"),
+            True, megatron_source(MEGATRON_DIST_OPTIMIZER_DOC, "bytes-per-parameter table, 'Non-distributed optim' column"),
         ),
         ShardingMode(
             1, "distributed optimizer", "--use-distributed-optimizer",
@@ -214,13 +207,13 @@ MEGATRON = EngineSupport(
             "table: bf16/fp32 -> 6 + 12/d, fp16/fp16 -> 4 + 16/d, fp32/fp32 -> 8 + 8/d",
             "reduce-scatter of the grad buffer, optimizer step on the shard, all-gather of the updated params "
             "(after the step unless --overlap-param-gather, then in the next forward)",
-            True, _mg(_MG_DOC_DO, "'Distributed optim' column and Key Steps"),
+            True, megatron_source(MEGATRON_DIST_OPTIMIZER_DOC, "'Distributed optim' column and Key Steps"),
         ),
         ShardingMode(
             2, "Megatron-FSDP optim_grads", "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
             "param + 1/d of (main grads, optimizer state)",
             "reduce-scatter of gradients per FSDP unit in backward, all-gather of params after the step",
-            False, _mg(_MG_ARGS, "--data-parallel-sharding-strategy choices no_shard|optim|optim_grads|optim_grads_params"),
+            False, megatron_source(_MG_ARGS, "--data-parallel-sharding-strategy choices no_shard|optim|optim_grads|optim_grads_params"),
         ),
         ShardingMode(
             3, "Megatron-FSDP optim_grads_params", "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params",
@@ -228,7 +221,7 @@ MEGATRON = EngineSupport(
             "(--fsdp-double-buffer keeps a persistent pair)",
             "all-gather of each unit's params in forward and again in backward, reduce-scatter of its grads "
             "(--overlap-param-gather / --overlap-grad-reduce on by default for this strategy)",
-            False, _mg("docs/user-guide/features/megatron_fsdp.md", "FSDP Unit Modules table"),
+            False, megatron_source("docs/user-guide/features/megatron_fsdp.md", "FSDP Unit Modules table"),
         ),
     ),
     recompute=(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL),
@@ -239,35 +232,35 @@ MEGATRON = EngineSupport(
         "uniform checkpoints every chunk of N layers; one N for all stages. selective: "
         "--recompute-modules (default core_attn) on every layer, recompute_num_layers must be None"
     ),
-    recompute_source=_mg(_MG_TC, "recompute_granularity/method/num_layers/modules and their checks"),
+    recompute_source=megatron_source(_MG_TC, "recompute_granularity/method/num_layers/modules and their checks"),
     schedules={SCHEDULE_1F1B: "forward_backward_pipelining_without_interleaving",
                SCHEDULE_INTERLEAVED: "forward_backward_pipelining_with_interleaving"},
     schedule_detail=(
         "get_forward_backward_func: no pipelining, 1F1B without interleaving, interleaved 1F1B "
         "(--num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank). No GPipe."
     ),
-    schedule_source=_mg("megatron/core/pipeline_parallel/schedules.py", "get_forward_backward_func"),
+    schedule_source=megatron_source("megatron/core/pipeline_parallel/schedules.py", "get_forward_backward_func"),
     uneven_stages=(
         "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers (first and last stage "
         "differ, the middle stages split the rest evenly), or --pipeline-model-parallel-layout "
         "(any split, e.g. 'E|(t|)*3,m|m||L')"
     ),
-    uneven_source=_mg(_MG_ARGS, "_add_distributed_args"),
+    uneven_source=megatron_source(_MG_ARGS, "_add_distributed_args"),
     # the layout asks only that the embedding come first, the loss last and the decoder count
     # be num_layers: a stage may hold nothing else, or nothing at all (its pretty_repr prints
     # "(empty stage)"); --account-for-embedding/loss-in-pipeline-split give the even case
     empty_chunks=EMPTY_ANY,
-    empty_chunks_source=_mg("megatron/core/transformer/pipeline_parallel_layer_layout.py",
+    empty_chunks_source=megatron_source("megatron/core/transformer/pipeline_parallel_layer_layout.py",
                             "PipelineParallelLayerLayout.validate_layer_layout"),
     cp_variants=(CP_P2P, CP_ALL_GATHER, CP_A2A, CP_A2A_P2P),
-    cp_source=_mg(_MG_ARGS, "--cp-comm-type (per layer allowed), default p2p"),
+    cp_source=megatron_source(_MG_ARGS, "--cp-comm-type (per layer allowed), default p2p"),
     expert_parallel=True,
     expert_tensor_parallel=True,
-    ep_source=_mg("megatron/core/model_parallel_config.py", "expert_tensor_parallel_size (defaults to tp)"),
+    ep_source=megatron_source("megatron/core/model_parallel_config.py", "expert_tensor_parallel_size (defaults to tp)"),
     tensor_parallel=True,
     sequence_parallel=True,
     fp8_recipes=("delayed", "tensorwise", "blockwise", "mxfp8", "custom"),
-    fp8_source=_mg(_MG_TC, "fp8_recipe: tensorwise = per-tensor current scaling, mxfp8 Blackwell only; --fp8-format e4m3|hybrid"),
+    fp8_source=megatron_source(_MG_TC, "fp8_recipe: tensorwise = per-tensor current scaling, mxfp8 Blackwell only; --fp8-format e4m3|hybrid"),
     loss=LossImpl(
         "vocab_parallel_cross_entropy", fused=False, chunked=False, vocab_parallel_under_tp=True,
         description=(
@@ -276,23 +269,23 @@ MEGATRON = EngineSupport(
             "--cross-entropy-fusion-impl native jit-fuses the same steps (same fp32 saved tensor, grad cast "
             "to bf16); impl te calls Transformer Engine's parallel_cross_entropy"
         ),
-        source=_mg("megatron/core/tensor_parallel/cross_entropy.py",
+        source=megatron_source("megatron/core/tensor_parallel/cross_entropy.py",
                    "calculate_logits_max .float(); fusions/fused_cross_entropy.py saves exp_logits; "
                    "models/common/language_module/language_module.py compute_language_model_loss"),
     ),
     overlap=(
         OverlapSwitch("--overlap-grad-reduce", "DP grad all-reduce / reduce-scatter per bucket with backward", False,
-                      _mg(_MG_ARGS)),
+                      megatron_source(_MG_ARGS)),
         OverlapSwitch("--overlap-param-gather", "distributed-optimizer param all-gather with the next forward "
                       "(requires --overlap-grad-reduce and the distributed optimizer or Megatron-FSDP)", False,
-                      _mg(_MG_ARGS, "validate_args: overlap_param_gather asserts")),
+                      megatron_source(_MG_ARGS, "validate_args: overlap_param_gather asserts")),
         OverlapSwitch("--tp-comm-overlap", "TP all-gather / reduce-scatter with the GEMMs (TE userbuffers); "
                       "emitted and priced where `tp_comm_overlap` holds", False,
-                      _mg("megatron/core/model_parallel_config.py", "tp_comm_overlap; megatron/training/arguments.py "
+                      megatron_source("megatron/core/model_parallel_config.py", "tp_comm_overlap; megatron/training/arguments.py "
                           "validate_args: 'Tensor parallel communication/GEMM overlap can happen only when sequence "
                           "parallelism is enabled'")),
         OverlapSwitch("overlap_p2p_comm", "PP send/recv with compute (interleaved schedule only; "
-                      "--no-overlap-p2p-communication turns it off)", True, _mg(_MG_ARGS)),
+                      "--no-overlap-p2p-communication turns it off)", True, megatron_source(_MG_ARGS)),
         OverlapSwitch("--overlap-moe-expert-parallel-comm", "MoE dispatch / combine all-to-alls of one micro-batch "
                       "with the compute of another (combined 1F1B steps); emitted and priced where the plan's "
                       "moe_a2a_overlap holds", False, _MG_A2A_OVERLAP),
@@ -550,7 +543,7 @@ def fp8_all_gather_rule(engine: str, dtype: str, on: bool) -> str | None:
     tensorwise recipe; its 0.3.0 converters are rowwise and do not have it, and the launch
     emitter refuses torchtitan fp8 plans: this prices published runs). Megatron gathers FP8
     parameters by itself under fp8 with a sharded optimizer (--fp8-param-gather, emitted:
-    state_bytes_per_param); DeepSpeed has no float8 gather. Priced in the gathers' bytes
+    engine_state_bytes); DeepSpeed has no float8 gather. Priced in the gathers' bytes
     (layers._zero3_s); the working set keeps the 16-bit gathered weights
     (memory.block_working_set_bytes), a small over-statement of the peak, not an under-."""
     if not on:
@@ -748,130 +741,3 @@ def tp_comm_overlap(engine: str, tp: int, sequence_parallel: bool, gpus_per_node
     if engine != ENGINE_MEGATRON or tp <= 1 or not sequence_parallel:
         return False
     return tp <= gpus_per_node and gpus_per_node % tp == 0
-
-
-# --------------------------------------------------------------------------- model states
-
-
-@dataclass(frozen=True)
-class EngineStateBytes:
-    """Bytes per parameter one rank keeps for model states, as the engine allocates them.
-    Same fields as memory.StateBytesPerParam (weights, grads, optimizer, total) plus
-    `step_transient`: bytes per parameter allocated only around the optimizer step (a fp32
-    gradient partition or flat copy) — add it to the peak if the step is the peak."""
-
-    weights: float
-    grads: float
-    optimizer: float
-    step_transient: float = 0.0
-    source: str = ""
-
-    @property
-    def total(self) -> float:
-        return self.weights + self.grads + self.optimizer
-
-
-def _moments_bytes(optimizer: str) -> float:
-    """Adam/AdamW: fp32 exp_avg + exp_avg_sq (8); SGD with momentum: 4."""
-    return 8.0 if optimizer in (OPTIMIZER_ADAM, OPTIMIZER_ADAMW) else 4.0
-
-
-def state_bytes_per_param(
-    engine: str,
-    zero: int,
-    shard: int,
-    dtype: str = DTYPE_BF16,
-    grad_dtype: str = DTYPE_FP32,
-    master_dtype: str = DTYPE_FP32,
-    optimizer: str = OPTIMIZER_ADAM,
-    fp8_weight_bytes: float = 0.0,
-) -> EngineStateBytes:
-    """What `engine` keeps per parameter at `zero` with `shard` ranks sharing the state.
-
-    `shard` is the engine's sharding group: Megatron and DeepSpeed the data-parallel group
-    (dp x cp in Megatron: the distributed optimizer shards over the dp-cp group); torchtitan
-    dp_shard x cp (resolve_fsdp_mesh), not dp_replicate.
-
-    fp8 training: `fp8_weight_bytes` is what one FP8 copy of a GEMM weight takes on the
-    device (memory.fp8_weight_bytes: 1, or 2 where FP8 GEMMs need a transposed copy), 0 for
-    parameters that feed no FP8 GEMM. Megatron (Transformer Engine): with a sharded optimizer
-    the emitter passes --fp8-param-gather ("keep the compute param in fp8 ... and perform
-    the param all-gather in fp8", megatron/training/arguments.py; validate_args allows it
-    only with the distributed optimizer or an FSDP), so the parameter itself is the FP8
-    tensor; without it (zero 0) TE caches an FP8 workspace of every weight across the
-    micro-batches of a step beside the bf16 parameter (megatron/core/extensions/
-    transformer_engine.py passes is_first_microbatch; transformer_engine/pytorch/module/
-    base.py get_weight_workspace cache_name 'weight'). The other engines cast per GEMM
-    (torchao Float8Linear): bf16 parameters, no persistent FP8 copy."""
-    e = get_engine(engine)
-    if e.sharding_mode(zero) is None:
-        raise ValueError(engine_supports(engine, zero=zero))
-    d = float(max(1, shard))
-    p_dtype = DTYPE_BF16 if dtype == DTYPE_FP8 else dtype
-    w = float(DTYPE_BYTES[p_dtype])
-    m = _moments_bytes(optimizer)
-    master = 0.0 if p_dtype == DTYPE_FP32 else float(DTYPE_BYTES[master_dtype])
-
-    if engine == ENGINE_MEGATRON:
-        # dist_optimizer.md table: 16-bit grads get an fp32 main-grad copy inside the optimizer
-        # (fp16/fp16: 20 = 2 + 2 + 16); fp32 grads are the main grads themselves (bf16/fp32: 18).
-        g = float(DTYPE_BYTES[grad_dtype]) if p_dtype != DTYPE_FP32 else 4.0
-        k = m + master + (4.0 if g < 4 else 0.0)
-        src = str(_mg(_MG_DOC_DO, "bytes-per-parameter table"))
-        fp8 = fp8_weight_bytes if dtype == DTYPE_FP8 else 0.0
-        if zero == 0:
-            return EngineStateBytes(w + fp8, g, k, source=src)
-        # --fp8-param-gather: the FP8 tensor is the parameter (master fp32 in the optimizer)
-        w = fp8 or w
-        if zero == 1:
-            return EngineStateBytes(w, g, k / d, source=src)
-        src = str(e.sharding_mode(zero).source)
-        if zero == 2:
-            return EngineStateBytes(w, g / d, k / d, source=src)
-        return EngineStateBytes(w / d, g / d, k / d, source=src)
-
-    if engine == ENGINE_TORCHTITAN:
-        # FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the sharded
-        # parameter is fp32 and is the optimizer's master; grads are fp32 shards. The bf16
-        # compute copy is transient per block (zero 3) or held forward->backward (zero 2).
-        full = 4.0 + 4.0 + m  # fp32 param, fp32 grad, moments
-        src = str(e.sharding_mode(zero).source)
-        if zero == 0:
-            return EngineStateBytes(4.0, 4.0, m, source=src)
-        held_compute_copy = w if (zero == 2 and p_dtype != DTYPE_FP32) else 0.0
-        return EngineStateBytes(4.0 / d + held_compute_copy, 4.0 / d, m / d, source=src + f"; total {full:g}/d")
-
-    if engine == ENGINE_DEEPSPEED:
-        src = str(e.sharding_mode(zero).source)
-        g16 = float(DTYPE_BYTES[p_dtype])
-        if p_dtype == DTYPE_FP32:
-            k = m
-            if zero == 0:
-                return EngineStateBytes(4.0, 4.0, k, source=src)
-            if zero == 1:
-                return EngineStateBytes(4.0, 4.0, k / d, source=src)
-            if zero == 2:
-                return EngineStateBytes(4.0, 4.0 / d, k / d, source=src)
-            return EngineStateBytes(4.0 / d, 4.0 / d, k / d, source=src)
-        if zero == 0:
-            # bf16 without ZeRO needs bf16 gradient accumulation (engine.py); fp32 master + moments full
-            return EngineStateBytes(w, g16, master + m, source=src)
-        if zero == 1 and p_dtype == DTYPE_BF16 and grad_dtype == DTYPE_FP32:
-            # BF16_Optimizer: full fp32 gradient buffer, fp32 master and moments sharded
-            return EngineStateBytes(w, 4.0, (master + m) / d, source=str(e.sharding_mode(1).source))
-        # stage_1_and_2 / stage3: 16-bit grads; fp32 grad partition only around the step
-        if zero == 1:
-            return EngineStateBytes(w, g16, (master + m) / d, step_transient=4.0 / d, source=src)
-        if zero == 2:
-            return EngineStateBytes(w, g16 / d, (master + m) / d, step_transient=4.0 / d, source=src)
-        return EngineStateBytes(w / d, g16 / d, (master + m) / d, step_transient=4.0 / d, source=src)
-
-    # this project's runtime: fp32 throughout (runtime/__main__.py)
-    src = str(e.sharding_mode(zero).source)
-    if zero == 0:
-        return EngineStateBytes(4.0, 4.0, m, source=src)
-    if zero in (1, 2):
-        # whole param and grad; fp32 master slice + grad slice + moments per rank; flat fp32
-        # gradient copy built for the reduce-scatter at the step
-        return EngineStateBytes(4.0, 4.0, (4.0 + 4.0 + m) / d, step_transient=4.0, source=src)
-    return EngineStateBytes(4.0 / d, 4.0 / d, m / d, source=src)

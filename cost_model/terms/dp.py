@@ -7,6 +7,7 @@ only the excess over the layer's compute is exposed (Rajbhandari et al. 2020 §5
 from __future__ import annotations
 
 from cost_model.engines import kernels
+from cost_model.engines.states import grad_dtype_bytes
 from cost_model.hardware import comm, compute
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
 from cost_model.specs.vocab import DTYPE_BYTES, ENGINE_DEEPSPEED, ENGINE_MEGATRON
@@ -52,7 +53,7 @@ def grad_sync_s(
     if size <= 1 or cfg.zero >= 3:
         return 0.0
     link = comm.group_link(cluster, size, stride)
-    gbytes = params * memory.grad_dtype_bytes(t)
+    gbytes = params * grad_dtype_bytes(t)
     if cfg.zero == 0:
         return comm.all_reduce_s(gbytes, size, link, fits)
     rs = comm.reduce_scatter_s(gbytes, size, link, fits)
@@ -92,7 +93,7 @@ def bucket_sync_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, pa
     parameter all-gather) over a group of `size` ranks `stride` apart (dp_last_bucket_s)."""
     bucket = min(params_rank, max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP * dense_dp_size(cfg)))
     link = comm.group_link(cluster, size, stride)
-    gbytes = bucket * memory.grad_dtype_bytes(t)
+    gbytes = bucket * grad_dtype_bytes(t)
     if cfg.zero == 0:
         return comm.all_reduce_s(gbytes, size, link, fits)
     gather = bucket * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t)

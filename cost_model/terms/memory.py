@@ -10,8 +10,7 @@ With flash attention (what Megatron-Core, torchtitan and DeepSpeed run today: Da
 saved. Without dropout (Llama-style training) the 1-byte masks vanish.
 Model states follow ZeRO (Rajbhandari et al. 2020, §3 and Fig. 1: (2 + 2 + K)Psi with K=12
 for mixed-precision Adam) and Megatron-LM's distributed-optimizer table (docs/source/
-distrib_optimizer.md: fp16/bf16 param + fp32 grad = 6 bytes + 12/d optimizer bytes).
-"""
+distrib_optimizer.md: fp16/bf16 param + fp32 grad = 6 bytes + 12/d optimizer bytes)."""
 
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from functools import lru_cache
 
 from cost_model.engines import kernels
 from cost_model.engines import support as engines
+from cost_model.engines.states import grad_dtype_bytes
 from cost_model.model import attention
 from cost_model.specs.inputs import ModelSpec, ParallelConfig, TrainingSpec, TransformerSpec
 from cost_model.specs.vocab import (
@@ -27,14 +27,10 @@ from cost_model.specs.vocab import (
     DTYPE_BF16,
     DTYPE_BYTES,
     DTYPE_FP8,
-    DTYPE_FP32,
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
     ENGINE_TORCHTITAN,
-    FP8_MXFP8,
     MLP_SWIGLU,
-    OPTIMIZER_ADAM,
-    OPTIMIZER_ADAMW,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
 )
@@ -95,93 +91,6 @@ def activation_dtype_bytes(t: TrainingSpec) -> int:
     Learning" §4); the GEMM inputs it keeps for the weight gradients are its FP8 copies
     (_saved_gemm_input_bytes)."""
     return DTYPE_BYTES[DTYPE_BF16 if t.dtype == DTYPE_FP8 else t.dtype]
-
-
-def grad_dtype_bytes(t: TrainingSpec) -> int:
-    """Bytes of one gradient element: `grad_dtype`, except fp32 training, whose gradients
-    are fp32 whatever grad_dtype says."""
-    return DTYPE_BYTES[DTYPE_FP32 if t.dtype == DTYPE_FP32 else t.grad_dtype]
-
-# --------------------------------------------------------------------------- model states
-
-
-@dataclass(frozen=True)
-class StateBytesPerParam:
-    """Bytes per parameter of model states on one GPU, after sharding over `shard` ranks."""
-
-    weights: float
-    grads: float
-    optimizer: float
-
-    @property
-    def total(self) -> float:
-        return self.weights + self.grads + self.optimizer
-
-
-def optimizer_bytes_per_param(t: TrainingSpec) -> float:
-    """K of ZeRO §3: Adam keeps an fp32 master copy, momentum and variance (4+4+4 = 12);
-    SGD with momentum 4+4. fp32 training needs no separate master copy."""
-    master = 0 if t.dtype == DTYPE_FP32 else DTYPE_BYTES[t.master_weights_dtype]
-    moments = 8 if t.optimizer in (OPTIMIZER_ADAM, OPTIMIZER_ADAMW) else 4
-    return master + moments
-
-
-def model_state_bytes_per_param(t: TrainingSpec, zero: int, shard: int) -> StateBytesPerParam:
-    """ZeRO stage 0-3 over a data-parallel group of `shard` ranks.
-    0: (w + g + K); 1 (= Megatron distributed optimizer): w + g + K/d;
-    2: w + (g + K)/d; 3: (w + g + K)/d.
-    With bf16 weights, fp32 grads and Adam this is Megatron's 18 bytes and 6 + 12/d; with
-    16-bit grads it is ZeRO's 16, 4 + 12/d, 2 + 14/d, 16/d."""
-    w = DTYPE_BYTES[t.dtype]
-    g = grad_dtype_bytes(t)
-    k = optimizer_bytes_per_param(t)
-    d = max(1, shard)
-    if zero <= 0:
-        return StateBytesPerParam(w, g, k)
-    if zero == 1:
-        return StateBytesPerParam(w, g, k / d)
-    if zero == 2:
-        return StateBytesPerParam(w, g / d, k / d)
-    return StateBytesPerParam(w / d, g / d, k / d)
-
-
-def fp8_weight_bytes(gpu, t: TrainingSpec, engine: str = ENGINE_MEGATRON) -> float:
-    """Bytes one FP8 copy of a GEMM weight takes under fp8 training: per-tensor scaling keeps
-    the row-wise data, plus the transposed copy where FP8 GEMMs take only the TN layout
-    (GPUSpec.fp8_gemm_tn_only; Transformer Engine Float8Tensor `_data` / `_transpose`); MXFP8
-    keeps both the row- and the column-wise data, each with an E8M0 scale per 32 elements,
-    for the whole step (transformer_engine/pytorch/tensor/mxfp8_tensor.py MXFP8Quantizer,
-    module/base.py sets both usages under grad; nothing frees the column-wise copy:
-    storage/mxfp8_tensor_storage.py update_usage @d0067d0da6cb). 0 without fp8 training."""
-    if t.dtype != DTYPE_FP8:
-        return 0.0
-    if kernels.fp8_recipe(engine, gpu, t) == FP8_MXFP8:
-        return 2.0 * (DTYPE_BYTES[DTYPE_FP8] + 1.0 / 32)
-    return DTYPE_BYTES[DTYPE_FP8] * (2.0 if gpu.fp8_gemm_tn_only else 1.0)
-
-
-def state_bytes_per_param(t: TrainingSpec, engine: str, zero: int, shard: int,
-                          fp8_weight: float = 0.0) -> StateBytesPerParam:
-    """Model-state bytes per parameter as `engine` allocates them (engines.state_bytes_per_param:
-    Megatron's distributed-optimizer table, torchtitan FSDP2's fp32 sharded master, DeepSpeed's
-    BF16_Optimizer / stage_1_and_2, this project's fp32 runtime). A sharding mode the engine
-    does not have (never searched; an estimate may still ask) is priced as ZeRO states it.
-    The optimizer step's transient (a fp32 gradient partition) is not added: at the step the
-    activations are freed, so it is not the peak of a training step.
-    `fp8_weight`: the parameters' FP8 copy under fp8 training (`fp8_weight_bytes`; 0 for
-    parameters outside the FP8 GEMMs: embeddings, output layer)."""
-    if engines.get_engine(engine).sharding_mode(zero) is None:
-        return model_state_bytes_per_param(t, zero, shard)
-    return _engine_state(engine, zero, shard, t.dtype, t.grad_dtype, t.master_weights_dtype, t.optimizer,
-                         fp8_weight)
-
-
-@lru_cache(maxsize=4096)
-def _engine_state(engine: str, zero: int, shard: int, dtype: str, grad_dtype: str, master: str,
-                  optimizer: str, fp8_weight: float = 0.0) -> StateBytesPerParam:
-    """engines.state_bytes_per_param, cached: the search asks it for every candidate."""
-    e = engines.state_bytes_per_param(engine, zero, shard, dtype, grad_dtype, master, optimizer, fp8_weight)
-    return StateBytesPerParam(e.weights, e.grads, e.optimizer)
 
 
 # --------------------------------------------------------------------------- activations

@@ -1,5 +1,5 @@
 """Model states of a layer on one GPU (weights, gradients, optimizer states, as the engine
-allocates them: memory.state_bytes_per_param) and the time that goes with them: the gradient
+allocates them: state_bytes_per_param) and the time that goes with them: the gradient
 sync and ZeRO-3 traffic (dp.py) and the memory-bound optimizer step.
 """
 
@@ -8,9 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_model.engines import kernels
+from cost_model.engines.states import (
+    fp8_weight_bytes,
+    grad_dtype_bytes,
+    optimizer_bytes_per_param,
+    state_bytes_per_param,
+)
 from cost_model.hardware import compute
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec
-from cost_model.terms import memory
 from cost_model.terms.dp import (
     dense_dp_size,
     expert_dp_size,
@@ -25,7 +30,7 @@ from cost_model.terms.geometry import BlockCompute
 def layer_state_bytes(
     t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int, fp8_weight: float = 0.0
 ) -> tuple[float, float, float]:
-    per = memory.state_bytes_per_param(t, cfg.engine, cfg.zero, shard, fp8_weight)
+    per = state_bytes_per_param(t, cfg.engine, cfg.zero, shard, fp8_weight)
     return params * per.weights, params * per.grads, params * per.optimizer
 
 
@@ -33,8 +38,8 @@ def optimizer_step_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig,
     """Optimizer step is memory-bound: each owned parameter reads and writes its optimizer
     states, reads its gradient and writes its 16-bit copy (Adam: fused multi-tensor apply)."""
     owned = params / (shard if cfg.zero >= 1 else 1)
-    k = memory.optimizer_bytes_per_param(t)
-    g = memory.grad_dtype_bytes(t)
+    k = optimizer_bytes_per_param(t)
+    g = grad_dtype_bytes(t)
     nbytes = owned * (2 * k + g + kernels.param_gather_bytes(cfg.engine, cluster.gpu, t))
     return compute.memory_bound_time_s(cluster.gpu, nbytes, kernels=1)
 
@@ -57,11 +62,11 @@ def block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, ex
     hidden under compute (their layer's compute is counted once, with the dense part). The
     gathered ZeRO-3 parameters are the block's working set (memory.block_working_set_bytes).
     Under fp8 training a block's weights feed FP8 GEMMs and carry their FP8 copy
-    (memory.fp8_weight_bytes; engines.state_bytes_per_param); the few norm and router weights
+    (fp8_weight_bytes; engine_state_bytes); the few norm and router weights
     among them are counted alike (under 0.1% of a block's parameters)."""
     tp, estride = cfg.tp, expert_dp_stride(cfg)
     dp_size, edp_size = dense_dp_size(cfg), expert_dp_size(cfg)
-    f8 = memory.fp8_weight_bytes(cluster.gpu, t, cfg.engine)
+    f8 = fp8_weight_bytes(cluster.gpu, t, cfg.engine)
     w1, g1, o1 = layer_state_bytes(t, cfg, dense, dp_size, f8)
     w2, g2, o2 = layer_state_bytes(t, cfg, expert, edp_size, f8)
     dp_sync = grad_sync_s(cluster, t, cfg, dense, dp_size, tp, fits)

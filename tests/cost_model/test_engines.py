@@ -15,7 +15,8 @@ References, restated here from the source (not from engines.py):
 
 import pytest
 
-from cost_model.engines.support import ENGINES, engine_supports, state_bytes_per_param
+from cost_model.engines.states import engine_state_bytes
+from cost_model.engines.support import ENGINES, engine_supports
 from cost_model.specs.vocab import Engine, values
 
 MEGATRON_TABLE = {
@@ -31,23 +32,23 @@ MEGATRON_TABLE = {
 def test_megatron_distributed_optimizer_table(dtypes, d):
     dtype, grad = dtypes
     plain, dist = MEGATRON_TABLE[dtypes]
-    assert state_bytes_per_param("megatron", 0, d, dtype, grad).total == pytest.approx(plain)
-    assert state_bytes_per_param("megatron", 1, d, dtype, grad).total == pytest.approx(dist(d))
+    assert engine_state_bytes("megatron", 0, d, dtype, grad).total == pytest.approx(plain)
+    assert engine_state_bytes("megatron", 1, d, dtype, grad).total == pytest.approx(dist(d))
 
 
 def test_megatron_distributed_optimizer_keeps_full_fp32_grads():
-    s = state_bytes_per_param("megatron", 1, 8, "bf16", "fp32")
+    s = engine_state_bytes("megatron", 1, 8, "bf16", "fp32")
     assert (s.weights, s.grads) == (2, 4)  # never sharded: the 6 of 6 + 12/d
 
 
 @pytest.mark.parametrize("d", [1, 8, 32, 256])
 def test_torchtitan_fsdp2_tables(d):
-    full = state_bytes_per_param("torchtitan", 3, d, "bf16", "fp32")
+    full = engine_state_bytes("torchtitan", 3, d, "bf16", "fp32")
     assert full.total == pytest.approx(16 / d)
     assert (full.weights, full.grads, full.optimizer) == pytest.approx((4 / d, 4 / d, 8 / d))
-    no_reshard = state_bytes_per_param("torchtitan", 2, d, "bf16", "fp32")
+    no_reshard = engine_state_bytes("torchtitan", 2, d, "bf16", "fp32")
     assert no_reshard.total == pytest.approx(2 + 16 / d)
-    ddp = state_bytes_per_param("torchtitan", 0, d, "bf16", "fp32")
+    ddp = engine_state_bytes("torchtitan", 0, d, "bf16", "fp32")
     assert ddp.total == pytest.approx(16)
 
 
@@ -55,29 +56,29 @@ def test_torchtitan_has_no_zero1():
     why = engine_supports("torchtitan", zero=1)
     assert why and "ZeRO-1" in why
     with pytest.raises(ValueError):
-        state_bytes_per_param("torchtitan", 1, 8)
+        engine_state_bytes("torchtitan", 1, 8)
 
 
 def test_fp8_keeps_bf16_params():
-    assert state_bytes_per_param("megatron", 1, 8, "fp8", "fp32").total == pytest.approx(6 + 12 / 8)
+    assert engine_state_bytes("megatron", 1, 8, "fp8", "fp32").total == pytest.approx(6 + 12 / 8)
 
 
 @pytest.mark.parametrize("d", [2, 16])
 def test_deepspeed_bytes(d):
-    assert state_bytes_per_param("deepspeed", 1, d, "bf16", "fp32").total == pytest.approx(6 + 12 / d)
-    z2 = state_bytes_per_param("deepspeed", 2, d, "bf16", "bf16")
+    assert engine_state_bytes("deepspeed", 1, d, "bf16", "fp32").total == pytest.approx(6 + 12 / d)
+    z2 = engine_state_bytes("deepspeed", 2, d, "bf16", "bf16")
     assert z2.total == pytest.approx(2 + (2 + 12) / d)
     assert z2.step_transient == pytest.approx(4 / d)
-    assert state_bytes_per_param("deepspeed", 3, d, "bf16", "bf16").total == pytest.approx(16 / d)
+    assert engine_state_bytes("deepspeed", 3, d, "bf16", "bf16").total == pytest.approx(16 / d)
 
 
 def test_runtime_is_fp32_and_zero2_equals_zero1():
     d = 4
-    z1 = state_bytes_per_param("runtime", 1, d, "bf16", "fp32")
-    z2 = state_bytes_per_param("runtime", 2, d, "bf16", "fp32")
+    z1 = engine_state_bytes("runtime", 1, d, "bf16", "fp32")
+    z2 = engine_state_bytes("runtime", 2, d, "bf16", "fp32")
     assert (z1.weights, z1.grads, z1.optimizer, z1.step_transient) == (z2.weights, z2.grads, z2.optimizer, z2.step_transient)
     assert z1.total == pytest.approx(4 + 4 + 16 / d)
-    assert state_bytes_per_param("runtime", 0, d).total == 16
+    assert engine_state_bytes("runtime", 0, d).total == 16
 
 
 def test_every_engine_in_vocab_has_a_table_with_sources():

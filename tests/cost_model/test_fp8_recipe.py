@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cost_model.engines import kernels
+from cost_model.engines.states import fp8_weight_bytes
 from cost_model.estimate import estimate
 from cost_model.hardware.catalog import get_gpu
 from cost_model.model.presets import get_preset
@@ -83,12 +84,11 @@ def test_mxfp8_weights_and_parameter_gather():
     1/32) bytes (TE MXFP8Tensor), where per-tensor scaling on Blackwell keeps one byte and on
     Hopper two (the transposed copy); the distributed optimizer gathers MXFP8 parameters as
     bf16 through the gradient buffer (2 bytes), per-tensor FP8 parameters as themselves (1)."""
-    from cost_model.terms import memory
 
     b200, h100 = get_gpu("b200"), get_gpu("h100-sxm")
-    assert memory.fp8_weight_bytes(b200, _t(), "megatron") == pytest.approx(2 * (1 + 1 / 32))
-    assert memory.fp8_weight_bytes(b200, _t(fp8_recipe="tensorwise"), "megatron") == 1
-    assert memory.fp8_weight_bytes(h100, _t(), "megatron") == 2
+    assert fp8_weight_bytes(b200, _t(), "megatron") == pytest.approx(2 * (1 + 1 / 32))
+    assert fp8_weight_bytes(b200, _t(fp8_recipe="tensorwise"), "megatron") == 1
+    assert fp8_weight_bytes(h100, _t(), "megatron") == 2
     assert kernels.param_gather_bytes("megatron", b200, _t()) == 2
     assert kernels.param_gather_bytes("megatron", b200, _t(fp8_recipe="tensorwise")) == 1
     assert kernels.param_gather_bytes("megatron", b200, TrainingSpec(global_batch_size=8, seq_length=8)) == 2

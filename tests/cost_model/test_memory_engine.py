@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from cost_model.engines.states import fp8_weight_bytes, state_bytes_per_param, zero_state_bytes
 from cost_model.specs.inputs import ParallelConfig, TrainingSpec, TransformerSpec
 from cost_model.terms import memory, transients
 
@@ -33,11 +34,11 @@ def test_reserved_is_context_workspace_and_nccl_buffers():
 
 def test_engine_state_bytes_megatron_and_fsdp2():
     t = TrainingSpec(global_batch_size=8, seq_length=2048)
-    assert memory.state_bytes_per_param(t, "megatron", 1, 8).total == pytest.approx(6 + 12 / 8)
-    assert memory.state_bytes_per_param(t, "megatron", 0, 8).total == pytest.approx(18)
-    assert memory.state_bytes_per_param(t, "torchtitan", 3, 8).total == pytest.approx(16 / 8)
+    assert state_bytes_per_param(t, "megatron", 1, 8).total == pytest.approx(6 + 12 / 8)
+    assert state_bytes_per_param(t, "megatron", 0, 8).total == pytest.approx(18)
+    assert state_bytes_per_param(t, "torchtitan", 3, 8).total == pytest.approx(16 / 8)
     # a mode the engine lacks is priced as ZeRO states it (torchtitan has no ZeRO-1)
-    assert memory.state_bytes_per_param(t, "torchtitan", 1, 8) == memory.model_state_bytes_per_param(t, 1, 8)
+    assert state_bytes_per_param(t, "torchtitan", 1, 8) == zero_state_bytes(t, 1, 8)
 
 
 def test_loss_beside_or_inside_the_cached_segments():
@@ -78,19 +79,19 @@ def test_fp8_weight_copies_as_transformer_engine_keeps_them():
     t8 = TrainingSpec(global_batch_size=8, seq_length=2048, dtype="fp8")
     b200, h100 = get_gpu("b200"), get_gpu("h100-sxm")
     tw = replace(t8, fp8_recipe="tensorwise")
-    assert memory.fp8_weight_bytes(b200, tw) == 1 and memory.fp8_weight_bytes(h100, t8) == 2
-    assert memory.fp8_weight_bytes(b200, t8) == 2 * (1 + 1 / 32)  # MXFP8, the default there
-    assert memory.fp8_weight_bytes(h100, TrainingSpec(global_batch_size=8, seq_length=2048)) == 0
+    assert fp8_weight_bytes(b200, tw) == 1 and fp8_weight_bytes(h100, t8) == 2
+    assert fp8_weight_bytes(b200, t8) == 2 * (1 + 1 / 32)  # MXFP8, the default there
+    assert fp8_weight_bytes(h100, TrainingSpec(global_batch_size=8, seq_length=2048)) == 0
     d = 8
     # bf16 param 2 + fp32 grad 4 + (fp32 master 4 + Adam 8) = 18 (dist_optimizer.md), + the copy
     for f in (1.0, 2.0):
-        s0 = memory.state_bytes_per_param(t8, "megatron", 0, d, f)
+        s0 = state_bytes_per_param(t8, "megatron", 0, d, f)
         assert (s0.weights, s0.total) == (2 + f, 18 + f)
-        s1 = memory.state_bytes_per_param(t8, "megatron", 1, d, f)
+        s1 = state_bytes_per_param(t8, "megatron", 1, d, f)
         assert (s1.weights, s1.total) == (f, f + 4 + 12 / d)
-        assert memory.state_bytes_per_param(t8, "torchtitan", 3, d, f) == memory.state_bytes_per_param(t8, "torchtitan", 3, d)
+        assert state_bytes_per_param(t8, "torchtitan", 3, d, f) == state_bytes_per_param(t8, "torchtitan", 3, d)
     # no FP8 GEMM behind the parameter (embeddings): the plain bf16 table
-    assert memory.state_bytes_per_param(t8, "megatron", 1, d, 0.0).weights == 2
+    assert state_bytes_per_param(t8, "megatron", 1, d, 0.0).weights == 2
     # a block's weights in the layer table: its parameters x the device's copy bytes
     for gpu, f in ((b200, 2 * (1 + 1 / 32)), (h100, 2)):
         cl = ClusterSpec(gpu, 8, 8, gpu.nvlink_gb_s, gpu.network_gb_s, gpu.intra_node_latency_s, gpu.inter_node_latency_s)
@@ -110,8 +111,8 @@ def test_state_scale_bound_is_below_every_fp8_variant():
         for zero in (1, 2, 3):
             scale = _states_scale(t, "megatron", zero, 4)
             for f in (0.0, 1.0, 2.0):
-                own = (memory.state_bytes_per_param(t, "megatron", zero, 4, f).total
-                       / memory.state_bytes_per_param(t, "megatron", 0, 1, f).total)
+                own = (state_bytes_per_param(t, "megatron", zero, 4, f).total
+                       / state_bytes_per_param(t, "megatron", 0, 1, f).total)
                 assert scale <= own + 1e-12
 
 

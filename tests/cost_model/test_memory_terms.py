@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pytest
 
+from cost_model.engines.states import zero_state_bytes
 from cost_model.pipeline import in_flight
 from cost_model.specs.inputs import TrainingSpec, TransformerSpec
 from cost_model.terms import memory
@@ -154,7 +155,7 @@ def _tr(dtype="bf16", grad="bf16", opt="adam") -> TrainingSpec:
 @pytest.mark.parametrize("d", [1, 2, 8, 64, 1000])
 def test_zero_paper_bytes_per_param_16bit_grads(d):
     t = _tr("bf16", "bf16")
-    f = memory.model_state_bytes_per_param
+    f = zero_state_bytes
     assert f(t, 0, d).total == pytest.approx(16)
     assert f(t, 1, d).total == pytest.approx(4 + 12 / d)
     assert f(t, 2, d).total == pytest.approx(2 + 14 / d)
@@ -166,13 +167,13 @@ def test_zero_paper_bytes_per_param_16bit_grads(d):
 
 def test_zero_paper_fp16_same_as_bf16():
     t = _tr("fp16", "fp16")
-    assert memory.model_state_bytes_per_param(t, 0, 8).total == 16
-    assert memory.model_state_bytes_per_param(t, 3, 8).total == pytest.approx(2)
+    assert zero_state_bytes(t, 0, 8).total == 16
+    assert zero_state_bytes(t, 3, 8).total == pytest.approx(2)
 
 
 @pytest.mark.parametrize("d", [1, 4, 24, 512])
 def test_megatron_distributed_optimizer_table(d):
-    f = memory.model_state_bytes_per_param
+    f = zero_state_bytes
     t = _tr("bf16", "fp32")  # bf16 param, fp32 grads
     assert f(t, 0, d).total == pytest.approx(18)
     assert f(t, 1, d).total == pytest.approx(6 + 12 / d)
@@ -183,7 +184,7 @@ def test_megatron_distributed_optimizer_table(d):
 
 def test_sgd_momentum_bytes_per_param():
     # SGD with momentum: fp32 master 4 + momentum 4 = 8 optimizer bytes (fp32 training: 4)
-    f = memory.model_state_bytes_per_param
+    f = zero_state_bytes
     assert f(_tr("bf16", "bf16", "sgd"), 0, 1).total == 2 + 2 + 8
     assert f(_tr("bf16", "fp32", "sgd"), 0, 1).total == 2 + 4 + 8
     assert f(_tr("fp32", "fp32", "sgd"), 0, 1).total == 4 + 4 + 4

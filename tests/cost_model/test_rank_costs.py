@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from cost_model.engines.states import grad_dtype_bytes
 from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.pipeline.stages import slices_from_counts
@@ -85,4 +86,4 @@ def test_allocatable_is_the_inverse_of_peak():
 def test_dtype_rules(dtype, grad_dtype, act, grad):
     t = parse_training({"global_batch_size": 8, "seq_length": 128, "dtype": dtype, "grad_dtype": grad_dtype})
     assert memory.activation_dtype_bytes(t) == act
-    assert memory.grad_dtype_bytes(t) == grad
+    assert grad_dtype_bytes(t) == grad
