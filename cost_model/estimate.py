@@ -9,6 +9,7 @@ from cost_model.pipeline.stages import (
     RankCost,
     StageSlice,
     balanced_stage_layers,
+    bubble_s,
     rank_cost,
     rank_pipeline_time_s,
     slices_from_counts,
@@ -80,9 +81,7 @@ def compose(
     breakdown = TimeBreakdown(
         compute_s=m * crit.compute_s,
         recompute_s=m * crit.recompute_s,
-        # fill and drain; with the overlapped 1F1B all-to-all also the all-to-alls that the
-        # warm-up forwards and cool-down backwards, run alone, expose (LayerCost.ep_unpaired_s)
-        bubble_s=t_pipe - m * crit.time_s,
+        bubble_s=bubble_s(t_pipe, ranks, m),
         tp_comm_s=m * crit.tp_comm_s,
         cp_comm_s=m * crit.cp_comm_s,
         dp_comm_s=tail.exposed_dp_s + m * crit.zero3_comm_s,

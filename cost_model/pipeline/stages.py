@@ -430,6 +430,15 @@ def rank_pipeline_time_s(ranks: Sequence[RankCost], num_micro_batches: int, vpp:
                            schedule, unpaired, max((r.warmup_extra for r in ranks), default=0))
 
 
+def bubble_s(pipeline_s: float, ranks: Sequence[RankCost], num_micro_batches: int) -> float:
+    """The pipeline bubble: the pipeline time `pipeline_s` (rank_pipeline_time_s) less m x
+    the slowest rank's time per micro-batch, i.e. the fill and drain (uniform 1F1B: (p-1) x
+    a stage's time, Narayanan et al. SC'21 §2.2; interleaved: / vpp, §2.2.2). With the
+    overlapped 1F1B all-to-all it holds too the all-to-alls that the warm-up forwards and
+    cool-down backwards, run alone, expose (LayerCost.ep_unpaired_s)."""
+    return pipeline_s - num_micro_batches * max(r.time_s for r in ranks)
+
+
 def step_time_s(ranks: list[RankCost], num_micro_batches: int, vpp: int, schedule: str) -> float:
     tail = max(r.exposed_dp_s + r.optimizer_s for r in ranks)
     return rank_pipeline_time_s(ranks, num_micro_batches, vpp, schedule) + tail
