@@ -377,7 +377,7 @@ def _summary(rows: list[dict], key: str) -> dict:
     errs = [abs(e) for e in signed]
     return {
         "n": len(errs), "mape_pct": sum(errs) / len(errs) if errs else None, "worst_pct": max(errs) if errs else None,
-        # issue 11's memory acceptance: measured <= predicted <= measured + 15%
+        # the memory band: measured <= predicted <= measured + 15% (never under)
         "under": sum(e < 0 for e in signed), "within_0_15": sum(0 <= e <= 15 for e in signed),
     }
 

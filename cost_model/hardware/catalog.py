@@ -66,13 +66,11 @@ _BLACKWELL_ARCH = dict(fp8_gemm_tn_only=False, mxfp8=True)
 # host-synchronised MoE layer, Python and framework overhead included; one value for the
 # x86 hosts of DGX/HGX systems and the Grace hosts of GB200/GB300 alike (no row separates
 # them). Fitted on the two MoE rows of validation/published_runs_bridge.csv that run host-bound
-# at the published degrees (DGX B200, MBS 1, 16 local experts, MXFP8; Megatron-Bridge 26.02):
-# Qwen3-30B-A3B (-57.7% without it) and Qwen3-235B-A22B (-22.4%); over 30-40 us the sum of their
-# absolute errors is flat (19-21 points), 37 us leaves them at +7% / -13%. The recipes of
-# those rows graph-capture the router and preprocessing (scripts/performance/configs/qwen/
+# at the published degrees (DGX B200, MBS 1, 16 local experts, MXFP8; Megatron-Bridge 26.02);
+# the fit and its errors are in docs/results.md "Fitted constants". Those rows graph-capture
+# the router and preprocessing (scripts/performance/configs/qwen/
 # qwen3_workload_base_configs.py @69a733e55 cuda_graph_scope), which the emitted launch does
-# not, so the fit is, if anything, low for it. The rows at MBS 4-8 and on GB200/GB300 stay
-# device-bound and unchanged.
+# not, so the fit is, if anything, low for it.
 HOST_OP_S = 3.7e-5
 # DeepEP (the `deepep` MoE dispatcher, GPUSpec.deepep): deepseek-ai/DeepEP README @dd758ca
 # runs on Ampere (sm80) and Hopper (sm90) with NVLink inside the node and RDMA (InfiniBand /

@@ -55,8 +55,8 @@ def attention_core_flops(m: TransformerSpec, tokens: float, seq_len: int, index:
 def attention_core_flops_causal(m: TransformerSpec, tokens: float, seq_len: int, index: int | None = None) -> float:
     """The same with the causal mask's pairs only: s^2/2 for a full block, s*w - w^2/2 for
     a window w, s*c/2 for chunks of c (attention.causal_score_entries; FlashAttention's
-    benchmark convention). MFU should use this one (issue 11: MFU/HFU with causal
-    attention FLOPs); the non-causal one stays for the papers' closed forms."""
+    benchmark convention). The plan's MFU/HFU count these; the non-causal one stays for the
+    papers' closed forms."""
     return attention.core_flops(m, tokens, seq_len, index, causal=True)
 
 
@@ -225,8 +225,8 @@ def model_flops_per_step(
 ) -> float:
     """Model FLOPs of one step, forward + backward (3x forward), no recomputation: the
     numerator of MFU (Korthikanti et al. 2022 eq. 8; Chowdhery et al. 2022 App. B).
-    `causal=True` counts only the attention pairs the causal mask keeps (the convention MFU
-    should use, issue 11); the default keeps the papers' full s x s. `mtp=True` adds the
+    `causal=True` counts only the attention pairs the causal mask keeps (the plan's MFU
+    convention); the default keeps the papers' full s x s. `mtp=True` adds the
     multi-token-prediction modules a DeepSeek-V3 run trains with (mtp_flops)."""
     tokens = batch * seq_len
     fwd = sum(

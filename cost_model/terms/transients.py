@@ -1,7 +1,7 @@
 """Memory terms the peak of a training step holds beyond saved activations and model states:
 the logits/cross-entropy transient, the backward working set of the block in flight, the
 fixed per-process buffers (CUDA context, cuBLAS workspace, NCCL buffers) and the caching
-allocator's fragmentation. Pure functions, bytes per GPU; not yet wired into memory.py.
+allocator's fragmentation. Pure functions, bytes per GPU; memory.py adds them to the peak.
 
 Units: every function returns bytes. `tokens` is the tokens one rank processes in one
 micro-batch (micro_batch * seq_length / cp); `vocab_shard` the vocabulary columns the rank
@@ -321,8 +321,8 @@ def fixed_overheads_bytes(
 # large) and cannot reuse split segments across sizes (PyTorch "CUDA semantics: memory
 # management"); expandable_segments shrinks it. The published max_reserved peaks of
 # ../shared/validation/published_runs_modern.csv (torchtitan, 8 to 256 H100) against the
-# predicted allocated + transient bytes need at least 6.1% (the 70B 2D row; the 8B rows
-# need less); 7% is that rounded up, one value for every engine and device.
+# predicted allocated + transient bytes: the least fraction that covers every row, rounded
+# up (docs/results.md "Fitted constants"), one value for every engine and device.
 FRAGMENTATION_FRACTION = 0.07
 
 

@@ -1,5 +1,5 @@
 """The CLI and the REST service accept and refuse the same inputs, naming the same field
-(issue 10: one request schema). Each case goes to a live uvicorn process and to
+(one request schema). Each case goes to a live uvicorn process and to
 `python -m api.cli` in a subprocess (as `--request FILE`, and a few as flags); the verdicts
 (HTTP 422 / exit 2, or accepted) and the field paths must agree."""
 

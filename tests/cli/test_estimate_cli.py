@@ -1,5 +1,5 @@
 """`planner estimate` / `planner models` / `planner gpus` end to end, in a subprocess
-(issue 2, item 10; DESIGN.md "Command line" and "Plan")."""
+(DESIGN.md "Command line" and "Plan")."""
 
 from __future__ import annotations
 

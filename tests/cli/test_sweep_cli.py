@@ -1,4 +1,4 @@
-"""`planner sweep` (issue 14 acceptance) and `planner plan --emit` writing the report, end to
+"""`planner sweep` and `planner plan --emit` writing the report, end to
 end in a subprocess."""
 
 from __future__ import annotations

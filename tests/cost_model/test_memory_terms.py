@@ -1,4 +1,4 @@
-"""Activation memory, model-state bytes and in-flight micro-batches (issue 2, items 2, 4, 5).
+"""Activation memory, model-state bytes and in-flight micro-batches.
 
 References written out here:
 - Korthikanti et al. 2022 Table 2 (activation bytes per transformer layer, 16-bit, dropout):

@@ -1,5 +1,5 @@
 """FLOPs per token of MLA, sliding-window and chunked attention against hand counts and a
-brute-force count of the mask (issue 12, item 1)."""
+brute-force count of the mask."""
 
 from __future__ import annotations
 

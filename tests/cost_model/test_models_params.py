@@ -1,4 +1,4 @@
-"""Total and active parameters of today's models against their published counts (issue 12).
+"""Total and active parameters of today's models against their published counts.
 
 The configs under data/hf/ carry the field values of the released config.json files (the
 Hugging Face repositories named in each row). References are the counts the model cards

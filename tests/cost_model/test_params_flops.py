@@ -1,4 +1,4 @@
-"""Parameter counts and FLOPs against the papers' closed forms (issue 2, items 1 and 7).
+"""Parameter counts and FLOPs against the papers' closed forms.
 
 Every reference number below is written out from the paper, not taken from the code:
 - Narayanan et al. SC'21 eq. 2:  P = 12*l*h^2 * (1 + 13/(12h) + (V + s)/(12*l*h))

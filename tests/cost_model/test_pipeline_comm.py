@@ -1,4 +1,4 @@
-"""Pipeline bubble and collective costs (issue 2, items 3 and 6).
+"""Pipeline bubble and collective costs.
 
 References:
 - Narayanan et al. SC'21 §2.2: with p stages of time t each and m micro-batches, a step

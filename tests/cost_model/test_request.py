@@ -1,5 +1,5 @@
 """The request schema's new fields are carried into the specs without changing a cost, and
-a GPU object resolves against the catalog (issue 10)."""
+a GPU object resolves against the catalog."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Monotonic physics of the estimate (issue 2, item 9): each is a real inequality that any
+"""Monotonic physics of the estimate: each is a real inequality that any
 sane cost model satisfies, whatever its constants."""
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ H100_500W = resolve_gpu({"base": "h100-sxm", "memory_gib": 94.5, "hbm_gb_s": 240
 def test_mfu_counts_causal_attention_llama3_405b_131k():
     """Llama 3 405B at 131K context: at the throughput where the non-causal count gives
     ~554 TFLOP/s per GPU, the causal count gives ~396 (Meta reported 380 for its run,
-    Llama 3 paper Table 4; issue 11)."""
+    Llama 3 paper Table 4)."""
     m = get_preset("llama3-405b")
     s = 131072
     causal = flops.model_flops_per_step(m, 1, s, causal=True)

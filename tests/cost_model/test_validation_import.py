@@ -1,5 +1,4 @@
-"""Bad configurations raise SpecError naming the field; Hugging Face config import
-(issue 2, item 8)."""
+"""Bad configurations raise SpecError naming the field; Hugging Face config import."""
 
 from __future__ import annotations
 

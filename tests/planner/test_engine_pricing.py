@@ -1,4 +1,4 @@
-"""Plans are priced as the engine that launches them holds memory (issue 11).
+"""Plans are priced as the engine that launches them holds memory.
 
 The bytes-per-parameter tables are restated here from the engines' own documents, not read
 from cost_model/engines/support.py:

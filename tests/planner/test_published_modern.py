@@ -51,7 +51,7 @@ def test_engines_and_an_estimate_row():
 
 
 def test_published_peaks_are_bounded_from_above():
-    """Issue 11's memory acceptance: on every row with a published peak (torch max_reserved)
+    """The memory band: on every row with a published peak (torch max_reserved)
     the predicted peak is at least the measured one and at most 15% above it, on the part
     the row ran on (the 96 GB H100 for the torchtitan rows), and the configuration fits."""
     from validation.published_modern import run
