@@ -272,7 +272,7 @@ def dominant_options(model, training, tp: int, dp: int, cp: int, recomputes: lis
       GEMM but not SP's gradient all-gather, so SP is not dominant there).
     - DeepSpeed ZeRO-1/2 all-gathers after the optimizer step, unhidden: not dominant over 0.
     - full recompute with a per-stage count includes the count 0 = no recompute; selective
-      recompute under flash attention saves and costs nothing (memory.py).
+      recompute under flash attention saves and costs nothing (terms/activations.py).
     """
     z = list(zeros)
     if dp * cp == 1:

@@ -89,7 +89,7 @@ class Fp8Casts:
     act_bwd: float  # per element of the input, backward (transpose for the weight gradient)
     weight_per_micro_batch: bool  # weight cast every forward (torchao) or once per step (TE)
     weight: float  # per weight element each time it is cast (amax + cast + transpose)
-    # bytes per element of a GEMM input kept for its weight gradient (memory.block_activation_bytes);
+    # bytes per element of a GEMM input kept for its weight gradient (activations.block_activation_bytes);
     # None: the activation dtype's (the high-precision input kept and re-cast in backward)
     saved_input_bytes: float | None = None
     # kernels one quantize of a tensor launches (moe.block_launches counts the experts' ones)
@@ -341,7 +341,7 @@ def fp8_recipe(engine: str, gpu, t) -> str | None:
 # ~1.4x the single-call kernel time for attention under CP at every CP degree and length,
 # while their CP = 1 rows match the kernel model (validation/fit_attention.py: the fit, and
 # the rows by CP degree). The ring's kernels and K/V bytes are priced and hide under the
-# attention (layers._block_cp_s); what the factor holds is the rest of a fine-grained NCCL
+# attention (cp.block_cp_s); what the factor holds is the rest of a fine-grained NCCL
 # ring, which NVIDIA measured at up to 36% of a long-context step when it replaced NCCL's
 # send/recv by NVSHMEM in the same ring (NVIDIA Technical Blog, "Optimizing Context
 # Parallelism in JAX with NVSHMEM", 2025). torchtitan's ring is left at 1.0: its SDPA

@@ -544,8 +544,8 @@ def fp8_all_gather_rule(engine: str, dtype: str, on: bool) -> str | None:
     emitter refuses torchtitan fp8 plans: this prices published runs). Megatron gathers FP8
     parameters by itself under fp8 with a sharded optimizer (--fp8-param-gather, emitted:
     engine_state_bytes); DeepSpeed has no float8 gather. Priced in the gathers' bytes
-    (layers._zero3_s); the working set keeps the 16-bit gathered weights
-    (memory.block_working_set_bytes), a small over-statement of the peak, not an under-."""
+    (dp.zero3_s); the working set keeps the 16-bit gathered weights
+    (activations.block_working_set_bytes), a small over-statement of the peak, not an under-."""
     if not on:
         return None
     if dtype != DTYPE_FP8:

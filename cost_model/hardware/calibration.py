@@ -1,7 +1,7 @@
 """Fit the analytic model's efficiency constants of one device from a profile.
 
 A profile's exact layer rows replace layer times only at the shapes it measured
-(cost_model.terms.layers._profiled); this module makes the rest of the profile calibrate the
+(cost_model.terms.compute.profiled_times); this module makes the rest of the profile calibrate the
 device itself, so an estimate at a micro-batch, TP degree or sequence the profile did not
 measure still uses it. From the profile's micro-benchmarks it fits, by least squares on
 relative (log) residuals of the engine's own time functions (cost_model.hardware.compute):

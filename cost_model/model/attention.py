@@ -302,7 +302,7 @@ def cp_attention_backward_elems(m: TransformerSpec, tp: int, cp: int, kind: str,
     - a2a (AttnFuncWithCPAndQKVOA2A.backward): out and dout re-laid by the all-to-all beside
       their originals, and dq, dk, dv in both layouts: q + k + v + 2 o more than without CP;
     - a2a+p2p: the a2a level's copies and the ring's buffers of its (a2a-widened) chunk.
-    0 without CP. The activation dtype's bytes multiply it (memory.block_working_set_bytes)."""
+    0 without CP. The activation dtype's bytes multiply it (activations.block_working_set_bytes)."""
     if cp <= 1:
         return 0.0
     kv = tokens * kv_elems_per_token(m) / tp

@@ -345,7 +345,7 @@ class ParallelConfig(ParallelSizes):
     stage_layers: blocks per pipeline stage (pp * vpp entries, in model order); None is
     the balanced split.
     etp: expert tensor-parallel degree (carried for the MoE model). cp_comm: the
-    context-parallel communication kind (layers._block_cp_s prices each; None = the
+    context-parallel communication kind (cp.block_cp_s prices each; None = the
     engine's default ring). moe_a2a_overlap: Megatron-Core's overlapped 1F1B, each steady
     step's forward and backward combined so that one's expert all-to-alls run under the
     other's compute (--overlap-moe-expert-parallel-comm; moe.combined_pair_s), one more

@@ -48,7 +48,7 @@ EmptyChunks = Literal["any", "ends", "none"]
 
 # --------------------------------------------------------------------------- launch
 Engine = Literal["megatron", "torchtitan", "deepspeed", "runtime"]
-# context-parallel communication (Megatron-Core `--cp-comm-type`), priced by layers._block_cp_s
+# context-parallel communication (Megatron-Core `--cp-comm-type`), priced by cp.block_cp_s
 CpComm = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
 # MoE token dispatcher (Megatron-Core): "alltoall" (`--moe-token-dispatcher-type alltoall`, one
 # NCCL all-to-all per routed copy) or "deepep" (`--moe-token-dispatcher-type flex

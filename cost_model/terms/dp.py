@@ -11,7 +11,7 @@ from cost_model.engines.states import grad_dtype_bytes
 from cost_model.hardware import comm, compute
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
 from cost_model.specs.vocab import DTYPE_BYTES, ENGINE_DEEPSPEED, ENGINE_MEGATRON
-from cost_model.terms import memory
+from cost_model.terms.activations import activation_dtype_bytes, reduce_bytes
 from cost_model.terms.overlap import overlapped_s
 from cost_model.terms.params import block_keys, block_params
 
@@ -134,7 +134,7 @@ def zero3_s(
     16 bits (FSDP2 param_dtype bf16, DeepSpeed's 16-bit copy; fp8 where Megatron gathers FP8
     parameters, --fp8-param-gather, emitted with fp8; torchtitan's Float8 weights with
     training.fp8_all_gather: engines.fp8_all_gather_rule), reduced in the engine's reduce dtype
-    (memory.reduce_bytes: torchtitan's FSDP2 mixed_precision_reduce is float32, its only
+    (reduce_bytes: torchtitan's FSDP2 mixed_precision_reduce is float32, its only
     choice in 0.3.0). Plus the buffer copies around them, which run on the compute stream and
     are not hidden: the gathered flat buffer is copied out into the layer's parameters after
     each gather, and the gradients into the flat reduce-scatter input (torch FSDP2, fully_shard
@@ -148,9 +148,9 @@ def zero3_s(
     elif t.fp8_all_gather:
         gather = DTYPE_BYTES[t.dtype]  # torchtitan's float8 weights
     else:
-        gather = memory.activation_dtype_bytes(t)
+        gather = activation_dtype_bytes(t)
     wbytes = params * gather
-    gbytes = params * memory.reduce_bytes(t, cfg.engine)
+    gbytes = params * reduce_bytes(t, cfg.engine)
     fwd = comm.all_gather_s(wbytes, size, link, fits)
     bwd = comm.all_gather_s(wbytes, size, link, fits) + comm.reduce_scatter_s(gbytes, size, link, fits)
     gamma = cluster.gpu.overlap_interference

@@ -10,7 +10,7 @@ from cost_model.engines import kernels
 from cost_model.engines import support as engines
 from cost_model.specs.inputs import ParallelConfig, TrainingSpec, TransformerSpec
 from cost_model.specs.vocab import DTYPE_BF16, DTYPE_FP8, ENGINE_MEGATRON
-from cost_model.terms import memory
+from cost_model.terms.activations import activation_dtype_bytes
 
 # --------------------------------------------------------------------------- transformer
 
@@ -23,7 +23,7 @@ class BlockGeometry:
     tokens: float  # b * s/cp: tokens this GPU processes (all TP ranks see all tokens)
     s_local: float  # s/cp: the local sequence chunk
     rep: int  # tp with SP (the SP region's elementwise work is split), else 1
-    act_dt: int  # bytes of one activation element (memory.activation_dtype_bytes)
+    act_dt: int  # bytes of one activation element (activation_dtype_bytes)
     index: int = 0  # the block's position (its attention kind)
     kernels: kernels.EngineKernels = kernels.KERNELS[ENGINE_MEGATRON]
     compiled: bool = False
@@ -37,7 +37,7 @@ def geometry(m: TransformerSpec, t: TrainingSpec, cfg: ParallelConfig, index: in
         tokens=cfg.micro_batch_size * s_local,
         s_local=s_local,
         rep=cfg.tp if cfg.sequence_parallel else 1,
-        act_dt=memory.activation_dtype_bytes(t),
+        act_dt=activation_dtype_bytes(t),
         index=index,
         kernels=kernels.for_engine(cfg.engine),
         compiled=t.compile,

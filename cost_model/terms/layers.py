@@ -1,7 +1,7 @@
 """The per-layer cost table: what one block (and the embedding / output layer) costs one GPU
 for one micro-batch under given degrees, assembled from the cost terms beside it (compute.py,
-tp.py, cp.py, ep.py, dp.py, states.py; activations and transients in memory.py and
-transients.py). The pipeline composition (cost_model/pipeline/), the estimate and the planner's
+tp.py, cp.py, ep.py, dp.py, states.py; activations.py and transients.py; the peak rule in
+memory.py). The pipeline composition (cost_model/pipeline/), the estimate and the planner's
 ILP all read this one table, so they agree by construction. Times are per micro-batch.
 """
 
@@ -30,7 +30,17 @@ from cost_model.specs.vocab import (
     KIND_LOGITS,
     KIND_MOE_BLOCK,
 )
-from cost_model.terms import memory, moe
+from cost_model.terms import moe
+from cost_model.terms.activations import (
+    ActivationBytes,
+    activation_dtype_bytes,
+    block_activation_bytes,
+    block_working_set_bytes,
+    embedding_activation_bytes,
+    logits_activation_bytes,
+    loss_reserved_bytes,
+    loss_transient_bytes,
+)
 from cost_model.terms.compute import block_compute, host_bound_excess_s, profiled_times
 from cost_model.terms.cp import block_cp_s
 from cost_model.terms.dp import (
@@ -61,7 +71,7 @@ class LayerCost:
     zero3_comm_s: float  # exposed parameter gathers / gradient reduce-scatter
     recompute_full_s: float  # extra time if the layer is fully recomputed
     recompute_selective_s: float  # extra time under selective recompute
-    act: memory.ActivationBytes
+    act: ActivationBytes
     weights_bytes: float
     grads_bytes: float
     optimizer_bytes: float
@@ -69,7 +79,7 @@ class LayerCost:
     optimizer_s: float  # per-step optimizer update of this layer's shard
     flops_model: float  # model FLOPs (fwd+bwd) of the whole layer for one micro-batch, all TP ranks
     # live only while the layer runs: a block's backward working set, the output layer's loss
-    # transient (memory.block_working_set_bytes, memory.loss_transient_bytes)
+    # transient (block_working_set_bytes, loss_transient_bytes)
     transient_bytes: float = 0.0
     # with the overlapped 1F1B all-to-all (ParallelConfig.moe_a2a_overlap): ep_comm_s is what
     # stays exposed when this layer's forward and backward each run combined with another
@@ -140,7 +150,7 @@ class LayerTable:
 
     @cached_property
     def zero3_buffer_bytes(self) -> float:
-        """The backward working set of the block in flight (memory.block_working_set_bytes:
+        """The backward working set of the block in flight (block_working_set_bytes:
         activation gradients, and with zero 3 the gathered parameters of the current and the
         prefetched block and its unsharded gradient), the largest block's; the name is the
         ZeRO-3 buffer it once was alone."""
@@ -153,7 +163,7 @@ class LayerTable:
         return max((b.act.none - b.act.selective for b in self.blocks), default=0.0)
 
 
-_ZERO_ACT = memory.ActivationBytes(0.0, 0.0, 0.0)
+_ZERO_ACT = ActivationBytes(0.0, 0.0, 0.0)
 
 
 def _block_cost(
@@ -184,9 +194,9 @@ def _block_cost(
     st = block_states(cluster, t, cfg, dense, expert, c, fits)
     b = cfg.micro_batch_size
     load = moe.layout(m, t, cfg).imbalance if geo.moe_layer and m.moe is not None else 1.0
-    act = memory.block_activation_bytes(m, t, b, cfg.tp, cfg.cp, cfg.sequence_parallel, geo.moe_layer, cfg.engine,
+    act = block_activation_bytes(m, t, b, cfg.tp, cfg.cp, cfg.sequence_parallel, geo.moe_layer, cfg.engine,
                                         expert_load=load)
-    working_set = memory.block_working_set_bytes(m, t, cfg, geo.moe_layer, dense + expert)
+    working_set = block_working_set_bytes(m, t, cfg, geo.moe_layer, dense + expert)
     model_f = 3.0 * flops.block_flops(m, b * t.seq_length, t.seq_length, geo.moe_layer, index=index,
                                       causal=True).total / (cfg.tp * cfg.cp)
     return LayerCost(
@@ -214,7 +224,7 @@ def _block_cost(
 
 def _replicated_layer(
     name: str, cluster, t, cfg, params: float, fwd: float, bwd: float, tp_comm: float,
-    act: memory.ActivationBytes, flops_model: float, fits, recompute_full_s: float = 0.0, tail_s: float = 0.0,
+    act: ActivationBytes, flops_model: float, fits, recompute_full_s: float = 0.0, tail_s: float = 0.0,
     transient_bytes: float = 0.0,
 ) -> LayerCost:
     """A layer whose `params` (per TP rank) are replicated over the dense data-parallel group:
@@ -254,7 +264,7 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     """Vocab-parallel embedding lookup (Megatron): gather rows, all-reduce the partial
     outputs over TP (reduce-scatter with SP); backward scatter-adds into the gradient."""
     gpu, tp, b = cluster.gpu, cfg.tp, cfg.micro_batch_size
-    act_dt = memory.activation_dtype_bytes(t)
+    act_dt = activation_dtype_bytes(t)
     tokens = b * t.seq_length / cfg.cp
     nbytes = 2 * act_dt * tokens * m.hidden_size
     fwd = compute.memory_bound_time_s(gpu, nbytes, kernels=2)
@@ -263,11 +273,11 @@ def _embedding_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> La
     fits = profile.comm if profile else None
     tp_comm = 2 * tp_sync_s(act_dt * tokens * m.hidden_size, tp, comm.group_link(cluster, tp, 1), fits,
                              cfg.sequence_parallel)
-    act = memory.embedding_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
+    act = embedding_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel)
     params_rank = _total_params(m) / tp  # at least one bucket's worth on the first stage
     return _replicated_layer(
         KIND_EMBEDDING, cluster, t, cfg, flops.embedding_params(m) / tp, fwd, bwd, tp_comm,
-        memory.ActivationBytes(act, act, act), 0.0, fits,
+        ActivationBytes(act, act, act), 0.0, fits,
         tail_s=dp_last_bucket_s(cluster, t, cfg, params_rank, fits) + expert_last_bucket_s(m, cluster, t, cfg, fits),
     )
 
@@ -279,7 +289,7 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     torchtitan's Float8 converter filters `output` out)."""
     gpu, tp, b = cluster.gpu, cfg.tp, cfg.micro_batch_size
     dt = attention_dtype(t)
-    act_dt = memory.activation_dtype_bytes(t)
+    act_dt = activation_dtype_bytes(t)
     tokens = b * t.seq_length / cfg.cp
     v_local = m.vocab_size / tp
     gemm = compute.gemm_time_s(gpu, dt, tokens, v_local, m.hidden_size)
@@ -293,12 +303,12 @@ def _output_cost(m: TransformerSpec, cluster, t, cfg, profile, sources) -> Layer
     link = comm.group_link(cluster, tp, 1)
     tp_comm = 3 * comm.all_reduce_s(4 * tokens, tp, link, fits)
     tp_comm += 2 * tp_sync_s(act_dt * tokens * m.hidden_size, tp, link, fits, cfg.sequence_parallel)  # f/g
-    act = memory.logits_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel, cfg.engine)
+    act = logits_activation_bytes(m, t, b, tp, cfg.cp, cfg.sequence_parallel, cfg.engine)
     params = flops.output_params(m) / tp
     return _replicated_layer(
         "output", cluster, t, cfg, params, fwd, bwd, tp_comm,
-        memory.ActivationBytes(act, act, act), 3.0 * flops.logits_flops(m, b * t.seq_length) / (tp * cfg.cp), fits,
-        transient_bytes=memory.loss_transient_bytes(m, t, cfg, params),
+        ActivationBytes(act, act, act), 3.0 * flops.logits_flops(m, b * t.seq_length) / (tp * cfg.cp), fits,
+        transient_bytes=loss_transient_bytes(m, t, cfg, params),
     )
 
 
@@ -330,7 +340,7 @@ def _with_mtp(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig,
         zero3_comm_s=out.zero3_comm_s + n * blk.zero3_comm_s,
         recompute_full_s=out.recompute_full_s,
         recompute_selective_s=out.recompute_selective_s,
-        act=memory.ActivationBytes(out.act.none + n * act, out.act.selective + n * act, out.act.full + n * act),
+        act=ActivationBytes(out.act.none + n * act, out.act.selective + n * act, out.act.full + n * act),
         weights_bytes=out.weights_bytes + n * (blk.weights_bytes + w),
         grads_bytes=out.grads_bytes + n * (blk.grads_bytes + g),
         optimizer_bytes=out.optimizer_bytes + n * (blk.optimizer_bytes + o),
@@ -347,7 +357,7 @@ def _p2p_s(m_hidden: float, cluster, t, cfg, profile) -> float:
     Narayanan §4.1's scatter/gather optimisation) each TP rank sends 1/t of it."""
     if cfg.pp <= 1:
         return 0.0
-    act_dt = memory.activation_dtype_bytes(t)
+    act_dt = activation_dtype_bytes(t)
     nbytes = act_dt * cfg.micro_batch_size * t.seq_length / cfg.cp * m_hidden / cfg.tp
     stride = cfg.tp * cfg.cp * cfg.dp
     link = comm.group_link(cluster, 2, stride)
@@ -377,7 +387,7 @@ def _generic_cost(layer, cluster, t, cfg, profile, index) -> LayerCost:
     act_full = layer.output_bytes * seqs / (tp if cfg.sequence_parallel else 1)
     return _replicated_layer(
         layer.name or f"layer{index}", cluster, t, cfg, layer.params / tp, fwd, 2 * fwd, 2 * tp_fwd,
-        memory.ActivationBytes(act_none, act_none, min(act_none, act_full)), 3 * layer.fwd_flops * b, fits,
+        ActivationBytes(act_none, act_none, min(act_none, act_full)), 3 * layer.fwd_flops * b, fits,
         recompute_full_s=fwd + tp_fwd,
     )
 
@@ -478,7 +488,7 @@ def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
     if isinstance(model, LayerListSpec):
         blocks = tuple(_generic_cost(layer, cluster, training, cfg, profile, i) for i, layer in enumerate(model.layers))
         hidden_bytes = max((layer.output_bytes for layer in model.layers), default=0.0)
-        act_dt = memory.activation_dtype_bytes(training)
+        act_dt = activation_dtype_bytes(training)
         sources[KIND_BLOCK] = "analytic"
         return LayerTable(
             blocks=blocks,
@@ -498,7 +508,7 @@ def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
         output = _with_mtp(model, cluster, training, cfg, output, blocks[-1])
     # the loss's share of the reserved peak beside the blocks' cached temporaries
     held = max(b.act.none for b in cache.values())
-    output = replace(output, transient_bytes=memory.loss_reserved_bytes(
+    output = replace(output, transient_bytes=loss_reserved_bytes(
         model, training, cfg, output.transient_bytes, held))
     return LayerTable(
         blocks=tuple(blocks),

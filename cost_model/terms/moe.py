@@ -25,7 +25,7 @@ Routing load: the busiest rank's routed tokens over the mean, from balanced rout
 sampling spread (routing_imbalance), a factor the user states (training.moe_imbalance), or
 token dropping with a capacity factor (training.moe_capacity_factor; Megatron's default is
 dropless), padded to the capacity or not (load_factor); padded, the dispatcher makes no
-host synchronisation (layers._host_bound_excess_s).
+host synchronisation (compute.host_bound_excess_s).
 
 What this module does not model (stated so the numbers can be read):
 HybridEP (the `flex` dispatcher's other backend, which Megatron-Bridge's GB200/GB300 recipes
@@ -34,7 +34,7 @@ and router (--moe-permute-fusion, --moe-router-fusion) and partial CUDA graphs (
 fp8 dispatch (fused_a2a.py at the same commit: "Currently, we do not support fp8 dispatch");
 `--recompute-modules moe_act` (not emitted), which
 would drop the clamped activation's saved tensors (GPT-OSS's clamp, TransformerSpec.swiglu_limit,
-is priced per engine in kernels.GluClamp, memory.glu_clamp_bytes and layers._glu_clamp_s);
+is priced per engine in kernels.GluClamp, memory.glu_clamp_bytes and compute.glu_clamp_s);
 node-limited routing
 (DeepSeek-V3 §2.1.2, at most 4 nodes per token) saves inter-node bytes only with a
 de-duplicating dispatcher: with Megatron's alltoall dispatcher every routed copy crosses
@@ -213,7 +213,7 @@ def expert_bias_s(m: TransformerSpec, gpu, lay: ExpertLayout, kern: ExpertBias |
 
 def expert_bias_fwd_s(m: TransformerSpec, gpu, lay: ExpertLayout, kern: ExpertBias | None) -> float:
     """expert_bias_s carried in the forward as launch_overhead_fwd_s carries its launches: a
-    block's backward is priced as twice its forward (layers._block_compute), so a third of
+    block's backward is priced as twice its forward (compute.block_compute), so a third of
     the forward + backward total sits here and the block's step total is exact (a fully
     recomputed block then repeats a third of the total rather than the forward's 28 of 64
     bytes: 0.33 vs 0.44 of it)."""
@@ -292,7 +292,7 @@ def launch_overhead_fwd_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: Exp
                           quantize_kernels: int) -> float:
     """The launch/tail cost (GPUSpec.kernel_overhead_s per kernel) of the MoE block's kernels
     that the GEMM and memory-pass terms do not charge, carried in the forward: a block's
-    backward is priced as twice its forward (layers._block_compute), so a third of the forward
+    backward is priced as twice its forward (compute.block_compute), so a third of the forward
     + backward total sits here and the block's step total is exact. Fine-grained experts make
     it large: per local expert 4 (fp8: 8) forward GEMM and quantize kernels of tens of
     microseconds each, and the router and permutation are a few dozen kernels on a tokens x E

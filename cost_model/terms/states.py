@@ -60,7 +60,7 @@ def block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, ex
     parameters (data-parallel over dp*cp, TP ranks apart) and expert parameters (over
     tp*cp*dp/(ep*etp), etp*ep ranks apart: MoE parallel folding). The expert gathers are not
     hidden under compute (their layer's compute is counted once, with the dense part). The
-    gathered ZeRO-3 parameters are the block's working set (memory.block_working_set_bytes).
+    gathered ZeRO-3 parameters are the block's working set (activations.block_working_set_bytes).
     Under fp8 training a block's weights feed FP8 GEMMs and carry their FP8 copy
     (fp8_weight_bytes; engine_state_bytes); the few norm and router weights
     among them are counted alike (under 0.1% of a block's parameters)."""

@@ -200,7 +200,7 @@ def backward_working_set_bytes(
     """The backward working set of the block in flight.
 
     recompute_block_bytes: with full recompute, the recomputed block's activations exist
-      during its backward (memory.block_activation_bytes(...).selective or .none of one
+      during its backward (activations.block_activation_bytes(...).selective or .none of one
       block, per micro-batch) — Chen et al. 2016 §3, the checkpointed segment is
       re-materialised whole.
     gathered (ZeRO-3 / FSDP2 full shard / Megatron-FSDP optim_grads_params): the unsharded

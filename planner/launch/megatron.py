@@ -410,7 +410,7 @@ def model_args(plan: dict) -> list[str]:
 
 def overlap_tp(plan: dict) -> bool:
     """Whether the plan was priced with TP communication under the GEMMs (the same predicate
-    as cost_model/terms/layers.py `_tp_overlap`), i.e. whether --tp-comm-overlap is emitted."""
+    as cost_model/terms/tp.py `tp_overlap`), i.e. whether --tp-comm-overlap is emitted."""
     p = par(plan)
     per_node = int((plan.get("cluster") or {}).get("gpus_per_node") or world_size(plan))
     return tp_comm_overlap(ENGINE_MEGATRON, int(p["tp"]), bool(p["sequence_parallel"]), per_node)
@@ -526,7 +526,7 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
 
 def cp_comm_args(plan: dict) -> list[str]:
     """The context-parallel communication the plan was priced with (cost_model/terms/layers.py
-    _block_cp_s): --cp-comm-type (Megatron-LM arguments.py; its value goes to Transformer
+    cp.block_cp_s): --cp-comm-type (Megatron-LM arguments.py; its value goes to Transformer
     Engine as is: p2p, all_gather, a2a, a2a+p2p, megatron-core transformer_config.py
     cp_comm_type) and, for a2a+p2p, --hierarchical-context-parallel-sizes a2a ring, the two
     levels the cost model split cp into (cost_model/model/attention.py a2a_p2p_sizes)."""

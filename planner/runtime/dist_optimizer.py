@@ -7,7 +7,7 @@ is reduce-scattered (each rank receives the dp-average of its 1/dp slice), the o
 updates only that slice of a flat fp32 master copy, and the updated slices are all-gathered
 back into the parameters. One reduce-scatter plus one all-gather per step, the same volume
 as ZeRO-0's all-reduce, with 1/dp of the optimizer state and optimizer work per rank
-(cost_model/terms/layers.py `_dp_sync_s`, `cost_model/terms/memory.py`).
+(cost_model/terms/dp.py `grad_sync_s`, `cost_model/engines/states.py`).
 
 ZeRO-2 also frees the gradient outside the owned slice; this runtime times ZeRO-2 with the
 same step, as the cost model does (same collectives, less memory). ZeRO-3 (parameters

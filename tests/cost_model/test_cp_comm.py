@@ -11,6 +11,7 @@ from cost_model.model import attention
 from cost_model.model.presets import get_preset
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from cost_model.specs.errors import SpecError
+from cost_model.terms.activations import block_working_set_bytes
 
 L8B, L70B, DSV3 = get_preset("llama3-8b"), get_preset("llama3-70b"), get_preset("deepseek-v3")
 
@@ -109,7 +110,6 @@ def test_all_gather_backward_holds_the_full_sequence_kv():
     dq, dk, dv, do (4096 x (8192 + 32 x 256) x 2 B = 128 MiB), against the MLP's gradients
     (4096 x (2 x 4096 + 3 x 11008) x 2 B = 322 MiB), the working set's point without CP."""
     from cost_model.specs.inputs import ParallelConfig, TrainingSpec
-    from cost_model.terms import memory
 
     m = get_preset("llama2-7b")
     t = TrainingSpec(global_batch_size=16, seq_length=65536)
@@ -121,7 +121,7 @@ def test_all_gather_backward_holds_the_full_sequence_kv():
     assert ring > mlp
     for kind, want in (("all_gather", attn), ("p2p", ring)):
         cfg = ParallelConfig(cp=16, cp_comm=kind)
-        assert memory.block_working_set_bytes(m, t, cfg, False, 0.0) == pytest.approx(want, rel=1e-12)
+        assert block_working_set_bytes(m, t, cfg, False, 0.0) == pytest.approx(want, rel=1e-12)
     assert attn / 2**30 == pytest.approx(4.125)
     peaks = {v: _est("megatron", v, model="llama2-7b").prediction.memory.peak_gib for v in ("p2p", "all_gather")}
     assert peaks["all_gather"] - peaks["p2p"] >= (attn - ring) / 2**30

@@ -10,7 +10,7 @@ from cost_model.estimate import estimate
 from cost_model.hardware import comm, compute
 from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from cost_model.specs.errors import SpecError
-from cost_model.terms import memory
+from cost_model.terms.activations import reduce_bytes
 from cost_model.terms.dp import zero3_s
 
 H200_32 = {"gpu": "h200", "num_gpus": 32}
@@ -36,11 +36,11 @@ def test_gathers_move_one_byte_per_parameter():
     for on, w in ((False, 2), (True, 1)):
         t = _training(on)
         got = zero3_s(cluster, t, cfg, params, size, 1, 0.0, 0.0, None)
-        wbytes, gbytes = params * w, params * memory.reduce_bytes(t, cfg.engine)
+        wbytes, gbytes = params * w, params * reduce_bytes(t, cfg.engine)
         want = (2 * comm.all_gather_s(wbytes, size, link) + comm.reduce_scatter_s(gbytes, size, link)
                 + compute.memory_bound_time_s(cluster.gpu, 2 * (2 * wbytes + gbytes), kernels=3))
         assert got == pytest.approx(want, rel=1e-12)
-    assert memory.reduce_bytes(_training(True), "torchtitan") == 4  # FSDP2's fp32 reduce
+    assert reduce_bytes(_training(True), "torchtitan") == 4  # FSDP2's fp32 reduce
 
 
 def test_estimate_is_faster_and_holds_the_same_memory():

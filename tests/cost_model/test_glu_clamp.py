@@ -25,7 +25,7 @@ from cost_model.specs.vocab import (
     MLP_GELU,
 )
 from cost_model.terms import layers as L
-from cost_model.terms import memory
+from cost_model.terms.activations import block_activation_bytes, block_working_set_bytes
 from cost_model.terms.compute import block_compute, glu_clamp_s
 from cost_model.terms.geometry import geometry
 
@@ -71,7 +71,7 @@ def test_megatron_saved_bytes_hand_count():
     assert hand / GIB == 0.703125
 
     def act(m, tp=1, engine=ENGINE_MEGATRON):
-        return memory.block_activation_bytes(m, T, 4, tp, 1, False, True, engine)
+        return block_activation_bytes(m, T, 4, tp, 1, False, True, engine)
 
     a, b = act(OSS), act(PLAIN)
     assert a.none - b.none == pytest.approx(hand)
@@ -90,7 +90,7 @@ def test_megatron_backward_transient_hand_count():
     live (4f, the plain path 3f) and the two-sided clamp's two bool masks (f bytes each)."""
     cfg = ParallelConfig(dp=64, ep=8, micro_batch_size=4)
     hand = ROUTED_F_ELEMS * (1 * BF16 + 2 * 1)
-    extra = memory.block_working_set_bytes(OSS, T, cfg, True, 0.0) - memory.block_working_set_bytes(PLAIN, T, cfg, True, 0.0)
+    extra = block_working_set_bytes(OSS, T, cfg, True, 0.0) - block_working_set_bytes(PLAIN, T, cfg, True, 0.0)
     assert extra == pytest.approx(hand)
 
 

@@ -11,6 +11,7 @@ import pytest
 from cost_model.engines.states import fp8_weight_bytes, state_bytes_per_param, zero_state_bytes
 from cost_model.specs.inputs import ParallelConfig, TrainingSpec, TransformerSpec
 from cost_model.terms import memory, transients
+from cost_model.terms.activations import block_activation_bytes, loss_reserved_bytes
 
 MIB = 2**20
 LLAMA8B = TransformerSpec(name="llama3-8b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
@@ -47,18 +48,18 @@ def test_loss_beside_or_inside_the_cached_segments():
     large-head model are larger than the logits: the loss reuses them."""
     t = TrainingSpec(global_batch_size=8, seq_length=8192)
     cfg = ParallelConfig(dp=8, zero=3, micro_batch_size=2, engine="torchtitan")
-    assert memory.loss_reserved_bytes(LLAMA8B, t, cfg, 10.0, 4.0) == 10.0
+    assert loss_reserved_bytes(LLAMA8B, t, cfg, 10.0, 4.0) == 10.0
     gpt = TransformerSpec(name="gpt-530b", num_layers=4, hidden_size=20480, num_attention_heads=160, num_kv_heads=160, ffn_hidden_size=81920,
                           vocab_size=51200)
     te = TrainingSpec(global_batch_size=8, seq_length=2048, attention="eager")
     cfg = ParallelConfig(dp=8, zero=3, micro_batch_size=4, engine="deepspeed")
-    assert memory.loss_reserved_bytes(gpt, te, cfg, 10.0, 4.0) == 6.0
+    assert loss_reserved_bytes(gpt, te, cfg, 10.0, 4.0) == 6.0
 
 
 def test_torchtitan_selective_is_op_sac():
     t = TrainingSpec(global_batch_size=8, seq_length=8192)
-    mg = memory.block_activation_bytes(LLAMA8B, t, 2, 1, 1, False, False, "megatron")
-    tt = memory.block_activation_bytes(LLAMA8B, t, 2, 1, 1, False, False, "torchtitan")
+    mg = block_activation_bytes(LLAMA8B, t, 2, 1, 1, False, False, "megatron")
+    tt = block_activation_bytes(LLAMA8B, t, 2, 1, 1, False, False, "torchtitan")
     sac = transients.torchtitan_op_sac_block_bytes(16384, 4096, 1024, 14336, 32)
     assert tt.selective == pytest.approx(sac) and tt.selective < 0.5 * mg.selective
     assert (tt.none, tt.full) == (mg.none, mg.full)
@@ -142,7 +143,7 @@ def test_torchtitan_loss_compiled_and_chunked_against_h200_measured():
     compiled = _h200_fsdp32(True, 1)
     assert 47.96 <= compiled <= 1.2 * 47.96
     # at least the 8 B per logit; the eager CE's fp32 logits no longer fit the blocks' cached
-    # segments either (memory.loss_reserved_bytes), which adds their reuse back
+    # segments either (loss_reserved_bytes), which adds their reuse back
     assert _h200_fsdp32("model", 1) - compiled >= 8 * 2 * 8192 * 128256 / 2**30
     assert _h200_fsdp32(True, 8) < compiled
 
@@ -164,12 +165,12 @@ def test_fp8_gemm_inputs_kept_as_transformer_engine_keeps_them(tp, sp):
     sbh, sbf = s * b * LLAMA8B.hidden_size, s * b * LLAMA8B.ffn_hidden_size
     saved = (2 - fp8_saved) * (2 * sbh / rep + sbf / tp)
     for engine in ("megatron", None):
-        ref = memory.block_activation_bytes(LLAMA8B, bf16, b, tp, 1, sp, False, engine)
-        got = memory.block_activation_bytes(LLAMA8B, fp8, b, tp, 1, sp, False, engine)
+        ref = block_activation_bytes(LLAMA8B, bf16, b, tp, 1, sp, False, engine)
+        got = block_activation_bytes(LLAMA8B, fp8, b, tp, 1, sp, False, engine)
         assert got.none == pytest.approx(ref.none - saved, rel=1e-12)
         assert got.full == ref.full  # the checkpointed block input stays bf16
-    ref = memory.block_activation_bytes(LLAMA8B, bf16, b, tp, 1, sp, False, "torchtitan")
-    got = memory.block_activation_bytes(LLAMA8B, fp8, b, tp, 1, sp, False, "torchtitan")
+    ref = block_activation_bytes(LLAMA8B, bf16, b, tp, 1, sp, False, "torchtitan")
+    got = block_activation_bytes(LLAMA8B, fp8, b, tp, 1, sp, False, "torchtitan")
     assert got.none == ref.none
 
 
@@ -185,8 +186,8 @@ def test_fp8_expert_gemm_inputs_kept_as_fp8():
     s, b = 4096, 1
     bf16 = TrainingSpec(global_batch_size=8, seq_length=s)
     fp8 = TrainingSpec(global_batch_size=8, seq_length=s, dtype="fp8")
-    ref = memory.block_activation_bytes(moe, bf16, b, 1, 1, False, True, "megatron")
-    got = memory.block_activation_bytes(moe, fp8, b, 1, 1, False, True, "megatron")
+    ref = block_activation_bytes(moe, bf16, b, 1, 1, False, True, "megatron")
+    got = block_activation_bytes(moe, fp8, b, 1, 1, False, True, "megatron")
     fp8_saved = 1 + 1 / 32
     tokens = s * b
     saved = (2 - fp8_saved) * (tokens * 2048  # qkv input (the attention's LayerNormLinear)

@@ -22,7 +22,7 @@ import pytest
 from cost_model.engines.states import zero_state_bytes
 from cost_model.pipeline import in_flight
 from cost_model.specs.inputs import TrainingSpec, TransformerSpec
-from cost_model.terms import memory
+from cost_model.terms.activations import block_activation_bytes, korthikanti_table2_bytes
 
 # ---------------------------------------------------------------- Korthikanti Table 2 / 3
 
@@ -50,7 +50,7 @@ def eager(dtype: str = "bf16", s: int = S) -> TrainingSpec:
 
 def act(h, a, t, sp, b=1, dtype="bf16", dropout=True, attention="eager", s=S):
     tr = TrainingSpec(global_batch_size=8, seq_length=s, dtype=dtype, attention=attention)
-    return memory.block_activation_bytes(gpt(h, a, dropout), tr, b, t, 1, sp, False)
+    return block_activation_bytes(gpt(h, a, dropout), tr, b, t, 1, sp, False)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
@@ -111,7 +111,7 @@ def test_gpt3_175b_tp8_numbers_by_hand():
 def test_korthikanti_table2_helper_matches_written_formulas(a, h, t):
     s, b = S, 1
     sbh = s * b * h
-    K = memory.korthikanti_table2_bytes
+    K = korthikanti_table2_bytes
     assert K(s, b, h, a, 1, "none") == pytest.approx(sbh * (34 + 5 * a * s / h))
     assert K(s, b, h, a, t, "tp") == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
     assert K(s, b, h, a, t, "tp_sp") == pytest.approx(sbh * (34 / t + 5 * a * s / (h * t)))

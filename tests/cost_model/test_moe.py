@@ -17,6 +17,7 @@ from cost_model.model.presets import get_preset
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec
 from cost_model.terms import moe
+from cost_model.terms.activations import block_activation_bytes
 from cost_model.terms.compute import moe_fwd_s
 from cost_model.terms.dp import dp_last_bucket_s, expert_dp_size, expert_last_bucket_s
 from cost_model.terms.geometry import geometry
@@ -281,15 +282,14 @@ def test_busiest_expert_rank_saves_its_received_tokens_activations():
     """The routed experts' saved activations are counted at the busiest EP rank's load
     (moe.routing_imbalance), as its time is: the hand count of the routed part is
     s*b*top_k*(3*f + h)*dt, SwiGLU, no shared experts, times the load."""
-    from cost_model.terms import memory
 
     m = get_preset("mixtral-8x7b")
     t = TrainingSpec(global_batch_size=64, seq_length=4096)
     cfg = ParallelConfig(dp=8, ep=8, micro_batch_size=1)
     load = moe.layout(m, t, cfg).imbalance
     assert load > 1.0
-    mean = memory.block_activation_bytes(m, t, 1, 1, 1, False, True, cfg.engine)
-    busiest = memory.block_activation_bytes(m, t, 1, 1, 1, False, True, cfg.engine, expert_load=load)
+    mean = block_activation_bytes(m, t, 1, 1, 1, False, True, cfg.engine)
+    busiest = block_activation_bytes(m, t, 1, 1, 1, False, True, cfg.engine, expert_load=load)
     e, dt = m.moe, 2
     routed = 4096 * 1 * e.top_k * (3 * e.ffn_hidden_size + m.hidden_size) * dt
     assert busiest.none - mean.none == pytest.approx(routed * (load - 1.0), rel=1e-12)

@@ -13,7 +13,7 @@ from cost_model.model.presets import get_preset
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import ParallelConfig, TrainingSpec
 from cost_model.terms import moe
-from cost_model.terms.memory import block_activation_bytes
+from cost_model.terms.activations import block_activation_bytes
 from planner.service import estimate
 
 T = TrainingSpec(global_batch_size=64, seq_length=4096)

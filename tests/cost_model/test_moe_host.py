@@ -1,4 +1,4 @@
-"""Host-bound MoE layers (moe.host_issue_s, layers._host_bound_excess_s): Megatron-Core's
+"""Host-bound MoE layers (moe.host_issue_s, compute.host_bound_excess_s): Megatron-Core's
 dispatcher synchronises with the host in every MoE layer, so a layer takes at least the
 host's issue of its kernels. Checked against a hand count, the max rule it states, the
 regimes it separates (micro-batch, local experts, engine) and the published pair that shows

@@ -13,6 +13,7 @@ from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.pipeline.stages import slices_from_counts
 from cost_model.specs.inputs import ParallelConfig
 from cost_model.terms import memory
+from cost_model.terms.activations import activation_dtype_bytes
 from cost_model.terms.layers import layer_table
 from cost_model.terms.overlap import overlap_hidden_s, overlap_window_s, overlapped_s
 
@@ -85,5 +86,5 @@ def test_allocatable_is_the_inverse_of_peak():
 ])
 def test_dtype_rules(dtype, grad_dtype, act, grad):
     t = parse_training({"global_batch_size": 8, "seq_length": 128, "dtype": dtype, "grad_dtype": grad_dtype})
-    assert memory.activation_dtype_bytes(t) == act
+    assert activation_dtype_bytes(t) == act
     assert grad_dtype_bytes(t) == grad

@@ -92,7 +92,7 @@ def test_many_slots_stay_within_cp_sat_integers(vpp, m):
 def _lead_table(table: LayerTable, lead: int) -> LayerTable:
     """`table` with its first `lead` blocks of another kind: less compute and fewer states,
     more saved activations (a dense block before MoE blocks is lighter in weights)."""
-    from cost_model.terms.memory import ActivationBytes
+    from cost_model.terms.activations import ActivationBytes
 
     def dense(b):
         return replace(b, name="dense", compute_s=b.compute_s * 0.6, fwd_s=b.fwd_s * 0.6,
