@@ -24,12 +24,13 @@ from planner.bounds import (
     tight_time_bound_s,
 )
 from planner.lp_bound import lp_time_bound_s
-from planner.search import _Tables, search, stage_problem
+from planner.search import LayerTables, search, stage_problem, to_config
 from planner.service import problem_from_request
 from planner.space import (
     cp_comm_values,
     degree_groups,
     dispatcher_values,
+    enumerate_candidates,
     group_candidates,
     micro_batch_values,
     sequence_parallel_values,
@@ -63,7 +64,7 @@ def test_tight_bound_never_above_the_brute_force_optimum():
     checked = two_kinds = 0
     for _ in range(12):
         prob = problem_from_request(_moe_request(rng))
-        tables = _Tables(prob)
+        tables = LayerTables(prob)
         cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
                  for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile) if c.pp > 1]
         for c in rng.sample(cands, min(6, len(cands))):
@@ -100,7 +101,7 @@ def _sampled_within_reach(rng: random.Random, req: dict):
     """Up to 6 sampled interleaved candidates of the request, within the brute force's
     reach, with its optimum."""
     prob = problem_from_request(req)
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
              for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
              if c.pp > 1 and c.vpp > 1]
@@ -157,7 +158,7 @@ def test_group_bound_below_every_candidate_base_bound():
     """The group bound (from the largest micro-batch size's table) is below the base bound
     of each of the group's candidates, computed from their own base tables."""
     prob = problem_from_request(bench_request("mixtral-8x22b/256xH100", None))
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     B = prob.training.global_batch_size
     groups = list(degree_groups(prob.model, prob.cluster, prob.training, prob.space))
     rng = random.Random(3)
@@ -290,10 +291,10 @@ def test_memory_bound_below_every_partition(schedule, vpp, recompute, L, pp):
            "search": {"engine": "runtime", "schedule": schedule, "vpp": vpp, "pp": pp, "recompute": recompute,
                       "tp": 1}}
     prob = problem_from_request(req)
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     checked = 0
-    for c in list(search_module.enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space,
-                                                     prob.profile))[:4]:
+    for c in list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space,
+                                       prob.profile))[:4]:
         p = stage_problem(prob, c, tables.get(c))
         S = p.num_stages
         bound = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, p.num_micro_batches,
@@ -505,7 +506,7 @@ def test_lp_bound_skips_models_of_many_block_kinds():
     prob = problem_from_request({"model": {"layers": layers}, "cluster": {"gpu": "a100-80gb", "num_gpus": 4},
                                  "training": {"global_batch_size": 16, "seq_length": 2048},
                                  "search": {"vpp": [2]}})
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
              for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
              if c.pp > 1 and c.vpp > 1]
@@ -557,7 +558,7 @@ def test_bounds_hold_on_more_stages_than_blocks():
         L = req["model"]["transformer"]["num_layers"]
         req["search"] = {"vpp": list(range(2, L + 3))}
         prob = problem_from_request(req)
-        tables = _Tables(prob)
+        tables = LayerTables(prob)
         cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
                  for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
                  if c.pp * c.vpp > L]
@@ -569,7 +570,7 @@ def test_bounds_hold_on_more_stages_than_blocks():
             peaks = [max(p.rank_cost(slices_from_counts(counts, uniform_recompute_counts(counts, n)), r).peak_bytes
                          for r in range(p.pp))
                      for counts in empty_end_layouts(L, p.num_stages) for n in ((0, 1) if p.full else (0,))]
-            reserved = reserved_bytes(search_module._to_config(c))
+            reserved = reserved_bytes(to_config(c))
             assert memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) <= min(peaks) * (1 + REL)
             base_table, base_sums = tables.base(c)
             assert base_memory_bound_bytes(base_sums, prob.training, c, m, reserved) <= min(peaks) * (1 + REL)

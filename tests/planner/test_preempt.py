@@ -11,8 +11,9 @@ import pytest
 
 from planner import ilp
 from planner import search as search_mod
-from planner.search import _Tables, enumerate_candidates, stage_problem
+from planner.search import LayerTables, stage_problem
 from planner.service import problem_from_request
+from planner.space import enumerate_candidates
 
 # Qwen3-235B-A22B on 256 H100 pinned to the candidate of its best plan (dp8 tp2 pp16 ep8
 # vpp3): without a hint, CP-SAT needs seconds to find and prove its optimum
@@ -28,7 +29,7 @@ _QWEN3 = {"model": {"name": "qwen3-235b-a22b"}, "cluster": {"gpu": "h100-sxm", "
 def hard_problem():
     prob = problem_from_request(_QWEN3)
     c = next(iter(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)))
-    return stage_problem(prob, c, _Tables(prob).get(c))
+    return stage_problem(prob, c, LayerTables(prob).get(c))
 
 
 def test_a_stopped_solve_returns_what_it_has_at_once(hard_problem):

@@ -10,40 +10,25 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal, NamedTuple
 
 from cost_model import memory
-from cost_model.engines import get_engine
-from cost_model.estimate import compose
-from cost_model.layers import LayerTable, layer_table
-from cost_model.rank_costs import StageProblem, capacity_bytes, uniform_recompute_counts
-from cost_model.results import GIB, Estimate
-from cost_model.specs import (
-    CalibrationProfile,
-    ClusterSpec,
-    ModelSpec,
-    ParallelConfig,
-    TrainingSpec,
-)
-from cost_model.stages import slices_from_counts, step_time_s
+from cost_model.layers import LayerTable
+from cost_model.rank_costs import StageProblem, capacity_bytes
+from cost_model.results import GIB
 from cost_model.vocab import (
-    COUNTS_UNIFORM,
     DISPATCHER_ALLTOALL,
     ENGINE_MEGATRON,
     RECOMPUTE_FULL,
-    RECOMPUTE_NONE,
-    RECOMPUTE_SELECTIVE,
     STATUS_FEASIBLE,
     STATUS_OPTIMAL,
 )
 
-from . import exhaustive as brute
-from .bounds import (
+from .. import exhaustive as brute
+from ..bounds import (
     PROOF_REL,
-    TableSums,
     base_memory_bound_bytes,
     base_time_bound_s,
     cheap_time_bound_s,
@@ -51,249 +36,50 @@ from .bounds import (
     group_time_bound_s,
     memory_bound_bytes,
     per_sample_time_s,
-    table_sums,
     tight_time_bound_s,
 )
-from .greedy import greedy_partition, repair_partition
-from .ilp import CUTOFF, StopHandle, solve
-from .lp_bound import lp_time_bound_s
-from .space import (
+from ..ilp import CUTOFF, StopHandle, solve
+from ..lp_bound import lp_time_bound_s
+from ..space import (
     Candidate,
     DegreeGroup,
-    SearchSpace,
     a2a_overlap_values,
     cp_comm_values,
     degree_groups,
     dispatcher_values,
-    enumerate_candidates,
     group_candidates,
     micro_batch_values,
     sequence_parallel_values,
 )
+from .hints import best_hint, step_s
+from .incumbent import Incumbent
+from .reference import search_exhaustive
+from .results import (
+    PROGRESS_AFTER_S,
+    PROGRESS_EVERY_S,
+    Found,
+    Problem,
+    Progress,
+    Reporter,
+    SearchResult,
+    SearchStats,
+)
+from .tables import LayerTables, stage_problem, to_config
 
-# A progress sink: called with one human-readable line now and then during a long search.
-Progress = Callable[[str], None]
-# Silent for the first PROGRESS_AFTER_S seconds, then at most one line every PROGRESS_EVERY_S.
-PROGRESS_AFTER_S = 2.0
-PROGRESS_EVERY_S = 2.0
-
-
-class _Reporter:
-    """Throttled progress: calls `sink(line())` once `after_s` have passed since `t0`, and
-    then at most once every `every_s`; `line` is only built when a line goes out."""
-
-    def __init__(self, sink: Progress | None, t0: float, after_s: float, every_s: float):
-        self.sink, self.every_s = sink, every_s
-        self.next_at = t0 + after_s
-
-    def __call__(self, line: Callable[[], str]) -> None:
-        if self.sink is None:
-            return
-        now = time.perf_counter()
-        if now >= self.next_at:
-            self.next_at = now + self.every_s
-            self.sink(line())
-
-
-@dataclass
-class Found:
-    candidate: Candidate
-    config: ParallelConfig
-    estimate: Estimate
-    status: str  # optimal | feasible (of the stage ILP)
-
-
-@dataclass
-class SearchStats:
-    # candidates enumerated: every candidate of the degree groups the search expanded (a
-    # group pruned whole by its bound is counted in `pruned_groups`, its candidates never built)
-    candidates: int = 0
-    pruned_memory: int = 0
-    pruned_time: int = 0
-    ilp_solves: int = 0
-    infeasible: int = 0
-    solve_time_s: float = 0.0  # the whole search, wall clock
-    ilp_time_s: float = 0.0  # of which in CP-SAT
-    timed_out: bool = False
-    lower_bound_s: float = math.inf  # least bound over what was not proven
-    min_memory_gib: float = math.inf  # least memory lower bound seen, for infeasibility reports
-    min_memory_config: Candidate | None = None
-    solver: str = "cp-sat"
-    groups: int = 0  # degree groups of the space (space.DegreeGroup)
-    groups_expanded: int = 0  # of which expanded into candidates (the others pruned whole)
-    pruned_groups: int = 0  # pruned by their group bound before any candidate was built
-    monotone_ok: bool = True  # bounds.py's per-sample monotonicity held on every table built
-    proven_by_bound: int = 0  # candidates whose hint the tight bound proved optimal (no CP-SAT)
-    deferred: int = 0  # candidates whose solve waited for the queue to be done (search.prepare)
-    dives: int = 0  # greedy plans recorded by dives (DIVE_AFTER_SHARE)
-
-    def note_memory(self, gib: float, c: Candidate) -> None:
-        """Keep the least memory bound seen (for the infeasibility report)."""
-        if gib < self.min_memory_gib:
-            self.min_memory_gib, self.min_memory_config = gib, c
-
-
-@dataclass
-class SearchResult:
-    best: list[Found]
-    stats: SearchStats
-    status: str  # optimal | feasible
-    gap: float
-
-
-@dataclass(frozen=True)
-class Problem:
-    model: ModelSpec
-    cluster: ClusterSpec
-    training: TrainingSpec
-    space: SearchSpace
-    profile: CalibrationProfile | None = None
-
-
-def _to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
-    return ParallelConfig(
-        dp=c.dp, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, vpp=c.vpp, sequence_parallel=c.sequence_parallel,
-        zero=c.zero, micro_batch_size=c.micro_batch_size, recompute=c.recompute,
-        recompute_layers=tuple(rcs) if rcs is not None and c.recompute == RECOMPUTE_FULL else None,
-        schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None, engine=c.engine,
-        etp=c.etp, moe_a2a_overlap=c.moe_a2a_overlap, cp_comm=c.cp_comm, moe_dispatcher=c.moe_dispatcher,
-    )
-
-
-class _Tables:
-    """Per-layer cost tables, built on demand: the full table per (dp, tp, cp, ep, sp, zero,
-    mb), and a base table per (tp, cp, ep, sp, mb) with no data parallelism and no ZeRO,
-    whose totals bound every (dp, zero) variant from below (bounds.base_bounds)."""
-
-    def __init__(self, prob: Problem):
-        self.prob = prob
-        self.cache: dict[tuple, LayerTable] = {}
-        self.sums: dict[tuple, TableSums] = {}
-
-    def _build(self, key: tuple, cfg: ParallelConfig) -> LayerTable:
-        if key not in self.cache:
-            self.cache[key] = layer_table(self.prob.model, self.prob.cluster, self.prob.training, cfg, self.prob.profile)
-        return self.cache[key]
-
-    def _sums(self, key: tuple, table: LayerTable) -> TableSums:
-        if key not in self.sums:
-            self.sums[key] = table_sums(table, self.prob.cluster.gpu.overlap_interference)
-        return self.sums[key]
-
-    def get(self, c: Candidate) -> LayerTable:
-        return self._build(c.table_key, _to_config(c))
-
-    def get_sums(self, c: Candidate) -> TableSums:
-        return self._sums(c.table_key, self.get(c))
-
-    def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
-        return self.base_at(c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine,
-                            c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher)
-
-    def base_at(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mb: int, engine: str,
-                overlap: bool | None = None, cp_comm: str | None = None,
-                dispatcher: str = DISPATCHER_ALLTOALL) -> tuple[LayerTable, TableSums]:
-        """The base table of a candidate with the overlapped 1F1B all-to-all `overlap`, the
-        context-parallel communication `cp_comm` and the MoE token `dispatcher`; overlap None:
-        on where the space holds it (a bound over several settings takes the least of their
-        tables: search's degree groups)."""
-        if overlap is None:
-            overlap = True in a2a_overlap_values(self.prob.model, self.prob.space, engine, ep)
-        key = ("base", tp, cp, ep, etp, sp, mb, engine, overlap, cp_comm, dispatcher)
-        sums = self.sums.get(key)
-        if sums is not None:  # the common case: no config to build
-            return self.cache[key], sums
-        cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
-                             engine=engine, moe_a2a_overlap=overlap, cp_comm=cp_comm, moe_dispatcher=dispatcher)
-        table = self._build(key, cfg)
-        return table, self._sums(key, table)
-
-
-def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProblem:
-    gpu = prob.cluster.gpu
-    return StageProblem(
-        table=table,
-        pp=c.pp,
-        vpp=c.vpp,
-        schedule=c.schedule,
-        recompute=c.recompute,
-        num_micro_batches=prob.training.global_batch_size // (c.dp * c.micro_batch_size),
-        capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
-        reserved_bytes=memory.reserved_bytes(_to_config(c), prob.model),
-        interference=gpu.overlap_interference,
-        uniform_recompute=get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM,
-        empty_ends=get_engine(c.engine).empty_ends,
-    )
-
-
-def _record(found: list[Found], prob: Problem, c: Candidate, table: LayerTable, counts, rcs, status: str, k: int) -> None:
-    """Cost the partition with the float model and keep the k best distinct plans."""
-    if c.recompute == RECOMPUTE_FULL and get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM:
-        # a fallback partition (greedy) may have per-stage counts the engine cannot take:
-        # price the one count it would run, the largest (launch/megatron.py recompute)
-        rcs = uniform_recompute_counts(counts, max(rcs, default=0))
-    c = _normalise(c, table, rcs)
-    cfg = _to_config(c, counts, rcs)
-    est = compose(prob.model, prob.cluster, prob.training, cfg, table, slices_from_counts(counts, cfg.recompute_layers))
-    same = [f for f in found if f.candidate == c]
-    if same and same[0].estimate.prediction.step_time_s <= est.prediction.step_time_s:
-        return  # the same plan reached through an equivalent recompute setting, or a retry found no better
-    for f in same:  # a retry improved on it
-        found.remove(f)
-    found.append(Found(c, cfg, est, status))
-    found.sort(key=lambda f: (f.estimate.prediction.step_time_s, _tiebreak(f.candidate)))
-    del found[k:]
-
-
-def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progress_after_s: float = PROGRESS_AFTER_S,
-                      progress_every_s: float = PROGRESS_EVERY_S) -> SearchResult:
-    """Reference: every candidate, every partition (exhaustive.py); no bounds, no pruning.
-    Counts its work first and refuses above exhaustive.MAX_EVALUATIONS (SpecError)."""
-    t0 = time.perf_counter()
-    stats = SearchStats(solver="exhaustive")
-    tables = _Tables(prob)
-    cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
-                                      dominance=False))
-    L = prob.model.num_layers
-    work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL,
-                             get_engine(c.engine).empty_ends) for c in cands)
-    found: list[Found] = []
-    report = _Reporter(progress, t0, progress_after_s, progress_every_s)
-    done = 0
-
-    def line() -> str:
-        best = f"{found[0].estimate.prediction.step_time_s:.4g} s" if found else "none yet"
-        return (f"exhaustive: {done:,} of at most {work:,} rank evaluations, candidate {stats.candidates:,} of "
-                f"{len(cands):,}, best step {best}, {time.perf_counter() - t0:.1f} s elapsed")
-
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        report(line)
-
-    for c in cands:
-        stats.candidates += 1
-        table = tables.get(c)
-        res = brute.best_partition(stage_problem(prob, c, table), tick)
-        if res is None:
-            stats.infeasible += 1
-            continue
-        _record(found, prob, c, table, res[1], res[2], STATUS_OPTIMAL, prob.space.top_k)
-    if not found:
-        _least_memory(prob, tables, cands, stats)
-    stats.solve_time_s = time.perf_counter() - t0
-    return SearchResult(found, stats, STATUS_OPTIMAL, 0.0)
-
-
-def _least_memory(prob: Problem, tables: _Tables, cands, stats: SearchStats) -> None:
-    for c in cands:
-        m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
-        reserved = memory.reserved_bytes(_to_config(c), prob.model)
-        mem = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, m, reserved) / GIB
-        stats.note_memory(mem, c)
-
-
-
+__all__ = [
+    "Found",
+    "LayerTables",
+    "Problem",
+    "Progress",
+    "SearchResult",
+    "SearchStats",
+    "best_hint",
+    "search",
+    "search_exhaustive",
+    "solve_workers",
+    "stage_problem",
+    "to_config",
+]
 
 # Share of the time limit the group bounds (one base table per (tp, cp, ep, etp, sp)) may
 # take before the best-first search starts; groups not bounded by then are queued with the
@@ -407,7 +193,7 @@ def search(
     t0 = time.perf_counter()
     limit = prob.space.time_limit_s if deadline_s is None else deadline_s
     stats = SearchStats()
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     gpu = prob.cluster.gpu
     cap = capacity_bytes(gpu.memory_gib, prob.space.memory_headroom)
     k = prob.space.top_k
@@ -502,7 +288,7 @@ def search(
             twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
             mem_lb = mem_lbs.get(twin)
             if mem_lb is None:
-                reserved = memory.reserved_bytes(_to_config(c), prob.model)
+                reserved = memory.reserved_bytes(to_config(c), prob.model)
                 mem_lb = mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
             stats.note_memory(mem_lb / GIB, c)
             if mem_lb > cap:
@@ -514,12 +300,13 @@ def search(
                 heapq.heappush(pool, _Entry(bound, (gi, j), "base_bound", c))
             queued += 1
 
-    found: list[Found] = []
+    incumbent = Incumbent(prob, k)
+    found = incumbent.found
     optimal_all = True
     # past the deadline with no plan: the queue is re-keyed by _fit_key (the most sharded
     # first) so that the first plan that fits comes soon; the bounds left were kept for the gap
     rescue = False
-    report = _Reporter(progress, t0, progress_after_s, progress_every_s)
+    report = Reporter(progress, t0, progress_after_s, progress_every_s)
 
     def best_s() -> float:
         return found[0].estimate.prediction.step_time_s if found else math.inf
@@ -593,7 +380,7 @@ def search(
             c = e.candidate
             dived.add(e.order)
             own = own_cheap_bound(c, tables.get(c), B // (c.dp * c.micro_batch_size),
-                                  memory.reserved_bytes(_to_config(c), prob.model))
+                                  memory.reserved_bytes(to_config(c), prob.model))
             if own is not None:
                 picks.append(e._replace(bound_s=max(e.bound_s, own)))
         picks.sort()
@@ -602,7 +389,7 @@ def search(
             hint = best_hint(stage_problem(prob, e.candidate, table))
             if hint is not None:
                 stats.dives += 1
-                _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
+                incumbent.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE)
                 for x in picks[i + 1:]:
                     dived.discard(x.order)
                     heapq.heappush(pool, x)
@@ -622,7 +409,7 @@ def search(
             if best is None:
                 stats.infeasible += 1
             else:
-                _record(found, prob, e.candidate, table, best[1], best[2], STATUS_OPTIMAL, k)
+                incumbent.record(e.candidate, table, best[1], best[2], STATUS_OPTIMAL)
             return None
 
         # the bounds first, at full precision, and once a plan is found also the LP of the
@@ -648,7 +435,7 @@ def search(
             hint = (list(own.config.stage_layers), list(own.config.recompute_layers or [0] * len(own.config.stage_layers)))
         else:
             hint = best_hint(p)
-        hint_s = _step_s(p, *hint) if hint is not None else None
+        hint_s = step_s(p, *hint) if hint is not None else None
         if hint_s is not None:
             if not found and bound < hint_s * (1 - PROOF_TOL):
                 bound = with_lp(bound)  # no plan yet to set it aside against: only beside a hint
@@ -656,17 +443,17 @@ def search(
             if bound >= hint_s * (1 - PROOF_TOL):  # the hint is optimal: CP-SAT has nothing to prove
                 open_.pop(e.order, None)
                 stats.proven_by_bound += 1
-                _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL, k)
+                incumbent.record(e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL)
                 return
             if bound >= hint_s * keep:  # the hint is within the gap limit of its bound
                 open_[e.order] = (bound, e)
-                _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
+                incumbent.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE)
                 return
             if defer and (busy or hint_s > bound * (1 + DEFER_REL)):
                 stats.deferred += 1
                 open_[e.order] = (bound, e)
                 retry.add(e.order)
-                _record(found, prob, e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, k)
+                incumbent.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE)
                 return
         elif defer and busy and found:
             # no partition of the greedy kind fits: rather than wait for the slot (a solve may
@@ -693,7 +480,7 @@ def search(
         if sol.status in (STATUS_OPTIMAL, STATUS_FEASIBLE):
             counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
             if status == STATUS_FEASIBLE:
-                own_s = _step_s(p, counts, rcs)
+                own_s = step_s(p, counts, rcs)
                 if own_s is not None and sol.bound_s >= own_s * (1 - PROOF_TOL):
                     status = STATUS_OPTIMAL  # stopped at a bound that reaches its own plan
             if status == STATUS_FEASIBLE:
@@ -724,7 +511,7 @@ def search(
                 open_.pop(e.order, None)
             stats.infeasible += 1
             return
-        _record(found, prob, e.candidate, table, counts, rcs, status, k)
+        incumbent.record(e.candidate, table, counts, rcs, status)
 
     # CP-SAT solves run on threads, one CP-SAT worker each (CP-SAT releases the GIL): in the
     # best-first loop up to `loop_workers` at once beside this thread's bounds and tables (on
@@ -879,7 +666,7 @@ def search(
                     # nothing found yet: the most sharded candidates' greedy partitions until one fits
                     hint = best_hint(p)
                     if hint is not None:
-                        _record(found, prob, c, table, hint[0], hint[1], STATUS_FEASIBLE, k)
+                        incumbent.record(c, table, hint[0], hint[1], STATUS_FEASIBLE)
                         optimal_all = False
                 elif e.stage == "base_bound":
                     refined = refine(e, p, table, best_t)
@@ -967,103 +754,3 @@ def _count_left(stats: SearchStats, queue: list[_Entry]) -> None:
     groups = sum(e.stage == "group" for e in queue)
     stats.pruned_groups += groups
     stats.pruned_time += len(queue) - groups
-
-
-def _step_s(p: StageProblem, counts: list[int], rcs: list[int]) -> float | None:
-    """The float model's step time of a partition, None when a rank does not fit."""
-    slices = slices_from_counts(counts, rcs)
-    ranks = [p.rank_cost(slices, r) for r in range(p.pp)]
-    if any(rc.peak_bytes > p.capacity_bytes for rc in ranks):
-        return None
-    return step_time_s(ranks, p.num_micro_batches, p.vpp, p.schedule)
-
-
-def _least_recompute(p: StageProblem, counts: list[int]) -> list[int] | None:
-    """Per-stage recompute counts that make `counts` fit: the engine's one count n (the
-    least that fits every rank) when it takes one, else greedy_partition's per-rank rule."""
-    if not p.full:
-        return [0] * len(counts) if _step_s(p, counts, [0] * len(counts)) is not None else None
-    if p.uniform_recompute:
-        for n in range(max(counts) + 1):
-            rcs = uniform_recompute_counts(counts, n)
-            if _step_s(p, counts, rcs) is not None:
-                return rcs
-        return None
-    rcs = [0] * len(counts)
-    for r in range(p.pp):
-        ks = p.stages_of(r)
-        while p.rank_cost(slices_from_counts(counts, rcs), r).peak_bytes > p.capacity_bytes:
-            open_ks = [k for k in ks if rcs[k] < counts[k]]
-            if not open_ks:
-                return None
-            k = min(open_ks, key=lambda k: (rcs[k] / counts[k], k))
-            rcs[k] += 1
-    return rcs
-
-
-def _count_patterns(L: int, S: int) -> list[list[int]]:
-    """A few stage-size patterns beside the balanced one: the remainder on the first or the
-    last stages, or every stage at the ceiling but the first / last ones, which hold the
-    embedding / the output layer (and give up the surplus)."""
-    q, r = divmod(L, S)
-    out = [[q + 1] * r + [q] * (S - r), [q] * (S - r) + [q + 1] * r]
-    if r:
-        for from_end in (True, False):
-            counts, surplus = [q + 1] * S, S * (q + 1) - L
-            order = range(S - 1, -1, -1) if from_end else range(S)
-            for k in order:
-                take = min(surplus, counts[k] - 1)
-                counts[k] -= take
-                surplus -= take
-            out.append(counts)
-    return [c for c in out if min(c) >= 1]
-
-
-def best_hint(p: StageProblem) -> tuple[list[int], list[int]] | None:
-    """The best of greedy_partition (else repair_partition) and the patterns of
-    `_count_patterns` (each with its least recompute) under the float model: the CP-SAT hint,
-    and the fallback plan when CP-SAT returns nothing in time. Only a starting point: optimality is CP-SAT's to prove.
-    With more stages than blocks, the best of the empty-end layouts (exhaustive.best_empty_end_partition)."""
-    if p.more_stages_than_blocks:
-        best = brute.best_empty_end_partition(p)
-        return None if best is None else (best[1], best[2])
-    tried = []
-    g = greedy_partition(p)
-    if g is not None:
-        tried.append(g)
-    if g is None:
-        # balanced stages fit nowhere, not even with recompute where that is an option:
-        # moving blocks off the full ranks may fit them (without recompute, where balanced
-        # stages fit, the repair would return greedy_partition's partition again)
-        fixed = repair_partition(p)
-        if fixed is not None:
-            tried.append(fixed)
-    for counts in _count_patterns(p.num_layers, p.num_stages):
-        rcs = _least_recompute(p, counts)
-        if rcs is not None:
-            tried.append((counts, rcs))
-    best, best_t = None, math.inf
-    for counts, rcs in tried:
-        if p.full and p.uniform_recompute:
-            rcs = uniform_recompute_counts(counts, max(rcs, default=0))
-        t = _step_s(p, counts, rcs)
-        if t is not None and t < best_t:
-            best, best_t = (list(counts), list(rcs)), t
-    return best if best is not None else g
-
-
-def _normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
-    """Full recompute of zero blocks, or selective recompute that saves and costs nothing
-    (flash attention), is the plan without recompute."""
-    if c.recompute == RECOMPUTE_FULL and not any(rcs):
-        return replace(c, recompute=RECOMPUTE_NONE)
-    if c.recompute == RECOMPUTE_SELECTIVE and all(b.recompute_selective_s == 0 and b.act.selective == b.act.none for b in table.blocks):
-        return replace(c, recompute=RECOMPUTE_NONE)
-    return c
-
-
-def _tiebreak(c: Candidate) -> tuple:
-    """Among equal times prefer simpler plans: less model parallelism, less sharding."""
-    return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.recompute != RECOMPUTE_NONE, c.micro_batch_size,
-            c.moe_a2a_overlap, get_engine(c.engine).cp_variants.index(c.cp_comm) if c.cp_comm else 0,
-            c.moe_dispatcher != DISPATCHER_ALLTOALL)
