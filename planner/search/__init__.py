@@ -53,10 +53,9 @@ from ..space import (
 )
 from .hints import best_hint, step_s
 from .incumbent import Incumbent
+from .policy import SearchPolicy
 from .reference import search_exhaustive
 from .results import (
-    PROGRESS_AFTER_S,
-    PROGRESS_EVERY_S,
     Found,
     Problem,
     Progress,
@@ -71,6 +70,7 @@ __all__ = [
     "LayerTables",
     "Problem",
     "Progress",
+    "SearchPolicy",
     "SearchResult",
     "SearchStats",
     "best_hint",
@@ -80,74 +80,6 @@ __all__ = [
     "stage_problem",
     "to_config",
 ]
-
-# Share of the time limit the group bounds (one base table per (tp, cp, ep, etp, sp)) may
-# take before the best-first search starts; groups not bounded by then are queued with the
-# bound 0 (valid, expanded first), so a very large space still gets searched and its gap
-# stays honest.
-ENUMERATION_SHARE = 0.6
-# Relative tolerance at which a bound reaching a plan's time proves it (the pruning test's).
-PROOF_TOL = 1e-9
-# A candidate whose hint is more than this above its bound is deferred (search.prepare).
-DEFER_REL = 0.01
-# Share of the time limit one first solve may take: the candidates solved at once have a
-# hint within DEFER_REL of their bound, and CP-SAT restarted on a retry redoes its work.
-FIRST_SOLVE_SHARE = 0.5
-# A retry may take this many equal shares of the time left (most take far less: CP-SAT
-# proves a capped model infeasible in a fraction of a second, and restarts from scratch).
-RETRY_SHARES = 2.0
-# ... or, where more, all the time left but this many typical solves (the median of this
-# search's solves so far) for each other candidate waiting: the candidates waiting are mostly
-# proven in a typical solve each, and a hard one cut at an equal share restarts from scratch
-# on its next try (Qwen3-235B on 256 H100 at 10 s: two solves cut at 0.5 s needed 0.6 and
-# 1.2 s, and the second was left open at a 4.5% gap)
-RETRY_RESERVE_SOLVES = 2.0
-# CP-SAT solves the retries run at once (the best-first loop: one fewer, beside its own
-# thread), one CP-SAT worker each (a solve with 2 workers was
-# slower than with 1 on these small models: Qwen3-235B's 33 solves 7.6 s against 5.1 s); at
-# most the CPUs available. 2: the CI machine's cores, the only count measured.
-SOLVE_WORKERS = 2
-# Least time left worth a retry of an unproven candidate (CP-SAT rarely proves in less).
-RETRY_MIN_S = 0.5
-# ... but an early retry of the best plan's own candidate under a gap limit (or in the first
-# phase at gap 0: STAGED_GAP) may take this share of the time left: the search cannot end within
-# the gap without its capped solve (no plan elsewhere makes it moot unless it beats the best by
-# the gap: then `preempt` stops it), and cut at two typical solves it restarts from scratch
-# each time (Qwen3-235B on 256 H100 at 1%: its capped solve takes 1.9-2.3 s, cut at 1 s it was
-# left open at 3.9-4.3%). Not to an exact proof: it may take longer than the whole limit (5.6 s
-# there) and crowds out the other retries (4.2 -> 9.5%).
-INCUMBENT_RETRY_SHARE = 0.4
-# Below this gap limit (the default 0) the search runs in two phases: first as a search at this
-# gap (every CP-SAT solve capped this far below the best plan, the candidates whose bounds are
-# within it left for later), then at the gap asked for with the time left, from where the first
-# phase stopped: the queue it left, and a retry of every candidate it left open. CP-SAT proves
-# "nothing below 0.99 x the best" far sooner than the exact optimum (Qwen3-235B's plan's own
-# candidate: 2.0 s against 6.0 s), so a search cut by its time limit has closed its gap to 1%
-# first instead of leaving the hard candidates' proofs cut short (Qwen3-235B on 256 H100 at
-# 10 s: 4.2% -> 1.0%, docs/results.md "Search time"); a search with time enough proves the
-# optimum all the same (Mixtral 8x22B: 0.5 s more, the candidates proven below the 1% cap
-# proven again up to the best plan).
-STAGED_GAP = 0.01
-# A running solve capped at a plan the best plan now beats by more than this is stopped and its
-# candidate retried at the new cap (search.preempt); while a stop is pending, the search looks
-# again every STOP_POLL_S.
-PREEMPT_REL = 0.01
-STOP_POLL_S = 0.05
-# After this share of the time limit, the best-first loop records now and then a greedy
-# partition (a "dive"): of the DIVE_POOL least-bound queued candidates, the one whose own
-# table's cheap bound is least and that has a partition that fits; at once while no plan is
-# found, then once every DIVE_EVERY_SHARE of the limit while the least queued bound is below
-# the best plan. A plan to prune against, where best-first alone would refine candidates whose
-# bounds sit below the optimum for the whole limit (a large MoE space: thousands of
-# candidates, each refinement tens of milliseconds). A dived candidate stays queued for its
-# exact solve.
-DIVE_AFTER_SHARE = 0.1
-DIVE_EVERY_SHARE = 0.02
-# ... and once a plan is found, only while the dives have taken less than this share of the
-# time so far: each prices up to DIVE_POOL tables and partitions (~0.1 s on a large MoE space),
-# which at a 10 s limit would otherwise take half of it
-DIVE_TIME_SHARE = 0.1
-DIVE_POOL = 16  # candidates a dive prices with their own tables before it picks one
 
 # What a queued entry is: a degree group bounded as a whole (bounds.group_time_bound_s), a
 # candidate with its base-table bound (cheap, every candidate of an expanded group), or a
@@ -172,24 +104,25 @@ def search(
     deadline_s: float | None = None,
     progress: Progress | None = None,
     *,
-    progress_after_s: float = PROGRESS_AFTER_S,
-    progress_every_s: float = PROGRESS_EVERY_S,
+    progress_after_s: float | None = None,
+    progress_every_s: float | None = None,
+    policy: SearchPolicy = SearchPolicy(),
 ) -> SearchResult:
     """Best-first over degree groups and candidates: each group is queued with its group
     bound; at the front it is expanded into its candidates, each queued with its base-table
     bound; a candidate at the front is refined (its own table, the tight bound) and queued
     again; at the front once refined it is solved on a CP-SAT thread while this thread goes
-    on (when its hint is within DEFER_REL of its bound and a solve slot is free; otherwise
+    on (when its hint is within policy.defer_rel of its bound and a solve slot is free; otherwise
     the hint is recorded and the solve deferred until the queue is done, then capped at the
     best plan: prepare). Stops when the front's bound reaches the
     best plan (everything left is pruned by a bound >= the best: OPTIMAL if every solve was
     optimal), or at the deadline (FEASIBLE; the gap from the least bound left open). Below
-    STAGED_GAP this runs twice: first as a search at STAGED_GAP, then at the gap asked for,
+    policy.staged_gap this runs twice: first as a search at policy.staged_gap, then at the gap asked for,
     from the queue and the open candidates the first left. A solve capped at a plan the best
     plan has since beaten is stopped and solved again at the new cap (preempt)."""
     if exhaustive:
         return search_exhaustive(prob, progress, progress_after_s=progress_after_s,
-                                 progress_every_s=progress_every_s)
+                                 progress_every_s=progress_every_s, policy=policy)
     t0 = time.perf_counter()
     limit = prob.space.time_limit_s if deadline_s is None else deadline_s
     stats = SearchStats()
@@ -202,17 +135,17 @@ def search(
     # a bound at or above keep x the best plan is not searched further (search.gap_limit; CP-SAT
     # is capped there too, which proves far sooner); the least such bound below the best plan
     # is kept for the reported gap (`set_aside`), which stays within the limit
-    # (STAGED_GAP: the first phase's keep and cap are those of a search at STAGED_GAP)
-    final_keep = 1 - max(PROOF_TOL, prob.space.gap_limit)
-    phase_gaps = [STAGED_GAP, prob.space.gap_limit] if prob.space.gap_limit < STAGED_GAP else [prob.space.gap_limit]
-    keep = 1 - max(PROOF_TOL, phase_gaps[0])
+    # (policy.staged_gap: the first phase's keep and cap are those of a search at policy.staged_gap)
+    final_keep = 1 - max(policy.proof_tol, prob.space.gap_limit)
+    phase_gaps = [policy.staged_gap, prob.space.gap_limit] if prob.space.gap_limit < policy.staged_gap else [prob.space.gap_limit]
+    keep = 1 - max(policy.proof_tol, phase_gaps[0])
     stop_share = 1 - phase_gaps[0]  # CP-SAT searches only below this x the best plan
     final_stop_share = 1 - prob.space.gap_limit
     aside = math.inf
 
     def set_aside(bound: float) -> None:
         nonlocal aside
-        if bound < best_s() * (1 - PROOF_TOL):
+        if bound < best_s() * (1 - policy.proof_tol):
             aside = min(aside, bound)
 
     # --- degree groups, bounded per (tp, cp, ep, etp) from one base table per SP setting at
@@ -228,7 +161,7 @@ def search(
     use_groups = group_bound_applies(prob.profile)
     layout_s: dict[tuple, float] = {}
     for key, mb in mb_ref.items():
-        if not use_groups or time.perf_counter() - t0 > ENUMERATION_SHARE * limit:
+        if not use_groups or time.perf_counter() - t0 > policy.enumeration_share * limit:
             layout_s[key] = 0.0  # unbounded (valid): the group is expanded when it reaches the front
             continue
         least = math.inf
@@ -306,7 +239,8 @@ def search(
     # past the deadline with no plan: the queue is re-keyed by _fit_key (the most sharded
     # first) so that the first plan that fits comes soon; the bounds left were kept for the gap
     rescue = False
-    report = Reporter(progress, t0, progress_after_s, progress_every_s)
+    report = Reporter(progress, t0, policy.progress_after_s if progress_after_s is None else progress_after_s,
+                      policy.progress_every_s if progress_every_s is None else progress_every_s)
 
     def best_s() -> float:
         return found[0].estimate.prediction.step_time_s if found else math.inf
@@ -353,27 +287,27 @@ def search(
                      handle=handle)
 
     def typical_solve_s() -> float:
-        return statistics.median(solve_times_s) if solve_times_s else RETRY_MIN_S
+        return statistics.median(solve_times_s) if solve_times_s else policy.retry_min_s
     dived: set[tuple[int, int]] = set()
     last_dive = -math.inf
     dive_s = 0.0  # time the dives took
 
     def dive_due(now: float) -> bool:
-        if not pool or now - t0 < DIVE_AFTER_SHARE * limit:
+        if not pool or now - t0 < policy.dive_after_share * limit:
             return False
         if not found:
             return True
-        return (now - last_dive >= DIVE_EVERY_SHARE * limit and pool[0].bound_s < best_s() * keep
-                and dive_s < DIVE_TIME_SHARE * (now - t0))
+        return (now - last_dive >= policy.dive_every_share * limit and pool[0].bound_s < best_s() * keep
+                and dive_s < policy.dive_time_share * (now - t0))
 
     def dive() -> None:
-        """Record a greedy plan (DIVE_AFTER_SHARE): of the DIVE_POOL least-bound candidates,
+        """Record a greedy plan (policy.dive_after_share): of the policy.dive_pool least-bound candidates,
         the one whose own table's cheap bound is least and that has a partition that fits; the
         others go back to the pool with that bound."""
         nonlocal last_dive
         last_dive = time.perf_counter()
         picks: list[_Entry] = []
-        while pool and len(picks) < DIVE_POOL:
+        while pool and len(picks) < policy.dive_pool:
             e = heapq.heappop(pool)
             if e.order in dived:
                 continue
@@ -437,10 +371,10 @@ def search(
             hint = best_hint(p)
         hint_s = step_s(p, *hint) if hint is not None else None
         if hint_s is not None:
-            if not found and bound < hint_s * (1 - PROOF_TOL):
+            if not found and bound < hint_s * (1 - policy.proof_tol):
                 bound = with_lp(bound)  # no plan yet to set it aside against: only beside a hint
                 e = e._replace(bound_s=bound)
-            if bound >= hint_s * (1 - PROOF_TOL):  # the hint is optimal: CP-SAT has nothing to prove
+            if bound >= hint_s * (1 - policy.proof_tol):  # the hint is optimal: CP-SAT has nothing to prove
                 open_.pop(e.order, None)
                 stats.proven_by_bound += 1
                 incumbent.record(e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL)
@@ -449,7 +383,7 @@ def search(
                 open_[e.order] = (bound, e)
                 incumbent.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE)
                 return
-            if defer and (busy or hint_s > bound * (1 + DEFER_REL)):
+            if defer and (busy or hint_s > bound * (1 + policy.defer_rel)):
                 stats.deferred += 1
                 open_[e.order] = (bound, e)
                 retry.add(e.order)
@@ -463,7 +397,7 @@ def search(
             retry.add(e.order)
             return
         # a first solve (the best-first loop's: `defer`) is capped at the gap asked for: it is
-        # given a first solve's time, and a cap at STAGED_GAP would need a second solve for
+        # given a first solve's time, and a cap at policy.staged_gap would need a second solve for
         # the rest. A retry is capped at the phase's
         share = final_stop_share if defer else stop_share
         return _Job(e, p, table, hint, best_s() * share if found else None, cap_share=share)
@@ -481,7 +415,7 @@ def search(
             counts, rcs, status = list(sol.stage_layers), list(sol.recompute_layers), sol.status
             if status == STATUS_FEASIBLE:
                 own_s = step_s(p, counts, rcs)
-                if own_s is not None and sol.bound_s >= own_s * (1 - PROOF_TOL):
+                if own_s is not None and sol.bound_s >= own_s * (1 - policy.proof_tol):
                     status = STATUS_OPTIMAL  # stopped at a bound that reaches its own plan
             if status == STATUS_FEASIBLE:
                 open_[e.order] = (max(e.bound_s, sol.bound_s), e)
@@ -517,14 +451,14 @@ def search(
     # best-first loop up to `loop_workers` at once beside this thread's bounds and tables (on
     # 2 CPUs one: this thread keeps the other), in the retries up to `workers`. A finished
     # solve is recorded in this thread (harvest), in candidate order.
-    workers = solve_workers()
+    workers = solve_workers(policy)
     loop_workers = max(1, workers - 1)
     executor = ThreadPoolExecutor(max_workers=workers)
     flying: dict[Future, _Job] = {}
     handles: dict[Future, StopHandle] = {}
     resume: set[tuple[int, int]] = set()  # first solves stopped by `preempt`, not yet solved again
     sliced_s: dict[tuple[int, int], float] = {}  # order -> the longest time limit its solves had
-    first_solve_s = max(1.0, limit * FIRST_SOLVE_SHARE)  # a first solve's in the best-first loop
+    first_solve_s = max(policy.first_solve_min_s, limit * policy.first_solve_share)  # a first solve's in the best-first loop
     busy_since = 0.0
 
     def submit(job: _Job, time_s: float) -> None:
@@ -533,21 +467,20 @@ def search(
             busy_since = time.perf_counter()
         sliced_s[job.entry.order] = max(sliced_s.get(job.entry.order, 0.0), time_s)
         handle = StopHandle()
-        fut = executor.submit(run_job, job, max(0.05, time_s), handle)
+        fut = executor.submit(run_job, job, max(policy.min_solve_s, time_s), handle)
         flying[fut], handles[fut] = job, handle
 
     def preempt() -> None:
         """Stop the solves capped at a plan that the best plan has since beaten by more than
-        PREEMPT_REL: what they search is mostly above the cap a solve would have now (a dive's
-        greedy plan that the next candidates' hints beat: Llama 3 70B on 64 H100, a 3.7 s retry
-        capped 9% above the optimum; DeepSeek-V3 on 2048 H800, a 4.9 s first solve capped 20%
-        above it). The candidate is solved again at the new cap: a first solve first among the
-        retries and with a first solve's time (`resume`), a retry as a retry. Issued again on
-        every harvest while the solve runs (a stop before CP-SAT began its search is lost)."""
+        policy.preempt_rel: what they search is mostly above the cap a solve would have now (a
+        dive's greedy plan that the next candidates' hints beat). The candidate is solved again
+        at the new cap: a first solve first among the retries and with a first solve's time
+        (`resume`), a retry as a retry. Issued again on every harvest while the solve runs (a
+        stop before CP-SAT began its search is lost)."""
         if not found:
             return
         for fut, job in flying.items():
-            if job.stop_at_s is not None and best_s() * job.cap_share < job.stop_at_s * (1 - PREEMPT_REL):
+            if job.stop_at_s is not None and best_s() * job.cap_share < job.stop_at_s * (1 - policy.preempt_rel):
                 handles[fut].stop()
 
     def harvest(block: bool) -> None:
@@ -557,7 +490,7 @@ def search(
         preempt()
         while True:
             stopping = block and any(handles[f].stopped for f in flying)
-            done, _ = wait(flying, timeout=(STOP_POLL_S if stopping else None) if block else 0,
+            done, _ = wait(flying, timeout=(policy.stop_poll_s if stopping else None) if block else 0,
                            return_when=FIRST_COMPLETED)
             if done or not block:
                 break
@@ -572,15 +505,15 @@ def search(
         """Start the retry of the open candidate with the fewest tries, then the least bound,
         on a free one of `slots` solve slots (the open candidates that the best plan now
         reaches are dropped first); False when none is due. `early` (from the best-first
-        loop, on the CPU its solves leave idle): at most RETRY_RESERVE_SOLVES typical
+        loop, on the CPU its solves leave idle): at most policy.retry_reserve_solves typical
         solves, so the slot is soon free for the queue again."""
         best_t = best_s()
         busy = {job.entry.order for job in flying.values()}
-        for key in [key for key, (b, _) in open_.items() if b >= best_t * (1 - PROOF_TOL) and key not in busy]:
+        for key in [key for key, (b, _) in open_.items() if b >= best_t * (1 - policy.proof_tol) and key not in busy]:
             del open_[key]
         remaining = limit - (time.perf_counter() - t0)
         todo = [x for key, x in open_.items() if key in retry and key not in busy and x[0] < best_t * keep]
-        if not (todo and len(flying) < slots and remaining >= RETRY_MIN_S):
+        if not (todo and len(flying) < slots and remaining >= policy.retry_min_s):
             return False
         # the fewest tries first, then the least bound: each open candidate gets its turn
         bound, e = min(todo, key=lambda x: (x[1].order not in resume, tries.get(x[1].order, 0), x[0], x[1].order))
@@ -597,14 +530,14 @@ def search(
             # the time the others could be proven in, and those left open at the end have
             # the largest bounds (the least gap)
             remaining = limit - (time.perf_counter() - t0)
-            share = max(RETRY_MIN_S, RETRY_SHARES * workers * remaining / len(todo),
-                        remaining - RETRY_RESERVE_SOLVES * typical_solve_s() * (len(todo) - 1) / workers)
+            share = max(policy.retry_min_s, policy.retry_shares * workers * remaining / len(todo),
+                        remaining - policy.retry_reserve_solves * typical_solve_s() * (len(todo) - 1) / workers)
             if resumed:
                 share = first_solve_s
             elif early:
-                cap_s = max(RETRY_MIN_S, RETRY_RESERVE_SOLVES * typical_solve_s())
+                cap_s = max(policy.retry_min_s, policy.retry_reserve_solves * typical_solve_s())
                 if stop_share < 1 and found and found[0].candidate == e.candidate:
-                    cap_s = max(cap_s, INCUMBENT_RETRY_SHARE * remaining)
+                    cap_s = max(cap_s, policy.incumbent_retry_share * remaining)
                 share = min(share, cap_s)
             submit(job, min(remaining, share))
         return True
@@ -614,10 +547,10 @@ def search(
     with executor:
         for phase, gap in enumerate(phase_gaps):
             if phase:
-                # the next phase (STAGED_GAP): its keep and cap, and a retry of every candidate
+                # the next phase (policy.staged_gap): its keep and cap, and a retry of every candidate
                 # the last one left open below the best plan (set aside by the bounds or its
                 # hint within the last gap, or cut off by the last cap)
-                keep, stop_share = 1 - max(PROOF_TOL, gap), 1 - gap
+                keep, stop_share = 1 - max(policy.proof_tol, gap), 1 - gap
                 retry.update(key for key, (b, _) in open_.items() if b < best_s() * keep)
             last_phase = phase == len(phase_gaps) - 1
             # --- best-first
@@ -684,12 +617,12 @@ def search(
                     if job is not None:
                         while len(flying) >= loop_workers:  # no hint and no plan yet: wait for a slot
                             harvest(block=True)
-                        remaining = max(0.05, limit - (time.perf_counter() - t0))
+                        remaining = max(policy.min_solve_s, limit - (time.perf_counter() - t0))
                         submit(job, min(remaining, first_solve_s))
 
             # --- retry what was solved without proof, most promising first, with the time left;
             # a candidate whose lower bound reaches the best plan needs no proof. Up to
-            # SOLVE_WORKERS CP-SAT solves run at once (CP-SAT releases the GIL; each has one
+            # policy.solve_workers CP-SAT solves run at once (CP-SAT releases the GIL; each has one
             # worker): the bounds and hints of the next are computed while they run, and each
             # finished solve is recorded, in this thread, before the next starts.
             while not stats.timed_out and (open_ or flying):
@@ -704,7 +637,7 @@ def search(
             harvest(block=True)
     best_t = best_s()
     for b in [b for b, _ in open_.values()] + [aside]:
-        if b < best_t * (1 - PROOF_TOL):
+        if b < best_t * (1 - policy.proof_tol):
             optimal_all = False
             stats.lower_bound_s = min(stats.lower_bound_s, b)
 
@@ -732,10 +665,10 @@ class _Job(NamedTuple):
     cap_share: float = 1.0  # stop_at_s / the best plan's time when it was capped (search.preempt)
 
 
-def solve_workers() -> int:
+def solve_workers(policy: SearchPolicy) -> int:
     """CP-SAT solves run at once (the retries; the best-first loop one fewer): the CPUs this
-    process may use, at most SOLVE_WORKERS."""
-    return max(1, min(SOLVE_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    process may use, at most policy.solve_workers."""
+    return max(1, min(policy.solve_workers, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 def _fit_key(c: Candidate | DegreeGroup) -> float:

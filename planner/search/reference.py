@@ -14,9 +14,8 @@ from .. import exhaustive as brute
 from ..bounds import memory_bound_bytes
 from ..space import Candidate, enumerate_candidates
 from .incumbent import Incumbent
+from .policy import SearchPolicy
 from .results import (
-    PROGRESS_AFTER_S,
-    PROGRESS_EVERY_S,
     Problem,
     Progress,
     Reporter,
@@ -44,10 +43,11 @@ class _Tally:
         self.report(self.line)
 
 
-def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progress_after_s: float = PROGRESS_AFTER_S,
-                      progress_every_s: float = PROGRESS_EVERY_S) -> SearchResult:
+def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progress_after_s: float | None = None,
+                      progress_every_s: float | None = None, policy: SearchPolicy = SearchPolicy()) -> SearchResult:
     """Reference: every candidate, every partition (exhaustive.py); no bounds, no pruning.
-    Counts its work first and refuses above exhaustive.MAX_EVALUATIONS (SpecError)."""
+    Counts its work first and refuses above exhaustive.MAX_EVALUATIONS (SpecError). The
+    progress lines' timing: `policy`'s, or progress_after_s / progress_every_s where given."""
     t0 = time.perf_counter()
     stats = SearchStats(solver="exhaustive")
     tables = LayerTables(prob)
@@ -57,7 +57,9 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL,
                              get_engine(c.engine).empty_ends) for c in cands)
     best = Incumbent(prob, prob.space.top_k)
-    tally = _Tally(Reporter(progress, t0, progress_after_s, progress_every_s), t0, work, len(cands), stats, best)
+    after_s = policy.progress_after_s if progress_after_s is None else progress_after_s
+    every_s = policy.progress_every_s if progress_every_s is None else progress_every_s
+    tally = _Tally(Reporter(progress, t0, after_s, every_s), t0, work, len(cands), stats, best)
     for c in cands:
         stats.candidates += 1
         table = tables.get(c)

@@ -21,9 +21,6 @@ from ..space import Candidate, SearchSpace
 
 # A progress sink: called with one human-readable line now and then during a long search.
 Progress = Callable[[str], None]
-# Silent for the first PROGRESS_AFTER_S seconds, then at most one line every PROGRESS_EVERY_S.
-PROGRESS_AFTER_S = 2.0
-PROGRESS_EVERY_S = 2.0
 
 
 class Reporter:
@@ -73,7 +70,7 @@ class SearchStats:
     monotone_ok: bool = True  # bounds.py's per-sample monotonicity held on every table built
     proven_by_bound: int = 0  # candidates whose hint the tight bound proved optimal (no CP-SAT)
     deferred: int = 0  # candidates whose solve waited for the queue to be done (search.prepare)
-    dives: int = 0  # greedy plans recorded by dives (DIVE_AFTER_SHARE)
+    dives: int = 0  # greedy plans recorded by dives (SearchPolicy.dive_after_share)
 
     def note_memory(self, gib: float, c: Candidate) -> None:
         """Keep the least memory bound seen (for the infeasibility report)."""

@@ -125,21 +125,22 @@ _MIXTRAL_32 = {"model": {"name": "mixtral-8x7b"}, "cluster": {"gpu": "h100-sxm",
 
 
 def test_concurrent_retries_give_the_one_worker_plan(monkeypatch):
-    """The deferred candidates' CP-SAT solves run two at a time (search.SOLVE_WORKERS): the
+    """The deferred candidates' CP-SAT solves run two at a time (SearchPolicy.solve_workers): the
     plan, its status and the solves are those of one at a time. Each real solve is delayed
     by 50 ms so that the next is prepared while it runs, and two were seen running at once."""
 
     import planner.search as search_mod
+    from planner.search import SearchPolicy
 
-    if search_mod.solve_workers() < 2 and search_mod.SOLVE_WORKERS >= 2:
+    if search_mod.solve_workers(SearchPolicy()) < 2 and SearchPolicy().solve_workers >= 2:
         pytest.skip("one CPU available: the retries run one at a time")
     spied = _DelayedSolves(search_mod.solve)
     monkeypatch.setattr(search_mod, "solve", spied)
     results = {}
     for workers in (1, 2):
-        monkeypatch.setattr(search_mod, "SOLVE_WORKERS", workers)
         spied.peak = 0
-        results[workers] = search_mod.search(service.problem_from_request(_MIXTRAL_32))
+        results[workers] = search_mod.search(service.problem_from_request(_MIXTRAL_32),
+                                             policy=SearchPolicy(solve_workers=workers))
         assert spied.peak == workers, f"{workers} worker(s): {spied.peak} solves ran at once"
     one, two = results[1], results[2]
     assert two.status == one.status == "optimal"
@@ -198,7 +199,7 @@ def test_candidates_without_a_hint_do_not_wait_for_a_running_solve(monkeypatch):
 
 
 def test_staged_retries_still_prove_the_optimum(monkeypatch):
-    """At gap 0 the search first runs as at search.STAGED_GAP (its solves capped 1% below the
+    """At gap 0 the search first runs as at SearchPolicy.staged_gap (its solves capped 1% below the
     best plan: short solves that close the gap to 1%), then at gap 0, where a candidate that
     the first phase's cap cut off is solved again at the best plan's cap: with the first
     capped solve of every candidate cut (simulated: "unknown" at its own bound), the search
@@ -252,9 +253,9 @@ def test_small_plan_is_optimal(small_plan):
 
 
 def test_time_limit_returns_feasible_with_gap():
-    # 1 s: at 0.5 s the group bounds' share (search.ENUMERATION_SHARE, 0.3 s) is close enough to
-    # their 0.07 s that a pause of the test process leaves groups unbounded, and the gap is then
-    # honestly 1 (no lower bound)
+    # 1 s: at 0.5 s the group bounds' share (SearchPolicy.enumeration_share, 0.3 s) is close
+    # enough to their 0.07 s that a pause of the test process leaves groups unbounded, and the
+    # gap is then honestly 1 (no lower bound)
     req = with_search(LARGE, time_limit_s=1.0)
     t0 = time.perf_counter()
     plan = service.plan(req)

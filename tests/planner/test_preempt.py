@@ -11,7 +11,7 @@ import pytest
 
 from planner import ilp
 from planner import search as search_mod
-from planner.search import LayerTables, stage_problem
+from planner.search import LayerTables, SearchPolicy, stage_problem
 from planner.service import problem_from_request
 from planner.space import enumerate_candidates
 
@@ -80,9 +80,7 @@ def test_solves_capped_at_a_beaten_plan_are_stopped_and_the_optimum_still_proven
 
     monkeypatch.setattr(ilp.StopHandle, "stop", counted_stop)
     prob = problem_from_request(_LLAMA70)
-    with monkeypatch.context() as m:
-        m.setattr(search_mod, "PREEMPT_REL", float("inf"))  # stops none
-        plain = search_mod.search(prob)
+    plain = search_mod.search(prob, policy=SearchPolicy(preempt_rel=float("inf")))  # stops none
     assert not stops
     monkeypatch.setattr(search_mod, "solve", delayed)
     res = search_mod.search(prob)
