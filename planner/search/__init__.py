@@ -38,7 +38,7 @@ from ..bounds import (
     per_sample_time_s,
     tight_time_bound_s,
 )
-from ..ilp import CUTOFF, StopHandle, solve
+from ..ilp import CUTOFF, StopHandle
 from ..lp_bound import lp_time_bound_s
 from ..space import (
     Candidate,
@@ -47,7 +47,6 @@ from ..space import (
     cp_comm_values,
     degree_groups,
     dispatcher_values,
-    group_candidates,
     micro_batch_values,
     sequence_parallel_values,
 )
@@ -63,6 +62,7 @@ from .results import (
     SearchResult,
     SearchStats,
 )
+from .seams import Seams
 from .tables import LayerTables, stage_problem, to_config
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "SearchPolicy",
     "SearchResult",
     "SearchStats",
+    "Seams",
     "best_hint",
     "search",
     "search_exhaustive",
@@ -107,6 +108,7 @@ def search(
     progress_after_s: float | None = None,
     progress_every_s: float | None = None,
     policy: SearchPolicy = SearchPolicy(),
+    seams: Seams = Seams(),
 ) -> SearchResult:
     """Best-first over degree groups and candidates: each group is queued with its group
     bound; at the front it is expanded into its candidates, each queued with its base-table
@@ -199,7 +201,7 @@ def search(
         """Queue the candidates of a group with their base bounds (memory pruned here)."""
         nonlocal monotone_ok, queued
         gi, g = e.order[0], e.candidate
-        for j, c in enumerate(group_candidates(prob.model, prob.training, prob.space, g, prob.profile)):
+        for j, c in enumerate(seams.group_candidates(prob.model, prob.training, prob.space, g, prob.profile)):
             stats.candidates += 1
             # the base memory bound does not depend on the overlapped all-to-all (its extra
             # warm-up micro-batch is left out of the bound): the two settings share it
@@ -283,7 +285,7 @@ def search(
     solve_times_s: list[float] = []  # each CP-SAT solve's wall time, for the retries' shares
 
     def run_job(job: _Job, time_s: float, handle: StopHandle):
-        return solve(job.problem, time_s, job.hint, lower_bound_s=job.entry.bound_s, stop_at_s=job.stop_at_s,
+        return seams.solve(job.problem, time_s, job.hint, lower_bound_s=job.entry.bound_s, stop_at_s=job.stop_at_s,
                      handle=handle)
 
     def typical_solve_s() -> float:
@@ -320,7 +322,7 @@ def search(
         picks.sort()
         for i, e in enumerate(picks):
             table = tables.get(e.candidate)
-            hint = best_hint(stage_problem(prob, e.candidate, table))
+            hint = seams.best_hint(stage_problem(prob, e.candidate, table))
             if hint is not None:
                 stats.dives += 1
                 incumbent.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE)
@@ -368,7 +370,7 @@ def search(
         if own is not None:  # a retry: start from what the first solve found
             hint = (list(own.config.stage_layers), list(own.config.recompute_layers or [0] * len(own.config.stage_layers)))
         else:
-            hint = best_hint(p)
+            hint = seams.best_hint(p)
         hint_s = step_s(p, *hint) if hint is not None else None
         if hint_s is not None:
             if not found and bound < hint_s * (1 - policy.proof_tol):
@@ -597,7 +599,7 @@ def search(
                 p = stage_problem(prob, c, table)
                 if out_of_time:
                     # nothing found yet: the most sharded candidates' greedy partitions until one fits
-                    hint = best_hint(p)
+                    hint = seams.best_hint(p)
                     if hint is not None:
                         incumbent.record(c, table, hint[0], hint[1], STATUS_FEASIBLE)
                         optimal_all = False

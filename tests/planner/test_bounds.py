@@ -14,8 +14,7 @@ import pytest
 from bench.search import request as bench_request
 from cost_model.layers import layer_table
 from cost_model.specs import ParallelConfig
-from planner import exhaustive
-from planner import search as search_module
+from planner import exhaustive, ilp
 from planner.bounds import (
     base_time_bound_s,
     group_time_bound_s,
@@ -24,7 +23,7 @@ from planner.bounds import (
     tight_time_bound_s,
 )
 from planner.lp_bound import lp_time_bound_s
-from planner.search import LayerTables, search, stage_problem, to_config
+from planner.search import LayerTables, Seams, search, stage_problem, to_config
 from planner.service import problem_from_request
 from planner.space import (
     cp_comm_values,
@@ -180,7 +179,7 @@ def test_group_bound_below_every_candidate_base_bound():
 
 
 def _downgraded(real, first_only: bool):
-    """planner.search.solve whose answers lose their proof: 'feasible' with the bound cut
+    """planner.ilp.solve whose answers lose their proof: 'feasible' with the bound cut
     to 90% of the true one (all calls, or the first only)."""
     calls = []
 
@@ -194,26 +193,24 @@ def _downgraded(real, first_only: bool):
     return solve, calls
 
 
-def test_unproven_solve_is_retried_and_then_optimal(monkeypatch):
+def test_unproven_solve_is_retried_and_then_optimal():
     """A first solve without proof keeps the search from OPTIMAL until the retry proves it."""
     # a case whose optimum needs a CP-SAT solve (on 16 GPUs the bound proves it without one)
     prob = problem_from_request(progress_request(8, 24))
     ref = search(prob)
     assert ref.status == "optimal" and ref.stats.ilp_solves >= 1
-    fake, calls = _downgraded(search_module.solve, first_only=True)
-    monkeypatch.setattr(search_module, "solve", fake)
-    res = search(prob)
+    fake, calls = _downgraded(ilp.solve, first_only=True)
+    res = search(prob, seams=Seams(solve=fake))
     assert res.status == "optimal" and res.gap == 0.0
     assert res.stats.ilp_solves == len(calls) >= 2
     assert res.best[0].estimate.prediction.step_time_s == ref.best[0].estimate.prediction.step_time_s
 
 
-def test_unproven_solves_give_feasible_and_the_gap_of_the_least_open_bound(monkeypatch):
+def test_unproven_solves_give_feasible_and_the_gap_of_the_least_open_bound():
     prob = problem_from_request(progress_request(8, 24))
     assert search(prob).stats.ilp_solves >= 1
-    fake, _ = _downgraded(search_module.solve, first_only=False)
-    monkeypatch.setattr(search_module, "solve", fake)
-    res = search(prob)
+    fake, _ = _downgraded(ilp.solve, first_only=False)
+    res = search(prob, seams=Seams(solve=fake))
     best = res.best[0].estimate.prediction.step_time_s
     assert res.status == "feasible" and not res.stats.timed_out
     assert 0 < res.stats.lower_bound_s < best

@@ -1,6 +1,6 @@
 """Stopping a running CP-SAT solve (planner.ilp.StopHandle) and the search's use of it
-(planner.search.preempt: a solve capped at a plan the best plan has since beaten is stopped
-and its candidate solved again at the new cap)."""
+(its preemption, SearchPolicy.preempt_rel: a solve capped at a plan the best plan has since
+beaten is stopped and its candidate solved again at the new cap)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import time
 import pytest
 
 from planner import ilp
-from planner import search as search_mod
-from planner.search import LayerTables, SearchPolicy, stage_problem
+from planner.search import LayerTables, Seams, SearchPolicy, search, stage_problem
 from planner.service import problem_from_request
 from planner.space import enumerate_candidates
 
@@ -67,7 +66,7 @@ _LLAMA70 = {"model": {"name": "llama3-70b"}, "cluster": {"gpu": "h100-sxm", "num
 def test_solves_capped_at_a_beaten_plan_are_stopped_and_the_optimum_still_proven(monkeypatch):
     """Each solve delayed 0.1 s (so that the best plan moves while solves are in flight): some
     are stopped, and the search proves the same optimum as one that stops none."""
-    real_solve, stops = search_mod.solve, []
+    real_solve, stops = ilp.solve, []
     real_stop = ilp.StopHandle.stop
 
     def counted_stop(self):
@@ -80,10 +79,9 @@ def test_solves_capped_at_a_beaten_plan_are_stopped_and_the_optimum_still_proven
 
     monkeypatch.setattr(ilp.StopHandle, "stop", counted_stop)
     prob = problem_from_request(_LLAMA70)
-    plain = search_mod.search(prob, policy=SearchPolicy(preempt_rel=float("inf")))  # stops none
+    plain = search(prob, policy=SearchPolicy(preempt_rel=float("inf")))  # stops none
     assert not stops
-    monkeypatch.setattr(search_mod, "solve", delayed)
-    res = search_mod.search(prob)
+    res = search(prob, seams=Seams(solve=delayed))
     assert stops, "no solve was stopped"
     assert res.status == plain.status == "optimal"
     assert res.best[0].config == plain.best[0].config
