@@ -69,7 +69,7 @@ class SearchStats:
     pruned_groups: int = 0  # pruned by their group bound before any candidate was built
     monotone_ok: bool = True  # bounds.py's per-sample monotonicity held on every table built
     proven_by_bound: int = 0  # candidates whose hint the tight bound proved optimal (no CP-SAT)
-    deferred: int = 0  # candidates whose solve waited for the queue to be done (search.prepare)
+    deferred: int = 0  # candidates whose solve waited for the queue to be done (Solves.prepare)
     dives: int = 0  # greedy plans recorded by dives (SearchPolicy.dive_after_share)
 
     def note_memory(self, gib: float, c: Candidate) -> None:

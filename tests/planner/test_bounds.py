@@ -257,7 +257,8 @@ def test_in_flight_floor_is_a_lower_bound_of_every_chunk_split(pp, vpp):
 @pytest.mark.parametrize("pp,vpp", [(2, 2), (4, 2), (4, 4), (8, 3), (8, 8)])
 def test_in_flight_floor_per_micro_batch_nonincreasing(pp, vpp):
     """floor(m)/m does not increase with m: the base memory bound (activations ~ mb x
-    floor(B/(dp mb))) does not decrease with the micro-batch size (search.py's too_big_mb)."""
+    floor(B/(dp mb))) does not decrease with the micro-batch size (planner/search/queue.py's
+    too_big_mb)."""
     from planner.bounds import in_flight_floor
 
     ms = [pp * k for k in (1, 2, 3, 4, 6, 8, 16)]
@@ -377,7 +378,7 @@ def test_in_flight_lines_per_micro_batch_nonincreasing(pp, vpp):
     """The lines' maximum at every held amount t >= vpp (in least blocks: alike blocks, or
     several kinds' held / a_chunk), over m, does not increase with m (m a multiple of pp, as
     interleaving requires): the base memory bound does not decrease with the micro-batch
-    size (search.py's too_big_mb)."""
+    size (planner/search/queue.py's too_big_mb)."""
     from planner.bounds import in_flight_lines
 
     ms = [pp * k for k in (1, 2, 3, 4, 5, 6, 8, 12, 16)]
