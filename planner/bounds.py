@@ -1,4 +1,4 @@
-"""Lower bounds on a candidate's step time and memory, for pruning (search.py) and as a cut
+"""Lower bounds on a candidate's step time and memory, for pruning (planner/search/) and as a cut
 that lets CP-SAT prove optimality at once (ilp.py). Each is a valid lower bound of the float
 objective of cost_model.pipeline.stages, which the ILP's feasible set (rounded-up memory) is inside.
 
@@ -218,8 +218,8 @@ def memory_bound_bytes(
       each other chunk holds a block.
     All are nondecreasing in the micro-batch size at fixed global batch and degrees: A and a
     scale with it and kappa_r(m)/m and the lines' values at every N over m do not increase
-    with m = B/(dp mb) (search.py's too_big_mb rests on this; tests/planner/test_bounds.py
-    checks both)."""
+    with m = B/(dp mb) (planner/search/queue.py's too_big_mb rests on this;
+    tests/planner/test_bounds.py checks both)."""
     floors = _rank_floors(schedule, pp, m, vpp)
     A = sums.act_bytes[recompute]
     best = sums.states_bytes * states_scale / pp + A / pp * min(floors)
@@ -387,7 +387,7 @@ MAX_RARE_KIND_BLOCKS = 16
 # Relative width at which the two-kind bisection stops (it returns the infeasible end, so
 # the bound stays valid; 1e-4 is below the 1% gap the search reports on).
 BISECTION_REL = 1e-4
-# The same to prove a candidate's best-known partition optimal (search.py): the relative
+# The same to prove a candidate's best-known partition optimal (planner/search/solves.py): the relative
 # tolerance below which a bound counts as reaching a plan's time.
 PROOF_REL = 1e-10
 
@@ -629,7 +629,7 @@ def min_max_tail_s(p: StageProblem) -> float:
 # per sample. Measured layer rows of a profile replace those terms with arbitrary
 # numbers, so the group bound is used only without them (`group_bound_applies`); the
 # search also checks the property on every base table it builds and reports no optimality
-# when one breaks it (search.py), and tests/planner check it over the bench models.
+# when one breaks it (planner/search/queue.py), and tests/planner check it over the bench models.
 #
 # With the property, for every candidate of the group at micro-batch size mb <= mb_ref:
 #   base bound = (m - 1/v) W/p + W/v >= m W/p = B/(dp p) W(mb)/mb >= B/(dp p) W(mb_ref)/mb_ref,

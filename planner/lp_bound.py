@@ -1,4 +1,4 @@
-"""The LP bound of one candidate under interleaving (planner/search.py's `prepare`): the LP
+"""The LP bound of one candidate under interleaving (planner/search/solves.py `Solves.prepare`): the LP
 relaxation of planner/ilp.py's lock-step model, solved with GLOP (OR-Tools). It prices a
 rank's uneven chunks, which the rank-wise bounds of planner/bounds.py let a rank use to fit
 its memory for free.

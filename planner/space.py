@@ -57,7 +57,7 @@ class SearchSpace:
     use_all_gpus: bool = True
     tp_within_node: bool = True
     # the search stops once its best plan is proven within this relative gap of the optimum
-    # (search.py: bounds at or above (1 - gap_limit) x the best plan are not searched further)
+    # (planner/search/: bounds at or above (1 - gap_limit) x the best plan are not searched further)
     gap_limit: float = 0.0
 
     def ok(self, knob: str, value: Any) -> bool:
@@ -118,7 +118,7 @@ def _tp_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace) -> li
 class DegreeGroup(NamedTuple):
     """The parallel degrees of a set of candidates (the rest: micro-batch, schedule,
     sequence parallelism, ZeRO, recompute). The search bounds a whole group before it
-    builds any of its candidates' tables (search.py)."""
+    builds any of its candidates' tables (planner/search/queue.py)."""
 
     tp: int
     cp: int

@@ -15,8 +15,7 @@ from bench.search import request as bench_request
 from cost_model.pipeline import in_flight
 from cost_model.specs.inputs import ParallelConfig
 from cost_model.terms.layers import layer_table
-from planner import exhaustive
-from planner import search as search_module
+from planner import exhaustive, ilp
 from planner.bounds import (
     base_time_bound_s,
     group_time_bound_s,
@@ -25,12 +24,13 @@ from planner.bounds import (
     tight_time_bound_s,
 )
 from planner.lp_bound import lp_time_bound_s
-from planner.search import _Tables, search, stage_problem
+from planner.search import LayerTables, Seams, search, stage_problem, to_config
 from planner.service import problem_from_request
 from planner.space import (
     cp_comm_values,
     degree_groups,
     dispatcher_values,
+    enumerate_candidates,
     group_candidates,
     micro_batch_values,
     sequence_parallel_values,
@@ -64,7 +64,7 @@ def test_tight_bound_never_above_the_brute_force_optimum():
     checked = two_kinds = 0
     for _ in range(12):
         prob = problem_from_request(_moe_request(rng))
-        tables = _Tables(prob)
+        tables = LayerTables(prob)
         cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
                  for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile) if c.pp > 1]
         for c in rng.sample(cands, min(6, len(cands))):
@@ -101,7 +101,7 @@ def _sampled_within_reach(rng: random.Random, req: dict):
     """Up to 6 sampled interleaved candidates of the request, within the brute force's
     reach, with its optimum."""
     prob = problem_from_request(req)
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
              for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
              if c.pp > 1 and c.vpp > 1]
@@ -158,7 +158,7 @@ def test_group_bound_below_every_candidate_base_bound():
     """The group bound (from the largest micro-batch size's table) is below the base bound
     of each of the group's candidates, computed from their own base tables."""
     prob = problem_from_request(bench_request("mixtral-8x22b/256xH100", None))
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     B = prob.training.global_batch_size
     groups = list(degree_groups(prob.model, prob.cluster, prob.training, prob.space))
     rng = random.Random(3)
@@ -180,7 +180,7 @@ def test_group_bound_below_every_candidate_base_bound():
 
 
 def _downgraded(real, first_only: bool):
-    """planner.search.solve whose answers lose their proof: 'feasible' with the bound cut
+    """planner.ilp.solve whose answers lose their proof: 'feasible' with the bound cut
     to 90% of the true one (all calls, or the first only)."""
     calls = []
 
@@ -194,26 +194,24 @@ def _downgraded(real, first_only: bool):
     return solve, calls
 
 
-def test_unproven_solve_is_retried_and_then_optimal(monkeypatch):
+def test_unproven_solve_is_retried_and_then_optimal():
     """A first solve without proof keeps the search from OPTIMAL until the retry proves it."""
     # a case whose optimum needs a CP-SAT solve (on 16 GPUs the bound proves it without one)
     prob = problem_from_request(progress_request(8, 24))
     ref = search(prob)
     assert ref.status == "optimal" and ref.stats.ilp_solves >= 1
-    fake, calls = _downgraded(search_module.solve, first_only=True)
-    monkeypatch.setattr(search_module, "solve", fake)
-    res = search(prob)
+    fake, calls = _downgraded(ilp.solve, first_only=True)
+    res = search(prob, seams=Seams(solve=fake))
     assert res.status == "optimal" and res.gap == 0.0
     assert res.stats.ilp_solves == len(calls) >= 2
     assert res.best[0].estimate.prediction.step_time_s == ref.best[0].estimate.prediction.step_time_s
 
 
-def test_unproven_solves_give_feasible_and_the_gap_of_the_least_open_bound(monkeypatch):
+def test_unproven_solves_give_feasible_and_the_gap_of_the_least_open_bound():
     prob = problem_from_request(progress_request(8, 24))
     assert search(prob).stats.ilp_solves >= 1
-    fake, _ = _downgraded(search_module.solve, first_only=False)
-    monkeypatch.setattr(search_module, "solve", fake)
-    res = search(prob)
+    fake, _ = _downgraded(ilp.solve, first_only=False)
+    res = search(prob, seams=Seams(solve=fake))
     best = res.best[0].estimate.prediction.step_time_s
     assert res.status == "feasible" and not res.stats.timed_out
     assert 0 < res.stats.lower_bound_s < best
@@ -259,7 +257,8 @@ def test_in_flight_floor_is_a_lower_bound_of_every_chunk_split(pp, vpp):
 @pytest.mark.parametrize("pp,vpp", [(2, 2), (4, 2), (4, 4), (8, 3), (8, 8)])
 def test_in_flight_floor_per_micro_batch_nonincreasing(pp, vpp):
     """floor(m)/m does not increase with m: the base memory bound (activations ~ mb x
-    floor(B/(dp mb))) does not decrease with the micro-batch size (search.py's too_big_mb)."""
+    floor(B/(dp mb))) does not decrease with the micro-batch size (planner/search/queue.py's
+    too_big_mb)."""
     from planner.bounds import in_flight_floor
 
     ms = [pp * k for k in (1, 2, 3, 4, 6, 8, 16)]
@@ -290,10 +289,10 @@ def test_memory_bound_below_every_partition(schedule, vpp, recompute, L, pp):
            "search": {"engine": "runtime", "schedule": schedule, "vpp": vpp, "pp": pp, "recompute": recompute,
                       "tp": 1}}
     prob = problem_from_request(req)
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     checked = 0
-    for c in list(search_module.enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space,
-                                                     prob.profile))[:4]:
+    for c in list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space,
+                                       prob.profile))[:4]:
         p = stage_problem(prob, c, tables.get(c))
         S = p.num_stages
         bound = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, p.num_micro_batches,
@@ -377,7 +376,7 @@ def test_in_flight_lines_per_micro_batch_nonincreasing(pp, vpp):
     """The lines' maximum at every held amount t >= vpp (in least blocks: alike blocks, or
     several kinds' held / a_chunk), over m, does not increase with m (m a multiple of pp, as
     interleaving requires): the base memory bound does not decrease with the micro-batch
-    size (search.py's too_big_mb)."""
+    size (planner/search/queue.py's too_big_mb)."""
     from planner.bounds import in_flight_lines
 
     ms = [pp * k for k in (1, 2, 3, 4, 5, 6, 8, 12, 16)]
@@ -502,7 +501,7 @@ def test_lp_bound_skips_models_of_many_block_kinds():
     prob = problem_from_request({"model": {"layers": layers}, "cluster": {"gpu": "a100-80gb", "num_gpus": 4},
                                  "training": {"global_batch_size": 16, "seq_length": 2048},
                                  "search": {"vpp": [2]}})
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
              for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
              if c.pp > 1 and c.vpp > 1]
@@ -554,7 +553,7 @@ def test_bounds_hold_on_more_stages_than_blocks():
         L = req["model"]["transformer"]["num_layers"]
         req["search"] = {"vpp": list(range(2, L + 3))}
         prob = problem_from_request(req)
-        tables = _Tables(prob)
+        tables = LayerTables(prob)
         cands = [c for g in degree_groups(prob.model, prob.cluster, prob.training, prob.space)
                  for c in group_candidates(prob.model, prob.training, prob.space, g, prob.profile)
                  if c.pp * c.vpp > L]
@@ -566,7 +565,7 @@ def test_bounds_hold_on_more_stages_than_blocks():
             peaks = [max(p.rank_cost(slices_from_counts(counts, uniform_recompute_counts(counts, n)), r).peak_bytes
                          for r in range(p.pp))
                      for counts in empty_end_layouts(L, p.num_stages) for n in ((0, 1) if p.full else (0,))]
-            reserved = reserved_bytes(search_module._to_config(c))
+            reserved = reserved_bytes(to_config(c))
             assert memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) <= min(peaks) * (1 + REL)
             base_table, base_sums = tables.base(c)
             assert base_memory_bound_bytes(base_sums, prob.training, c, m, reserved) <= min(peaks) * (1 + REL)

@@ -10,7 +10,7 @@ from cost_model.pipeline.stages import slices_from_counts, step_time_s
 from cost_model.terms.layers import LayerTable
 from planner.bounds import table_sums, tight_time_bound_s
 from planner.ilp import solve
-from planner.search import _Tables, stage_problem
+from planner.search import LayerTables, stage_problem
 from planner.service import problem_from_request
 from planner.space import enumerate_candidates
 
@@ -22,7 +22,7 @@ def test_block_kinds_compare_by_value():
     distinct copies solves (uniform model) and bounds exactly like the shared-object one."""
     prob = problem_from_request(request(8, 16, pp=4, recompute="full", tp=1))
     c = next(iter(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)))
-    table = _Tables(prob).get(c)
+    table = LayerTables(prob).get(c)
     copies = LayerTable(tuple(replace(b) for b in table.blocks), table.embedding, table.output, table.p2p_s,
                         dict(table.sources))
     assert all(x is not y and x == y for x, y in zip(copies.blocks, table.blocks, strict=True))
@@ -42,7 +42,7 @@ def test_uniform_and_boundary_layouts_agree(pins):
     linear prefix reads) reach the same float step time."""
     prob = problem_from_request(request(8, 16, **pins))
     cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     compared = 0
     for c in cands[:4]:
         table = tables.get(c)
@@ -75,7 +75,7 @@ def test_many_slots_stay_within_cp_sat_integers(vpp, m):
 
     prob = problem_from_request(request(64, 8, pp=8, schedule="interleaved", tp=1, vpp=2))
     c = next(iter(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)))
-    p = replace(stage_problem(prob, c, _Tables(prob).get(c)), vpp=vpp, num_micro_batches=m)
+    p = replace(stage_problem(prob, c, LayerTables(prob).get(c)), vpp=vpp, num_micro_batches=m)
     weight = vpp * sum(n for n, _ in lockstep_slots(p.pp, vpp, m))
     assert weight * 2**50 > 2**62 > weight * OP_MAX_UNITS  # overflowed before, fits now
     sol = solve(p, 20.0)
@@ -121,7 +121,7 @@ def test_leading_run_layout_matches_brute_force(pins, lead, headroom):
 
     prob = problem_from_request({**request(8, 16, **pins), "search": {**pins, "memory_headroom": headroom}})
     cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     compared = 0
     for c in cands[:3]:
         p = stage_problem(prob, c, _lead_table(tables.get(c), lead))

@@ -20,7 +20,7 @@ from cost_model.specs.inputs import ParallelConfig
 from planner import exhaustive
 from planner.greedy import greedy_partition
 from planner.ilp import CUTOFF, solve
-from planner.search import _Tables, stage_problem
+from planner.search import LayerTables, stage_problem
 from planner.service import plan, problem_from_request
 from planner.space import enumerate_candidates
 
@@ -48,7 +48,7 @@ def _brute_problems(req: dict, want_vpp: bool):
     """The candidates' stage problems of `req` within the brute force's reach (at most
     60,000 rank evaluations; interleaved ones only when `want_vpp`), with its optimum."""
     prob = problem_from_request(req)
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     for c in enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile):
         p = stage_problem(prob, c, tables.get(c))
         if (want_vpp and p.vpp < 2) or (not want_vpp and p.pp < 2):
@@ -102,7 +102,7 @@ def test_interleaved_optimum_with_recompute(L, hidden, seq, vpp, engine):
            "search": {"engine": engine, "schedule": "interleaved", "vpp": vpp, "pp": 2, "recompute": "full",
                       "tp": 1}}
     prob = problem_from_request(req)
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     found = 0
     for c in enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile):
         p = stage_problem(prob, c, tables.get(c))

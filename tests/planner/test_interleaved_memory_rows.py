@@ -16,7 +16,7 @@ from cost_model.pipeline.stages import slices_from_counts, step_time_s
 from cost_model.terms import memory
 from planner import exhaustive
 from planner.ilp import solve
-from planner.search import _Tables, stage_problem
+from planner.search import LayerTables, stage_problem
 from planner.service import problem_from_request
 from planner.space import enumerate_candidates
 
@@ -54,7 +54,7 @@ def test_ilp_rejects_what_only_the_uniform_count_admits(model, seq):
            "search": {"engine": "runtime", "schedule": "interleaved", "vpp": 2, "pp": 2, "recompute": "none",
                       "tp": 1}}
     prob = problem_from_request(req)
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     checked = 0
     for c in enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile):
         if checked >= 1:

@@ -100,7 +100,7 @@ def test_same_request_same_plan(small_plan):
 
 
 class _DelayedSolves:
-    """planner.search.solve delayed by 50 ms, counting the solves running now and at most."""
+    """planner.ilp.solve delayed by 50 ms, counting the solves running now and at most."""
 
     def __init__(self, real_solve):
         import threading
@@ -124,22 +124,22 @@ _MIXTRAL_32 = {"model": {"name": "mixtral-8x7b"}, "cluster": {"gpu": "h100-sxm",
                "training": {"global_batch_size": 128, "seq_length": 4096}, "search": {"time_limit_s": 60}}
 
 
-def test_concurrent_retries_give_the_one_worker_plan(monkeypatch):
-    """The deferred candidates' CP-SAT solves run two at a time (search.SOLVE_WORKERS): the
+def test_concurrent_retries_give_the_one_worker_plan():
+    """The deferred candidates' CP-SAT solves run two at a time (SearchPolicy.solve_workers): the
     plan, its status and the solves are those of one at a time. Each real solve is delayed
     by 50 ms so that the next is prepared while it runs, and two were seen running at once."""
 
-    import planner.search as search_mod
+    from planner.ilp import solve
+    from planner.search import Seams, SearchPolicy, search, solve_workers
 
-    if search_mod.solve_workers() < 2 and search_mod.SOLVE_WORKERS >= 2:
+    if solve_workers(SearchPolicy()) < 2 and SearchPolicy().solve_workers >= 2:
         pytest.skip("one CPU available: the retries run one at a time")
-    spied = _DelayedSolves(search_mod.solve)
-    monkeypatch.setattr(search_mod, "solve", spied)
+    spied = _DelayedSolves(solve)
     results = {}
     for workers in (1, 2):
-        monkeypatch.setattr(search_mod, "SOLVE_WORKERS", workers)
         spied.peak = 0
-        results[workers] = search_mod.search(service.problem_from_request(_MIXTRAL_32))
+        results[workers] = search(service.problem_from_request(_MIXTRAL_32),
+                                  policy=SearchPolicy(solve_workers=workers), seams=Seams(solve=spied))
         assert spied.peak == workers, f"{workers} worker(s): {spied.peak} solves ran at once"
     one, two = results[1], results[2]
     assert two.status == one.status == "optimal"
@@ -148,15 +148,16 @@ def test_concurrent_retries_give_the_one_worker_plan(monkeypatch):
     assert two.stats.deferred >= 2 and two.stats.ilp_solves >= 2
 
 
-def test_best_first_loop_goes_on_while_a_solve_runs(monkeypatch):
+def test_best_first_loop_goes_on_while_a_solve_runs():
     """The best-first loop hands its CP-SAT solves to a thread and goes on bounding the queue:
     with each solve delayed by 50 ms, degree groups were expanded (their candidates
     enumerated) while a solve was running, and the search proves the same optimum as without
     the delay."""
 
-    import planner.search as search_mod
+    from planner.ilp import solve as real_solve
+    from planner.search import Seams, search
+    from planner.space import group_candidates as real_candidates
 
-    real_solve, real_candidates = search_mod.solve, search_mod.group_candidates
     spied, overlapped = _DelayedSolves(real_solve), [0]
 
     def spied_candidates(*args, **kwargs):
@@ -164,13 +165,10 @@ def test_best_first_loop_goes_on_while_a_solve_runs(monkeypatch):
             overlapped[0] += spied.active > 0
         return real_candidates(*args, **kwargs)
 
-    monkeypatch.setattr(search_mod, "solve", spied)
-    monkeypatch.setattr(search_mod, "group_candidates", spied_candidates)
     prob = service.problem_from_request(_MIXTRAL_32)
-    res = search_mod.search(prob)
+    res = search(prob, seams=Seams(solve=spied, group_candidates=spied_candidates))
     assert overlapped[0] > 0, "no degree group was expanded while a solve ran"
-    monkeypatch.setattr(search_mod, "solve", real_solve)
-    undelayed = search_mod.search(prob)
+    undelayed = search(prob, seams=Seams(group_candidates=spied_candidates))
     assert res.status == undelayed.status == "optimal"
     # proven optima of the same candidates (test_exhaustive_equivalence checks them against
     # brute force)
@@ -178,37 +176,37 @@ def test_best_first_loop_goes_on_while_a_solve_runs(monkeypatch):
         undelayed.best[0].estimate.prediction.step_time_s, rel=1e-12)
 
 
-def test_candidates_without_a_hint_do_not_wait_for_a_running_solve(monkeypatch):
+def test_candidates_without_a_hint_do_not_wait_for_a_running_solve():
     """A candidate with no greedy partition that reaches the front while the loop's solve
     slot is taken is deferred to a retry (once a plan is found) rather than waited for:
     with no hints at all and each solve delayed by 50 ms, candidates are deferred, and the
     search proves the optimum of the hinted search."""
 
-    import planner.search as search_mod
+    from planner.ilp import solve
+    from planner.search import Seams, search
 
     prob = service.problem_from_request(_MIXTRAL_32)
-    hinted = search_mod.search(prob)
-    monkeypatch.setattr(search_mod, "best_hint", lambda p: None)
-    monkeypatch.setattr(search_mod, "solve", _DelayedSolves(search_mod.solve))
-    res = search_mod.search(prob)
+    hinted = search(prob)
+    res = search(prob, seams=Seams(solve=_DelayedSolves(solve), best_hint=lambda p: None))
     assert res.stats.deferred > 0, "no candidate without a hint was deferred"
     assert res.status == hinted.status == "optimal"
     assert res.best[0].estimate.prediction.step_time_s == pytest.approx(
         hinted.best[0].estimate.prediction.step_time_s, rel=1e-12)
 
 
-def test_staged_retries_still_prove_the_optimum(monkeypatch):
-    """At gap 0 the search first runs as at search.STAGED_GAP (its solves capped 1% below the
+def test_staged_retries_still_prove_the_optimum():
+    """At gap 0 the search first runs as at SearchPolicy.staged_gap (its solves capped 1% below the
     best plan: short solves that close the gap to 1%), then at gap 0, where a candidate that
     the first phase's cap cut off is solved again at the best plan's cap: with the first
     capped solve of every candidate cut (simulated: "unknown" at its own bound), the search
     still proves the optimum of the uncut search, after staged solves."""
-    import planner.search as search_mod
     from planner.ilp import StageSolution
+    from planner.ilp import solve as real
+    from planner.search import Seams, search
 
     prob = service.problem_from_request(_MIXTRAL_32)
-    plain = search_mod.search(prob)
-    real, tried, stops = search_mod.solve, set(), []
+    plain = search(prob)
+    tried, stops = set(), []
 
     def first_capped_solve_cut(p, t, hint=None, seed=0, lower_bound_s=None, stop_at_s=None, handle=None):
         key = (id(p.table), p.pp, p.vpp, p.recompute, p.schedule)
@@ -218,8 +216,7 @@ def test_staged_retries_still_prove_the_optimum(monkeypatch):
         stops.append(stop_at_s)
         return real(p, t, hint, seed=seed, lower_bound_s=lower_bound_s, stop_at_s=stop_at_s, handle=handle)
 
-    monkeypatch.setattr(search_mod, "solve", first_capped_solve_cut)
-    res = search_mod.search(prob)
+    res = search(prob, seams=Seams(solve=first_capped_solve_cut))
     best_s = res.best[0].estimate.prediction.step_time_s
     assert res.status == plain.status == "optimal"
     assert best_s == pytest.approx(plain.best[0].estimate.prediction.step_time_s, rel=1e-12)
@@ -252,9 +249,9 @@ def test_small_plan_is_optimal(small_plan):
 
 
 def test_time_limit_returns_feasible_with_gap():
-    # 1 s: at 0.5 s the group bounds' share (search.ENUMERATION_SHARE, 0.3 s) is close enough to
-    # their 0.07 s that a pause of the test process leaves groups unbounded, and the gap is then
-    # honestly 1 (no lower bound)
+    # 1 s: at 0.5 s the group bounds' share (SearchPolicy.enumeration_share, 0.3 s) is close
+    # enough to their 0.07 s that a pause of the test process leaves groups unbounded, and the
+    # gap is then honestly 1 (no lower bound)
     req = with_search(LARGE, time_limit_s=1.0)
     t0 = time.perf_counter()
     plan = service.plan(req)

@@ -1,6 +1,6 @@
 """Stopping a running CP-SAT solve (planner.ilp.StopHandle) and the search's use of it
-(planner.search.preempt: a solve capped at a plan the best plan has since beaten is stopped
-and its candidate solved again at the new cap)."""
+(its preemption, SearchPolicy.preempt_rel: a solve capped at a plan the best plan has since
+beaten is stopped and its candidate solved again at the new cap)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import time
 import pytest
 
 from planner import ilp
-from planner import search as search_mod
-from planner.search import _Tables, enumerate_candidates, stage_problem
+from planner.search import LayerTables, Seams, SearchPolicy, search, stage_problem
 from planner.service import problem_from_request
+from planner.space import enumerate_candidates
 
 # Qwen3-235B-A22B on 256 H100 pinned to the candidate of its best plan (dp8 tp2 pp16 ep8
 # vpp3): without a hint, CP-SAT needs seconds to find and prove its optimum
@@ -28,7 +28,7 @@ _QWEN3 = {"model": {"name": "qwen3-235b-a22b"}, "cluster": {"gpu": "h100-sxm", "
 def hard_problem():
     prob = problem_from_request(_QWEN3)
     c = next(iter(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile)))
-    return stage_problem(prob, c, _Tables(prob).get(c))
+    return stage_problem(prob, c, LayerTables(prob).get(c))
 
 
 def test_a_stopped_solve_returns_what_it_has_at_once(hard_problem):
@@ -66,7 +66,7 @@ _LLAMA70 = {"model": {"name": "llama3-70b"}, "cluster": {"gpu": "h100-sxm", "num
 def test_solves_capped_at_a_beaten_plan_are_stopped_and_the_optimum_still_proven(monkeypatch):
     """Each solve delayed 0.1 s (so that the best plan moves while solves are in flight): some
     are stopped, and the search proves the same optimum as one that stops none."""
-    real_solve, stops = search_mod.solve, []
+    real_solve, stops = ilp.solve, []
     real_stop = ilp.StopHandle.stop
 
     def counted_stop(self):
@@ -79,12 +79,9 @@ def test_solves_capped_at_a_beaten_plan_are_stopped_and_the_optimum_still_proven
 
     monkeypatch.setattr(ilp.StopHandle, "stop", counted_stop)
     prob = problem_from_request(_LLAMA70)
-    with monkeypatch.context() as m:
-        m.setattr(search_mod, "PREEMPT_REL", float("inf"))  # stops none
-        plain = search_mod.search(prob)
+    plain = search(prob, policy=SearchPolicy(preempt_rel=float("inf")))  # stops none
     assert not stops
-    monkeypatch.setattr(search_mod, "solve", delayed)
-    res = search_mod.search(prob)
+    res = search(prob, seams=Seams(solve=delayed))
     assert stops, "no solve was stopped"
     assert res.status == plain.status == "optimal"
     assert res.best[0].config == plain.best[0].config

@@ -19,7 +19,7 @@ import pytest
 from cost_model.pipeline.rank_costs import StageProblem
 from cost_model.specs.errors import SpecError
 from planner import exhaustive
-from planner.search import _Tables, search, stage_problem
+from planner.search import LayerTables, search, stage_problem
 from planner.service import problem_from_request
 from planner.space import enumerate_candidates
 
@@ -78,7 +78,7 @@ def test_count_evaluations_matches_enumeration(L, S, pp, full, empty_ends):
 def test_count_is_what_best_partition_evaluates():
     """With memory to spare no rank stops early: best_partition's evaluations are the count."""
     prob = problem_from_request(request(6, 8, recompute="full", pp=2, tp=1))
-    tables = _Tables(prob)
+    tables = LayerTables(prob)
     cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
                                       dominance=False))
     # the first few, and those with more stages than blocks (the empty-end layouts)

@@ -1,0 +1,63 @@
+"""The search: enumerate candidates (space.py), order them by an optimistic time bound,
+prune by memory and time bounds (bounds.py) against the best plan so far, and solve the stage
+partition of each survivor exactly (ilp.py; greedy.py as hint and fallback; exhaustive.py
+for the reference search).
+
+The modules: best_first.py (the search object and its loop), queue.py (the best-first queue:
+degree groups, candidates and their bounds), solves.py (one candidate's solve, before and
+after CP-SAT), scheduler.py (the CP-SAT solve threads, the retries and preemption), dive.py
+(greedy plans to prune against), policy.py (the tuning constants), seams.py (the
+collaborators a test may replace), context.py (what the parts share), results.py,
+tables.py, hints.py, incumbent.py, and reference.py (the exhaustive reference search)."""
+
+from __future__ import annotations
+
+from .best_first import BestFirstSearch
+from .hints import best_hint
+from .policy import SearchPolicy
+from .reference import search_exhaustive
+from .results import Found, Problem, Progress, SearchResult, SearchStats
+from .scheduler import solve_workers
+from .seams import Seams
+from .tables import LayerTables, stage_problem, to_config
+
+__all__ = [
+    "BestFirstSearch",
+    "Found",
+    "LayerTables",
+    "Problem",
+    "Progress",
+    "SearchPolicy",
+    "SearchResult",
+    "SearchStats",
+    "Seams",
+    "best_hint",
+    "search",
+    "search_exhaustive",
+    "solve_workers",
+    "stage_problem",
+    "to_config",
+]
+
+
+def search(
+    prob: Problem,
+    exhaustive: bool = False,
+    deadline_s: float | None = None,
+    progress: Progress | None = None,
+    *,
+    progress_after_s: float | None = None,
+    progress_every_s: float | None = None,
+    policy: SearchPolicy = SearchPolicy(),
+    seams: Seams = Seams(),
+) -> SearchResult:
+    """The best plans of `prob`: the best-first search (BestFirstSearch), or with
+    `exhaustive` the reference search (search_exhaustive). `deadline_s`: the time limit
+    (default the space's); `progress`: a sink for a progress line now and then, after
+    `progress_after_s` and every `progress_every_s` at most (default the policy's); `policy`:
+    the tuning constants; `seams`: the CP-SAT solve, the group candidates and the hint."""
+    if exhaustive:
+        return search_exhaustive(prob, progress, progress_after_s=progress_after_s,
+                                 progress_every_s=progress_every_s, policy=policy)
+    return BestFirstSearch(prob, deadline_s, progress, progress_after_s=progress_after_s,
+                           progress_every_s=progress_every_s, policy=policy, seams=seams).run()

@@ -1,0 +1,186 @@
+"""The best-first search as an object: its state in named parts (the queue, the solves and
+what they left open, the solve scheduler, the dives) and its loop in methods."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+
+from cost_model.specs.vocab import STATUS_FEASIBLE, STATUS_OPTIMAL
+
+from .context import Caps, Clock, Context
+from .dive import Dives
+from .incumbent import Incumbent
+from .policy import SearchPolicy
+from .queue import Entry, Frontier
+from .results import Problem, Progress, Reporter, SearchResult, SearchStats
+from .scheduler import SolveScheduler
+from .seams import Seams
+from .solves import Solves
+from .tables import LayerTables, stage_problem
+
+
+class BestFirstSearch:
+    """Best-first over degree groups and candidates: each group is queued with its group
+    bound; at the front it is expanded into its candidates, each queued with its base-table
+    bound; a candidate at the front is refined (its own table, the tight bound) and queued
+    again; at the front once refined it is solved on a CP-SAT thread while this thread goes
+    on (when its hint is within policy.defer_rel of its bound and a solve slot is free;
+    otherwise the hint is recorded and the solve deferred until the queue is done, then capped
+    at the best plan: Solves.prepare). Stops when the front's bound reaches the best plan
+    (everything left is pruned by a bound >= the best: OPTIMAL if every solve was optimal), or
+    at the deadline (FEASIBLE; the gap from the least bound left open). Below
+    policy.staged_gap this runs twice: first as a search at staged_gap, then at the gap asked
+    for, from the queue and the open candidates the first left. A solve capped at a plan the
+    best plan has since beaten is stopped and solved again at the new cap
+    (SolveScheduler.preempt).
+
+    Its parts: `ctx` (what they all read: problem, policy, seams, clock, counters, tables, the
+    best plans, the phase's caps), `frontier` (the queue), `solves` (one candidate's solve, and
+    the candidates left open), `scheduler` (the solve threads and the retries), `dives`."""
+
+    def __init__(self, prob: Problem, deadline_s: float | None = None, progress: Progress | None = None, *,
+                 progress_after_s: float | None = None, progress_every_s: float | None = None,
+                 policy: SearchPolicy = SearchPolicy(), seams: Seams = Seams()):
+        t0 = time.perf_counter()
+        limit = prob.space.time_limit_s if deadline_s is None else deadline_s
+        self.ctx = ctx = Context(prob, policy, seams, Clock(t0, limit), SearchStats(), LayerTables(prob),
+                                 Incumbent(prob, prob.space.top_k), Caps(prob.space.gap_limit, policy))
+        self.progress = progress
+        self.report = Reporter(progress, t0, policy.progress_after_s if progress_after_s is None else progress_after_s,
+                               policy.progress_every_s if progress_every_s is None else progress_every_s)
+        self.frontier = Frontier(ctx)
+        self.solves = Solves(ctx)
+        self.scheduler = SolveScheduler(ctx, self.solves)
+        self.dives = Dives(ctx, self.frontier)
+        self.optimal_all = True  # no plan was recorded past the deadline (the rescue)
+
+    def run(self) -> SearchResult:
+        ctx, solves = self.ctx, self.solves
+        caps = ctx.caps
+        self.frontier.bound_groups()
+        with self.scheduler:
+            for phase, gap in enumerate(caps.phase_gaps):
+                if phase:
+                    # the next phase (policy.staged_gap): its keep and cap, and a retry of every
+                    # candidate the last one left open below the best plan (set aside by the
+                    # bounds or its hint within the last gap, or cut off by the last cap)
+                    caps.enter(gap)
+                    solves.retry.update(key for key, (b, _) in solves.open.items() if b < ctx.best.best_s() * caps.keep)
+                self._best_first(last_phase=phase == len(caps.phase_gaps) - 1)
+                self._retries()
+                if ctx.stats.timed_out:
+                    break
+            self.scheduler.drain()
+        return self._result()
+
+    def _line(self) -> str:
+        """The progress line."""
+        ctx, queued = self.ctx, self.frontier.queued
+        stats = ctx.stats
+        best = f"{ctx.best.best_s():.4g} s" if ctx.best.found else "none yet"
+        return (f"search: {stats.candidates - queued:,} of {stats.candidates:,} candidates examined, {queued:,} left, "
+                f"{stats.groups - stats.groups_expanded:,} of {stats.groups:,} degree groups unexpanded, "
+                f"{stats.ilp_solves} solved, best step {best}, {ctx.clock.elapsed():.1f} s elapsed")
+
+    def _best_first(self, last_phase: bool) -> None:
+        """The queue, front first, until its front's bound reaches the phase's keep x the best
+        plan (the last phase: what is left is pruned) or the deadline."""
+        ctx, frontier, scheduler = self.ctx, self.frontier, self.scheduler
+        stats, best, queue = ctx.stats, ctx.best, frontier.queue
+        while queue:
+            scheduler.harvest(block=False)
+            if self.solves.retry and not scheduler.loop_busy():
+                scheduler.start_retry(scheduler.loop_workers, early=True)
+            if self.progress is not None:
+                self.report(self._line)
+            e = queue[0]
+            # prune against the best plan: alternatives are the runners-up among what was solved
+            best_t = best.best_s()
+            if e.bound_s >= best_t * ctx.caps.keep:
+                if last_phase:  # otherwise the next phase goes on from here
+                    frontier.set_aside(e.bound_s)  # the least bound of what is left
+                    frontier.count_left()
+                break
+            out_of_time = ctx.clock.elapsed() > ctx.clock.limit
+            if out_of_time and best.found:
+                stats.timed_out = True
+                if not frontier.rescue:
+                    stats.lower_bound_s = min(stats.lower_bound_s, e.bound_s)
+                break
+            if out_of_time and not frontier.rescue:
+                frontier.start_rescue()
+                continue
+            now = time.perf_counter()
+            if self.dives.due(now):
+                self.dives.run(now)
+                continue
+            heapq.heappop(queue)
+            self._take(e, best_t, out_of_time)
+
+    def _take(self, e: Entry, best_t: float, out_of_time: bool) -> None:
+        """The front entry, popped: a group expanded; a candidate refined and queued again, or
+        once refined handed to a solve (deferred where the solve slots are taken: this thread
+        goes on bounding the queue, and the retries solve it); past the deadline with no plan,
+        its greedy partition recorded if it fits (the most sharded candidates first)."""
+        ctx, frontier = self.ctx, self.frontier
+        if e.stage == "group":
+            ctx.stats.groups_expanded += 1
+            frontier.expand(e)
+            return
+        frontier.queued -= 1
+        c = e.candidate
+        table = ctx.tables.get(c)
+        p = stage_problem(ctx.prob, c, table)
+        if out_of_time:
+            hint = ctx.seams.best_hint(p)
+            if hint is not None:
+                ctx.best.record(c, table, hint[0], hint[1], STATUS_FEASIBLE)
+                self.optimal_all = False
+        elif e.stage == "base_bound":
+            refined = frontier.refine(e, p, table, best_t)
+            if refined is None:
+                ctx.stats.pruned_memory += 1
+            else:
+                frontier.push_refined(refined, self.dives.dived)
+        else:
+            job = self.solves.prepare(e, p, table, defer=True, busy=self.scheduler.loop_busy())
+            if job is not None:
+                self.scheduler.submit_first(job)
+
+    def _retries(self) -> None:
+        """Retry what was solved without proof, most promising first, with the time left; a
+        candidate whose lower bound reaches the best plan needs no proof. Up to
+        scheduler.workers CP-SAT solves run at once: the bounds and hints of the next are
+        computed while they run, and each finished solve is recorded, in this thread, before
+        the next starts."""
+        stats, solves, scheduler = self.ctx.stats, self.solves, self.scheduler
+        while not stats.timed_out and (solves.open or scheduler.flying):
+            if scheduler.start_retry(scheduler.workers):
+                continue
+            if not scheduler.flying:
+                break
+            scheduler.harvest(block=True)
+
+    def _result(self) -> SearchResult:
+        """The plans, OPTIMAL where nothing below the best plan was left open, or FEASIBLE
+        with the gap from the least bound left open."""
+        ctx, frontier = self.ctx, self.frontier
+        stats, found = ctx.stats, ctx.best.found
+        best_t = ctx.best.best_s()
+        for b in [b for b, _ in self.solves.open.values()] + [frontier.aside]:
+            if b < best_t * (1 - ctx.policy.proof_tol):
+                self.optimal_all = False
+                stats.lower_bound_s = min(stats.lower_bound_s, b)
+        monotone_ok = frontier.monotone_ok
+        if not monotone_ok:
+            stats.lower_bound_s = 0.0  # the group bounds are not proven: no gap can be claimed
+        optimal = found and self.optimal_all and monotone_ok and not stats.timed_out
+        status = STATUS_OPTIMAL if optimal else STATUS_FEASIBLE
+        gap = 0.0
+        if found and status == STATUS_FEASIBLE and math.isfinite(stats.lower_bound_s):
+            gap = max(0.0, (best_t - min(stats.lower_bound_s, best_t)) / best_t)
+        stats.monotone_ok = monotone_ok
+        stats.solve_time_s = ctx.clock.elapsed()
+        return SearchResult(found, stats, status, gap)

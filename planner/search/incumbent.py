@@ -1,0 +1,76 @@
+"""The best plans found so far: each partition a search settles on is priced with the float
+model and kept when it is among the k best distinct plans."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from cost_model.engines.support import get_engine
+from cost_model.estimate import compose
+from cost_model.pipeline.rank_costs import uniform_recompute_counts
+from cost_model.pipeline.stages import slices_from_counts
+from cost_model.specs.vocab import (
+    COUNTS_UNIFORM,
+    DISPATCHER_ALLTOALL,
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+)
+from cost_model.terms.layers import LayerTable
+
+from ..space import Candidate
+from .results import Found, Problem
+from .tables import to_config
+
+
+class Incumbent:
+    """The k best distinct plans found so far, best first (`found`)."""
+
+    def __init__(self, prob: Problem, k: int):
+        self.prob, self.k = prob, k
+        self.found: list[Found] = []
+
+    def best_s(self) -> float:
+        """The best plan's step time; math.inf while none is found."""
+        return self.found[0].estimate.prediction.step_time_s if self.found else math.inf
+
+    def own(self, c: Candidate) -> Found | None:
+        """The plan kept for candidate `c`, if any."""
+        return next((f for f in self.found if f.candidate == c), None)
+
+    def record(self, c: Candidate, table: LayerTable, counts, rcs, status: str) -> None:
+        """Cost the partition with the float model and keep the k best distinct plans."""
+        prob, found = self.prob, self.found
+        if c.recompute == RECOMPUTE_FULL and get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM:
+            # a fallback partition (greedy) may have per-stage counts the engine cannot take:
+            # price the one count it would run, the largest (launch/megatron.py recompute)
+            rcs = uniform_recompute_counts(counts, max(rcs, default=0))
+        c = normalise(c, table, rcs)
+        cfg = to_config(c, counts, rcs)
+        est = compose(prob.model, prob.cluster, prob.training, cfg, table, slices_from_counts(counts, cfg.recompute_layers))
+        same = [f for f in found if f.candidate == c]
+        if same and same[0].estimate.prediction.step_time_s <= est.prediction.step_time_s:
+            return  # the same plan reached through an equivalent recompute setting, or a retry found no better
+        for f in same:  # a retry improved on it
+            found.remove(f)
+        found.append(Found(c, cfg, est, status))
+        found.sort(key=lambda f: (f.estimate.prediction.step_time_s, tiebreak(f.candidate)))
+        del found[self.k:]
+
+
+def normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
+    """Full recompute of zero blocks, or selective recompute that saves and costs nothing
+    (flash attention), is the plan without recompute."""
+    if c.recompute == RECOMPUTE_FULL and not any(rcs):
+        return replace(c, recompute=RECOMPUTE_NONE)
+    if c.recompute == RECOMPUTE_SELECTIVE and all(b.recompute_selective_s == 0 and b.act.selective == b.act.none for b in table.blocks):
+        return replace(c, recompute=RECOMPUTE_NONE)
+    return c
+
+
+def tiebreak(c: Candidate) -> tuple:
+    """Among equal times prefer simpler plans: less model parallelism, less sharding."""
+    return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.recompute != RECOMPUTE_NONE, c.micro_batch_size,
+            c.moe_a2a_overlap, get_engine(c.engine).cp_variants.index(c.cp_comm) if c.cp_comm else 0,
+            c.moe_dispatcher != DISPATCHER_ALLTOALL)

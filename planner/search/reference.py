@@ -1,0 +1,82 @@
+"""The reference search: every candidate, every partition (exhaustive.py); no bounds, no
+pruning. The best-first search is checked against it (tests/planner)."""
+
+from __future__ import annotations
+
+import time
+
+from cost_model.engines.support import get_engine
+from cost_model.specs.results import GIB
+from cost_model.specs.vocab import RECOMPUTE_FULL, STATUS_OPTIMAL
+from cost_model.terms import memory
+
+from .. import exhaustive as brute
+from ..bounds import memory_bound_bytes
+from ..space import Candidate, enumerate_candidates
+from .incumbent import Incumbent
+from .policy import SearchPolicy
+from .results import (
+    Problem,
+    Progress,
+    Reporter,
+    SearchResult,
+    SearchStats,
+)
+from .tables import LayerTables, stage_problem, to_config
+
+
+class _Tally:
+    """The reference search's progress: rank evaluations done, of at most `work`."""
+
+    def __init__(self, report: Reporter, t0: float, work: int, cands: int, stats: SearchStats, best: Incumbent):
+        self.report, self.t0, self.work, self.cands, self.stats, self.best = report, t0, work, cands, stats, best
+        self.done = 0
+
+    def line(self) -> str:
+        best = f"{self.best.best_s():.4g} s" if self.best.found else "none yet"
+        return (f"exhaustive: {self.done:,} of at most {self.work:,} rank evaluations, candidate "
+                f"{self.stats.candidates:,} of {self.cands:,}, best step {best}, "
+                f"{time.perf_counter() - self.t0:.1f} s elapsed")
+
+    def tick(self, n: int) -> None:
+        self.done += n
+        self.report(self.line)
+
+
+def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progress_after_s: float | None = None,
+                      progress_every_s: float | None = None, policy: SearchPolicy = SearchPolicy()) -> SearchResult:
+    """Reference: every candidate, every partition (exhaustive.py); no bounds, no pruning.
+    Counts its work first and refuses above exhaustive.MAX_EVALUATIONS (SpecError). The
+    progress lines' timing: `policy`'s, or progress_after_s / progress_every_s where given."""
+    t0 = time.perf_counter()
+    stats = SearchStats(solver="exhaustive")
+    tables = LayerTables(prob)
+    cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
+                                      dominance=False))
+    L = prob.model.num_layers
+    work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL,
+                             get_engine(c.engine).empty_ends) for c in cands)
+    best = Incumbent(prob, prob.space.top_k)
+    after_s = policy.progress_after_s if progress_after_s is None else progress_after_s
+    every_s = policy.progress_every_s if progress_every_s is None else progress_every_s
+    tally = _Tally(Reporter(progress, t0, after_s, every_s), t0, work, len(cands), stats, best)
+    for c in cands:
+        stats.candidates += 1
+        table = tables.get(c)
+        res = brute.best_partition(stage_problem(prob, c, table), tally.tick)
+        if res is None:
+            stats.infeasible += 1
+            continue
+        best.record(c, table, res[1], res[2], STATUS_OPTIMAL)
+    if not best.found:
+        _least_memory(prob, tables, cands, stats)
+    stats.solve_time_s = time.perf_counter() - t0
+    return SearchResult(best.found, stats, STATUS_OPTIMAL, 0.0)
+
+
+def _least_memory(prob: Problem, tables: LayerTables, cands: list[Candidate], stats: SearchStats) -> None:
+    for c in cands:
+        m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
+        reserved = memory.reserved_bytes(to_config(c), prob.model)
+        mem = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, m, reserved) / GIB
+        stats.note_memory(mem, c)

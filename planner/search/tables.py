@@ -1,0 +1,92 @@
+"""A candidate's configuration and per-layer cost tables (built once per layout and cached),
+and the stage-partition problem of a candidate (ilp.py, greedy.py, exhaustive.py)."""
+
+from __future__ import annotations
+
+from cost_model.engines.support import get_engine
+from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
+from cost_model.specs.inputs import ParallelConfig
+from cost_model.specs.vocab import COUNTS_UNIFORM, DISPATCHER_ALLTOALL, RECOMPUTE_FULL
+from cost_model.terms import memory
+from cost_model.terms.layers import LayerTable, layer_table
+
+from ..bounds import TableSums, table_sums
+from ..space import Candidate, a2a_overlap_values
+from .results import Problem
+
+
+def to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
+    """The candidate's configuration; with `counts` (and `rcs`) its stage partition."""
+    return ParallelConfig(
+        dp=c.dp, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, vpp=c.vpp, sequence_parallel=c.sequence_parallel,
+        zero=c.zero, micro_batch_size=c.micro_batch_size, recompute=c.recompute,
+        recompute_layers=tuple(rcs) if rcs is not None and c.recompute == RECOMPUTE_FULL else None,
+        schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None, engine=c.engine,
+        etp=c.etp, moe_a2a_overlap=c.moe_a2a_overlap, cp_comm=c.cp_comm, moe_dispatcher=c.moe_dispatcher,
+    )
+
+
+class LayerTables:
+    """Per-layer cost tables, built on demand: the full table per (dp, tp, cp, ep, sp, zero,
+    mb), and a base table per (tp, cp, ep, sp, mb) with no data parallelism and no ZeRO,
+    whose totals bound every (dp, zero) variant from below (bounds.base_bounds)."""
+
+    def __init__(self, prob: Problem):
+        self.prob = prob
+        self.cache: dict[tuple, LayerTable] = {}
+        self.sums: dict[tuple, TableSums] = {}
+
+    def _build(self, key: tuple, cfg: ParallelConfig) -> LayerTable:
+        if key not in self.cache:
+            self.cache[key] = layer_table(self.prob.model, self.prob.cluster, self.prob.training, cfg, self.prob.profile)
+        return self.cache[key]
+
+    def _sums(self, key: tuple, table: LayerTable) -> TableSums:
+        if key not in self.sums:
+            self.sums[key] = table_sums(table, self.prob.cluster.gpu.overlap_interference)
+        return self.sums[key]
+
+    def get(self, c: Candidate) -> LayerTable:
+        return self._build(c.table_key, to_config(c))
+
+    def get_sums(self, c: Candidate) -> TableSums:
+        return self._sums(c.table_key, self.get(c))
+
+    def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
+        return self.base_at(c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine,
+                            c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher)
+
+    def base_at(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mb: int, engine: str,
+                overlap: bool | None = None, cp_comm: str | None = None,
+                dispatcher: str = DISPATCHER_ALLTOALL) -> tuple[LayerTable, TableSums]:
+        """The base table of a candidate with the overlapped 1F1B all-to-all `overlap`, the
+        context-parallel communication `cp_comm` and the MoE token `dispatcher`; overlap None:
+        on where the space holds it (a bound over several settings takes the least of their
+        tables: the degree groups' bounds, queue.py)."""
+        if overlap is None:
+            overlap = True in a2a_overlap_values(self.prob.model, self.prob.space, engine, ep)
+        key = ("base", tp, cp, ep, etp, sp, mb, engine, overlap, cp_comm, dispatcher)
+        sums = self.sums.get(key)
+        if sums is not None:  # the common case: no config to build
+            return self.cache[key], sums
+        cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
+                             engine=engine, moe_a2a_overlap=overlap, cp_comm=cp_comm, moe_dispatcher=dispatcher)
+        table = self._build(key, cfg)
+        return table, self._sums(key, table)
+
+
+def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProblem:
+    gpu = prob.cluster.gpu
+    return StageProblem(
+        table=table,
+        pp=c.pp,
+        vpp=c.vpp,
+        schedule=c.schedule,
+        recompute=c.recompute,
+        num_micro_batches=prob.training.global_batch_size // (c.dp * c.micro_batch_size),
+        capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
+        reserved_bytes=memory.reserved_bytes(to_config(c), prob.model),
+        interference=gpu.overlap_interference,
+        uniform_recompute=get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM,
+        empty_ends=get_engine(c.engine).empty_ends,
+    )
