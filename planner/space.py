@@ -13,7 +13,13 @@ from cost_model.engines import kernels
 from cost_model.engines.support import dispatcher_rule, engine_supports, get_engine
 from cost_model.model import attention
 from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
-from cost_model.specs.inputs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
+from cost_model.specs.inputs import (
+    ClusterSpec,
+    ModelSpec,
+    ParallelConfig,
+    TrainingSpec,
+    TransformerSpec,
+)
 from cost_model.specs.vocab import (
     ALL_GATHER,
     ALL_REDUCE,
@@ -65,32 +71,9 @@ class SearchSpace:
         return allowed is None or value in allowed
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """Everything but the stage partition and per-stage recompute counts."""
-
-    dp: int
-    tp: int
-    pp: int
-    cp: int
-    ep: int
-    vpp: int
-    schedule: str
-    sequence_parallel: bool
-    zero: int
-    micro_batch_size: int
-    recompute: str
-    engine: str = ENGINE_MEGATRON  # the engine the plan is priced for (search.engine)
-    etp: int = 1  # expert tensor-parallel degree (expert layers only, folded over tp*cp*dp)
-    moe_a2a_overlap: bool = False  # Megatron-Core's overlapped 1F1B all-to-all (ParallelConfig)
-    cp_comm: str | None = None  # the context-parallel communication (cp > 1; cp_comm_values)
-    moe_dispatcher: str = DISPATCHER_ALLTOALL  # the MoE token dispatcher (dispatcher_values)
-
-    @property
-    def table_key(self) -> tuple:
-        """What the per-layer cost table depends on."""
-        return (self.dp, self.tp, self.cp, self.ep, self.sequence_parallel, self.zero, self.micro_batch_size, self.engine,
-                self.etp, self.moe_a2a_overlap, self.cp_comm, self.moe_dispatcher)
+# A candidate of the search: a ParallelConfig without its stage partition (stage_layers and
+# recompute_layers None); the search fills those in for the plan it keeps.
+Candidate = ParallelConfig
 
 
 def search_space(d: rq.Search) -> SearchSpace:
@@ -412,7 +395,9 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                         for rc in ov_recomputes if ov else recomputes:
                             for cc in cp_comms:
                                 for disp in dispatchers:
-                                    c = Candidate(dp, tp, pp, cp, ep, v, sched, sp, zero, mb, rc, engine, etp, ov, cc,
-                                                  disp)
+                                    c = ParallelConfig(
+                                        dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=v, schedule=sched, sequence_parallel=sp,
+                                        zero=zero, micro_batch_size=mb, recompute=rc, engine=engine, etp=etp,
+                                        moe_a2a_overlap=ov, cp_comm=cc, moe_dispatcher=disp)
                                     if engine_rule(engine, c, fp8, dtype, mtp) is None:
                                         yield c

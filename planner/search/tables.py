@@ -3,6 +3,8 @@ and the stage-partition problem of a candidate (ilp.py, greedy.py, exhaustive.py
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cost_model.engines.support import get_engine
 from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.specs.inputs import ParallelConfig
@@ -16,14 +18,17 @@ from .results import Problem
 
 
 def to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
-    """The candidate's configuration; with `counts` (and `rcs`) its stage partition."""
-    return ParallelConfig(
-        dp=c.dp, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, vpp=c.vpp, sequence_parallel=c.sequence_parallel,
-        zero=c.zero, micro_batch_size=c.micro_batch_size, recompute=c.recompute,
-        recompute_layers=tuple(rcs) if rcs is not None and c.recompute == RECOMPUTE_FULL else None,
-        schedule=c.schedule, stage_layers=tuple(counts) if counts is not None else None, engine=c.engine,
-        etp=c.etp, moe_a2a_overlap=c.moe_a2a_overlap, cp_comm=c.cp_comm, moe_dispatcher=c.moe_dispatcher,
-    )
+    """The candidate with its stage partition: `counts` blocks per virtual stage and, under
+    full recompute, `rcs` recomputed blocks per virtual stage."""
+    return replace(c, stage_layers=tuple(counts) if counts is not None else None,
+                   recompute_layers=tuple(rcs) if rcs is not None and c.recompute == RECOMPUTE_FULL else None)
+
+
+def table_key(c: Candidate) -> tuple:
+    """What the candidate's per-layer cost table depends on (not pp, vpp, the schedule or the
+    recompute setting: those are the pipeline's)."""
+    return (c.dp, c.tp, c.cp, c.ep, c.sequence_parallel, c.zero, c.micro_batch_size, c.engine,
+            c.etp, c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher)
 
 
 class LayerTables:
@@ -47,10 +52,10 @@ class LayerTables:
         return self.sums[key]
 
     def get(self, c: Candidate) -> LayerTable:
-        return self._build(c.table_key, to_config(c))
+        return self._build(table_key(c), to_config(c))
 
     def get_sums(self, c: Candidate) -> TableSums:
-        return self._sums(c.table_key, self.get(c))
+        return self._sums(table_key(c), self.get(c))
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
         return self.base_at(c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine,
