@@ -82,11 +82,28 @@ def parse_layers(layers: Any, name: str = MODEL_LAYERS) -> LayerListSpec:
     return layers_spec(m.layers, name)
 
 
+def _as_json(value: Any) -> Any:
+    """A spec's asdict() with tuples as lists: the request schema is strict (JSON arrays are
+    lists), and frozen specs keep their sequences as tuples."""
+    if isinstance(value, dict):
+        return {k: _as_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_json(v) for v in value]
+    return value
+
+
+def check_transformer(spec: TransformerSpec, path: str = "model.transformer") -> None:
+    """A transformer built outside the schema (a Hugging Face import) meets the request's
+    transformer rules: its fields validated as a `model.transformer` block."""
+    rq.validate_as(rq.Transformer, _as_json(asdict(spec)), path)
+
+
 def model_spec(m: rq.Model) -> ModelSpec:
     """A validated `model` block -> spec (presets and HF configs resolved and checked)."""
     if m.hf_config is not None:
         spec: ModelSpec = from_hf_config(m.hf_config, name=m.name)
-        validate_model(spec, "model.hf_config")  # the importer's output meets the transformer rules
+        check_transformer(spec, "model.hf_config")  # the importer's output meets the request's rules
+        validate_model(spec, "model.hf_config")
         return spec
     if m.transformer is not None:
         return transformer_spec(m.transformer)

@@ -100,13 +100,12 @@ def test_compile_setting_and_loss_chunks():
     for anything else; loss_chunks > 1 only on an engine that chunks its loss (torchtitan)."""
     from cost_model.presets import get_preset
     from cost_model.specs import ClusterSpec
-    from cost_model.validate import training_request, validate_config
+    from cost_model.validate import validate_config
 
     both = parse_training({"global_batch_size": 8, "seq_length": 1024, "compile": True})
     model = parse_training({"global_batch_size": 8, "seq_length": 1024, "compile": "model", "loss_chunks": 4})
     assert (both.compile, both.compile_loss, both.loss_chunks) == (True, True, None)
     assert (model.compile, model.compile_loss, model.loss_chunks) == (True, False, 4)
-    assert training_request(model)["compile"] == "model" and training_request(both)["compile"] is True
     with pytest.raises(SpecError) as e:
         parse_training({"global_batch_size": 8, "seq_length": 1024, "compile": "yes"})
     assert e.value.field == "training.compile"
@@ -162,3 +161,166 @@ def test_grouped_attention_block_errors_name_the_field(kw, field):
     with pytest.raises(SpecError) as e:
         parse_model({"transformer": {**_TF, **kw}})
     assert e.value.field == field
+
+
+# ---------------------------------------------------------------- the edge and the cost model agree
+# The request schema validates a request at the edge; the cost model checks its specs' fields
+# itself (validate.FIELD_DOMAINS), whoever built them. Both give the same error for the same
+# value, and every bounded schema field the specs carry has its domain in the cost model.
+
+_ONE_TF = {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100, "mlp": "swiglu",
+       "moe": {"num_experts": 4, "top_k": 2, "ffn_hidden_size": 32},
+       "mla": {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16}}
+_ONE_LAYER = {"name": "l0", "fwd_flops": 1.0e9, "params": 1.0e6, "activation_bytes": 1.0e6, "output_bytes": 1.0e5}
+_ONE_CLUSTER = {"gpu": "h100-sxm", "num_gpus": 8}
+_ONE_TRAINING = {"global_batch_size": 8, "seq_length": 1024}
+
+
+def _bad_values(rule) -> list:
+    """Values just outside a domain, and one of the wrong type."""
+    from cost_model.validate import Items, Range
+
+    if isinstance(rule, Range):
+        out: list = [2.5 if rule.integer else True]
+        out += [] if rule.integer else [float("inf")]
+        out += [rule.ge - 1] if rule.ge is not None else [rule.gt] if rule.gt is not None else []
+        out += [rule.le * 2 if rule.le else 1] if rule.le is not None else [rule.lt] if rule.lt is not None else []
+        return out
+    if isinstance(rule, Items):
+        ok = _ok_value(rule.item)
+        return [[*bad, ok] for bad in ([b] for b in _bad_values(rule.item))] + [[ok] * (rule.max_len + 1)]
+    return ["nope", 5]
+
+
+def _ok_value(rule):
+    from cost_model.validate import Range
+
+    return (rule.ge if rule.ge is not None else 1) if isinstance(rule, Range) else values(rule)[0]
+
+
+def _edge_and_spec():
+    """(spec class, a way to validate a request with one field replaced, a way to check the
+    spec with that field replaced) for every spec the cost model checks."""
+    from cost_model import specs
+    from cost_model.validate import (
+        validate_cluster,
+        validate_config,
+        validate_model,
+        validate_training,
+    )
+
+    tf = parse_model({"transformer": _ONE_TF})
+    cl, tr = parse_cluster(_ONE_CLUSTER), parse_training(_ONE_TRAINING)
+    layers = parse_model({"layers": [_ONE_LAYER]})
+
+    def spec_of(v):
+        return tuple(v) if isinstance(v, list) else v
+
+    yield (specs.TransformerSpec,
+           lambda f, v: parse_model({"transformer": {**_ONE_TF, f: v}}),
+           lambda f, v: validate_model(dataclasses.replace(tf, **{f: spec_of(v)}), "model.transformer"))
+    yield (specs.MoESpec,
+           lambda f, v: parse_model({"transformer": {**_ONE_TF, "moe": {**_ONE_TF["moe"], f: v}}}),
+           lambda f, v: validate_model(dataclasses.replace(tf, moe=dataclasses.replace(tf.moe, **{f: spec_of(v)})),
+                                       "model.transformer"))
+    yield (specs.MLASpec,
+           lambda f, v: parse_model({"transformer": {**_ONE_TF, "mla": {**_ONE_TF["mla"], f: v}}}),
+           lambda f, v: validate_model(dataclasses.replace(tf, mla=dataclasses.replace(tf.mla, **{f: v})),
+                                       "model.transformer"))
+    yield (specs.LayerSpec,
+           lambda f, v: parse_model({"layers": [{**_ONE_LAYER, f: v}]}),
+           lambda f, v: validate_model(dataclasses.replace(layers, layers=(dataclasses.replace(layers.layers[0], **{f: v}),))))
+    yield (specs.ClusterSpec,
+           lambda f, v: parse_cluster({**_ONE_CLUSTER, f: v}),
+           lambda f, v: validate_cluster(dataclasses.replace(cl, **{f: v})))
+    yield (specs.TrainingSpec,
+           lambda f, v: parse_training({**_ONE_TRAINING, f: v}),
+           lambda f, v: validate_training(dataclasses.replace(tr, **{f: v})))
+    yield (specs.ParallelConfig,
+           lambda f, v: parse_parallelism({f: v}),
+           lambda f, v: validate_config(tf, cl, tr, dataclasses.replace(parse_parallelism({}), **{f: spec_of(v)})))
+
+
+def test_cost_model_refuses_what_the_schema_refuses_with_the_same_error():
+    from cost_model.validate import FIELD_DOMAINS
+
+    checked = 0
+    for spec_cls, edge, cost_model in _edge_and_spec():
+        for name, rule in FIELD_DOMAINS[spec_cls]:
+            for bad in _bad_values(rule):
+                with pytest.raises(SpecError) as at_edge:
+                    edge(name, bad)
+                with pytest.raises(SpecError) as in_cost_model:
+                    cost_model(name, bad)
+                assert in_cost_model.value.to_dict() == at_edge.value.to_dict(), (spec_cls.__name__, name, bad)
+                assert str(in_cost_model.value) == str(at_edge.value)
+                checked += 1
+    assert checked > 200
+
+
+def test_cost_model_bounds_every_bounded_schema_field_of_a_spec():
+    """A bounded request field that reaches a spec has its domain in validate.FIELD_DOMAINS (and
+    no domain names a field the schema does not bound)."""
+    import types
+    import typing
+
+    from cost_model import request as rq
+    from cost_model import specs
+    from cost_model.validate import FIELD_DOMAINS
+
+    def bounded(tp) -> bool:
+        origin = typing.get_origin(tp)
+        if origin is typing.Literal:
+            return True
+        if origin is typing.Annotated:
+            base, *meta = typing.get_args(tp)
+            return bounded(base) or any(_limits(m) for m in meta)
+        return origin in (typing.Union, types.UnionType, list) and any(bounded(a) for a in typing.get_args(tp))
+
+    def _limits(m) -> bool:
+        return any(getattr(m, k, None) is not None for k in ("ge", "gt", "le", "lt", "min_length", "max_length"))
+
+    not_the_cost_models = {"name", "gpu", "compile"}  # labels, the catalog's GPU, the compile setting's words
+    pairs = {specs.TransformerSpec: rq.Transformer, specs.MoESpec: rq.MoE, specs.MLASpec: rq.MLA, specs.LayerSpec: rq.Layer,
+             specs.ClusterSpec: rq.Cluster, specs.TrainingSpec: rq.Training, specs.ParallelConfig: rq.Parallelism}
+    for spec_cls, schema in pairs.items():
+        on_spec = {f.name for f in dataclasses.fields(spec_cls)}
+        want = {name for name, fi in schema.model_fields.items()
+                if name in on_spec and name not in not_the_cost_models
+                and (bounded(fi.annotation) or any(_limits(m) for m in fi.metadata))}
+        assert {name for name, _ in FIELD_DOMAINS[spec_cls]} == want, spec_cls.__name__
+
+
+def test_every_preset_meets_the_request_rules():
+    """Presets are specs written in code: they meet the schema's transformer rules, as a request
+    (and an HF import, checked at the edge) does."""
+    from cost_model.parse import check_transformer
+    from cost_model.presets import PRESETS
+    from cost_model.specs import TransformerSpec
+    from cost_model.validate import validate_model
+
+    for name, spec in PRESETS.items():
+        if isinstance(spec, TransformerSpec):
+            check_transformer(spec, f"model[{name}]")
+        validate_model(spec)
+
+
+@pytest.mark.parametrize("change", [
+    {"hidden_size": 62}, {"num_kv_heads": 3}, {"mlp": "gelu", "swiglu_limit": 7.0},
+    {"moe": {**_ONE_TF["moe"], "layer_freq": 5}}, {"moe": {**_ONE_TF["moe"], "top_k": 5}},
+    {"moe": {**_ONE_TF["moe"], "num_groups": 2}}, {"moe": {**_ONE_TF["moe"], "num_groups": 3, "group_top_k": 1}},
+    {"moe": {**_ONE_TF["moe"], "num_groups": 2, "group_top_k": 3}},
+    {"moe": {**_ONE_TF["moe"], "num_experts": 8, "top_k": 4, "num_groups": 4, "group_top_k": 1}},
+])
+def test_shape_and_routing_rules_are_the_same_at_the_edge_and_in_the_cost_model(change):
+    from cost_model.specs import MoESpec
+    from cost_model.validate import validate_model
+
+    with pytest.raises(SpecError) as at_edge:
+        parse_model({"transformer": {**_ONE_TF, **change}})
+    spec = parse_model({"transformer": _ONE_TF})
+    fields = {k: MoESpec(**v) if k == "moe" else v for k, v in change.items()}
+    spec = dataclasses.replace(spec, **fields)
+    with pytest.raises(SpecError) as in_cost_model:
+        validate_model(spec, "model.transformer")
+    assert str(in_cost_model.value) == str(at_edge.value)
