@@ -115,8 +115,8 @@ class Items:
 
 # Each spec's fields, in the request schema's order, with their domain: a Range, an Items or
 # a vocabulary Literal; None passes where the spec's own default is None. The request schema
-# declares the same bounds on the same names (test_request.py holds the two together,
-# message for message).
+# declares the same bounds on the same names (tests/planner/test_request.py holds the two
+# together, message for message).
 _TRANSFORMER = (
     ("num_layers", _int(1, MAX_LAYERS)), ("hidden_size", _int(1, MAX_HIDDEN)),
     ("num_attention_heads", _int(1, MAX_HEADS)), ("num_kv_heads", _int(1, MAX_HEADS)),

@@ -12,13 +12,6 @@ from cost_model.estimate import estimate as estimate_config
 from cost_model.flops import active_params, total_params
 from cost_model.kernels import fp8_recipe
 from cost_model.moe import padded_to_capacity
-from cost_model.parse import (
-    model_to_dict,
-    parse_cluster,
-    parse_model,
-    parse_parallelism,
-    parse_training,
-)
 from cost_model.results import Estimate
 from cost_model.specs import LayerListSpec, TransformerSpec
 from cost_model.validate import (
@@ -48,6 +41,13 @@ from .plan import (
     TrainingEcho,
 )
 from .reasons import alternative_reason, infeasible_details, plan_reasons
+from .request.parse import (
+    model_to_dict,
+    parse_cluster,
+    parse_model,
+    parse_parallelism,
+    parse_training,
+)
 from .schedule import schedule_block, schedule_reason
 from .search import Problem, Progress, search
 from .space import parse_search

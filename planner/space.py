@@ -9,9 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from cost_model import attention, kernels, moe
-from cost_model import request as rq
 from cost_model.engines import dispatcher_rule, engine_supports, get_engine
-from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs import ClusterSpec, ModelSpec, TrainingSpec, TransformerSpec
 from cost_model.validate import dispatcher_error, divisors, expert_fold_error
 from cost_model.vocab import (
@@ -34,6 +32,9 @@ from cost_model.vocab import (
     Target,
     values,
 )
+
+from .request import schema as rq
+from .request.schema import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
 MAX_VPP = 8

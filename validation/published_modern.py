@@ -36,8 +36,8 @@ from cost_model import vocab as V
 from cost_model.catalog import get_gpu
 from cost_model.engines import get_engine
 from cost_model.errors import SpecError
-from cost_model.parse import parse_model
 from cost_model.presets import PRESETS
+from planner.request.parse import parse_model
 from planner.service import Infeasible, estimate, plan
 
 _CSV_NAME = Path("shared") / "validation" / "published_runs_modern.csv"

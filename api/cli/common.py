@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 
 from cost_model.errors import SpecError
-from cost_model.request import REQUESTS, validate_as
 from cost_model.vocab import MODEL_TRANSFORMER, ModelKind, values
+from planner.request.schema import REQUESTS, validate_as
 
 from .flags import FLAGS
 
@@ -68,7 +68,7 @@ def _set(req: dict, path: str, value: Any) -> None:
 
 def request_from_args(args: argparse.Namespace, command: str) -> dict:
     """The request of `command` ("plan", "estimate", "check") from --request and the flags,
-    validated by the same schema as the REST body (cost_model/request.py) and returned as
+    validated by the same schema as the REST body (planner/request/schema.py) and returned as
     the REST routes pass it on (JSON-mode dump without nulls), so both hash and answer alike."""
     req: dict[str, Any] = {}
     if getattr(args, "request", None):

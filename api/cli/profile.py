@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from cost_model.errors import SpecError
-from cost_model.parse import parse_model
 from cost_model.specs import TransformerSpec
 from cost_model.vocab import DTYPE_BF16, DTYPE_FP8, DTYPE_FP32
+from planner.request.parse import parse_model
 
 from .common import model_from_flag, print_json
 from .flags import add_flags

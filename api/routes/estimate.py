@@ -5,9 +5,9 @@ from __future__ import annotations
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.errors import SpecError
-from cost_model.request import CheckRequest, EstimateRequest
 from cost_model.results import Estimate
 from planner.plan import CheckResult
+from planner.request.schema import CheckRequest, EstimateRequest
 from planner.service import check as check_request
 from planner.service import estimate as estimate_request
 

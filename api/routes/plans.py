@@ -8,9 +8,9 @@ from fastapi import Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.errors import SpecError
-from cost_model.request import PlanRequest
 from planner.hashing import SEMANTIC_KEYS, request_hash
 from planner.plan import Plan
+from planner.request.schema import PlanRequest
 from planner.service import plan as plan_request
 
 from ..deps import MetricsDep, PoolDep, SettingsDep, StoreDep

@@ -11,7 +11,7 @@ from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cost_model.errors import SpecError
-from cost_model.request import PlanRequest
+from planner.request.schema import PlanRequest
 from planner.sweep import MAX_POINTS
 
 from ..errors import ApiError

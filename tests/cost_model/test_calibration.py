@@ -18,9 +18,9 @@ from cost_model.catalog import get_gpu
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate
 from cost_model.layers import layer_table
-from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.profile_schema import profile_from_dict, profile_to_dict
 from cost_model.specs import CalibrationProfile, KernelTiming, LayerTiming, ParallelConfig
+from planner.request.parse import parse_cluster, parse_model, parse_training
 
 DTYPE = "bf16"
 # a device unlike the catalog entry (every constant differs from cost_model/catalog.py h100-sxm)

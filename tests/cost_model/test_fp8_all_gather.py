@@ -9,7 +9,7 @@ import pytest
 from cost_model import comm, compute, layers, memory
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate
-from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
+from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 
 H200_32 = {"gpu": "h200", "num_gpus": 32}
 

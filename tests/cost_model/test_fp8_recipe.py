@@ -11,9 +11,9 @@ from cost_model import kernels, moe
 from cost_model.catalog import get_gpu
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate
-from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from cost_model.presets import get_preset
 from cost_model.specs import ParallelConfig, TrainingSpec
+from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 
 
 def _t(**kw) -> TrainingSpec:

@@ -15,7 +15,6 @@ from cost_model import layers as L
 from cost_model.catalog import get_gpu
 from cost_model.errors import SpecError
 from cost_model.hf_import import from_hf_config
-from cost_model.parse import parse_transformer
 from cost_model.presets import get_preset
 from cost_model.specs import ParallelConfig, TrainingSpec
 from cost_model.vocab import (
@@ -25,6 +24,7 @@ from cost_model.vocab import (
     ENGINE_TORCHTITAN,
     MLP_GELU,
 )
+from planner.request.parse import parse_transformer
 
 HF = Path(__file__).parent / "data" / "hf"
 GIB = 2**30

@@ -10,10 +10,10 @@ import pytest
 
 from cost_model import memory
 from cost_model.layers import layer_table
-from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.schedule_sim import rank_order
 from cost_model.specs import ParallelConfig
 from cost_model.stages import rank_cost, slices_from_counts
+from planner.request.parse import parse_cluster, parse_model, parse_training
 
 # the README quickstart's plan: llama3-70b, 64 H100, dp2 tp4 pp4 cp2 vpp4, 64 micro-batches
 QUICKSTART_COUNTS = [5] * 14 + [6, 4]

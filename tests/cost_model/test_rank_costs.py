@@ -9,10 +9,10 @@ import pytest
 
 from cost_model import memory
 from cost_model.layers import layer_table, overlap_hidden_s, overlap_window_s, overlapped_s
-from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.rank_costs import StageProblem, capacity_bytes
 from cost_model.specs import ParallelConfig
 from cost_model.stages import slices_from_counts
+from planner.request.parse import parse_cluster, parse_model, parse_training
 
 MODEL = {"transformer": {"num_layers": 6, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 8,
                          "ffn_hidden_size": 5504, "vocab_size": 32000, "mlp": "swiglu",

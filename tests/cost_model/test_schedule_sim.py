@@ -13,7 +13,6 @@ import pytest
 
 from cost_model.estimate import estimate, rank_costs, resolve_slices
 from cost_model.layers import layer_table
-from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.schedule_sim import (
     StageTimes,
     interleaved_table,
@@ -24,6 +23,7 @@ from cost_model.schedule_sim import (
 )
 from cost_model.specs import ParallelConfig
 from cost_model.stages import lockstep_slot, lockstep_slots, pipeline_time_s
+from planner.request.parse import parse_cluster, parse_model, parse_training
 
 GRID = [
     (sched, pp, v, m_per_p * pp, p2p)

@@ -13,13 +13,13 @@ import math
 
 import pytest
 
-from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.schedule_sim import simulate_config
 from cost_model.specs import ParallelConfig
 from cost_model.stages import slices_from_counts, step_time_s
 from planner import exhaustive
 from planner.greedy import greedy_partition
 from planner.ilp import CUTOFF, solve
+from planner.request.parse import parse_cluster, parse_model, parse_training
 from planner.search import _Tables, stage_problem
 from planner.service import plan, problem_from_request
 from planner.space import enumerate_candidates

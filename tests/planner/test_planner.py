@@ -16,8 +16,8 @@ import pytest
 
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate
-from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from planner import service
+from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from planner.service import Infeasible
 
 REPO = Path(__file__).resolve().parents[2]

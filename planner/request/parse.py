@@ -1,10 +1,11 @@
 """Request dictionaries (REST body == `--request` file) -> frozen specs.
 
-Each `parse_*` validates its block with the one request schema (cost_model/request.py), so
-a bad field raises SpecError with its dotted path and allowed values, then builds the
-dataclass the cost model computes with, filling the derived defaults (norm and position
-from the MLP kind, the GPU's bandwidths and node size). The physics checks that need more
-than one block (nodes filled, degrees dividing heads) are in validate.py.
+The `*_spec` functions take a block the request schema (schema.py) has validated and build
+the dataclass the cost model computes with, filling the derived defaults (norm and position
+from the MLP kind, the GPU's bandwidths and node size). Each `parse_*` first validates a
+plain dict block with the schema, so a bad field raises SpecError with its dotted path and
+allowed values (Python callers, tests). The physics checks that need more than one block
+(nodes filled, degrees dividing heads) are in cost_model/validate.py.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from . import request as rq
-from .catalog import resolve_gpu
-from .hf_import import from_hf_config
-from .presets import get_preset
-from .specs import (
+from cost_model.catalog import resolve_gpu
+from cost_model.hf_import import from_hf_config
+from cost_model.presets import get_preset
+from cost_model.specs import (
     ClusterSpec,
     LayerListSpec,
     LayerSpec,
@@ -27,8 +27,8 @@ from .specs import (
     TrainingSpec,
     TransformerSpec,
 )
-from .validate import validate_cluster, validate_model
-from .vocab import (
+from cost_model.validate import validate_cluster, validate_model
+from cost_model.vocab import (
     MLP_SWIGLU,
     MODEL_LAYERS,
     MODEL_TRANSFORMER,
@@ -39,6 +39,8 @@ from .vocab import (
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
 )
+
+from . import schema as rq
 
 
 def transformer_spec(t: rq.Transformer) -> TransformerSpec:

@@ -1,5 +1,6 @@
-"""The request schema's new fields are carried into the specs without changing a cost, and
-a GPU object resolves against the catalog (issue 10)."""
+"""The request schema (planner/request): its new fields are carried into the specs without
+changing a cost, a GPU object resolves against the catalog (issue 10), and the cost model
+refuses, with the same error, the values the schema refuses at the edge."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 from cost_model.catalog import CATALOG, get_gpu, resolve_gpu
 from cost_model.errors import SpecError
 from cost_model.estimate import estimate
-from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from cost_model.vocab import Dtype, values
+from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from planner.space import parse_search
 
 H100 = CATALOG["h100-sxm"]
@@ -264,9 +265,9 @@ def test_cost_model_bounds_every_bounded_schema_field_of_a_spec():
     import types
     import typing
 
-    from cost_model import request as rq
     from cost_model import specs
     from cost_model.validate import FIELD_DOMAINS
+    from planner.request import schema as rq
 
     def bounded(tp) -> bool:
         origin = typing.get_origin(tp)
@@ -294,10 +295,10 @@ def test_cost_model_bounds_every_bounded_schema_field_of_a_spec():
 def test_every_preset_meets_the_request_rules():
     """Presets are specs written in code: they meet the schema's transformer rules, as a request
     (and an HF import, checked at the edge) does."""
-    from cost_model.parse import check_transformer
     from cost_model.presets import PRESETS
     from cost_model.specs import TransformerSpec
     from cost_model.validate import validate_model
+    from planner.request.parse import check_transformer
 
     for name, spec in PRESETS.items():
         if isinstance(spec, TransformerSpec):

@@ -6,15 +6,18 @@ example, so OpenAPI documents it; unknown fields are refused by name (`extra="fo
 free-form client data goes under the top-level `metadata` key. Types are strict: a string
 is not a number and 4.0 is not an integer. Closed sets of words come from cost_model/vocab.py.
 
-The limits are the ones of the service, the CLI and the cost model alike (one table, in
-validate.py, which checks every spec's fields against the same bounds): ranges that keep the
-arithmetic meaningful (a 10^7-layer model is a typo, not a plan). Cross-field rules that
-need only the request itself (heads divide the hidden size, top-k within the experts) are
-model validators here, applying the cost model's rules (validate.shape_rule, routing_rule);
-rules that need the resolved GPU or the parallel degrees (nodes filled, heads divisible by
-tp) are physics checks in validate.py.
+The schema is the planner's input: the REST routes and the CLI validate a request with it
+once, at the edge, and hand the validated model to the facade (planner/service.py).
 
-`validate_as(Model, data, path)` (request_errors.py) is the one entry: it raises SpecError
+The limits are the ones of the service, the CLI and the cost model alike (one table, in
+cost_model/validate.py, which checks every spec's fields against the same bounds): ranges
+that keep the arithmetic meaningful (a 10^7-layer model is a typo, not a plan). Cross-field
+rules that need only the request itself (heads divide the hidden size, top-k within the
+experts) are model validators here, applying the cost model's rules (validate.shape_rule,
+routing_rule); rules that need the resolved GPU or the parallel degrees (nodes filled, heads
+divisible by tp) are physics checks in cost_model/validate.py.
+
+`validate_as(Model, data, path)` (errors.py) is the one entry: it raises SpecError
 with the dotted field path (`model.transformer.num_layers`, `search.tp[1]`) and the allowed
 values or range, the same path the REST 422 carries (api/errors.py uses `spec_error_from`).
 """
@@ -34,8 +37,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .request_errors import GPU_TAG_NAME, GPU_TAG_OBJECT, UNION_TAGS, spec_error_from, validate_as
-from .validate import (
+from cost_model.validate import (
     MAX_BATCH,
     MAX_EXPERTS,
     MAX_FFN,
@@ -53,7 +55,7 @@ from .validate import (
     routing_rule,
     shape_rule,
 )
-from .vocab import (
+from cost_model.vocab import (
     ATTENTION_FLASH,
     ATTN_GQA,
     ATTN_MHA,
@@ -97,8 +99,10 @@ from .vocab import (
     values,
 )
 
+from .errors import GPU_TAG_NAME, GPU_TAG_OBJECT, UNION_TAGS, spec_error_from, validate_as
+
 # ------------------------------------------------------------------ limits
-# the spec fields' limits are the cost model's (validate.py, one table); the search's are here
+# the spec fields' limits are the cost model's (cost_model/validate.py, one table); the search's are here
 MAX_TOP_K = 50
 MAX_TIME_LIMIT_S = 3600.0
 MAX_GAP_LIMIT = 0.5  # search.gap_limit: beyond half, a "plan" would promise nothing

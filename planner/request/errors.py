@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import SpecError
+from cost_model.errors import SpecError
 
 # tags of the request schema's tagged unions (`cluster.gpu`); never field names, so error
 # paths drop them
