@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from cost_model.errors import SpecError
 from cost_model.vocab import MODEL_TRANSFORMER, ModelKind, values
@@ -66,10 +67,11 @@ def _set(req: dict, path: str, value: Any) -> None:
     d[leaf] = value
 
 
-def request_from_args(args: argparse.Namespace, command: str) -> dict:
+def request_from_args(args: argparse.Namespace, command: str) -> BaseModel:
     """The request of `command` ("plan", "estimate", "check") from --request and the flags,
-    validated by the same schema as the REST body (planner/request/schema.py) and returned as
-    the REST routes pass it on (JSON-mode dump without nulls), so both hash and answer alike."""
+    validated by the same schema as the REST body (planner/request/schema.py): the validated
+    model, which the facade takes as the REST routes hand it theirs, so both hash and answer
+    alike."""
     req: dict[str, Any] = {}
     if getattr(args, "request", None):
         loaded = load_structured(args.request, "--request")
@@ -98,7 +100,7 @@ def request_from_args(args: argparse.Namespace, command: str) -> dict:
         if exc.message == "is required" and hint:
             raise SpecError(exc.field, f"is required (give {hint} or --request)", exc.allowed) from None
         raise
-    return valid.model_dump(mode="json", exclude_none=True)
+    return valid
 
 
 def load_profile_arg(args: argparse.Namespace):

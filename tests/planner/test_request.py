@@ -325,3 +325,32 @@ def test_shape_and_routing_rules_are_the_same_at_the_edge_and_in_the_cost_model(
     with pytest.raises(SpecError) as in_cost_model:
         validate_model(spec, "model.transformer")
     assert str(in_cost_model.value) == str(at_edge.value)
+
+
+# ---------------------------------------------------------------- the facade takes the validated request
+
+_EST = {"model": {"name": "llama3-8b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+        "training": {"global_batch_size": 32, "seq_length": 2048}, "parallelism": {"tp": 2, "dp": 4}}
+
+
+def test_facade_takes_the_validated_request_as_it_takes_a_dict():
+    """The routes and the CLI hand the facade the model they validated; a Python caller's dict
+    is validated there once and goes the same way, with the same errors."""
+    from planner.hashing import request_hash
+    from planner.request.schema import EstimateRequest
+    from planner.service import estimate as estimate_request
+
+    valid = EstimateRequest.model_validate(_EST)
+    assert estimate_request(valid).prediction == estimate_request(_EST).prediction
+    # a validated request hashes as its JSON dump without nulls, the form the routes hashed
+    assert request_hash(valid) == request_hash(valid.model_dump(mode="json", exclude_none=True))
+    for bad, field in (({"tp": 0}, "parallelism.tp"), ({"tp": 2, "dp": 4, "zero": 5}, "parallelism.zero")):
+        with pytest.raises(SpecError) as e:
+            estimate_request({**_EST, "parallelism": bad})
+        assert e.value.field == field
+    with pytest.raises(SpecError) as e:
+        estimate_request({**_EST, "parallelism": None})
+    assert (e.value.field, e.value.message) == ("parallelism", "is required for an estimate")
+    with pytest.raises(SpecError) as e:
+        estimate_request({**_EST, "cluster": {"gpu": "h100-sxm", "num_gpus": 8, "gpus": 8}})
+    assert e.value.field == "cluster.gpus" and "unknown field" in e.value.message
