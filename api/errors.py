@@ -12,8 +12,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cost_model.request import REQUESTS, UNION_TAGS, spec_error_from
 from cost_model.specs.errors import SpecError
+from planner.request.schema import REQUESTS, UNION_TAGS, spec_error_from
 
 log = logging.getLogger("planner.api")
 
@@ -60,7 +60,7 @@ def _loc_to_field(loc: tuple | list) -> str:
 
 
 # route path -> the request model of its body, so a 422 names the allowed values exactly as
-# the CLI does (both convert with cost_model.request.spec_error_from)
+# the CLI does (both convert with planner.request.errors.spec_error_from)
 _BODY_MODELS = {"/v1/plans": REQUESTS["plan"], "/v1/estimate": REQUESTS["estimate"], "/v1/check": REQUESTS["check"]}
 
 

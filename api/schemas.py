@@ -1,5 +1,5 @@
 """Request bodies of the REST API that are not planning requests. The planning requests
-(plan, estimate, check) are cost_model/request.py's models, which the CLI validates with too;
+(plan, estimate, check) are planner/request/schema.py's models, which the CLI validates with too;
 responses are planner.plan's, cost_model.specs.results' and api/responses.py's."""
 
 from __future__ import annotations

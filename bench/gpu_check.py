@@ -27,9 +27,9 @@ TPS, MICRO_BATCHES = (1, 2, 4, 8), (1, 2, 4)
 def analytic_block(gpu: str, tp: int, b: int, seq: int, dtype: str):
     from cost_model.hardware.catalog import get_gpu
     from cost_model.model.presets import get_preset
-    from cost_model.parse import parse_cluster, parse_training
     from cost_model.specs.inputs import ParallelConfig
     from cost_model.terms.layers import layer_table
+    from planner.request.parse import parse_cluster, parse_training
 
     get_gpu(gpu)  # SpecError names the catalog when the GPU is unknown
     cluster = parse_cluster({"gpu": gpu, "num_gpus": 8, "gpus_per_node": 8})

@@ -1,11 +1,20 @@
 """Consistency checks that print the numbers (torchtitan parallel_dims style). Every failure
-is a SpecError naming the field and what would be allowed."""
+is a SpecError naming the field (as the request spells it) and what would be allowed.
+
+The cost model checks its own specs, whatever built them: a request (which the request
+schema has validated at the edge), a preset, a Hugging Face import, or a script that builds
+the dataclasses itself. So each spec's fields are checked against their domains here
+(FIELD_DOMAINS: the limits below, the vocabulary's words), with the message the request
+schema gives for the same value, before the rules that tie fields together.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import math
+import operator
+from dataclasses import dataclass, fields
+from typing import Any
 
-from cost_model import request as rq
 from cost_model.engines import kernels
 from cost_model.engines.deepep import DEEPEP_NVL_PEERS
 from cost_model.engines.support import (
@@ -19,7 +28,6 @@ from cost_model.engines.support import (
 from cost_model.model import attention
 from cost_model.model.checks import check_architecture
 from cost_model.pipeline.stages import balanced_stage_layers
-from cost_model.request import divisors
 from cost_model.specs import inputs as specs
 from cost_model.specs.errors import SpecError
 from cost_model.specs.vocab import (
@@ -29,45 +37,263 @@ from cost_model.specs.vocab import (
     ENGINE_MEGATRON,
     FP8_MXFP8,
     FP8_TENSORWISE,
-    MODEL_LAYERS,
+    MLP_SWIGLU,
     SCHEDULE_1F1B,
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
+    Attention,
+    AttentionLayer,
+    CpComm,
+    Dtype,
+    Engine,
+    Fp8Recipe,
+    Mlp,
+    MoeDispatcher,
+    Norm,
+    Optimizer,
+    Position,
+    Recompute,
+    RouterScore,
+    Schedule,
+    TrainDtype,
+    ZeroStage,
+    values,
 )
 
-__all__ = ["divisors", "expert_fold_error", "validate_cluster", "validate_config", "validate_model", "validate_training"]
+__all__ = ["FIELD_DOMAINS", "divisors", "expert_fold_error", "routing_rule", "shape_rule", "validate_cluster",
+           "validate_config", "validate_model", "validate_training"]
+
+# ------------------------------------------------------------------ limits (one table)
+# Ranges that keep the arithmetic meaningful (a 10^7-layer model is a typo, not a plan); the
+# request schema declares its fields with these same bounds.
+MAX_LAYERS = 4096  # blocks of a transformer, entries of a layer list (largest published: ~200)
+MAX_HIDDEN = 1 << 20
+MAX_FFN = 1 << 22
+MAX_HEADS = 65536
+MAX_VOCAB = 1 << 24
+MAX_EXPERTS = 65536
+MAX_GPUS = 1 << 20
+MAX_GPUS_PER_NODE = 1024
+MAX_BATCH = 1 << 24  # sequences per step
+MAX_SEQ = 1 << 24  # tokens per sequence
+MAX_LOSS_CHUNKS = 1024  # sequence chunks of the loss (torchtitan ChunkedLossWrapper)
+MAX_MOE_IMBALANCE = 64.0  # busiest-rank load / mean and capacity factors: E / top_k bounds both in practice
+MAX_GB_S = 1e6  # link bandwidth, GB/s
 
 
-# Specs built in code (presets, HF imports, the Python API) meet the same field rules as a
-# request: they are checked by the request schema itself, not by a second copy of it.
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _as_json(value):
-    """A spec's asdict() with tuples as lists: the request schema is strict (JSON arrays are
-    lists), and frozen specs keep their sequences as tuples."""
-    if isinstance(value, dict):
-        return {k: _as_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_as_json(v) for v in value]
-    return value
+# ------------------------------------------------------------------ field domains
+
+
+@dataclass(frozen=True)
+class Range:
+    """A number's domain: an integer (else any finite real) within the given bounds."""
+
+    integer: bool
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+
+def _int(ge: int, le: int | None = None, lt: int | None = None) -> Range:
+    return Range(True, ge=ge, le=le, lt=lt)
+
+
+def _real(ge: float | None = None, gt: float | None = None, le: float | None = None) -> Range:
+    return Range(False, ge=ge, gt=gt, le=le)
+
+
+@dataclass(frozen=True)
+class Items:
+    """A sequence of at most max_len entries (at least min_len), each in `item`'s domain."""
+
+    item: Any
+    max_len: int
+    min_len: int | None = None
+
+
+# Each spec's fields, in the request schema's order, with their domain: a Range, an Items or
+# a vocabulary Literal; None passes where the spec's own default is None. The request schema
+# declares the same bounds on the same names (tests/planner/test_request.py holds the two
+# together, message for message).
+_TRANSFORMER = (
+    ("num_layers", _int(1, MAX_LAYERS)), ("hidden_size", _int(1, MAX_HIDDEN)),
+    ("num_attention_heads", _int(1, MAX_HEADS)), ("num_kv_heads", _int(1, MAX_HEADS)),
+    ("ffn_hidden_size", _int(1, MAX_FFN)), ("vocab_size", _int(1, MAX_VOCAB)), ("mlp", Mlp), ("norm", Norm),
+    ("position", Position), ("max_position_embeddings", _int(1, MAX_SEQ)), ("head_dim", _int(1, MAX_HIDDEN)),
+    ("rope_theta", _real(gt=0)), ("num_nextn_predict_layers", _int(0, 64)), ("sliding_window", _int(1, MAX_SEQ)),
+    ("attention_chunk_size", _int(1, MAX_SEQ)), ("layer_types", Items(AttentionLayer, MAX_LAYERS)),
+    ("block_norms", _int(1, 8)), ("swiglu_limit", _real(gt=0, le=1e6)),
+)
+_MOE = (
+    ("num_experts", _int(1, MAX_EXPERTS)), ("top_k", _int(1, MAX_EXPERTS)), ("ffn_hidden_size", _int(1, MAX_FFN)),
+    ("layer_freq", _int(1, MAX_LAYERS)), ("num_shared_experts", _int(0, MAX_EXPERTS)),
+    ("first_dense_layers", _int(0, MAX_LAYERS)), ("moe_layers", Items(_int(0, lt=MAX_LAYERS), MAX_LAYERS)),
+    ("shared_ffn_hidden_size", _int(1, MAX_FFN)), ("score_function", RouterScore), ("num_groups", _int(0, MAX_EXPERTS)),
+    ("group_top_k", _int(0, MAX_EXPERTS)), ("topk_scaling_factor", _real(gt=0, le=1e3)),
+)
+_MLA = (
+    ("kv_lora_rank", _int(1, MAX_HIDDEN)), ("qk_nope_head_dim", _int(0, MAX_HIDDEN)),
+    ("qk_rope_head_dim", _int(0, MAX_HIDDEN)), ("v_head_dim", _int(1, MAX_HIDDEN)), ("q_lora_rank", _int(1, MAX_HIDDEN)),
+)
+_LAYER = (
+    ("fwd_flops", _real(ge=0, le=1e21)), ("params", _real(ge=0, le=1e13)), ("activation_bytes", _real(ge=0, le=1e13)),
+    ("output_bytes", _real(ge=0, le=1e13)),
+)
+_CLUSTER = (
+    ("num_gpus", _int(1, MAX_GPUS)), ("gpus_per_node", _int(1, MAX_GPUS_PER_NODE)), ("nvlink_domain", _int(1, MAX_GPUS)),
+    ("intra_node_gb_s", _real(gt=0, le=MAX_GB_S)), ("inter_node_gb_s", _real(gt=0, le=MAX_GB_S)),
+    ("intra_node_latency_s", _real(ge=0, le=1.0)), ("inter_node_latency_s", _real(ge=0, le=1.0)),
+)
+_TRAINING = (
+    ("global_batch_size", _int(1, MAX_BATCH)), ("seq_length", _int(1, MAX_SEQ)), ("dtype", TrainDtype),
+    ("optimizer", Optimizer), ("master_weights_dtype", Dtype), ("grad_dtype", Dtype), ("attention", Attention),
+    ("fp8_recipe", Fp8Recipe), ("loss_chunks", _int(1, MAX_LOSS_CHUNKS)),
+    ("moe_imbalance", _real(ge=1, le=MAX_MOE_IMBALANCE)), ("moe_capacity_factor", _real(gt=0, le=MAX_MOE_IMBALANCE)),
+)
+_PARALLELISM = (
+    *((k, _int(1, MAX_GPUS)) for k in ("dp", "tp", "pp", "cp", "ep", "etp")), ("vpp", _int(1, MAX_LAYERS)),
+    ("micro_batch_size", _int(1, MAX_BATCH)), ("recompute", Recompute), ("zero", ZeroStage), ("schedule", Schedule),
+    ("cp_comm", CpComm), ("engine", Engine), ("moe_dispatcher", MoeDispatcher),
+    ("stage_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)), ("recompute_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)),
+)
+FIELD_DOMAINS: dict[type, tuple] = {
+    specs.TransformerSpec: _TRANSFORMER, specs.MoESpec: _MOE, specs.MLASpec: _MLA, specs.LayerSpec: _LAYER,
+    specs.ClusterSpec: _CLUSTER, specs.TrainingSpec: _TRAINING, specs.ParallelConfig: _PARALLELISM,
+}
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def _range_text(bounds: dict[str, float]) -> str:
+    if "ge" in bounds and "le" in bounds:
+        return f"{_num(bounds['ge'])}..{_num(bounds['le'])}"
+    lo = f">= {_num(bounds['ge'])}" if "ge" in bounds else f"> {_num(bounds['gt'])}" if "gt" in bounds else None
+    hi = f"<= {_num(bounds['le'])}" if "le" in bounds else f"< {_num(bounds['lt'])}" if "lt" in bounds else None
+    return " and ".join(x for x in (lo, hi) if x)
+
+
+_HOLDS = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
+
+
+def _check_number(v: Any, r: Range, path: str, item: bool) -> None:
+    """`item`: an entry of a list, whose message names only the bound it breaks."""
+    if isinstance(v, bool) or not isinstance(v, int if r.integer else int | float):
+        raise SpecError(path, f"must be {'an integer' if r.integer else 'a number'}, got {type(v).__name__} {v!r}")
+    if not math.isfinite(v):
+        raise SpecError(path, "Input should be a finite number")  # the schema's (pydantic's) words
+    bounds = {k: b for k in _HOLDS if (b := getattr(r, k)) is not None}
+    broken = next((k for k, b in bounds.items() if not _HOLDS[k](v, b)), None)
+    if broken is None:
+        return
+    rng = _range_text({broken: bounds[broken]} if item else bounds)
+    raise SpecError(path, f"must be in {rng}, got {v!r}" if ".." in rng else f"must be {rng}, got {v!r}", allowed=rng)
+
+
+def _check_length(v: Any, rule: Items, path: str) -> None:
+    lo, hi = rule.min_len, rule.max_len
+    if (lo is not None and len(v) < lo) or len(v) > hi:
+        what = "an empty list allows nothing" if not v else "has the wrong length"
+        raise SpecError(path, f"{what} ({len(v)} entries)",
+                        allowed=f"{lo}..{hi} entries" if lo is not None else f"<= {hi} entries")
+
+
+def _check_value(v: Any, rule: Any, path: str, item: bool = False) -> None:
+    if isinstance(rule, Range):
+        _check_number(v, rule, path, item)
+    elif isinstance(rule, Items):
+        _check_length(v, rule, path)
+        for i, x in enumerate(v):
+            _check_value(x, rule.item, f"{path}[{i}]", item=True)
+    elif not any(v == w and type(v) is type(w) for w in values(rule)):
+        raise SpecError(path, f"unknown value {v!r}", allowed=list(values(rule)))
+
+
+def _domains(spec: Any, path: str) -> None:
+    """Each field of `spec` within its domain (FIELD_DOMAINS); SpecError at `path`.field."""
+    optional = {f.name for f in fields(spec) if f.default is None}
+    for name, rule in FIELD_DOMAINS[type(spec)]:
+        v = getattr(spec, name)
+        if v is None and name in optional:
+            continue
+        _check_value(v, rule, f"{path}.{name}")
+
+
+# ------------------------------------------------------------------ the model's shape
+
+
+def shape_rule(hidden_size: int, num_attention_heads: int, num_kv_heads: int, head_dim: int | None, mlp: str,
+               swiglu_limit: float | None, num_layers: int, moe_layer_freq: int | None) -> tuple[str, str, Any] | None:
+    """(field, message, allowed) of the first shape rule a transformer breaks, else None: the
+    heads split the hidden size (unless head_dim is given), the K/V heads group the heads, the
+    clamp needs the gated MLP, MoE blocks recur within the layers. The request schema's
+    Transformer and validate_model apply these same rules."""
+    h, a, kv = hidden_size, num_attention_heads, num_kv_heads
+    if head_dim is None and h % a:
+        return "num_attention_heads", f"hidden_size {h} is not divisible by {a} heads (give head_dim)", divisors(h)[:40]
+    if a % kv:
+        return "num_kv_heads", f"{a} attention heads are not divisible into {kv} KV groups", divisors(a)
+    if swiglu_limit is not None and mlp != MLP_SWIGLU:
+        return "swiglu_limit", f"a clamp of the gated MLP needs mlp {MLP_SWIGLU!r}, not {mlp!r}", [MLP_SWIGLU]
+    if moe_layer_freq is not None and moe_layer_freq > num_layers:
+        return "moe.layer_freq", f"layer_freq={moe_layer_freq} exceeds the {num_layers} layers", f"1..{num_layers}"
+    return None
+
+
+def routing_rule(num_experts: int, top_k: int, num_groups: int, group_top_k: int) -> tuple[str, str, Any] | None:
+    """(field, message, allowed) of the first routing rule an MoE block breaks, else None: top-k
+    within the experts; group-limited routing with both numbers, equal groups, and enough
+    experts in the chosen groups. The request schema's MoE and validate_model apply these."""
+    if top_k > num_experts:
+        return "top_k", f"top_k={top_k} exceeds the {num_experts} experts", f"1..{num_experts}"
+    if bool(num_groups) != bool(group_top_k):
+        return ("group_top_k" if num_groups else "num_groups",
+                f"group-limited routing takes both num_groups and group_top_k (got {num_groups} and {group_top_k})",
+                "both > 0, or both 0")
+    if num_groups:
+        if num_experts % num_groups:
+            return "num_groups", f"{num_experts} experts do not split into {num_groups} equal groups", divisors(num_experts)
+        if group_top_k > num_groups:
+            return "group_top_k", f"group_top_k={group_top_k} exceeds num_groups={num_groups}", f"1..{num_groups}"
+        if group_top_k * (num_experts // num_groups) < top_k:
+            return ("group_top_k", f"{group_top_k} groups of {num_experts // num_groups} experts hold fewer than "
+                    f"top_k={top_k}", f"{-(-top_k * num_groups // num_experts)}..{num_groups}")
+    return None
+
+
+def _raise(broken: tuple[str, str, Any] | None, path: str) -> None:
+    if broken is not None:
+        field, message, allowed = broken
+        raise SpecError(f"{path}.{field}", message, allowed=allowed)
 
 
 def validate_model(m: specs.ModelSpec, path: str = "model") -> None:
     if isinstance(m, specs.LayerListSpec):
-        layers = [_as_json(asdict(layer)) for layer in m.layers]
-        rq.validate_as(rq.Model, {"name": m.name, MODEL_LAYERS: layers}, "model")
+        _check_length(m.layers, Items(None, MAX_LAYERS, min_len=1), "model.layers")
+        for i, layer in enumerate(m.layers):
+            _domains(layer, f"model.layers[{i}]")
         return
     assert isinstance(m, specs.TransformerSpec)
-    rq.validate_as(rq.Transformer, _as_json(asdict(m)), path)
+    _domains(m, path)
+    if m.moe is not None:
+        _domains(m.moe, f"{path}.moe")
+        e = m.moe
+        _raise(routing_rule(e.num_experts, e.top_k, e.num_groups, e.group_top_k), f"{path}.moe")
+    if m.mla is not None:
+        _domains(m.mla, f"{path}.mla")
+    _raise(shape_rule(m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.head_dim, m.mlp, m.swiglu_limit,
+                      m.num_layers, None if m.moe is None else m.moe.layer_freq), path)
     check_architecture(m)  # layer_types, windows, MLA and MoE block lists agree with each other
 
 
 def validate_cluster(c: specs.ClusterSpec) -> None:
-    rq.validate_as(rq.Cluster, {
-        "gpu": c.gpu.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node, "nvlink_domain": c.nvlink_domain,
-        "intra_node_gb_s": c.intra_node_gb_s, "inter_node_gb_s": c.inter_node_gb_s,
-        "intra_node_latency_s": c.intra_node_latency_s, "inter_node_latency_s": c.inter_node_latency_s,
-    }, "cluster")
+    _domains(c, "cluster")
     if c.num_gpus > c.gpus_per_node and c.num_gpus % c.gpus_per_node:
         raise SpecError(
             "cluster.num_gpus",
@@ -76,16 +302,8 @@ def validate_cluster(c: specs.ClusterSpec) -> None:
         )
 
 
-def training_request(t: specs.TrainingSpec) -> dict:
-    """The request's training block of a TrainingSpec (parse.training_spec's inverse)."""
-    d = asdict(t)
-    compile_loss = d.pop("compile_loss")
-    d["compile"] = (True if compile_loss else "model") if d["compile"] else False
-    return d
-
-
 def validate_training(t: specs.TrainingSpec) -> None:
-    rq.validate_as(rq.Training, training_request(t), "training")
+    _domains(t, "training")
 
 
 def validate_loss_chunks(engine: str, t: specs.TrainingSpec) -> None:
@@ -121,19 +339,12 @@ def validate_fp8_recipe(engine: str, gpu: specs.GPUSpec, t: specs.TrainingSpec) 
                         f"Engine quantization.py _compute_mxfp8_support); {gpu.name} has none", allowed=[FP8_TENSORWISE])
 
 
-def _validate_parallelism(p: specs.ParallelConfig) -> None:
-    d = asdict(p)
-    for k in ("stage_layers", "recompute_layers"):
-        d[k] = None if d[k] is None else list(d[k])
-    rq.validate_as(rq.Parallelism, d, "parallelism")
-
-
 def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingSpec, p: specs.ParallelConfig) -> None:
     """A configuration `estimate` can cost: degrees divide what they split."""
     validate_model(m)
     validate_cluster(c)
     validate_training(t)
-    _validate_parallelism(p)
+    _domains(p, "parallelism")
     validate_loss_chunks(p.engine, t)
     validate_fp8_all_gather(p.engine, t)
     validate_fp8_recipe(p.engine, c.gpu, t)

@@ -10,7 +10,7 @@ __all__ = ["Infeasible", "check", "estimate", "plan"]
 
 def __getattr__(name: str):
     if name in __all__:
-        from . import service  # noqa: PLC0415 (startup: the runtime does not load OR-Tools)
+        from planner import service  # noqa: PLC0415 (startup: the runtime does not load OR-Tools)
 
         return getattr(service, name)
     raise AttributeError(name)

@@ -15,7 +15,12 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def request_hash(req: dict) -> str:
-    """sha256 of the canonical JSON (sorted keys, no whitespace) of the semantic blocks."""
+def request_hash(req: Any) -> str:
+    """sha256 of the canonical JSON (sorted keys, no whitespace) of the semantic blocks. `req`:
+    a dict, hashed as given, or a validated request (a pydantic model of
+    planner/request/schema.py), hashed as its JSON dump without nulls: the form the REST
+    routes and the CLI have always hashed."""
+    if not isinstance(req, dict):
+        req = req.model_dump(mode="json", exclude_none=True)
     semantic = {k: req[k] for k in SEMANTIC_KEYS if req.get(k) is not None}
     return hashlib.sha256(canonical_json(semantic).encode()).hexdigest()

@@ -89,7 +89,7 @@ class Parallelism(ParallelSizes, Record):
 
 
 class ModelSummary(Record):
-    """The resolved model, echoed as `cost_model.parse.model_to_dict` writes it (transformer
+    """The resolved model, echoed as `planner.request.parse.model_to_dict` writes it (transformer
     dims or a layer list), plus the parameter counts of the model-card convention."""
 
     model_config = ConfigDict(frozen=True, extra="allow")

@@ -20,8 +20,7 @@ from cost_model.specs.vocab import (
     values,
 )
 from cost_model.validate import expert_fold_error
-
-from .space import Candidate, etp_values
+from planner.space import Candidate, etp_values
 
 
 def _pct(x: float) -> str:

@@ -1,22 +1,24 @@
-"""The service facade: plan, estimate and check, each parsing its request once. The CLI and the
-REST routes call these three functions and nothing below them, so both interfaces answer the
-same question the same way."""
+"""The service facade: plan, estimate and check. The CLI and the REST routes call these three
+functions and nothing below them, so both interfaces answer the same question the same way.
+
+Each takes its request as the edge validated it (PlanRequest, EstimateRequest, CheckRequest:
+planner/request/schema.py) and turns its blocks into the cost model's specs once. A plain
+dict (Python callers, scripts, tests) is validated here, once, with the same schema and the
+same errors, then goes the same way. The request hash is computed from the dict form the
+request arrived in: a validated request's JSON dump without nulls (what the REST body and
+the CLI hash), a dict as given (planner/hashing.py)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, replace
+from typing import TypeVar
+
+from pydantic import BaseModel
 
 from cost_model.engines.kernels import fp8_recipe
 from cost_model.estimate import estimate as estimate_config
 from cost_model.model.flops import active_params, total_params
-from cost_model.parse import (
-    model_to_dict,
-    parse_cluster,
-    parse_model,
-    parse_parallelism,
-    parse_training,
-)
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import LayerListSpec, TransformerSpec
 from cost_model.specs.results import Estimate
@@ -35,11 +37,10 @@ from cost_model.validate import (
     validate_loss_chunks,
     validate_moe_load,
 )
-
-from .hashing import request_hash
-from .launch import emit
-from .launch.ranks import emit as emit_ranks
-from .plan import (
+from planner.hashing import request_hash
+from planner.launch import emit
+from planner.launch.ranks import emit as emit_ranks
+from planner.plan import (
     Alternative,
     CheckResult,
     ClusterEcho,
@@ -49,10 +50,21 @@ from .plan import (
     SearchReport,
     TrainingEcho,
 )
-from .reasons import alternative_reason, infeasible_details, plan_reasons
-from .schedule import schedule_block, schedule_reason
-from .search import Problem, Progress, search
-from .space import parse_search
+from planner.reasons import alternative_reason, infeasible_details, plan_reasons
+from planner.request.errors import validate_as
+from planner.request.parse import (
+    cluster_spec,
+    model_spec,
+    model_to_dict,
+    parallel_config,
+    training_spec,
+)
+from planner.request.schema import CheckRequest, EstimateRequest, PlanRequest, Search
+from planner.schedule import schedule_block, schedule_reason
+from planner.search import Problem, Progress, search
+from planner.space import search_space
+
+Request = TypeVar("Request", bound=BaseModel)
 
 
 class Infeasible(Exception):
@@ -64,14 +76,28 @@ class Infeasible(Exception):
         self.details = details
 
 
-def problem_from_request(req: dict, profile=None) -> Problem:
+def validated(req: BaseModel | dict, schema: type[Request]) -> Request:
+    """The request as the edge validated it, or a plain dict validated once here against
+    `schema` (a bad field raises SpecError with its path, as the REST 422 and the CLI say it).
+    A bare preset name stands for the `model` block, as parse_model takes it."""
+    if isinstance(req, BaseModel):
+        return req
     if not isinstance(req, dict):
         raise SpecError("request", "must be an object")
+    if isinstance(req.get("model"), str):
+        req = {**req, "model": {"name": req["model"]}}
+    return validate_as(schema, req)
+
+
+def problem_from_request(req: PlanRequest | CheckRequest | dict, profile=None) -> Problem:
+    """The search problem of a plan (or check) request: its blocks as the cost model's specs,
+    its search space, and the training rules that depend on the engine it plans for."""
+    r = validated(req, PlanRequest)
     prob = Problem(
-        model=parse_model(req.get("model")),
-        cluster=parse_cluster(req.get("cluster")),
-        training=parse_training(req.get("training")),
-        space=parse_search(req.get("search")),
+        model=model_spec(r.model),
+        cluster=cluster_spec(r.cluster),
+        training=training_spec(r.training),
+        space=search_space(r.search or Search()),
         profile=profile,
     )
     validate_loss_chunks(_engine(prob), prob.training)
@@ -133,8 +159,8 @@ def dispatcher_hint(prob: Problem, cfg, est) -> str | None:
             f"{est.prediction.step_time_s:.4g} s (peak {max(alt.memory_per_rank_gib):.1f} GiB)")
 
 
-def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, progress) -> Plan:
-    """The best plan of a parsed problem, without launch artifacts."""
+def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, progress) -> Plan:
+    """The best plan of a parsed problem (`rh`: its request's hash), without launch artifacts."""
     res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s, progress=progress)
     if not res.best:
         msg, details = infeasible_details(res.stats, prob.cluster.gpu.memory_gib, prob.space.memory_headroom,
@@ -143,7 +169,6 @@ def _search_plan(prob: Problem, req: dict, time_limit_s, exhaustive, plan_id, pr
             msg = "the time limit ran out before any feasible plan was found; " + msg
         raise Infeasible(msg, details)
     best = res.best[0]
-    rh = request_hash(req)
     reasons = plan_reasons(best.estimate, best.config, prob.cluster, prob.model)
     schedule = schedule_block(prob, best.config, best.estimate.prediction.step_time_s)
     if (line := schedule_reason(schedule)) is not None:
@@ -205,7 +230,7 @@ def with_launch(plan: Plan, targets) -> Plan:
 
 
 def plan(
-    req: dict,
+    req: PlanRequest | dict,
     profile=None,
     time_limit_s: float | None = None,
     exhaustive: bool = False,
@@ -215,51 +240,52 @@ def plan(
     """Search the best plan and emit its launch artifacts; raises SpecError (bad input) or
     Infeasible."""
     prob = problem_from_request(req, profile)
-    best = _search_plan(prob, req, time_limit_s, exhaustive, plan_id, progress)
+    best = _search_plan(prob, request_hash(req), time_limit_s, exhaustive, plan_id, progress)
     return with_launch(best, prob.space.targets)
 
 
-def _require_parallelism(req: dict, what: str) -> None:
-    if not isinstance(req, dict):
-        raise SpecError("request", "must be an object")
-    if not req.get("parallelism"):
+def _require_parallelism(req: BaseModel | dict, what: str) -> None:
+    """A dict without its `parallelism` block is refused by name (the schema requires it of a
+    validated request)."""
+    if isinstance(req, dict) and not req.get("parallelism"):
         raise SpecError("parallelism", f"is required for {what}")
 
 
-def estimate(req: dict, profile=None) -> Estimate:
+def estimate(req: EstimateRequest | dict, profile=None) -> Estimate:
     """Request with a `parallelism` block -> Estimate."""
     _require_parallelism(req, "an estimate")
-    model = parse_model(req.get("model"))
-    cluster = parse_cluster(req.get("cluster"))
-    training = parse_training(req.get("training"))
-    cfg = parse_parallelism(req["parallelism"])
-    return estimate_config(model, cluster, training, cfg, profile)
+    r = validated(req, EstimateRequest)
+    return estimate_config(model_spec(r.model), cluster_spec(r.cluster), training_spec(r.training),
+                           parallel_config(r.parallelism), profile)
 
 
 def check(
-    req: dict,
-    max_slowdown: float = 0.10,
+    req: CheckRequest | dict,
+    max_slowdown: float | None = None,
     profile=None,
     time_limit_s: float | None = None,
     progress: Progress | None = None,
 ) -> CheckResult:
     """CI gate: does the given configuration fit, and is it within max_slowdown of the best
     plan? The request is parsed once; the best plan is searched but no launch artifact is
-    emitted (the answer is yes/no plus numbers)."""
-    if not isinstance(max_slowdown, int | float) or not 0 <= max_slowdown < 100 or math.isnan(max_slowdown):
+    emitted (the answer is yes/no plus numbers). `max_slowdown`: the request's unless given."""
+    if max_slowdown is not None and (not isinstance(max_slowdown, int | float) or not 0 <= max_slowdown < 100
+                                     or math.isnan(max_slowdown)):
         raise SpecError("max_slowdown", f"must be >= 0, got {max_slowdown!r}", allowed=">= 0")
     _require_parallelism(req, "a check")
-    prob = problem_from_request(req, profile)
-    # the configuration runs on the engine the search is for, unless it names its own
-    par = req["parallelism"]
-    if isinstance(par, dict) and "engine" not in par:
-        par = {**par, "engine": _engine(prob)}
-    cfg = parse_parallelism(par)
+    r = validated(req, CheckRequest)
+    if max_slowdown is None:
+        max_slowdown = r.max_slowdown
+    prob = problem_from_request(r, profile)
+    cfg = parallel_config(r.parallelism)
+    if isinstance(req, dict) and "engine" not in req["parallelism"]:
+        # a dict's configuration runs on the engine the search is for, unless it names its own
+        # (a validated request's parallelism.engine is its field's default when not given)
+        cfg = replace(cfg, engine=_engine(prob))
     est = estimate_config(prob.model, prob.cluster, prob.training, cfg, profile)
     reasons: list[str] = []
-    semantic = {k: v for k, v in req.items() if k != "parallelism"}
     try:
-        best = _search_plan(prob, semantic, time_limit_s, False, None, progress)
+        best = _search_plan(prob, request_hash(req), time_limit_s, False, None, progress)
     except Infeasible as exc:
         best = None
         reasons.append(f"no plan fits: {exc.message}")

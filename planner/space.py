@@ -8,11 +8,9 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from cost_model import request as rq
 from cost_model.engines import kernels
 from cost_model.engines.support import dispatcher_rule, engine_supports, get_engine
 from cost_model.model import attention
-from cost_model.request import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 from cost_model.specs.inputs import (
     ClusterSpec,
     ModelSpec,
@@ -42,6 +40,8 @@ from cost_model.specs.vocab import (
 )
 from cost_model.terms import moe
 from cost_model.validate import dispatcher_error, divisors, expert_fold_error
+from planner.request import schema as rq
+from planner.request.schema import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
 MAX_VPP = 8

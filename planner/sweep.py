@@ -1,36 +1,34 @@
 """Sweeps: plan one model over a list of GPU counts or global batch sizes (everything else
 of the request fixed), for the scaling picture (planner/report/scaling.py) and table.
 
-A point that has no feasible plan, or whose value makes the request invalid (say a GPU
-count that is not a whole number of nodes), is kept with its reason rather than failing the
-sweep; a request that is bad at the first value raises its SpecError."""
+The request is the validated PlanRequest (a plain dict is validated once, as the facade
+does). A point that has no feasible plan, or whose value makes the request invalid (say a
+GPU count that is not a whole number of nodes), is kept with its reason rather than failing
+the sweep; a request that is bad at the first value raises its SpecError."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from cost_model.specs.errors import SpecError
-
-from .service import Infeasible, plan, problem_from_request
+from planner.request.errors import validate_as
+from planner.request.schema import Cluster, PlanRequest, Training
+from planner.service import Infeasible, plan, problem_from_request, validated
 
 AXES = ("num_gpus", "global_batch_size")
 MAX_POINTS = 32
 
 
-def _with_value(req: dict, axis: str, value: int) -> dict:
-    r = copy.deepcopy(req)
+def _with_value(req: PlanRequest, axis: str, value: int) -> PlanRequest:
+    """The request of one point: the swept field set to `value`, the block that holds it
+    validated again (the value is new input: a GPU count past the limit is refused by name)."""
     if axis == "num_gpus":
-        cluster = dict(r.get("cluster") or {})
-        cluster["num_gpus"] = value
-        if isinstance(cluster.get("gpus_per_node"), int) and cluster["gpus_per_node"] > value:
+        cluster = {**dict(req.cluster), "num_gpus": value}
+        if cluster["gpus_per_node"] is not None and cluster["gpus_per_node"] > value:
             cluster["gpus_per_node"] = value  # a sweep may start below one node
-        r["cluster"] = cluster
-    else:
-        training = dict(r.get("training") or {})
-        training["global_batch_size"] = value
-        r["training"] = training
-    return r
+        return req.model_copy(update={"cluster": validate_as(Cluster, cluster, "cluster")})
+    training = {**dict(req.training), "global_batch_size": value}
+    return req.model_copy(update={"training": validate_as(Training, training, "training")})
 
 
 def parse_axis(axis: str, values: Any) -> list[int]:
@@ -48,7 +46,7 @@ def parse_axis(axis: str, values: Any) -> list[int]:
     return sorted(set(out))
 
 
-def point(req: dict, axis: str, value: int, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
+def point(req: PlanRequest, axis: str, value: int, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
     """One point of a sweep: the plan's numbers, or why there is none."""
     try:
         p = plan(_with_value(req, axis, value), profile, time_limit_s).model_dump(mode="json")
@@ -66,28 +64,28 @@ def point(req: dict, axis: str, value: int, profile=None, time_limit_s: float | 
     }
 
 
-def check_request(req: dict, axis: str, values: list[int]) -> None:
+def check_request(req: PlanRequest, axis: str, values: list[int]) -> None:
     """Raise SpecError for a request that is bad whatever the swept value (the first one's)."""
     problem_from_request(_with_value(req, axis, values[0]))
 
 
-def header(req: dict, axis: str, values: list[int]) -> dict[str, Any]:
-    cluster, training = req.get("cluster") or {}, req.get("training") or {}
-    model = req.get("model") or {}
-    fixed = {"GPUs": cluster.get("num_gpus"), "batch": training.get("global_batch_size"), "seq": training.get("seq_length")}
+def header(req: PlanRequest, axis: str, values: list[int]) -> dict[str, Any]:
+    cluster, training = req.cluster, req.training
+    fixed = {"GPUs": cluster.num_gpus, "batch": training.global_batch_size, "seq": training.seq_length}
     fixed.pop("GPUs" if axis == "num_gpus" else "batch")
-    gpu = cluster.get("gpu")
+    gpu = cluster.gpu
     return {
         "axis": axis,
         "values": values,
-        "model": model.get("name") or "model",
-        "gpu": gpu if isinstance(gpu, str) else (gpu or {}).get("name") or (gpu or {}).get("base") or "custom",
-        "fixed": {k: v for k, v in fixed.items() if v is not None},
+        "model": req.model.name or "model",
+        "gpu": gpu if isinstance(gpu, str) else gpu.name or gpu.base or "custom",
+        "fixed": fixed,
     }
 
 
-def sweep(req: dict, axis: str, values, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
+def sweep(req: PlanRequest | dict, axis: str, values, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
     """Plan `req` at each value of `axis`; returns {axis, values, model, gpu, fixed, points}."""
+    req = validated(req, PlanRequest)
     xs = parse_axis(axis, values)
     check_request(req, axis, xs)
     return {**header(req, axis, xs), "points": [point(req, axis, x, profile, time_limit_s) for x in xs]}

@@ -35,9 +35,9 @@ from pathlib import Path
 from cost_model.engines.support import get_engine
 from cost_model.hardware.catalog import get_gpu
 from cost_model.model.presets import PRESETS
-from cost_model.parse import parse_model
 from cost_model.specs import vocab as V
 from cost_model.specs.errors import SpecError
+from planner.request.parse import parse_model
 from planner.service import Infeasible, estimate, plan
 
 _CSV_NAME = Path("shared") / "validation" / "published_runs_modern.csv"

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     from planner.service import check as check_request  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
 
     req = request_from_args(args, "check")
-    max_slowdown = req.pop("max_slowdown")
+    max_slowdown = req.max_slowdown
     res = check_request(req, max_slowdown, load_profile_arg(args), progress=progress)
     if args.json:
         print_json(res.model_dump(mode="json"))

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from cost_model.hardware.profile_schema import profile_from_dict
-from cost_model.request import REQUESTS, validate_as
 from cost_model.specs.errors import SpecError
 from cost_model.specs.vocab import MODEL_TRANSFORMER, ModelKind, values
+from planner.request.schema import REQUESTS, validate_as
 
 from .flags import FLAGS
 
@@ -67,10 +68,11 @@ def _set(req: dict, path: str, value: Any) -> None:
     d[leaf] = value
 
 
-def request_from_args(args: argparse.Namespace, command: str) -> dict:
+def request_from_args(args: argparse.Namespace, command: str) -> BaseModel:
     """The request of `command` ("plan", "estimate", "check") from --request and the flags,
-    validated by the same schema as the REST body (cost_model/request.py) and returned as
-    the REST routes pass it on (JSON-mode dump without nulls), so both hash and answer alike."""
+    validated by the same schema as the REST body (planner/request/schema.py): the validated
+    model, which the facade takes as the REST routes hand it theirs, so both hash and answer
+    alike."""
     req: dict[str, Any] = {}
     if getattr(args, "request", None):
         loaded = load_structured(args.request, "--request")
@@ -99,7 +101,7 @@ def request_from_args(args: argparse.Namespace, command: str) -> dict:
         if exc.message == "is required" and hint:
             raise SpecError(exc.field, f"is required (give {hint} or --request)", exc.allowed) from None
         raise
-    return valid.model_dump(mode="json", exclude_none=True)
+    return valid
 
 
 def load_profile_arg(args: argparse.Namespace):

@@ -14,10 +14,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from cost_model.parse import parse_model
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import TransformerSpec
 from cost_model.specs.vocab import DTYPE_BF16, DTYPE_FP8, DTYPE_FP32
+from planner.request.parse import parse_model
 
 from .common import model_from_flag, print_json
 from .flags import add_flags
@@ -84,7 +84,7 @@ def run_comm(out: str, procs: int) -> None:
 def run(args: argparse.Namespace) -> int:
     _check_args(args)
     m = resolve_model(args)
-    import torch  # the optional extra, needed from here on  # noqa: PLC0415 (optional torch: only `planner profile` needs it)
+    import torch  # noqa: PLC0415 (optional torch: only `planner profile` needs it)
 
     from profiler.layers import MoEDims  # noqa: PLC0415 (optional torch: only `planner profile` needs it)
     from profiler.run import ProfileOptions, run_profile  # noqa: PLC0415 (optional torch: only `planner profile` needs it)

@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.hardware.profile_schema import profile_from_dict
@@ -71,12 +72,9 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{now_us():013x}{secrets.token_hex(6)}"
 
 
-def body_dict(model) -> dict:
-    return model.model_dump(mode="json", exclude_none=True)
-
-
-async def load_profile(store: Store, req: dict):
-    pid = (req.get("cluster") or {}).get("profile_id")
+async def load_profile(store: Store, req: BaseModel):
+    """The stored profile a validated request names (cluster.profile_id), or None."""
+    pid = req.cluster.profile_id
     if not pid:
         return None
     found = await run_in_threadpool(store.get_profile, pid)
@@ -125,8 +123,8 @@ async def solve(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *arg
         metrics.solve_time.labels(kind).observe(time.perf_counter() - start)
 
 
-def time_limit(settings: Settings, req: dict) -> float:
-    asked = (req.get("search") or {}).get("time_limit_s")
+def time_limit(settings: Settings, req: BaseModel) -> float:
+    asked = req.search.time_limit_s if req.search is not None else None
     return min(settings.solve_time_limit_s, asked) if asked else settings.solve_time_limit_s
 
 

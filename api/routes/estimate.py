@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from starlette.concurrency import run_in_threadpool
 
-from cost_model.request import CheckRequest, EstimateRequest
 from cost_model.specs.errors import SpecError
 from cost_model.specs.results import Estimate
 from planner.plan import CheckResult
+from planner.request.schema import CheckRequest, EstimateRequest
 from planner.service import check as check_request
 from planner.service import estimate as estimate_request
 
@@ -15,7 +15,6 @@ from ..deps import MetricsDep, PoolDep, SettingsDep, StoreDep
 from ._common import (
     COMMON_ERRORS,
     SOLVE_ERRORS,
-    body_dict,
     evaluation_failed,
     load_profile,
     solve,
@@ -29,10 +28,9 @@ router = v1_router("estimate")
 @router.post("/estimate", response_model=Estimate, responses=COMMON_ERRORS)
 async def estimate(body: EstimateRequest, store: StoreDep) -> Estimate:
     """Predicted step time and memory of one fully given configuration (no search)."""
-    req = body_dict(body)
-    profile = await load_profile(store, req)
+    profile = await load_profile(store, body)
     try:
-        return await run_in_threadpool(estimate_request, req, profile)
+        return await run_in_threadpool(estimate_request, body, profile)
     except SpecError:
         raise
     except Exception as exc:  # noqa: BLE001
@@ -43,12 +41,10 @@ async def estimate(body: EstimateRequest, store: StoreDep) -> Estimate:
 async def check(body: CheckRequest, store: StoreDep, pool: PoolDep, settings: SettingsDep,
                 metrics: MetricsDep) -> CheckResult:
     """CI gate: does this configuration fit, and is it within `max_slowdown` of the best plan?"""
-    req = body_dict(body)
-    max_slowdown = req.pop("max_slowdown", 0.10)
-    profile = await load_profile(store, req)
-    limit = time_limit(settings, req)
-    return await solve(pool, settings, metrics, _run_check, req, max_slowdown, profile, limit, limit_s=limit, kind="check")
+    profile = await load_profile(store, body)
+    limit = time_limit(settings, body)
+    return await solve(pool, settings, metrics, _run_check, body, profile, limit, limit_s=limit, kind="check")
 
 
-def _run_check(req: dict, max_slowdown: float, profile, limit_s: float) -> CheckResult:
-    return check_request(req, max_slowdown=max_slowdown, profile=profile, time_limit_s=limit_s)
+def _run_check(req: CheckRequest, profile, limit_s: float) -> CheckResult:
+    return check_request(req, profile=profile, time_limit_s=limit_s)

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import Query, Response
 from starlette.concurrency import run_in_threadpool
 
-from cost_model.request import PlanRequest
 from cost_model.specs.errors import SpecError
-from planner.hashing import SEMANTIC_KEYS, request_hash
+from planner.hashing import request_hash
 from planner.plan import Plan
+from planner.request.schema import PlanRequest
 from planner.service import plan as plan_request
 
 from ..deps import MetricsDep, PoolDep, SettingsDep, StoreDep
@@ -20,7 +20,6 @@ from ..store import decode_cursor
 from ._common import (
     COMMON_ERRORS,
     SOLVE_ERRORS,
-    body_dict,
     err,
     load_profile,
     new_id,
@@ -55,19 +54,17 @@ async def create_plan(
 ):
     """Best plan for a model on a cluster. Identical requests (same canonical JSON, ignoring
     `metadata`) return the stored plan unless `?refresh=true`."""
-    req = body_dict(body)
-    h = request_hash(req)
+    h = request_hash(body)
     if not refresh:
         cached = await run_in_threadpool(store.find_plan_by_hash, h)
         if cached is not None:
             metrics.cache_hits.inc()
             return _stored(cached[1], 200, cached[0], "hit")
     metrics.cache_misses.inc()
-    profile = await load_profile(store, req)
-    limit = time_limit(settings, req)
-    solve_req = {k: req[k] for k in SEMANTIC_KEYS if k in req}
+    profile = await load_profile(store, body)
+    limit = time_limit(settings, body)
     plan_id = new_id("p")  # given to the planner so launch artifacts name the stored plan
-    plan: Plan = await solve(pool, settings, metrics, _run_plan, solve_req, profile, limit, plan_id,
+    plan: Plan = await solve(pool, settings, metrics, _run_plan, body, profile, limit, plan_id,
                              limit_s=limit, kind="plan")
     plan = plan.model_copy(update={"id": plan_id, "request_hash": h})
     try:
@@ -78,7 +75,7 @@ async def create_plan(
     return _stored(text, 201, plan.id, "miss")
 
 
-def _run_plan(req: dict, profile, limit_s: float, plan_id: str) -> Plan:
+def _run_plan(req: PlanRequest, profile, limit_s: float, plan_id: str) -> Plan:
     return plan_request(req, profile=profile, time_limit_s=limit_s, plan_id=plan_id)
 
 

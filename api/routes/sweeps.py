@@ -10,9 +10,9 @@ from typing import Annotated, Any
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cost_model.request import PlanRequest
 from cost_model.specs.errors import SpecError
 from planner.report import scaling_svg
+from planner.request.schema import PlanRequest
 from planner.sweep import MAX_POINTS, check_request, header, parse_axis, point, table
 
 from ..errors import ApiError
@@ -48,7 +48,7 @@ class SweepRequest(PlanRequest):
     sweep: SweepAxis
 
 
-def _run_point(req: dict, axis: str, value: int, limit_s: float) -> dict[str, Any]:
+def _run_point(req: PlanRequest, axis: str, value: int, limit_s: float) -> dict[str, Any]:
     return point(req, axis, value, None, limit_s)
 
 
@@ -65,19 +65,16 @@ async def create_sweep(body: SweepRequest, request: Request):
     with the plan time limit; the answer has the points, a text table and the scaling SVG."""
     app = request.app
     settings = app.state.settings
-    req = body.model_dump(mode="json", exclude_none=True)
     axis, values = body.sweep.axis
-    req.pop("sweep", None)
-    req.pop("metadata", None)
     values = parse_axis(axis, values)
-    check_request(req, axis, values)
-    limit = time_limit(settings, req)
+    check_request(body, axis, values)
+    limit = time_limit(settings, body)
     retry = {"Retry-After": str(settings.retry_after_s)}
     start = now_us()
     points = []
     for value in values:
         try:
-            points.append(await app.state.pool.submit(_run_point, req, axis, value, limit, timeout_s=limit * 1.5 + 5))
+            points.append(await app.state.pool.submit(_run_point, body, axis, value, limit, timeout_s=limit * 1.5 + 5))
         except QueueFull:
             raise ApiError(429, "queue_full", "the solver queue is full; retry later", {}, headers=retry) from None
         except SolveTimeout:
@@ -87,6 +84,6 @@ async def create_sweep(body: SweepRequest, request: Request):
         except Exception as exc:  # noqa: BLE001 - the client's input at fault, as for plans
             raise ApiError(422, "unprocessable", f"the planner could not evaluate this request: {type(exc).__name__}: {exc}",
                            {"exception": type(exc).__name__}) from None
-    out = _finish({**header(req, axis, values), "points": points})
+    out = _finish({**header(body, axis, values), "points": points})
     out["solve_time_s"] = round((now_us() - start) / 1e6, 3)
     return out

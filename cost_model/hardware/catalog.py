@@ -221,7 +221,7 @@ _OVERRIDES = ("memory_gib", "hbm_gb_s", "nvlink_gb_s", "network_gb_s", "gpus_per
 def resolve_gpu(gpu: str | dict) -> GPUSpec:
     """`cluster.gpu`: a catalog name, or an object {base?, name?, memory_gib?, hbm_gb_s?,
     peak_tflops?, nvlink_gb_s?, network_gb_s?, gpus_per_node?} (already checked by
-    cost_model.request.GpuOverride). With a base, the given numbers replace the base's
+    planner.request.schema.GpuOverride). With a base, the given numbers replace the base's
     (`dataclasses.replace`, peak_tflops merged per dtype); without one, the datasheet
     numbers are all required and the efficiency model keeps the GPUSpec defaults."""
     if isinstance(gpu, str):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import as_dict
-from .page import report_html
-from .pictures import PICTURES, render_svgs
-from .scaling import scaling_svg
+from planner.report.common import as_dict
+from planner.report.page import report_html
+from planner.report.pictures import PICTURES, render_svgs
+from planner.report.scaling import scaling_svg
 
 __all__ = ["PICTURES", "render_svgs", "report_html", "scaling_svg", "write_report"]
 

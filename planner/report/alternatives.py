@@ -4,8 +4,8 @@ planner/reasons.py)."""
 
 from __future__ import annotations
 
-from .common import as_dict, degrees, fmt_time, knobs
-from .svg import COLORS, Svg, wrap
+from planner.report.common import as_dict, degrees, fmt_time, knobs
+from planner.report.svg import COLORS, Svg, wrap
 
 COLS = (("step time", 150.0), ("MFU", 120.0), ("peak memory", 150.0))
 

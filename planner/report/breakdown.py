@@ -4,8 +4,8 @@ each kind of exposed communication, as one stacked bar and one bar per term."""
 
 from __future__ import annotations
 
-from .common import as_dict, fmt_time
-from .svg import COLORS, Svg
+from planner.report.common import as_dict, fmt_time
+from planner.report.svg import COLORS, Svg
 
 TERMS = (
     ("compute_s", "compute", COLORS["compute"]),

@@ -7,8 +7,8 @@ them shows the fullest rank's parts (prediction.memory) and the other ranks' tot
 
 from __future__ import annotations
 
-from .common import as_dict
-from .svg import COLORS, Svg, nice_ticks, tick_label
+from planner.report.common import as_dict
+from planner.report.svg import COLORS, Svg, nice_ticks, tick_label
 
 PARTS = (
     ("weights_gib", "weights", COLORS["weights"]),

@@ -11,9 +11,8 @@ from importlib import resources
 from typing import Any
 
 from cost_model.specs.vocab import ENGINE_MEGATRON
-
-from .common import as_dict, degrees, fmt_time, knobs
-from .pictures import render_svgs
+from planner.report.common import as_dict, degrees, fmt_time, knobs
+from planner.report.pictures import render_svgs
 
 ASSETS = ("report.css", "app.js")
 FIGURES = (

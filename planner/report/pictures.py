@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .alternatives import alternatives_svg
-from .breakdown import breakdown_svg
-from .common import as_dict
-from .memory import memory_svg
-from .timeline import timeline_svg
+from planner.report.alternatives import alternatives_svg
+from planner.report.breakdown import breakdown_svg
+from planner.report.common import as_dict
+from planner.report.memory import memory_svg
+from planner.report.timeline import timeline_svg
 
 PICTURES = {
     "timeline": timeline_svg,

@@ -4,8 +4,8 @@ without a feasible plan are marked on the axis and listed with the reason."""
 
 from __future__ import annotations
 
-from .common import degrees, knobs
-from .svg import COLORS, Svg, nice_ticks, tick_label, wrap
+from planner.report.common import degrees, knobs
+from planner.report.svg import COLORS, Svg, nice_ticks, tick_label, wrap
 
 PANELS = (
     ("step_time_s", "step time (s)", COLORS["forward"]),

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from cost_model.pipeline.simulator import Event, Simulation, StageTimes, simulate
 from cost_model.specs.vocab import SCHEDULE_1F1B
-
-from ..schedule import simulation_of
-from .common import as_dict
-from .svg import COLORS, Svg, nice_ticks, tick_label
+from planner.report.common import as_dict
+from planner.report.svg import COLORS, Svg, nice_ticks, tick_label
+from planner.schedule import simulation_of
 
 MAX_ROWS = 16  # all ranks up to this; beyond, the first, a middle and the last few
 EDGE_ROWS = 3

@@ -12,14 +12,14 @@ tables.py, hints.py, incumbent.py, and reference.py (the exhaustive reference se
 
 from __future__ import annotations
 
-from .best_first import BestFirstSearch
-from .hints import best_hint
-from .policy import SearchPolicy
-from .reference import search_exhaustive
-from .results import Found, Problem, Progress, SearchResult, SearchStats
-from .scheduler import solve_workers
-from .seams import Seams
-from .tables import LayerTables, stage_problem, to_config
+from planner.search.best_first import BestFirstSearch
+from planner.search.hints import best_hint
+from planner.search.policy import SearchPolicy
+from planner.search.reference import search_exhaustive
+from planner.search.results import Found, Problem, Progress, SearchResult, SearchStats
+from planner.search.scheduler import solve_workers
+from planner.search.seams import Seams
+from planner.search.tables import LayerTables, stage_problem, to_config
 
 __all__ = [
     "BestFirstSearch",

@@ -8,17 +8,16 @@ import math
 import time
 
 from cost_model.specs.vocab import STATUS_FEASIBLE, STATUS_OPTIMAL
-
-from .context import Caps, Clock, Context
-from .dive import Dives
-from .incumbent import Incumbent
-from .policy import SearchPolicy
-from .queue import Entry, Frontier
-from .results import Problem, Progress, Reporter, SearchResult, SearchStats
-from .scheduler import SolveScheduler
-from .seams import Seams
-from .solves import Solves
-from .tables import LayerTables, stage_problem
+from planner.search.context import Caps, Clock, Context
+from planner.search.dive import Dives
+from planner.search.incumbent import Incumbent
+from planner.search.policy import SearchPolicy
+from planner.search.queue import Entry, Frontier
+from planner.search.results import Problem, Progress, Reporter, SearchResult, SearchStats
+from planner.search.scheduler import SolveScheduler
+from planner.search.seams import Seams
+from planner.search.solves import Solves
+from planner.search.tables import LayerTables, stage_problem
 
 
 class BestFirstSearch:

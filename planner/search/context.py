@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .incumbent import Incumbent
-from .policy import SearchPolicy
-from .results import Problem, SearchStats
-from .seams import Seams
-from .tables import LayerTables
+from planner.search.incumbent import Incumbent
+from planner.search.policy import SearchPolicy
+from planner.search.results import Problem, SearchStats
+from planner.search.seams import Seams
+from planner.search.tables import LayerTables
 
 
 @dataclass

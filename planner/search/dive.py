@@ -11,10 +11,9 @@ import time
 
 from cost_model.specs.vocab import STATUS_FEASIBLE
 from cost_model.terms import memory
-
-from .context import Context
-from .queue import Entry, Frontier, Order
-from .tables import stage_problem, to_config
+from planner.search.context import Context
+from planner.search.queue import Entry, Frontier, Order
+from planner.search.tables import stage_problem, to_config
 
 
 class Dives:

@@ -7,9 +7,8 @@ import math
 
 from cost_model.pipeline.rank_costs import StageProblem, uniform_recompute_counts
 from cost_model.pipeline.stages import slices_from_counts, step_time_s
-
-from .. import exhaustive as brute
-from ..greedy import greedy_partition, repair_partition
+from planner import exhaustive as brute
+from planner.greedy import greedy_partition, repair_partition
 
 
 def step_s(p: StageProblem, counts: list[int], rcs: list[int]) -> float | None:

@@ -18,10 +18,9 @@ from cost_model.specs.vocab import (
     RECOMPUTE_SELECTIVE,
 )
 from cost_model.terms.layers import LayerTable
-
-from ..space import Candidate
-from .results import Found, Problem
-from .tables import to_config
+from planner.search.results import Found, Problem
+from planner.search.tables import to_config
+from planner.space import Candidate
 
 
 class Incumbent:

@@ -14,8 +14,7 @@ from cost_model.specs.results import GIB
 from cost_model.specs.vocab import DISPATCHER_ALLTOALL, ENGINE_MEGATRON, RECOMPUTE_FULL
 from cost_model.terms import memory
 from cost_model.terms.layers import LayerTable
-
-from ..bounds import (
+from planner.bounds import (
     base_memory_bound_bytes,
     base_time_bound_s,
     cheap_time_bound_s,
@@ -25,7 +24,9 @@ from ..bounds import (
     per_sample_time_s,
     tight_time_bound_s,
 )
-from ..space import (
+from planner.search.context import Context
+from planner.search.tables import to_config
+from planner.space import (
     Candidate,
     DegreeGroup,
     a2a_overlap_values,
@@ -35,8 +36,6 @@ from ..space import (
     micro_batch_values,
     sequence_parallel_values,
 )
-from .context import Context
-from .tables import to_config
 
 # What a queued entry is: a degree group bounded as a whole (bounds.group_time_bound_s), a
 # candidate with its base-table bound (cheap, every candidate of an expanded group), or a

@@ -9,20 +9,13 @@ from cost_model.engines.support import get_engine
 from cost_model.specs.results import GIB
 from cost_model.specs.vocab import RECOMPUTE_FULL, STATUS_OPTIMAL
 from cost_model.terms import memory
-
-from .. import exhaustive as brute
-from ..bounds import memory_bound_bytes
-from ..space import Candidate, enumerate_candidates
-from .incumbent import Incumbent
-from .policy import SearchPolicy
-from .results import (
-    Problem,
-    Progress,
-    Reporter,
-    SearchResult,
-    SearchStats,
-)
-from .tables import LayerTables, stage_problem, to_config
+from planner import exhaustive as brute
+from planner.bounds import memory_bound_bytes
+from planner.search.incumbent import Incumbent
+from planner.search.policy import SearchPolicy
+from planner.search.results import Problem, Progress, Reporter, SearchResult, SearchStats
+from planner.search.tables import LayerTables, stage_problem, to_config
+from planner.space import Candidate, enumerate_candidates
 
 
 class _Tally:

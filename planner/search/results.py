@@ -16,8 +16,7 @@ from cost_model.specs.inputs import (
     TrainingSpec,
 )
 from cost_model.specs.results import Estimate
-
-from ..space import Candidate, SearchSpace
+from planner.space import Candidate, SearchSpace
 
 # A progress sink: called with one human-readable line now and then during a long search.
 Progress = Callable[[str], None]

@@ -10,12 +10,12 @@ import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from ..ilp import StageSolution, StopHandle
-from .context import Context
-from .policy import SearchPolicy
-from .queue import Entry
-from .solves import Job, Solves
-from .tables import stage_problem
+from planner.ilp import StageSolution, StopHandle
+from planner.search.context import Context
+from planner.search.policy import SearchPolicy
+from planner.search.queue import Entry
+from planner.search.solves import Job, Solves
+from planner.search.tables import stage_problem
 
 
 def solve_workers(policy: SearchPolicy) -> int:

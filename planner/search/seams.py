@@ -7,10 +7,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from cost_model.pipeline.rank_costs import StageProblem
-
-from .. import ilp, space
-from ..space import Candidate
-from . import hints
+from planner import ilp, space
+from planner.search import hints
+from planner.space import Candidate
 
 Partition = tuple[list[int], list[int]]  # (stage layer counts, recomputed layers per stage)
 

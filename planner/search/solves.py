@@ -11,14 +11,13 @@ from typing import NamedTuple
 from cost_model.pipeline.rank_costs import StageProblem
 from cost_model.specs.vocab import STATUS_FEASIBLE, STATUS_OPTIMAL
 from cost_model.terms.layers import LayerTable
-
-from .. import exhaustive as brute
-from ..bounds import PROOF_REL, tight_time_bound_s
-from ..ilp import CUTOFF, StageSolution
-from ..lp_bound import lp_time_bound_s
-from .context import Context
-from .hints import step_s
-from .queue import Entry, Order
+from planner import exhaustive as brute
+from planner.bounds import PROOF_REL, tight_time_bound_s
+from planner.ilp import CUTOFF, StageSolution
+from planner.lp_bound import lp_time_bound_s
+from planner.search.context import Context
+from planner.search.hints import step_s
+from planner.search.queue import Entry, Order
 
 
 class Job(NamedTuple):

@@ -11,10 +11,9 @@ from cost_model.specs.inputs import ParallelConfig
 from cost_model.specs.vocab import COUNTS_UNIFORM, DISPATCHER_ALLTOALL, RECOMPUTE_FULL
 from cost_model.terms import memory
 from cost_model.terms.layers import LayerTable, layer_table
-
-from ..bounds import TableSums, table_sums
-from ..space import Candidate, a2a_overlap_values
-from .results import Problem
+from planner.bounds import TableSums, table_sums
+from planner.search.results import Problem
+from planner.space import Candidate, a2a_overlap_values
 
 
 def to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:

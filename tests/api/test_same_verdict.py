@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cost_model.request import MAX_LAYERS, REQUESTS
+from planner.request.schema import MAX_LAYERS, REQUESTS
 
 REPO = Path(__file__).resolve().parents[2]
 

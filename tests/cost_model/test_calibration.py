@@ -17,10 +17,10 @@ from cost_model.estimate import estimate
 from cost_model.hardware import calibration, compute
 from cost_model.hardware.catalog import get_gpu
 from cost_model.hardware.profile_schema import profile_from_dict, profile_to_dict
-from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import CalibrationProfile, KernelTiming, LayerTiming, ParallelConfig
 from cost_model.terms.layers import layer_table
+from planner.request.parse import parse_cluster, parse_model, parse_training
 
 DTYPE = "bf16"
 # a device unlike the catalog entry (every constant differs from cost_model/hardware/catalog.py h100-sxm)

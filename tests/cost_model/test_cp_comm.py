@@ -9,9 +9,9 @@ import pytest
 from cost_model.estimate import estimate
 from cost_model.model import attention
 from cost_model.model.presets import get_preset
-from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from cost_model.specs.errors import SpecError
 from cost_model.terms.activations import block_working_set_bytes
+from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 
 L8B, L70B, DSV3 = get_preset("llama3-8b"), get_preset("llama3-70b"), get_preset("deepseek-v3")
 

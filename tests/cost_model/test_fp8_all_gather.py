@@ -8,10 +8,10 @@ import pytest
 
 from cost_model.estimate import estimate
 from cost_model.hardware import comm, compute
-from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from cost_model.specs.errors import SpecError
 from cost_model.terms.activations import reduce_bytes
 from cost_model.terms.dp import zero3_s
+from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 
 H200_32 = {"gpu": "h200", "num_gpus": 32}
 

@@ -12,10 +12,10 @@ from cost_model.engines.states import fp8_weight_bytes
 from cost_model.estimate import estimate
 from cost_model.hardware.catalog import get_gpu
 from cost_model.model.presets import get_preset
-from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import ParallelConfig, TrainingSpec
 from cost_model.terms import moe
+from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 
 
 def _t(**kw) -> TrainingSpec:

@@ -14,7 +14,6 @@ from cost_model.engines import kernels
 from cost_model.hardware.catalog import get_gpu
 from cost_model.model.hf_import import from_hf_config
 from cost_model.model.presets import get_preset
-from cost_model.parse import parse_transformer
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import ParallelConfig, TrainingSpec
 from cost_model.specs.vocab import (
@@ -28,6 +27,7 @@ from cost_model.terms import layers as L
 from cost_model.terms.activations import block_activation_bytes, block_working_set_bytes
 from cost_model.terms.compute import block_compute, glu_clamp_s
 from cost_model.terms.geometry import geometry
+from planner.request.parse import parse_transformer
 
 HF = Path(__file__).parent / "data" / "hf"
 GIB = 2**30

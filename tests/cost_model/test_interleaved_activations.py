@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.pipeline import in_flight
 from cost_model.pipeline.order import rank_order
 from cost_model.pipeline.stages import rank_cost, slices_from_counts
 from cost_model.specs.inputs import ParallelConfig
 from cost_model.terms.layers import layer_table
+from planner.request.parse import parse_cluster, parse_model, parse_training
 
 # the README quickstart's plan: llama3-70b, 64 H100, dp2 tp4 pp4 cp2 vpp4, 64 micro-batches
 QUICKSTART_COUNTS = [5] * 14 + [6, 4]

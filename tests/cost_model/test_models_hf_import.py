@@ -56,7 +56,7 @@ def test_router_fields():
     ({"num_groups": 8, "group_top_k": 1}, "group_top_k", "4..8"),  # 2 experts per group, top_k 8
 ])
 def test_group_limited_routing_is_checked(moe, field, allowed):
-    from cost_model.parse import parse_model
+    from planner.request.parse import parse_model
 
     block = {"num_experts": 16, "top_k": 8, "ffn_hidden_size": 32, **moe}
     with pytest.raises(SpecError) as e:

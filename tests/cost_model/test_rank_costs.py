@@ -8,7 +8,6 @@ import itertools
 import pytest
 
 from cost_model.engines.states import grad_dtype_bytes
-from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.pipeline.stages import slices_from_counts
 from cost_model.specs.inputs import ParallelConfig
@@ -16,6 +15,7 @@ from cost_model.terms import memory
 from cost_model.terms.activations import activation_dtype_bytes
 from cost_model.terms.layers import layer_table
 from cost_model.terms.overlap import overlap_hidden_s, overlap_window_s, overlapped_s
+from planner.request.parse import parse_cluster, parse_model, parse_training
 
 MODEL = {"transformer": {"num_layers": 6, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 8,
                          "ffn_hidden_size": 5504, "vocab_size": 32000, "mlp": "swiglu",

@@ -7,9 +7,9 @@ import pytest
 
 from cost_model.estimate import estimate
 from cost_model.model.presets import get_preset
-from cost_model.parse import parse_cluster
 from cost_model.pipeline import stages
 from cost_model.specs.inputs import ParallelConfig, TrainingSpec
+from planner.request.parse import parse_cluster
 
 
 def _cluster(n: int, gpu: str = "a100-80gb"):

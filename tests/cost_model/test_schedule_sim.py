@@ -12,12 +12,12 @@ from dataclasses import replace
 import pytest
 
 from cost_model.estimate import estimate, rank_costs, resolve_slices, simulate_config
-from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.pipeline.order import interleaved_table, rank_order
 from cost_model.pipeline.simulator import StageTimes, simulate, stage_times
 from cost_model.pipeline.stages import lockstep_slot, lockstep_slots, pipeline_time_s
 from cost_model.specs.inputs import ParallelConfig
 from cost_model.terms.layers import layer_table
+from planner.request.parse import parse_cluster, parse_model, parse_training
 
 GRID = [
     (sched, pp, v, m_per_p * pp, p2p)

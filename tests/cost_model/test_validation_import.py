@@ -9,9 +9,9 @@ from cost_model.hardware.catalog import get_gpu
 from cost_model.model.flops import total_params
 from cost_model.model.hf_import import from_hf_config
 from cost_model.model.presets import get_preset
-from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec
+from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 
 
 def _cluster(n=64, gpu="a100-80gb") -> ClusterSpec:

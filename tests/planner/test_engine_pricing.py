@@ -15,9 +15,9 @@ from __future__ import annotations
 import pytest
 
 from cost_model.model import flops
-from cost_model.parse import parse_model
 from cost_model.specs.results import GIB
 from planner import service
+from planner.request.parse import parse_model
 
 MODEL = {"transformer": {"num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 8,
                          "ffn_hidden_size": 5504, "vocab_size": 32000, "mlp": "swiglu"}}

@@ -14,12 +14,12 @@ import math
 import pytest
 
 from cost_model.estimate import simulate_config
-from cost_model.parse import parse_cluster, parse_model, parse_training
 from cost_model.pipeline.stages import slices_from_counts, step_time_s
 from cost_model.specs.inputs import ParallelConfig
 from planner import exhaustive
 from planner.greedy import greedy_partition
 from planner.ilp import CUTOFF, solve
+from planner.request.parse import parse_cluster, parse_model, parse_training
 from planner.search import LayerTables, stage_problem
 from planner.service import plan, problem_from_request
 from planner.space import enumerate_candidates

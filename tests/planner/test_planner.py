@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from cost_model.estimate import estimate
-from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from cost_model.specs.errors import SpecError
 from planner import service
+from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from planner.service import Infeasible
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cost_model.parse import parse_cluster, parse_model, parse_parallelism, parse_training
+from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from planner.service import estimate
 from planner.space import parse_search
 from validation import published_modern

@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 
 from cost_model.estimate import estimate  # noqa: E402
 from cost_model.hardware.profile_schema import profile_from_dict, profile_to_dict  # noqa: E402
-from cost_model.parse import parse_cluster, parse_model, parse_training  # noqa: E402
 from cost_model.specs.inputs import ParallelConfig  # noqa: E402
 from cost_model.terms.layers import layer_table  # noqa: E402
+from planner.request.parse import parse_cluster, parse_model, parse_training  # noqa: E402
 from profiler.run import ProfileOptions, run_profile  # noqa: E402
 from profiler.transformer import ModelDims  # noqa: E402
 

@@ -1,10 +1,11 @@
 """Request dictionaries (REST body == `--request` file) -> frozen specs.
 
-Each `parse_*` validates its block with the one request schema (cost_model/request.py), so
-a bad field raises SpecError with its dotted path and allowed values, then builds the
-dataclass the cost model computes with, filling the derived defaults (norm and position
-from the MLP kind, the GPU's bandwidths and node size). The physics checks that need more
-than one block (nodes filled, degrees dividing heads) are in validate.py.
+The `*_spec` functions take a block the request schema (schema.py) has validated and build
+the dataclass the cost model computes with, filling the derived defaults (norm and position
+from the MLP kind, the GPU's bandwidths and node size). Each `parse_*` first validates a
+plain dict block with the schema, so a bad field raises SpecError with its dotted path and
+allowed values (Python callers, tests). The physics checks that need more than one block
+(nodes filled, degrees dividing heads) are in cost_model/validate.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from cost_model import request as rq
 from cost_model.hardware.catalog import resolve_gpu
 from cost_model.model.hf_import import from_hf_config
 from cost_model.model.presets import get_preset
@@ -39,6 +39,7 @@ from cost_model.specs.vocab import (
     SCHEDULE_INTERLEAVED,
 )
 from cost_model.validate import validate_cluster, validate_model
+from planner.request import schema as rq
 
 
 def transformer_spec(t: rq.Transformer) -> TransformerSpec:
@@ -82,11 +83,28 @@ def parse_layers(layers: Any, name: str = MODEL_LAYERS) -> LayerListSpec:
     return layers_spec(m.layers, name)
 
 
+def _as_json(value: Any) -> Any:
+    """A spec's asdict() with tuples as lists: the request schema is strict (JSON arrays are
+    lists), and frozen specs keep their sequences as tuples."""
+    if isinstance(value, dict):
+        return {k: _as_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_json(v) for v in value]
+    return value
+
+
+def check_transformer(spec: TransformerSpec, path: str = "model.transformer") -> None:
+    """A transformer built outside the schema (a Hugging Face import) meets the request's
+    transformer rules: its fields validated as a `model.transformer` block."""
+    rq.validate_as(rq.Transformer, _as_json(asdict(spec)), path)
+
+
 def model_spec(m: rq.Model) -> ModelSpec:
     """A validated `model` block -> spec (presets and HF configs resolved and checked)."""
     if m.hf_config is not None:
         spec: ModelSpec = from_hf_config(m.hf_config, name=m.name)
-        validate_model(spec, "model.hf_config")  # the importer's output meets the transformer rules
+        check_transformer(spec, "model.hf_config")  # the importer's output meets the request's rules
+        validate_model(spec, "model.hf_config")
         return spec
     if m.transformer is not None:
         return transformer_spec(m.transformer)

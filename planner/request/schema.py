@@ -6,13 +6,18 @@ example, so OpenAPI documents it; unknown fields are refused by name (`extra="fo
 free-form client data goes under the top-level `metadata` key. Types are strict: a string
 is not a number and 4.0 is not an integer. Closed sets of words come from cost_model/specs/vocab.py.
 
-The limits are the ones of the service and the CLI alike (one table, no second copy):
-ranges that keep the arithmetic meaningful (a 10^7-layer model is a typo, not a plan).
-Cross-field rules that need only the request itself (heads divide the hidden size, top-k
-within the experts) are model validators here; rules that need the resolved GPU or the
-parallel degrees (nodes filled, heads divisible by tp) are physics checks in validate.py.
+The schema is the planner's input: the REST routes and the CLI validate a request with it
+once, at the edge, and hand the validated model to the facade (planner/service.py).
 
-`validate_as(Model, data, path)` (request_errors.py) is the one entry: it raises SpecError
+The limits are the ones of the service, the CLI and the cost model alike (one table, in
+cost_model/validate.py, which checks every spec's fields against the same bounds): ranges
+that keep the arithmetic meaningful (a 10^7-layer model is a typo, not a plan). Cross-field
+rules that need only the request itself (heads divide the hidden size, top-k within the
+experts) are model validators here, applying the cost model's rules (validate.shape_rule,
+routing_rule); rules that need the resolved GPU or the parallel degrees (nodes filled, heads
+divisible by tp) are physics checks in cost_model/validate.py.
+
+`validate_as(Model, data, path)` (errors.py) is the one entry: it raises SpecError
 with the dotted field path (`model.transformer.num_layers`, `search.tp[1]`) and the allowed
 values or range, the same path the REST 422 carries (api/errors.py uses `spec_error_from`).
 """
@@ -32,13 +37,6 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from cost_model.request_errors import (
-    GPU_TAG_NAME,
-    GPU_TAG_OBJECT,
-    UNION_TAGS,
-    spec_error_from,
-    validate_as,
-)
 from cost_model.specs.vocab import (
     ATTENTION_FLASH,
     ATTN_GQA,
@@ -82,27 +80,39 @@ from cost_model.specs.vocab import (
     ZeroStage,
     values,
 )
+from cost_model.validate import (
+    MAX_BATCH,
+    MAX_EXPERTS,
+    MAX_FFN,
+    MAX_GB_S,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_LOSS_CHUNKS,
+    MAX_MOE_IMBALANCE,
+    MAX_SEQ,
+    MAX_VOCAB,
+    divisors,
+    routing_rule,
+    shape_rule,
+)
+from planner.request.errors import (
+    GPU_TAG_NAME,
+    GPU_TAG_OBJECT,
+    UNION_TAGS,
+    spec_error_from,
+    validate_as,
+)
 
-# ------------------------------------------------------------------ limits (one table)
-MAX_LAYERS = 4096  # blocks of a transformer, entries of a layer list (largest published: ~200)
-MAX_HIDDEN = 1 << 20
-MAX_FFN = 1 << 22
-MAX_HEADS = 65536
-MAX_VOCAB = 1 << 24
-MAX_EXPERTS = 65536
-MAX_GPUS = 1 << 20
-MAX_GPUS_PER_NODE = 1024
-MAX_BATCH = 1 << 24  # sequences per step
-MAX_SEQ = 1 << 24  # tokens per sequence
-MAX_LOSS_CHUNKS = 1024  # sequence chunks of the loss (torchtitan ChunkedLossWrapper)
-MAX_MOE_IMBALANCE = 64.0  # busiest-rank load / mean and capacity factors: E / top_k bounds both in practice
-MAX_GB_S = 1e6  # link bandwidth, GB/s
+# ------------------------------------------------------------------ limits
+# the spec fields' limits are the cost model's (cost_model/validate.py, one table); the search's are here
 MAX_TOP_K = 50
 MAX_TIME_LIMIT_S = 3600.0
 MAX_GAP_LIMIT = 0.5  # search.gap_limit: beyond half, a "plan" would promise nothing
 DEFAULT_TIME_LIMIT_S = 10.0
 DEFAULT_HEADROOM = 0.05
-
 
 
 class _Strict(BaseModel):
@@ -112,10 +122,6 @@ class _Strict(BaseModel):
 def _rule(field: str, message: str, allowed: Any) -> PydanticCustomError:
     """A cross-field failure that names its sub-field and what would be allowed."""
     return PydanticCustomError("spec", "{message}", {"field": field, "message": message, "allowed": allowed})
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 # ------------------------------------------------------------------ model
@@ -149,23 +155,9 @@ class MoE(_Strict):
 
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> MoE:
-        if self.top_k > self.num_experts:
-            raise _rule("top_k", f"top_k={self.top_k} exceeds the {self.num_experts} experts", f"1..{self.num_experts}")
-        if bool(self.num_groups) != bool(self.group_top_k):
-            raise _rule("group_top_k" if self.num_groups else "num_groups",
-                        f"group-limited routing takes both num_groups and group_top_k (got {self.num_groups} and "
-                        f"{self.group_top_k})", "both > 0, or both 0")
-        if self.num_groups:
-            if self.num_experts % self.num_groups:
-                raise _rule("num_groups", f"{self.num_experts} experts do not split into {self.num_groups} equal groups",
-                            divisors(self.num_experts))
-            if self.group_top_k > self.num_groups:
-                raise _rule("group_top_k", f"group_top_k={self.group_top_k} exceeds num_groups={self.num_groups}",
-                            f"1..{self.num_groups}")
-            if self.group_top_k * (self.num_experts // self.num_groups) < self.top_k:
-                raise _rule("group_top_k", f"{self.group_top_k} groups of {self.num_experts // self.num_groups} "
-                            f"experts hold fewer than top_k={self.top_k}",
-                            f"{-(-self.top_k * self.num_groups // self.num_experts)}..{self.num_groups}")
+        broken = routing_rule(self.num_experts, self.top_k, self.num_groups, self.group_top_k)
+        if broken is not None:
+            raise _rule(*broken)
         return self
 
 
@@ -273,18 +265,11 @@ class Transformer(_Strict):
 
     @model_validator(mode="after")
     def _shapes(self) -> Transformer:
-        h, a = self.hidden_size, self.num_attention_heads
-        if self.head_dim is None and h % a:
-            raise _rule("num_attention_heads", f"hidden_size {h} is not divisible by {a} heads (give head_dim)", divisors(h)[:40])
-        kv = self.num_kv_heads or a
-        if a % kv:
-            raise _rule("num_kv_heads", f"{a} attention heads are not divisible into {kv} KV groups", divisors(a))
-        if self.swiglu_limit is not None and self.mlp != MLP_SWIGLU:
-            raise _rule("swiglu_limit", f"a clamp of the gated MLP needs mlp {MLP_SWIGLU!r}, not {self.mlp!r}",
-                        [MLP_SWIGLU])
-        if self.moe is not None and self.moe.layer_freq > self.num_layers:
-            raise _rule("moe.layer_freq", f"layer_freq={self.moe.layer_freq} exceeds the {self.num_layers} layers",
-                        f"1..{self.num_layers}")
+        broken = shape_rule(self.hidden_size, self.num_attention_heads, self.num_kv_heads or self.num_attention_heads,
+                            self.head_dim, self.mlp, self.swiglu_limit, self.num_layers,
+                            None if self.moe is None else self.moe.layer_freq)
+        if broken is not None:
+            raise _rule(*broken)
         return self
 
 
