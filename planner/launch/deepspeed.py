@@ -71,7 +71,7 @@ deepspeed.init_distributed(dist_backend=backend)
 model = build_model(model_dims(plan), seed=args.seed)
 engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
 rank, world = dist.get_rank(), dist.get_world_size()
-mb, per_rank = plan.parallelism.micro_batch_size, plan.global_batch_size // world
+mb, per_rank = plan.parallelism.micro_batch_size, plan.training.global_batch_size // world
 for step in range(args.steps):
     inputs, labels = make_batch(plan, step, args.seed)
     total = torch.zeros(1, device=engine.device)

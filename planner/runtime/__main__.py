@@ -93,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             f"device={'cuda' if on_gpu else 'cpu'}",
             flush=True,
         )
-        if plan.dtype != DTYPE_FP32:
+        if plan.training.dtype != DTYPE_FP32:
             print(
-                f"note: plan dtype {plan.dtype} is run in fp32 (reference runtime, exact --check)",
+                f"note: plan dtype {plan.training.dtype} is run in fp32 (reference runtime, exact --check)",
                 flush=True,
             )
     return run(plan, args.steps, args.seed, args.check, args.timeout, args.rtol, args.device)

@@ -13,7 +13,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pydantic import ValidationError
 
 from cost_model.model.attention import layer_type_of
-from cost_model.specs.inputs import TrainingSpec, TransformerSpec
+from cost_model.specs.inputs import TransformerSpec
 from cost_model.specs.vocab import (
     ATTN_CHUNKED,
     ATTN_SLIDING,
@@ -24,7 +24,7 @@ from cost_model.specs.vocab import (
     Mlp,
     values,
 )
-from planner.plan import Parallelism, Plan
+from planner.plan import Parallelism, Plan, TrainingEcho
 from profiler.dims import ModelDims
 
 
@@ -39,7 +39,6 @@ def _defaults(spec) -> dict:
 # A key a hand-written plan leaves out means what it means to the cost model that priced
 # the plan (cost_model/specs/inputs.py), so the runtime never runs another model than was planned.
 MODEL_DEFAULTS = _defaults(TransformerSpec)
-TRAINING_DEFAULTS = _defaults(TrainingSpec)
 
 
 @dataclass(frozen=True)
@@ -60,11 +59,7 @@ class RunPlan:
 
     plan_id: str
     model: ModelDims  # the torch model's shape (profiler/dims.py), from the plan's model section
-    # training
-    global_batch_size: int
-    seq_length: int
-    dtype: str
-    optimizer: str
+    training: TrainingEcho  # the plan's own type: global_batch_size, seq_length, dtype, optimizer
     # the plan's own layout type: degrees, micro-batching, recompute and schedule, and the
     # sizes they imply (world_size, dense_dp_size, ...)
     parallelism: Parallelism
@@ -79,12 +74,12 @@ def _get(d: dict, key: str, where: str, default=None, required: bool = True):
     return default
 
 
-def _int(d: dict, key: str, where: str, default=None, minimum: int = 1) -> int:
+def _int(d: dict, key: str, where: str, default=None) -> int:
     v = _get(d, key, where, default)
     if isinstance(v, bool) or not isinstance(v, int):
         raise PlanError(f"{where}.{key} must be an integer, got {v!r}")
-    if v < minimum:
-        raise PlanError(f"{where}.{key} must be >= {minimum}, got {v}")
+    if v < 1:
+        raise PlanError(f"{where}.{key} must be >= 1, got {v}")
     return v
 
 
@@ -104,6 +99,10 @@ def _field_error(e: ValidationError, where: str) -> PlanError:
         return PlanError(f"{path}={got!r} must be {ctx['expected']}")
     if kind == "bool_type":
         return PlanError(f"{path} must be true or false, got {got!r}")
+    if kind == "string_type":
+        return PlanError(f"{path} must be a string, got {got!r}")
+    if kind in ("model_type", "dict_type"):
+        return PlanError(f"{path} must be a JSON object, got {got!r}")
     return PlanError(f"{path}: {err['msg']}, got {got!r}")
 
 
@@ -117,6 +116,23 @@ def _parallelism(par) -> Parallelism:
         return Parallelism.model_validate(par, strict=True)
     except ValidationError as e:
         raise _field_error(e, "parallelism") from e
+
+
+def _training(train) -> TrainingEcho:
+    """The plan's training block as the Plan types it (planner.plan.TrainingEcho: dtype and
+    optimizer default as the cost model that priced the plan defaults them), strictly; null
+    means left out, as in the parallelism block. The batch and the sequence are at least 1
+    (the echo does not bound them, a run needs it)."""
+    if isinstance(train, dict):
+        train = {k: v for k, v in train.items() if v is not None}
+    try:
+        t = TrainingEcho.model_validate(train, strict=True)
+    except ValidationError as e:
+        raise _field_error(e, "training") from e
+    for key in ("global_batch_size", "seq_length"):
+        if t[key] < 1:
+            raise PlanError(f"training.{key} must be >= 1, got {t[key]}")
+    return t
 
 
 def parse_plan(doc) -> RunPlan:
@@ -186,10 +202,7 @@ def parse_plan(doc) -> RunPlan:
             mlp=mlp,
             tie_embeddings=bool(model.get("tie_embeddings", MODEL_DEFAULTS["tie_embeddings"])),
         ),
-        global_batch_size=_int(train, "global_batch_size", "training"),
-        seq_length=_int(train, "seq_length", "training"),
-        dtype=str(train.get("dtype", TRAINING_DEFAULTS["dtype"])),
-        optimizer=str(train.get("optimizer", TRAINING_DEFAULTS["optimizer"])),
+        training=_training(train),
         parallelism=_parallelism(par),
         stages=tuple(stages),
     )
@@ -223,18 +236,18 @@ def validate(p: RunPlan, world_size: int | None) -> None:
             raise PlanError(f"model.{name}={getattr(p.model, name)} is not divisible by parallelism.tp={par.tp}")
     if par.tp > 1 and p.model.vocab_size % par.tp:
         raise PlanError(f"model.vocab_size={p.model.vocab_size} is not divisible by parallelism.tp={par.tp}")
-    if par.sequence_parallel and par.tp > 1 and p.seq_length % par.tp:
+    if par.sequence_parallel and par.tp > 1 and p.training.seq_length % par.tp:
         raise PlanError(
-            f"training.seq_length={p.seq_length} is not divisible by tp={par.tp} (sequence parallel)"
+            f"training.seq_length={p.training.seq_length} is not divisible by tp={par.tp} (sequence parallel)"
         )
     if p.model.tie_embeddings and (par.pp > 1 or par.tp > 1):
         raise PlanError(
             "model.tie_embeddings with pp>1 or tp>1 is not supported by the runtime yet"
         )
-    if par.global_batch_size != p.global_batch_size:
+    if par.global_batch_size != p.training.global_batch_size:
         raise PlanError(
             f"micro_batch_size*num_micro_batches*dp = {par.micro_batch_size}*{par.num_micro_batches}*{par.dp}"
-            f" = {par.global_batch_size} != training.global_batch_size={p.global_batch_size}"
+            f" = {par.global_batch_size} != training.global_batch_size={p.training.global_batch_size}"
         )
     if par.pp * par.vpp != len(p.stages):
         raise PlanError(f"len(stages)={len(p.stages)} != pp*vpp = {par.pp}*{par.vpp}")
@@ -313,8 +326,8 @@ def scale_down(p: RunPlan) -> RunPlan:
         p,
         model=replace(p.model, num_layers=first, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv,
                       ffn_hidden_size=ffn, vocab_size=64 * tp),
-        seq_length=tp * math.ceil(16 / tp),
-        global_batch_size=par.global_batch_size,
+        training=p.training.model_copy(update={"seq_length": tp * math.ceil(16 / tp),
+                                               "global_batch_size": par.global_batch_size}),
         parallelism=par,
         stages=tuple(stages),
     )

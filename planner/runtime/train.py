@@ -34,13 +34,13 @@ def make_batch(plan: RunPlan, step: int, seed: int) -> tuple[torch.Tensor, torch
     g = torch.Generator(device="cpu")
     g.manual_seed(seed * 1_000_003 + step)
     tokens = torch.randint(
-        0, plan.model.vocab_size, (plan.global_batch_size, plan.seq_length + 1), generator=g
+        0, plan.model.vocab_size, (plan.training.global_batch_size, plan.training.seq_length + 1), generator=g
     )
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
 def make_optimizer(plan: RunPlan, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    if plan.optimizer == OPTIMIZER_SGD:
+    if plan.training.optimizer == OPTIMIZER_SGD:
         return torch.optim.SGD(params, lr=LR)
     # adam / adamw / anything else: Adam without weight decay, so the check compares
     # the gradient path and not a decay convention.

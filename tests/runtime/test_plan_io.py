@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from planner.plan import Parallelism
+from planner.plan import Parallelism, TrainingEcho
 from planner.runtime.plan_io import PlanError, parse_plan, scale_down, validate
 from tests.runtime.plans import make_plan, write_plan
 
@@ -94,6 +94,26 @@ def test_parallelism_is_the_plans_type():
     assert (p.parallelism.world_size, p.parallelism.dense_dp_size, p.parallelism.global_batch_size) == (4, 2, 8)
 
 
+@pytest.mark.parametrize("training,msg", [
+    ({"seq_length": "32"}, "training.seq_length must be an integer, got '32'"),
+    ({"global_batch_size": 0}, "training.global_batch_size must be >= 1, got 0"),
+    ({"global_batch_size": None}, "training.global_batch_size is missing"),
+    ({"dtype": 16}, "training.dtype must be a string, got 16"),
+])
+def test_training_field_refused_by_name(training, msg):
+    with pytest.raises(PlanError) as exc:
+        parse_plan(make_plan(training=training))
+    assert msg in str(exc.value)
+
+
+def test_training_is_the_plans_type():
+    doc = make_plan(training={"optimizer": None})
+    del doc["training"]["dtype"]
+    t = parse_plan(doc).training
+    # left out or null: the default of the cost model that priced the plan
+    assert isinstance(t, TrainingEcho) and (t.dtype, t.optimizer) == ("bf16", "adam")
+
+
 def test_missing_field_named():
     doc = make_plan()
     del doc["model"]["hidden_size"]
@@ -154,4 +174,4 @@ def test_scale_down_keeps_degrees_and_stage_shape():
     assert [st.recompute_layers for st in s.stages] == [1, 0, 3, 0]
     assert s.model.num_attention_heads % par.tp == 0 and s.model.num_kv_heads % par.tp == 0
     assert s.model.num_attention_heads // s.model.num_kv_heads == 2  # GQA stays GQA
-    assert s.model.hidden_size <= 64 and s.seq_length % par.tp == 0
+    assert s.model.hidden_size <= 64 and s.training.seq_length % par.tp == 0
