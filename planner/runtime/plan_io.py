@@ -302,7 +302,8 @@ def load_plan(path: str) -> RunPlan:
 #            up to a multiple of tp.  vocab' = 64 * tp; seq' = 16 rounded up to tp.
 #  * depth:  every stage keeps ceil(n_k / f) blocks, f = max(1, floor(L / (2 * stages))),
 #            so stages stay proportional (uneven ones stay uneven) and each keeps >= 1;
-#            recompute_layers scales by the same factor (ceil, capped at the stage size).
+#            recompute_layers scales by the same factor (ceil, capped at the stage size);
+#            parallelism.stage_layers / recompute_layers, where the plan gives them, follow.
 #  * batch:  micro_batch_size' = 1; global batch = num_micro_batches * dp.
 
 
@@ -321,7 +322,9 @@ def scale_down(p: RunPlan) -> RunPlan:
         rl = min(n, math.ceil(s.recompute_layers / f))
         stages.append(Stage(s.index, first, first + n - 1, rl))
         first += n
-    par = p.parallelism.model_copy(update={"micro_batch_size": 1})
+    split = {"stage_layers": [s.num_layers for s in stages], "recompute_layers": [s.recompute_layers for s in stages]}
+    par = p.parallelism.model_copy(update={
+        "micro_batch_size": 1, **{k: v for k, v in split.items() if p.parallelism[k] is not None}})
     return replace(
         p,
         model=replace(p.model, num_layers=first, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv,

@@ -160,7 +160,7 @@ def test_scale_down_keeps_degrees_and_stage_shape():
         model={"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
                "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128256},
         training={"global_batch_size": 512, "seq_length": 8192, "dtype": "bf16"},
-        micro_batch_size=16,
+        micro_batch_size=16, stage_layers=[10, 30, 30, 10],
     )
     p = parse_plan(big)
     validate(p, 32)
@@ -172,6 +172,8 @@ def test_scale_down_keeps_degrees_and_stage_shape():
     # f = 80 // (2*4) = 10 -> ceil(n/10): uneven stays uneven, each >= 1.
     assert sizes == [1, 3, 3, 1]
     assert [st.recompute_layers for st in s.stages] == [1, 0, 3, 0]
+    # the layout's own split follows where the plan gave one
+    assert (par.stage_layers, par.recompute_layers, par.micro_batch_size) == ([1, 3, 3, 1], None, 1)
     assert s.model.num_attention_heads % par.tp == 0 and s.model.num_kv_heads % par.tp == 0
     assert s.model.num_attention_heads // s.model.num_kv_heads == 2  # GQA stays GQA
     assert s.model.hidden_size <= 64 and s.training.seq_length % par.tp == 0
