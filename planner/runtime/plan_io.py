@@ -55,7 +55,10 @@ class Stage:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What the runtime needs from a Plan, normalised."""
+    """What the runtime needs from a Plan, normalised. The training and parallelism blocks
+    are the Plan's own types; the model and the stages are the runtime's (the Plan's
+    ModelSummary and StageEstimate require a name and the estimates, memory_gib and time_ms,
+    which a hand-written plan.json may leave out, and carry no dims to build a model from)."""
 
     plan_id: str
     model: ModelDims  # the torch model's shape (profiler/dims.py), from the plan's model section
