@@ -71,17 +71,17 @@ deepspeed.init_distributed(dist_backend=backend)
 model = build_model(model_dims(plan), seed=args.seed)
 engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
 rank, world = dist.get_rank(), dist.get_world_size()
-mb, per_rank = plan.micro_batch_size, plan.global_batch_size // world
+mb, per_rank = plan.parallelism.micro_batch_size, plan.training.global_batch_size // world
 for step in range(args.steps):
     inputs, labels = make_batch(plan, step, args.seed)
     total = torch.zeros(1, device=engine.device)
-    for m in range(plan.num_micro_batches):
+    for m in range(plan.parallelism.num_micro_batches):
         lo = rank * per_rank + m * mb
         x, y = inputs[lo:lo + mb].to(engine.device), labels[lo:lo + mb].to(engine.device)
         loss = cross_entropy_loss(engine(x), y)
         engine.backward(loss)
         engine.step()
-        total += loss.detach().float() / plan.num_micro_batches
+        total += loss.detach().float() / plan.parallelism.num_micro_batches
     dist.all_reduce(total)
     if rank == 0:
         print(f"step {step} loss {total.item() / world:.6f}", flush=True)

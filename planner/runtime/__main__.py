@@ -81,20 +81,21 @@ def main(argv: list[str] | None = None) -> int:
     from planner.runtime.train import run  # noqa: PLC0415 (optional torch: the plan is checked before torch loads)
 
     if rank == 0:
+        par = plan.parallelism
         on_gpu = args.device != "cpu" and torch.cuda.is_available()
         print(
-            f"runtime: plan {plan.plan_id} world {world} pp={plan.pp} dp={plan.dp} "
-            f"tp={plan.tp} cp={plan.cp} vpp={plan.vpp} sp={plan.sequence_parallel} "
-            f"zero={plan.zero} schedule={plan.schedule} recompute={plan.recompute} "
-            f"micro_batches={plan.num_micro_batches}x{plan.micro_batch_size} "
+            f"runtime: plan {plan.plan_id} world {world} pp={par.pp} dp={par.dp} "
+            f"tp={par.tp} cp={par.cp} vpp={par.vpp} sp={par.sequence_parallel} "
+            f"zero={par.zero} schedule={par.schedule} recompute={par.recompute} "
+            f"micro_batches={par.num_micro_batches}x{par.micro_batch_size} "
             f"layers={plan.model.num_layers} hidden={plan.model.hidden_size} "
             f"stages={[[s.first, s.last] for s in plan.stages]} "
             f"device={'cuda' if on_gpu else 'cpu'}",
             flush=True,
         )
-        if plan.dtype != DTYPE_FP32:
+        if plan.training.dtype != DTYPE_FP32:
             print(
-                f"note: plan dtype {plan.dtype} is run in fp32 (reference runtime, exact --check)",
+                f"note: plan dtype {plan.training.dtype} is run in fp32 (reference runtime, exact --check)",
                 flush=True,
             )
     return run(plan, args.steps, args.seed, args.check, args.timeout, args.rtol, args.device)

@@ -43,7 +43,6 @@ def init_distributed(
         backend = "gloo"
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
-    mesh = init_device_mesh(
-        device.type, (plan.pp, plan.dp, plan.cp, plan.tp), mesh_dim_names=MESH_DIMS
-    )
+    par = plan.parallelism
+    mesh = init_device_mesh(device.type, (par.pp, par.dp, par.cp, par.tp), mesh_dim_names=MESH_DIMS)
     return device, mesh

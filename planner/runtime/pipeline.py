@@ -22,7 +22,7 @@ from planner.runtime.plan_io import RunPlan
 
 
 def local_stage_ids(plan: RunPlan, pp_rank: int) -> list[int]:
-    return [k for k in range(len(plan.stages)) if k % plan.pp == pp_rank]
+    return [k for k in range(len(plan.stages)) if k % plan.parallelism.pp == pp_rank]
 
 
 def build_schedule(
@@ -39,18 +39,19 @@ def build_schedule(
     scale_grads=True divides grads by the micro-batch count, matching a loss that is the
     mean over micro-batches.
     """
+    par = plan.parallelism
     n = len(plan.stages)
     stages = [
         PipelineStage(part, k, n, device, group=pp_group) for k, part in sorted(parts.items())
     ]
-    nmb = plan.num_micro_batches
-    if plan.schedule == SCHEDULE_INTERLEAVED:
+    nmb = par.num_micro_batches
+    if par.schedule == SCHEDULE_INTERLEAVED:
         return ScheduleInterleaved1F1B(stages, n_microbatches=nmb, loss_fn=loss_fn)
     # With fewer micro-batches than stages, 1F1B's warm-up (min(pp - rank - 1, m) forwards,
     # Megatron-LM megatron/core/pipeline_parallel/schedules.py
     # forward_backward_pipelining_without_interleaving) covers every micro-batch, so the
     # order is all forwards then all backwards: GPipe's, with the same time and in-flight
     # memory. torch's Schedule1F1B refuses m < pp, so that case runs as ScheduleGPipe.
-    one_f_one_b = plan.schedule == SCHEDULE_1F1B and nmb >= plan.pp
+    one_f_one_b = par.schedule == SCHEDULE_1F1B and nmb >= par.pp
     cls = Schedule1F1B if one_f_one_b else ScheduleGPipe
     return cls(stages[0], n_microbatches=nmb, loss_fn=loss_fn)

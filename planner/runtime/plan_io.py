@@ -10,32 +10,26 @@ import json
 import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
+from pydantic import ValidationError
+
 from cost_model.model.attention import layer_type_of
-from cost_model.specs.inputs import TrainingSpec, TransformerSpec
+from cost_model.specs.inputs import TransformerSpec
 from cost_model.specs.vocab import (
     ATTN_CHUNKED,
     ATTN_SLIDING,
     MODEL_LAYERS,
     NORM_RMSNORM,
     POSITION_ROPE,
-    RECOMPUTE_NONE,
-    SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
     Mlp,
-    Recompute,
-    Schedule,
     values,
 )
-from planner.plan import Plan
+from planner.plan import Parallelism, Plan, TrainingEcho
 from profiler.dims import ModelDims
 
 
 class PlanError(ValueError):
     """The plan cannot be executed by this runtime; the message names the field."""
-
-
-SCHEDULES = values(Schedule)
-RECOMPUTE = values(Recompute)
 
 
 def _defaults(spec) -> dict:
@@ -45,7 +39,6 @@ def _defaults(spec) -> dict:
 # A key a hand-written plan leaves out means what it means to the cost model that priced
 # the plan (cost_model/specs/inputs.py), so the runtime never runs another model than was planned.
 MODEL_DEFAULTS = _defaults(TransformerSpec)
-TRAINING_DEFAULTS = _defaults(TrainingSpec)
 
 
 @dataclass(frozen=True)
@@ -62,33 +55,18 @@ class Stage:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What the runtime needs from a Plan, normalised."""
+    """What the runtime needs from a Plan, normalised. The training and parallelism blocks
+    are the Plan's own types; the model and the stages are the runtime's (the Plan's
+    ModelSummary and StageEstimate require a name and the estimates, memory_gib and time_ms,
+    which a hand-written plan.json may leave out, and carry no dims to build a model from)."""
 
     plan_id: str
     model: ModelDims  # the torch model's shape (profiler/dims.py), from the plan's model section
-    # training
-    global_batch_size: int
-    seq_length: int
-    dtype: str
-    optimizer: str
-    # parallelism
-    dp: int
-    tp: int
-    pp: int
-    cp: int
-    ep: int
-    vpp: int
-    sequence_parallel: bool
-    zero: int
-    micro_batch_size: int
-    num_micro_batches: int
-    recompute: str
-    schedule: str
+    training: TrainingEcho  # the plan's own type: global_batch_size, seq_length, dtype, optimizer
+    # the plan's own layout type: degrees, micro-batching, recompute and schedule, and the
+    # sizes they imply (world_size, dense_dp_size, ...)
+    parallelism: Parallelism
     stages: tuple[Stage, ...] = field(default_factory=tuple)
-
-    @property
-    def world_size(self) -> int:
-        return self.pp * self.dp * self.cp * self.tp
 
 
 def _get(d: dict, key: str, where: str, default=None, required: bool = True):
@@ -99,13 +77,65 @@ def _get(d: dict, key: str, where: str, default=None, required: bool = True):
     return default
 
 
-def _int(d: dict, key: str, where: str, default=None, minimum: int = 1) -> int:
+def _int(d: dict, key: str, where: str, default=None) -> int:
     v = _get(d, key, where, default)
     if isinstance(v, bool) or not isinstance(v, int):
         raise PlanError(f"{where}.{key} must be an integer, got {v!r}")
-    if v < minimum:
-        raise PlanError(f"{where}.{key} must be >= {minimum}, got {v}")
+    if v < 1:
+        raise PlanError(f"{where}.{key} must be >= 1, got {v}")
     return v
+
+
+def _field_error(e: ValidationError, where: str) -> PlanError:
+    """The first field a Plan model refused, named by its dotted path under `where` and
+    worded as the runtime's own checks word theirs."""
+    err = e.errors()[0]
+    path = where + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in err["loc"])
+    kind, got, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+    if kind == "missing":
+        return PlanError(f"{path} is missing")
+    if kind.startswith("int_"):
+        return PlanError(f"{path} must be an integer, got {got!r}")
+    if kind == "greater_than_equal":
+        return PlanError(f"{path} must be >= {ctx['ge']}, got {got!r}")
+    if kind == "literal_error":
+        return PlanError(f"{path}={got!r} must be {ctx['expected']}")
+    if kind == "bool_type":
+        return PlanError(f"{path} must be true or false, got {got!r}")
+    if kind == "string_type":
+        return PlanError(f"{path} must be a string, got {got!r}")
+    if kind in ("model_type", "dict_type"):
+        return PlanError(f"{path} must be a JSON object, got {got!r}")
+    return PlanError(f"{path}: {err['msg']}, got {got!r}")
+
+
+def _parallelism(par) -> Parallelism:
+    """The plan's parallelism block as the Plan types it (planner.plan.Parallelism), strictly:
+    a degree is a JSON integer, not "2" or 2.0. Keys the Plan does not define are ignored,
+    as the runtime always has."""
+    if isinstance(par, dict):
+        par = {k: v for k, v in par.items() if k in Parallelism.model_fields}
+    try:
+        return Parallelism.model_validate(par, strict=True)
+    except ValidationError as e:
+        raise _field_error(e, "parallelism") from e
+
+
+def _training(train) -> TrainingEcho:
+    """The plan's training block as the Plan types it (planner.plan.TrainingEcho: dtype and
+    optimizer default as the cost model that priced the plan defaults them), strictly; null
+    means left out, as in the parallelism block. The batch and the sequence are at least 1
+    (the echo does not bound them, a run needs it)."""
+    if isinstance(train, dict):
+        train = {k: v for k, v in train.items() if v is not None}
+    try:
+        t = TrainingEcho.model_validate(train, strict=True)
+    except ValidationError as e:
+        raise _field_error(e, "training") from e
+    for key in ("global_batch_size", "seq_length"):
+        if t[key] < 1:
+            raise PlanError(f"training.{key} must be >= 1, got {t[key]}")
+    return t
 
 
 def parse_plan(doc) -> RunPlan:
@@ -175,43 +205,25 @@ def parse_plan(doc) -> RunPlan:
             mlp=mlp,
             tie_embeddings=bool(model.get("tie_embeddings", MODEL_DEFAULTS["tie_embeddings"])),
         ),
-        global_batch_size=_int(train, "global_batch_size", "training"),
-        seq_length=_int(train, "seq_length", "training"),
-        dtype=str(train.get("dtype", TRAINING_DEFAULTS["dtype"])),
-        optimizer=str(train.get("optimizer", TRAINING_DEFAULTS["optimizer"])),
-        dp=_int(par, "dp", "parallelism", 1),
-        tp=_int(par, "tp", "parallelism", 1),
-        pp=_int(par, "pp", "parallelism", 1),
-        cp=_int(par, "cp", "parallelism", 1),
-        ep=_int(par, "ep", "parallelism", 1),
-        vpp=_int(par, "vpp", "parallelism", 1),
-        sequence_parallel=bool(par.get("sequence_parallel", False)),
-        zero=_int(par, "zero", "parallelism", 0, minimum=0),
-        micro_batch_size=_int(par, "micro_batch_size", "parallelism", 1),
-        num_micro_batches=_int(par, "num_micro_batches", "parallelism", 1),
-        recompute=str(par.get("recompute", RECOMPUTE_NONE)),
-        schedule=str(par.get("schedule", SCHEDULE_1F1B)),
+        training=_training(train),
+        parallelism=_parallelism(par),
         stages=tuple(stages),
     )
 
 
 def validate(p: RunPlan, world_size: int | None) -> None:
-    """Raise PlanError naming the first field that makes the plan unrunnable."""
-    if world_size is not None and world_size != p.world_size:
+    """Raise PlanError naming the first field that makes the plan unrunnable (the values
+    each field may take were checked by parse_plan, with the Plan's types)."""
+    par = p.parallelism
+    if world_size is not None and world_size != par.world_size:
         raise PlanError(
             f"WORLD_SIZE={world_size} but the plan needs pp*dp*cp*tp = "
-            f"{p.pp}*{p.dp}*{p.cp}*{p.tp} = {p.world_size} processes"
+            f"{par.pp}*{par.dp}*{par.cp}*{par.tp} = {par.world_size} processes"
         )
-    if p.cp > 1:
-        raise PlanError(f"parallelism.cp={p.cp}: context parallelism is not supported by the runtime yet")
-    if p.ep > 1:
-        raise PlanError(f"parallelism.ep={p.ep}: expert parallelism is not supported by the runtime yet")
-    if p.zero not in (0, 1, 2, 3):
-        raise PlanError(f"parallelism.zero={p.zero} must be 0, 1, 2 or 3")
-    if p.recompute not in RECOMPUTE:
-        raise PlanError(f"parallelism.recompute={p.recompute!r} must be one of {', '.join(RECOMPUTE)}")
-    if p.schedule not in SCHEDULES:
-        raise PlanError(f"parallelism.schedule={p.schedule!r} must be one of {', '.join(SCHEDULES)}")
+    if par.cp > 1:
+        raise PlanError(f"parallelism.cp={par.cp}: context parallelism is not supported by the runtime yet")
+    if par.ep > 1:
+        raise PlanError(f"parallelism.ep={par.ep}: expert parallelism is not supported by the runtime yet")
     if p.model.hidden_size % p.model.num_attention_heads:
         raise PlanError(
             f"model.hidden_size={p.model.hidden_size} is not divisible by num_attention_heads={p.model.num_attention_heads}"
@@ -223,31 +235,30 @@ def validate(p: RunPlan, world_size: int | None) -> None:
     if (p.model.hidden_size // p.model.num_attention_heads) % 2:
         raise PlanError("model.hidden_size/num_attention_heads (head dim) must be even for RoPE")
     for name in ("num_attention_heads", "num_kv_heads", "ffn_hidden_size"):
-        if getattr(p.model, name) % p.tp:
-            raise PlanError(f"model.{name}={getattr(p.model, name)} is not divisible by parallelism.tp={p.tp}")
-    if p.tp > 1 and p.model.vocab_size % p.tp:
-        raise PlanError(f"model.vocab_size={p.model.vocab_size} is not divisible by parallelism.tp={p.tp}")
-    if p.sequence_parallel and p.tp > 1 and p.seq_length % p.tp:
+        if getattr(p.model, name) % par.tp:
+            raise PlanError(f"model.{name}={getattr(p.model, name)} is not divisible by parallelism.tp={par.tp}")
+    if par.tp > 1 and p.model.vocab_size % par.tp:
+        raise PlanError(f"model.vocab_size={p.model.vocab_size} is not divisible by parallelism.tp={par.tp}")
+    if par.sequence_parallel and par.tp > 1 and p.training.seq_length % par.tp:
         raise PlanError(
-            f"training.seq_length={p.seq_length} is not divisible by tp={p.tp} (sequence parallel)"
+            f"training.seq_length={p.training.seq_length} is not divisible by tp={par.tp} (sequence parallel)"
         )
-    if p.model.tie_embeddings and (p.pp > 1 or p.tp > 1):
+    if p.model.tie_embeddings and (par.pp > 1 or par.tp > 1):
         raise PlanError(
             "model.tie_embeddings with pp>1 or tp>1 is not supported by the runtime yet"
         )
-    mb = p.micro_batch_size * p.num_micro_batches * p.dp
-    if mb != p.global_batch_size:
+    if par.global_batch_size != p.training.global_batch_size:
         raise PlanError(
-            f"micro_batch_size*num_micro_batches*dp = {p.micro_batch_size}*{p.num_micro_batches}*{p.dp}"
-            f" = {mb} != training.global_batch_size={p.global_batch_size}"
+            f"micro_batch_size*num_micro_batches*dp = {par.micro_batch_size}*{par.num_micro_batches}*{par.dp}"
+            f" = {par.global_batch_size} != training.global_batch_size={p.training.global_batch_size}"
         )
-    if p.pp * p.vpp != len(p.stages):
-        raise PlanError(f"len(stages)={len(p.stages)} != pp*vpp = {p.pp}*{p.vpp}")
+    if par.pp * par.vpp != len(p.stages):
+        raise PlanError(f"len(stages)={len(p.stages)} != pp*vpp = {par.pp}*{par.vpp}")
     expect = 0
     for i, s in enumerate(p.stages):
         # the first stage may hold only the embedding and the last only the head and the loss
         # (last = first - 1): train._build_part builds a part of no block with them
-        empty_ok = p.pp > 1 and i in (0, len(p.stages) - 1)
+        empty_ok = par.pp > 1 and i in (0, len(p.stages) - 1)
         if s.first != expect or s.last < s.first - (1 if empty_ok else 0):
             raise PlanError(
                 f"stages[{i}].layers=[{s.first}, {s.last}]: stages must cover layers "
@@ -259,16 +270,16 @@ def validate(p: RunPlan, world_size: int | None) -> None:
         expect = s.last + 1
     if expect != p.model.num_layers:
         raise PlanError(f"stages end at layer {expect - 1} but model.num_layers={p.model.num_layers}")
-    if p.pp > 1:
-        if p.schedule == SCHEDULE_INTERLEAVED and p.vpp < 2:
+    if par.pp > 1:
+        if par.schedule == SCHEDULE_INTERLEAVED and par.vpp < 2:
             raise PlanError("parallelism.schedule=interleaved needs vpp >= 2")
-        if p.schedule != SCHEDULE_INTERLEAVED and p.vpp != 1:
-            raise PlanError(f"parallelism.vpp={p.vpp} needs schedule=interleaved")
-        if p.schedule == SCHEDULE_INTERLEAVED:
-            rounds = max(1, p.num_micro_batches // p.pp)
-            if p.num_micro_batches % rounds:
+        if par.schedule != SCHEDULE_INTERLEAVED and par.vpp != 1:
+            raise PlanError(f"parallelism.vpp={par.vpp} needs schedule=interleaved")
+        if par.schedule == SCHEDULE_INTERLEAVED:
+            rounds = max(1, par.num_micro_batches // par.pp)
+            if par.num_micro_batches % rounds:
                 raise PlanError(
-                    f"parallelism.num_micro_batches={p.num_micro_batches} must be a multiple of "
+                    f"parallelism.num_micro_batches={par.num_micro_batches} must be a multiple of "
                     f"max(1, num_micro_batches // pp) = {rounds} for the interleaved schedule"
                 )
 
@@ -294,17 +305,19 @@ def load_plan(path: str) -> RunPlan:
 #            up to a multiple of tp.  vocab' = 64 * tp; seq' = 16 rounded up to tp.
 #  * depth:  every stage keeps ceil(n_k / f) blocks, f = max(1, floor(L / (2 * stages))),
 #            so stages stay proportional (uneven ones stay uneven) and each keeps >= 1;
-#            recompute_layers scales by the same factor (ceil, capped at the stage size).
+#            recompute_layers scales by the same factor (ceil, capped at the stage size);
+#            parallelism.stage_layers / recompute_layers, where the plan gives them, follow.
 #  * batch:  micro_batch_size' = 1; global batch = num_micro_batches * dp.
 
 
 def scale_down(p: RunPlan) -> RunPlan:
+    tp = p.parallelism.tp
     g = p.model.num_attention_heads // p.model.num_kv_heads
-    kv = p.tp
+    kv = tp
     heads = kv * min(g, 2)
     hidden = heads * 8
     ratio = p.model.ffn_hidden_size / p.model.hidden_size
-    ffn = p.tp * math.ceil(ratio * hidden / p.tp)
+    ffn = tp * math.ceil(ratio * hidden / tp)
     f = max(1, p.model.num_layers // (2 * len(p.stages)))
     stages, first = [], 0
     for s in p.stages:
@@ -312,12 +325,15 @@ def scale_down(p: RunPlan) -> RunPlan:
         rl = min(n, math.ceil(s.recompute_layers / f))
         stages.append(Stage(s.index, first, first + n - 1, rl))
         first += n
+    split = {"stage_layers": [s.num_layers for s in stages], "recompute_layers": [s.recompute_layers for s in stages]}
+    par = p.parallelism.model_copy(update={
+        "micro_batch_size": 1, **{k: v for k, v in split.items() if p.parallelism[k] is not None}})
     return replace(
         p,
         model=replace(p.model, num_layers=first, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv,
-                      ffn_hidden_size=ffn, vocab_size=64 * p.tp),
-        seq_length=p.tp * math.ceil(16 / p.tp),
-        micro_batch_size=1,
-        global_batch_size=p.num_micro_batches * p.dp,
+                      ffn_hidden_size=ffn, vocab_size=64 * tp),
+        training=p.training.model_copy(update={"seq_length": tp * math.ceil(16 / tp),
+                                               "global_batch_size": par.global_batch_size}),
+        parallelism=par,
         stages=tuple(stages),
     )

@@ -34,13 +34,13 @@ def make_batch(plan: RunPlan, step: int, seed: int) -> tuple[torch.Tensor, torch
     g = torch.Generator(device="cpu")
     g.manual_seed(seed * 1_000_003 + step)
     tokens = torch.randint(
-        0, plan.model.vocab_size, (plan.global_batch_size, plan.seq_length + 1), generator=g
+        0, plan.model.vocab_size, (plan.training.global_batch_size, plan.training.seq_length + 1), generator=g
     )
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
 def make_optimizer(plan: RunPlan, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    if plan.optimizer == OPTIMIZER_SGD:
+    if plan.training.optimizer == OPTIMIZER_SGD:
         return torch.optim.SGD(params, lr=LR)
     # adam / adamw / anything else: Adam without weight decay, so the check compares
     # the gradient path and not a decay convention.
@@ -112,10 +112,11 @@ def _build_part(
     plan: RunPlan, k: int, seed: int, mesh, device: torch.device
 ) -> tuple[nn.Module, set[str]]:
     """Model part of virtual stage k, parallelised; and the names of its TP-sliced params."""
+    par = plan.parallelism
     stage = plan.stages[k]
     last = len(plan.stages) - 1
     layer_ids = range(stage.first, stage.last + 1)
-    if plan.pp == 1:
+    if par.pp == 1:
         # Without pipelining, all virtual stages are one local model.
         layer_ids = range(0, plan.model.num_layers)
     part = build_model(
@@ -123,55 +124,56 @@ def _build_part(
         seed=seed,
         layer_ids=layer_ids,
         with_embedding=k == 0,
-        with_head=k == last or plan.pp == 1,
+        with_head=k == last or par.pp == 1,
         device=device,
     )
-    if plan.pp == 1 and plan.recompute == RECOMPUTE_FULL:
+    if par.pp == 1 and par.recompute == RECOMPUTE_FULL:
         # recompute_layers counts per planned stage; re-apply it stage by stage.
         blocks = list(part.layers.values())
         for s in plan.stages:
             for n, i in enumerate(range(s.first, s.last + 1)):
                 blocks[i].set_recompute(RECOMPUTE_FULL if n < s.recompute_layers else RECOMPUTE_NONE)
     else:
-        apply_recompute(part, stage, plan.recompute)
+        apply_recompute(part, stage, par.recompute)
     sharded: set[str] = set()
-    if plan.tp > 1:
-        sharded = apply_tp(part, mesh["tp"].get_group(), plan.sequence_parallel)
-    if plan.zero == 3 and plan.dp > 1:
-        apply_fsdp(part, mesh["dp"], plan.zero)
+    if par.tp > 1:
+        sharded = apply_tp(part, mesh["tp"].get_group(), par.sequence_parallel)
+    if par.zero == 3 and par.dp > 1:
+        apply_fsdp(part, mesh["dp"], par.zero)
     return part, sharded
 
 
 def run_distributed(
     plan: RunPlan, steps: int, seed: int, timeout_s: float, device_kind: str = "auto"
 ) -> tuple[list[float], list[float]]:
+    par = plan.parallelism
     device, mesh = init_distributed(plan, timeout_s, device_kind)
     rank = dist.get_rank()
     pp_rank = mesh["pp"].get_local_rank()
     dp_rank = mesh["dp"].get_local_rank()
     tp_rank = mesh["tp"].get_local_rank()
-    ids = local_stage_ids(plan, pp_rank) if plan.pp > 1 else [0]
+    ids = local_stage_ids(plan, pp_rank) if par.pp > 1 else [0]
     built = {k: _build_part(plan, k, seed, mesh, device) for k in ids}
     parts = {k: part for k, (part, _) in built.items()}
     tp_sharded = {k: names for k, (_, names) in built.items()}
-    tp_group = mesh["tp"].get_group() if plan.tp > 1 else None
-    loss_fn = vocab_parallel_loss(plan.model.vocab_size, tp_group) if plan.tp > 1 else cross_entropy_loss
+    tp_group = mesh["tp"].get_group() if par.tp > 1 else None
+    loss_fn = vocab_parallel_loss(plan.model.vocab_size, tp_group) if par.tp > 1 else cross_entropy_loss
     params = [p for part in parts.values() for p in part.parameters()]
     dp_group = mesh["dp"].get_group()
-    if plan.zero in (1, 2) and plan.dp > 1:
-        opt = DistributedOptimizer(params, dp_group, plan.dp, lambda ps: make_optimizer(plan, ps))
+    if par.zero in (1, 2) and par.dp > 1:
+        opt = DistributedOptimizer(params, dp_group, par.dp, lambda ps: make_optimizer(plan, ps))
     else:
         opt = make_optimizer(plan, params)
     n_stages = len(plan.stages)
     has_first = 0 in ids
-    has_last = (n_stages - 1 in ids) or plan.pp == 1
+    has_last = (n_stages - 1 in ids) or par.pp == 1
     schedule = (
         build_schedule(plan, parts, mesh["pp"].get_group(), device, loss_fn)
-        if plan.pp > 1
+        if par.pp > 1
         else None
     )
-    local_bs = plan.micro_batch_size * plan.num_micro_batches
-    pp_group = mesh["pp"].get_group() if plan.pp > 1 else None
+    local_bs = par.micro_batch_size * par.num_micro_batches
+    pp_group = mesh["pp"].get_group() if par.pp > 1 else None
     losses, norms = [], []
     for step in range(steps):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -190,17 +192,17 @@ def run_distributed(
         else:
             model = parts[0]
             for x, y in zip(
-                inputs.chunk(plan.num_micro_batches), labels.chunk(plan.num_micro_batches),
+                inputs.chunk(par.num_micro_batches), labels.chunk(par.num_micro_batches),
                 strict=True,
             ):
                 loss = loss_fn(model(x), y)
-                (loss / plan.num_micro_batches).backward()
+                (loss / par.num_micro_batches).backward()
                 mb_losses.append(loss.detach())
-        if plan.tp > 1 and plan.sequence_parallel:
+        if par.tp > 1 and par.sequence_parallel:
             for k, part in parts.items():
                 sync_replicated_grads(part, tp_group, tp_sharded[k])
-        if plan.zero == 0:  # zero 1/2: the distributed optimizer's step; zero 3: FSDP2
-            allreduce_grads(params, dp_group, plan.dp)
+        if par.zero == 0:  # zero 1/2: the distributed optimizer's step; zero 3: FSDP2
+            allreduce_grads(params, dp_group, par.dp)
         opt.step()
         # the step ends here: the diagnostics below (gradient norm, global loss) issue
         # collectives of their own (one per sharded parameter for the norm) that training
@@ -215,7 +217,7 @@ def run_distributed(
         local = torch.stack(mb_losses).mean() if contrib else torch.zeros((), device=device)
         total = local.detach().clone().reshape(1).to(device)
         dist.all_reduce(total)
-        loss_val = total.item() / plan.dp
+        loss_val = total.item() / par.dp
         losses.append(loss_val)
         if rank == 0:
             # cpu_s: this process's CPU time in the step (all its threads); below time_s when

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from planner.plan import Parallelism, TrainingEcho
 from planner.runtime.plan_io import PlanError, parse_plan, scale_down, validate
 from tests.runtime.plans import make_plan, write_plan
 
@@ -19,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_base_plan_is_valid():
     p = parse_plan(make_plan())
     validate(p, 4)
-    assert p.world_size == 4 and len(p.stages) == 2
+    assert p.parallelism.world_size == 4 and len(p.stages) == 2
 
 
 BAD = [
@@ -71,6 +72,48 @@ def test_bad_plans_raise(name, doc, world, msg):
     assert msg in str(exc.value)
 
 
+@pytest.mark.parametrize("par,msg", [
+    ({"tp": "2"}, "parallelism.tp must be an integer, got '2'"),
+    ({"tp": 2.0}, "parallelism.tp must be an integer, got 2.0"),
+    ({"dp": 0}, "parallelism.dp must be >= 1, got 0"),
+    ({"zero": 5}, "parallelism.zero=5 must be 0, 1, 2 or 3"),
+    ({"recompute": "some"}, "parallelism.recompute='some' must be"),
+    ({"sequence_parallel": "yes"}, "parallelism.sequence_parallel must be true or false, got 'yes'"),
+])
+def test_parallelism_field_refused_by_name(par, msg):
+    with pytest.raises(PlanError) as exc:
+        parse_plan(make_plan(**par))
+    assert msg in str(exc.value)
+
+
+def test_parallelism_is_the_plans_type():
+    # null means the default and a key the Plan does not define is ignored, as a hand-written plan.json may have
+    p = parse_plan(make_plan(cp=None, stage_layers=[4, 4], unknown_key=1))
+    assert isinstance(p.parallelism, Parallelism)
+    assert (p.parallelism.cp, p.parallelism.stage_layers) == (1, [4, 4])
+    assert (p.parallelism.world_size, p.parallelism.dense_dp_size, p.parallelism.global_batch_size) == (4, 2, 8)
+
+
+@pytest.mark.parametrize("training,msg", [
+    ({"seq_length": "32"}, "training.seq_length must be an integer, got '32'"),
+    ({"global_batch_size": 0}, "training.global_batch_size must be >= 1, got 0"),
+    ({"global_batch_size": None}, "training.global_batch_size is missing"),
+    ({"dtype": 16}, "training.dtype must be a string, got 16"),
+])
+def test_training_field_refused_by_name(training, msg):
+    with pytest.raises(PlanError) as exc:
+        parse_plan(make_plan(training=training))
+    assert msg in str(exc.value)
+
+
+def test_training_is_the_plans_type():
+    doc = make_plan(training={"optimizer": None})
+    del doc["training"]["dtype"]
+    t = parse_plan(doc).training
+    # left out or null: the default of the cost model that priced the plan
+    assert isinstance(t, TrainingEcho) and (t.dtype, t.optimizer) == ("bf16", "adam")
+
+
 def test_missing_field_named():
     doc = make_plan()
     del doc["model"]["hidden_size"]
@@ -117,17 +160,20 @@ def test_scale_down_keeps_degrees_and_stage_shape():
         model={"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
                "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128256},
         training={"global_batch_size": 512, "seq_length": 8192, "dtype": "bf16"},
-        micro_batch_size=16,
+        micro_batch_size=16, stage_layers=[10, 30, 30, 10],
     )
     p = parse_plan(big)
     validate(p, 32)
     s = scale_down(p)
     validate(s, 32)
-    assert (s.pp, s.dp, s.tp, s.vpp, s.schedule, s.num_micro_batches) == (4, 2, 4, 1, "1f1b", 16)
+    par = s.parallelism
+    assert (par.pp, par.dp, par.tp, par.vpp, par.schedule, par.num_micro_batches) == (4, 2, 4, 1, "1f1b", 16)
     sizes = [st.num_layers for st in s.stages]
     # f = 80 // (2*4) = 10 -> ceil(n/10): uneven stays uneven, each >= 1.
     assert sizes == [1, 3, 3, 1]
     assert [st.recompute_layers for st in s.stages] == [1, 0, 3, 0]
-    assert s.model.num_attention_heads % s.tp == 0 and s.model.num_kv_heads % s.tp == 0
+    # the layout's own split follows where the plan gave one
+    assert (par.stage_layers, par.recompute_layers, par.micro_batch_size) == ([1, 3, 3, 1], None, 1)
+    assert s.model.num_attention_heads % par.tp == 0 and s.model.num_kv_heads % par.tp == 0
     assert s.model.num_attention_heads // s.model.num_kv_heads == 2  # GQA stays GQA
-    assert s.model.hidden_size <= 64 and s.seq_length % s.tp == 0
+    assert s.model.hidden_size <= 64 and s.training.seq_length % par.tp == 0
