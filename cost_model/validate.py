@@ -60,7 +60,7 @@ from cost_model.specs.vocab import (
     values,
 )
 
-__all__ = ["FIELD_DOMAINS", "divisors", "expert_fold_error", "routing_rule", "shape_rule", "validate_cluster",
+__all__ = ["FIELD_DOMAINS", "divisors", "expert_fold_error", "range_text", "routing_rule", "shape_rule", "validate_cluster",
            "validate_config", "validate_model", "validate_training"]
 
 # ------------------------------------------------------------------ limits (one table)
@@ -171,7 +171,9 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
-def _range_text(bounds: dict[str, float]) -> str:
+def range_text(bounds: dict[str, float]) -> str:
+    """A domain's bounds ({"ge": 1, "le": 8} and the like) as the errors say them: "1..8",
+    ">= 1", "> 0 and <= 1e6"; "" without bounds. The request schema's errors use it too."""
     if "ge" in bounds and "le" in bounds:
         return f"{_num(bounds['ge'])}..{_num(bounds['le'])}"
     lo = f">= {_num(bounds['ge'])}" if "ge" in bounds else f"> {_num(bounds['gt'])}" if "gt" in bounds else None
@@ -192,7 +194,7 @@ def _check_number(v: Any, r: Range, path: str, item: bool) -> None:
     broken = next((k for k, b in bounds.items() if not _HOLDS[k](v, b)), None)
     if broken is None:
         return
-    rng = _range_text({broken: bounds[broken]} if item else bounds)
+    rng = range_text({broken: bounds[broken]} if item else bounds)
     raise SpecError(path, f"must be in {rng}, got {v!r}" if ".." in rng else f"must be {rng}, got {v!r}", allowed=rng)
 
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ValidationError
 
 from cost_model.specs.errors import SpecError
+from cost_model.validate import range_text
 
 # tags of the request schema's tagged unions (`cluster.gpu`); never field names, so error
 # paths drop them
@@ -38,21 +39,13 @@ def _field_info(root: type[BaseModel], parts: list) -> Any:
     return owners[0].model_fields.get(parts[-1]) if owners else None
 
 
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
-
-
 def _range(info: Any, ctx: dict) -> str | None:
     bounds = {**ctx}
     for m in getattr(info, "metadata", None) or ():
         for key in ("ge", "gt", "le", "lt"):
             if getattr(m, key, None) is not None:
                 bounds.setdefault(key, getattr(m, key))
-    if "ge" in bounds and "le" in bounds:
-        return f"{_num(bounds['ge'])}..{_num(bounds['le'])}"
-    lo = f">= {_num(bounds['ge'])}" if "ge" in bounds else f"> {_num(bounds['gt'])}" if "gt" in bounds else None
-    hi = f"<= {_num(bounds['le'])}" if "le" in bounds else f"< {_num(bounds['lt'])}" if "lt" in bounds else None
-    return " and ".join(x for x in (lo, hi) if x) or None
+    return range_text(bounds) or None
 
 
 def _literal_values(expected: str) -> list:
