@@ -13,7 +13,7 @@ from cost_model.specs.vocab import STATUS_FEASIBLE
 from cost_model.terms import memory
 from planner.search.context import Context
 from planner.search.queue import Entry, Frontier, Order
-from planner.search.tables import stage_problem, to_config
+from planner.search.tables import stage_problem
 
 
 class Dives:
@@ -59,7 +59,7 @@ class Dives:
             c = e.candidate
             self.dived.add(e.order)
             own = self.frontier.own_cheap_bound(c, tables.get(c), B // (c.dp * c.micro_batch_size),
-                                                memory.reserved_bytes(to_config(c), prob.model))
+                                                memory.reserved_bytes(c, prob.model))
             if own is not None:
                 picks.append(e._replace(bound_s=max(e.bound_s, own)))
         picks.sort()

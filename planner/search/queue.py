@@ -25,7 +25,6 @@ from planner.bounds import (
     tight_time_bound_s,
 )
 from planner.search.context import Context
-from planner.search.tables import to_config
 from planner.space import (
     Candidate,
     DegreeGroup,
@@ -181,7 +180,7 @@ class Frontier:
             twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
             mem_lb = self.mem_lbs.get(twin)
             if mem_lb is None:
-                reserved = memory.reserved_bytes(to_config(c), prob.model)
+                reserved = memory.reserved_bytes(c, prob.model)
                 mem_lb = self.mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
             stats.note_memory(mem_lb / GIB, c)
             if mem_lb > self.cap:

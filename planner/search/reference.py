@@ -14,7 +14,7 @@ from planner.bounds import memory_bound_bytes
 from planner.search.incumbent import Incumbent
 from planner.search.policy import SearchPolicy
 from planner.search.results import Problem, Progress, Reporter, SearchResult, SearchStats
-from planner.search.tables import LayerTables, stage_problem, to_config
+from planner.search.tables import LayerTables, stage_problem
 from planner.space import Candidate, enumerate_candidates
 
 
@@ -70,6 +70,6 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
 def _least_memory(prob: Problem, tables: LayerTables, cands: list[Candidate], stats: SearchStats) -> None:
     for c in cands:
         m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
-        reserved = memory.reserved_bytes(to_config(c), prob.model)
+        reserved = memory.reserved_bytes(c, prob.model)
         mem = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, m, reserved) / GIB
         stats.note_memory(mem, c)

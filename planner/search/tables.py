@@ -16,10 +16,11 @@ from planner.search.results import Problem
 from planner.space import Candidate, a2a_overlap_values
 
 
-def to_config(c: Candidate, counts=None, rcs=None) -> ParallelConfig:
+def to_config(c: Candidate, counts, rcs) -> ParallelConfig:
     """The candidate with its stage partition: `counts` blocks per virtual stage and, under
-    full recompute, `rcs` recomputed blocks per virtual stage."""
-    return replace(c, stage_layers=tuple(counts) if counts is not None else None,
+    full recompute, `rcs` recomputed blocks per virtual stage (a candidate without it is a
+    configuration already: the search prices and sizes it as it is)."""
+    return replace(c, stage_layers=tuple(counts),
                    recompute_layers=tuple(rcs) if rcs is not None and c.recompute == RECOMPUTE_FULL else None)
 
 
@@ -51,7 +52,7 @@ class LayerTables:
         return self.sums[key]
 
     def get(self, c: Candidate) -> LayerTable:
-        return self._build(table_key(c), to_config(c))
+        return self._build(table_key(c), c)
 
     def get_sums(self, c: Candidate) -> TableSums:
         return self._sums(table_key(c), self.get(c))
@@ -89,7 +90,7 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         recompute=c.recompute,
         num_micro_batches=prob.training.global_batch_size // (c.dp * c.micro_batch_size),
         capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
-        reserved_bytes=memory.reserved_bytes(to_config(c), prob.model),
+        reserved_bytes=memory.reserved_bytes(c, prob.model),
         interference=gpu.overlap_interference,
         uniform_recompute=get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM,
         empty_ends=get_engine(c.engine).empty_ends,

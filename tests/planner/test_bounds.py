@@ -24,7 +24,7 @@ from planner.bounds import (
     tight_time_bound_s,
 )
 from planner.lp_bound import lp_time_bound_s
-from planner.search import LayerTables, Seams, search, stage_problem, to_config
+from planner.search import LayerTables, Seams, search, stage_problem
 from planner.service import problem_from_request
 from planner.space import (
     cp_comm_values,
@@ -565,7 +565,7 @@ def test_bounds_hold_on_more_stages_than_blocks():
             peaks = [max(p.rank_cost(slices_from_counts(counts, uniform_recompute_counts(counts, n)), r).peak_bytes
                          for r in range(p.pp))
                      for counts in empty_end_layouts(L, p.num_stages) for n in ((0, 1) if p.full else (0,))]
-            reserved = reserved_bytes(to_config(c))
+            reserved = reserved_bytes(c)
             assert memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) <= min(peaks) * (1 + REL)
             base_table, base_sums = tables.base(c)
             assert base_memory_bound_bytes(base_sums, prob.training, c, m, reserved) <= min(peaks) * (1 + REL)
