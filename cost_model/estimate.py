@@ -72,7 +72,7 @@ def compose(
     slices: list[StageSlice],
 ) -> Estimate:
     """Turn per-rank costs into the Estimate (shared by estimate() and the planner)."""
-    m = cfg.num_micro_batches(training.global_batch_size)
+    m = cfg.micro_batches(training.global_batch_size)
     ranks = rank_costs(table, slices, cfg, m, cluster, model)
     step = step_time_s(ranks, m, cfg.vpp, cfg.schedule)
     t_pipe = rank_pipeline_time_s(ranks, m, cfg.vpp, cfg.schedule)
@@ -178,7 +178,7 @@ def simulate_config(model, cluster, training, cfg, profile=None) -> Simulation:
     validate_config(model, cluster, training, cfg)
     table = layer_table(model, cluster, training, cfg, profile)
     slices = resolve_slices(model, cfg)
-    m = cfg.num_micro_batches(training.global_batch_size)
+    m = cfg.micro_batches(training.global_batch_size)
     ranks = rank_costs(table, slices, cfg, m, cluster, model)
     tails = [RankTail(r.exposed_dp_s, r.optimizer_s, r.dp_sync_s) for r in ranks]
     return simulate(stage_times(table, slices, cfg), cfg.pp, m, cfg.schedule, cfg.vpp, tails,

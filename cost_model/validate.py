@@ -30,6 +30,21 @@ from cost_model.model.checks import check_architecture
 from cost_model.pipeline.stages import balanced_stage_layers
 from cost_model.specs import inputs as specs
 from cost_model.specs.errors import SpecError
+from cost_model.specs.limits import (
+    MAX_BATCH,
+    MAX_EXPERTS,
+    MAX_FFN,
+    MAX_GB_S,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_LOSS_CHUNKS,
+    MAX_MOE_IMBALANCE,
+    MAX_SEQ,
+    MAX_VOCAB,
+)
 from cost_model.specs.vocab import (
     DISPATCHER_ALLTOALL,
     DISPATCHER_DEEPEP,
@@ -56,30 +71,11 @@ from cost_model.specs.vocab import (
     RouterScore,
     Schedule,
     TrainDtype,
-    ZeroStage,
     values,
 )
 
 __all__ = ["FIELD_DOMAINS", "divisors", "expert_fold_error", "range_text", "routing_rule", "shape_rule", "validate_cluster",
            "validate_config", "validate_model", "validate_training"]
-
-# ------------------------------------------------------------------ limits (one table)
-# Ranges that keep the arithmetic meaningful (a 10^7-layer model is a typo, not a plan); the
-# request schema declares its fields with these same bounds.
-MAX_LAYERS = 4096  # blocks of a transformer, entries of a layer list (largest published: ~200)
-MAX_HIDDEN = 1 << 20
-MAX_FFN = 1 << 22
-MAX_HEADS = 65536
-MAX_VOCAB = 1 << 24
-MAX_EXPERTS = 65536
-MAX_GPUS = 1 << 20
-MAX_GPUS_PER_NODE = 1024
-MAX_BATCH = 1 << 24  # sequences per step
-MAX_SEQ = 1 << 24  # tokens per sequence
-MAX_LOSS_CHUNKS = 1024  # sequence chunks of the loss (torchtitan ChunkedLossWrapper)
-MAX_MOE_IMBALANCE = 64.0  # busiest-rank load / mean and capacity factors: E / top_k bounds both in practice
-MAX_GB_S = 1e6  # link bandwidth, GB/s
-
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
@@ -157,7 +153,8 @@ _TRAINING = (
 )
 _PARALLELISM = (
     *((k, _int(1, MAX_GPUS)) for k in ("dp", "tp", "pp", "cp", "ep", "etp")), ("vpp", _int(1, MAX_LAYERS)),
-    ("micro_batch_size", _int(1, MAX_BATCH)), ("recompute", Recompute), ("zero", ZeroStage), ("schedule", Schedule),
+    ("micro_batch_size", _int(1, MAX_BATCH)), ("num_micro_batches", _int(1, MAX_BATCH)), ("recompute", Recompute),
+    ("zero", _int(0, 3)), ("schedule", Schedule),
     ("cp_comm", CpComm), ("engine", Engine), ("moe_dispatcher", MoeDispatcher),
     ("stage_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)), ("recompute_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)),
 )
@@ -367,7 +364,14 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
             f"{gb} is not divisible by dp*micro_batch_size = {p.dp}*{mb} = {p.dp * mb}",
             allowed=f"a multiple of {p.dp * mb}",
         )
-    n_micro = gb // (p.dp * mb)
+    n_micro = p.micro_batches(gb)
+    if p.num_micro_batches is not None and p.num_micro_batches != n_micro:
+        raise SpecError(
+            "parallelism.num_micro_batches",
+            f"{p.num_micro_batches} micro-batches, but the global batch {gb} / (dp*micro_batch_size = {p.dp}*{mb}) "
+            f"makes {n_micro}",
+            allowed=[n_micro],
+        )
     if p.schedule == SCHEDULE_INTERLEAVED and p.vpp > 1 and n_micro % p.pp:
         raise SpecError(
             "parallelism.micro_batch_size",

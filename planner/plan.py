@@ -3,9 +3,9 @@
 launch emitters and the runtime read, and what the client returns.
 
 One pydantic model, so the JSON names live here once: `Plan.model_validate_json(text)` reads
-any of those documents back. Derived facts of a parallel layout (world size, dense and expert
-data-parallel sizes, the sequence divisor) are properties of `Parallelism`, as torchtitan's
-`ParallelDims` (torchtitan/distributed/parallel_dims.py) derives its meshes from the degrees.
+any of those documents back. The parallel layout is the cost model's own type, ParallelConfig
+(with its derived sizes: world size, dense and expert data-parallel sizes, the sequence
+divisor), so the request's block, the search's candidates and the plan's block are one type.
 
 The models read like the dicts they replace (`plan["parallelism"]["tp"]`, `.get(key,
 default)`), so code written against the JSON keeps working on the typed object."""
@@ -13,79 +13,42 @@ default)`), so code written against the JSON keeps working on the typed object."
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter
 
-from cost_model.specs.inputs import ParallelSizes
+from cost_model.specs.inputs import ParallelConfig
 from cost_model.specs.results import Estimate, Prediction, Record, StageEstimate
 from cost_model.specs.vocab import (
-    DISPATCHER_ALLTOALL,
     DTYPE_BF16,
     ENGINE_MEGATRON,
     MODEL_TRANSFORMER,
     OPTIMIZER_ADAM,
-    RECOMPUTE_NONE,
-    SCHEDULE_1F1B,
-    CpComm,
     Engine,
     ModelKind,
-    MoeDispatcher,
-    Recompute,
-    Schedule,
     SolverStatus,
-    ZeroStage,
 )
 
 
-class Parallelism(ParallelSizes, Record):
-    """A resolved parallel layout. Degrees multiply to the world except `ep`/`etp`, which
-    are folded over the same ranks as tp x cp x dp (Megatron-Core MoE parallel folding).
-    world_size, dense_dp_size and expert_dp_size are cost_model.specs.inputs.ParallelSizes', the
-    rules the cost model prices with."""
+def _none_is_default(data: Any) -> Any:
+    # a hand-written plan may spell "not set" as null; the default applies, as it did when
+    # the emitters read the dict with `p.get(k) or 1`
+    if isinstance(data, dict):
+        return {k: v for k, v in data.items() if v is not None}
+    return data
 
-    dp: int = Field(1, ge=1)
-    tp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
-    cp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
-    etp: int = Field(1, ge=1, description="expert tensor-parallel size")
-    vpp: int = Field(1, ge=1)
-    sequence_parallel: bool = False
-    zero: ZeroStage = 0
-    micro_batch_size: int = Field(1, ge=1)
-    num_micro_batches: int = Field(1, ge=1)
-    recompute: Recompute = RECOMPUTE_NONE
-    schedule: Schedule = SCHEDULE_1F1B
-    moe_a2a_overlap: bool = Field(False, description="overlapped 1F1B expert all-to-all (Megatron-Core "
-                                  "--overlap-moe-expert-parallel-comm)")
-    cp_comm: CpComm | None = Field(None, description="context-parallel communication (cp > 1): p2p ring, all_gather "
-                                   "of K/V, a2a (Ulysses) or a2a+p2p (Megatron-Core --cp-comm-type)")
-    moe_dispatcher: MoeDispatcher = Field(DISPATCHER_ALLTOALL, description="MoE token dispatcher: alltoall, or deepep "
-                                          "(Megatron-Core --moe-token-dispatcher-type flex "
-                                          "--moe-flex-dispatcher-backend deepep; needs DeepEP installed)")
-    stage_layers: list[int] | None = Field(None, description="blocks per virtual stage, model order")
-    recompute_layers: list[int] | None = Field(None, description="recomputed blocks per virtual stage (recompute=full)")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _none_is_default(cls, data: Any) -> Any:
-        # a hand-written plan may spell "not set" as null; the default applies, as it did when
-        # the emitters read the dict with `p.get(k) or 1`
-        if isinstance(data, dict):
-            return {k: v for k, v in data.items() if v is not None}
-        return data
+# A plan's parallel layout: the cost model's own type (cost_model.specs.inputs.ParallelConfig,
+# whose fields carry their JSON bounds), stating its micro-batches; read from JSON with a
+# null taken as the default
+Parallelism = Annotated[ParallelConfig, BeforeValidator(_none_is_default)]
+_PARALLELISM = TypeAdapter(Parallelism)
 
-    @property
-    def seq_divisor(self) -> int:
-        """How many ways one sequence's activations are split on a rank: cp, times tp with
-        sequence parallelism (Korthikanti et al. 2022 section 4.2.2)."""
-        return self.cp * (self.tp if self.sequence_parallel and self.tp > 1 else 1)
 
-    @property
-    def global_batch_size(self) -> int:
-        """Sequences per step that this layout runs: micro-batch x micro-batches x dp."""
-        return self.micro_batch_size * self.num_micro_batches * self.dp
+def read_parallelism(data: Any) -> ParallelConfig:
+    """A plan's `parallelism` block (a ParallelConfig, or its JSON object) as the layout;
+    pydantic's ValidationError names a bad field."""
+    return data if isinstance(data, ParallelConfig) else _PARALLELISM.validate_python(data)
 
 
 class ModelSummary(Record):

@@ -27,7 +27,7 @@ AGREEMENT = 0.005
 def schedule_block(problem, cfg, formula_step_s: float) -> dict[str, Any]:
     stages = _inputs(problem, cfg)
     block = {"schedule": cfg.schedule, "pp": cfg.pp, "vpp": cfg.vpp,
-             "num_micro_batches": cfg.num_micro_batches(problem.training.global_batch_size), **stages}
+             "num_micro_batches": cfg.micro_batches(problem.training.global_batch_size), **stages}
     sim = simulation_of(block, record=False)
     return {
         "schedule": cfg.schedule,
@@ -48,7 +48,7 @@ def schedule_block(problem, cfg, formula_step_s: float) -> dict[str, Any]:
 def _inputs(problem, cfg) -> dict[str, list[dict]]:
     table = layer_table(problem.model, problem.cluster, problem.training, cfg, problem.profile)
     slices = resolve_slices(problem.model, cfg)
-    m = cfg.num_micro_batches(problem.training.global_batch_size)
+    m = cfg.micro_batches(problem.training.global_batch_size)
     st = stage_times(table, slices, cfg)
     ranks = rank_costs(table, slices, cfg, m, problem.cluster, problem.model)
     return {

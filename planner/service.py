@@ -20,7 +20,7 @@ from cost_model.engines.kernels import fp8_recipe
 from cost_model.estimate import estimate as estimate_config
 from cost_model.model.flops import active_params, total_params
 from cost_model.specs.errors import SpecError
-from cost_model.specs.inputs import LayerListSpec, TransformerSpec
+from cost_model.specs.inputs import LayerListSpec, ParallelConfig, TransformerSpec
 from cost_model.specs.results import Estimate
 from cost_model.specs.vocab import (
     DISPATCHER_ALLTOALL,
@@ -45,7 +45,6 @@ from planner.plan import (
     CheckResult,
     ClusterEcho,
     ModelSummary,
-    Parallelism,
     Plan,
     SearchReport,
     TrainingEcho,
@@ -56,7 +55,6 @@ from planner.request.parse import (
     cluster_spec,
     model_spec,
     model_to_dict,
-    parallel_config,
     training_spec,
 )
 from planner.request.schema import CheckRequest, EstimateRequest, PlanRequest, Search
@@ -97,7 +95,8 @@ def problem_from_request(req: PlanRequest | CheckRequest | dict, profile=None) -
         model=model_spec(r.model),
         cluster=cluster_spec(r.cluster),
         training=training_spec(r.training),
-        space=search_space(r.search or Search()),
+        # the request's one engine (schema.one_engine), also where it has no search block (check)
+        space=search_space((r.search or Search()).model_copy(update={"engine": r.engine})),
         profile=profile,
     )
     validate_loss_chunks(_engine(prob), prob.training)
@@ -109,16 +108,10 @@ def problem_from_request(req: PlanRequest | CheckRequest | dict, profile=None) -
                                                                                  prob.training)))
 
 
-def _parallelism(cfg, num_micro_batches: int) -> Parallelism:
-    return Parallelism(
-        dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, etp=cfg.etp, vpp=cfg.vpp,
-        sequence_parallel=cfg.sequence_parallel, zero=cfg.zero, micro_batch_size=cfg.micro_batch_size,
-        num_micro_batches=num_micro_batches, recompute=cfg.recompute, schedule=cfg.schedule,
-        moe_a2a_overlap=cfg.moe_a2a_overlap, cp_comm=cfg.cp_comm if cfg.cp > 1 else None,
-        moe_dispatcher=cfg.moe_dispatcher,
-        stage_layers=list(cfg.stage_layers) if cfg.stage_layers else None,
-        recompute_layers=list(cfg.recompute_layers) if cfg.recompute_layers else None,
-    )
+def _parallelism(cfg: ParallelConfig, num_micro_batches: int) -> ParallelConfig:
+    """A searched layout as the plan states it: its micro-batches counted, a context-parallel
+    communication kind only where there is context parallelism."""
+    return replace(cfg, num_micro_batches=num_micro_batches, cp_comm=cfg.cp_comm if cfg.cp > 1 else None)
 
 
 def _model_summary(model) -> ModelSummary:
@@ -256,7 +249,7 @@ def estimate(req: EstimateRequest | dict, profile=None) -> Estimate:
     _require_parallelism(req, "an estimate")
     r = validated(req, EstimateRequest)
     return estimate_config(model_spec(r.model), cluster_spec(r.cluster), training_spec(r.training),
-                           parallel_config(r.parallelism), profile)
+                           r.parallelism, profile)
 
 
 def check(
@@ -277,12 +270,8 @@ def check(
     if max_slowdown is None:
         max_slowdown = r.max_slowdown
     prob = problem_from_request(r, profile)
-    cfg = parallel_config(r.parallelism)
-    if isinstance(req, dict) and "engine" not in req["parallelism"]:
-        # a dict's configuration runs on the engine the search is for, unless it names its own
-        # (a validated request's parallelism.engine is its field's default when not given)
-        cfg = replace(cfg, engine=_engine(prob))
-    est = estimate_config(prob.model, prob.cluster, prob.training, cfg, profile)
+    # the given configuration and the best plan are priced for the request's one engine
+    est = estimate_config(prob.model, prob.cluster, prob.training, r.parallelism, profile)
     reasons: list[str] = []
     try:
         best = _search_plan(prob, request_hash(req), time_limit_s, False, None, progress)

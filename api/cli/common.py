@@ -94,6 +94,10 @@ def request_from_args(args: argparse.Namespace, command: str) -> BaseModel:
                 raise SpecError(f"parallelism.{f.field}", f"{f.name} takes one value in {command}, got {value}",
                                 allowed="one value")
             _set(req, f"parallelism.{f.field}", value[0] if isinstance(value, list) else value)
+    if getattr(args, "engine", None) is not None:  # the flag overrides the engine a --request file names anywhere
+        for block in ("search", "parallelism"):
+            if isinstance(req.get(block), dict):
+                req[block].pop("engine", None)
     try:
         valid = validate_as(REQUESTS[command], req)
     except SpecError as exc:

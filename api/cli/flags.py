@@ -94,6 +94,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--moe-pad-to-capacity", "problem", "pad every expert's input to the capacity (no host sync per MoE layer; "
          "--no-moe-pad-to-capacity: off)", action=argparse.BooleanOptionalAction, field="training.moe_pad_to_capacity"),
     Flag("--profile", "problem", "profile JSON from `planner profile`", metavar="FILE"),
+    Flag("--engine", "problem", "the engine that runs the plan or the configuration: it prices it and its artifacts "
+         "launch it (default megatron)", choices=V.values(V.Engine), field="engine"),
     # ---- the configuration (estimate/check) or the pins (plan)
     _knob("tp", "tp", int, "tensor-parallel degree"),
     _knob("pp", "pp", int, "pipeline-parallel degree"),
@@ -115,8 +117,7 @@ FLAGS: tuple[Flag, ...] = (
          "(--overlap-moe-expert-parallel-comm; --no-moe-a2a-overlap: off)",
          action=argparse.BooleanOptionalAction, field="moe_a2a_overlap"),
     # ---- the search
-    Flag("--engine", "search", "engine the plan is priced for and emitted to (default megatron)", choices=V.values(V.Engine),
-         field="search.engine"),
+
     Flag("--time-limit", "search", "search time limit in seconds (default 10)", type=float, metavar="S",
          field="search.time_limit_s"),
     Flag("--gap-limit", "search", "stop once the best plan is proven within this fraction of the optimum "

@@ -8,7 +8,11 @@ Units are in the names: `_bytes`, `_s`, `_gb_s` (10^9 bytes/s), `_tflops` (10^12
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated, Any
 
+from pydantic import ConfigDict, Field, Strict
+
+from cost_model.specs.limits import MAX_BATCH, MAX_GPUS, MAX_LAYERS
 from cost_model.specs.vocab import (
     ATTENTION_FLASH,
     DISPATCHER_ALLTOALL,
@@ -23,6 +27,7 @@ from cost_model.specs.vocab import (
     POSITION_LEARNED,
     RECOMPUTE_NONE,
     SCHEDULE_1F1B,
+    SCHEDULE_INTERLEAVED,
     Attention,
     CpComm,
     Dtype,
@@ -307,11 +312,94 @@ class TrainingSpec:
 
 # --------------------------------------------------------------------------- parallelism
 
+# A degree: how many ranks one dimension splits over
+_Degree = Annotated[int, Strict(), Field(ge=1, le=MAX_GPUS)]
+_Flag = Annotated[bool, Strict()]
+# blocks per (virtual) stage, model order; JSON gives a list, the layout keeps a tuple
+_StageBlocks = Annotated[tuple[Annotated[int, Field(strict=True, ge=0, le=MAX_LAYERS)], ...],
+                         Field(strict=False, max_length=MAX_LAYERS)]
 
-class ParallelSizes:
-    """The group sizes a layout's degrees imply, defined once for the cost model's
-    ParallelConfig and the plan's Parallelism (planner/plan.py). A mixin: the class it is
-    mixed into has the degrees dp, tp, pp, cp, ep and etp."""
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """A parallel layout, fully given: the one type of it, from the request's `parallelism`
+    block (validated by pydantic with the bounds below) through the search's candidates and
+    the cost model to the plan's `parallelism` block and the reference runtime. Derived sizes
+    are its properties, as torchtitan's ParallelDims (torchtitan/distributed/parallel_dims.py)
+    derives its meshes from the degrees.
+
+    Degrees multiply to the world except `ep`/`etp`, which are folded over the same ranks as
+    tp x cp x dp (Megatron-Core MoE parallel folding).
+    zero: 0 plain DP; 1 optimizer states sharded (Megatron distributed optimizer);
+    2 + gradients; 3 + parameters (FSDP full-shard). Sharding is over the DP group
+    (dp x cp ranks share one model replica's data-parallel group as in Megatron).
+    recompute: "full" recomputes `recompute_layers[i]` blocks of stage i (the first ones,
+    Megatron's block method); None means every block.
+    schedule: None is the default, interleaved when vpp > 1 and 1f1b otherwise.
+    stage_layers: blocks per pipeline stage (pp * vpp entries, in model order); None is
+    the balanced split.
+    num_micro_batches: micro-batches per step where stated (a plan states it; a request may,
+    and must then agree with the batch); None: global batch / (dp x micro-batch).
+    etp: expert tensor-parallel degree (carried for the MoE model). cp_comm: the
+    context-parallel communication kind (cp.block_cp_s prices each; None = the
+    engine's default ring). moe_a2a_overlap: Megatron-Core's overlapped 1F1B, each steady
+    step's forward and backward combined so that one's expert all-to-alls run under the
+    other's compute (--overlap-moe-expert-parallel-comm; moe.combined_pair_s), one more
+    warm-up forward (in_flight.live_chunk_vectors). moe_dispatcher: the expert layers' token
+    dispatcher (vocab.MoeDispatcher; moe.ep_comm_fwd_s prices each, memory.py holds DeepEP's
+    buffers).
+
+    It reads like the JSON block it is (`par["tp"]`, `par.get(key, default)`), as
+    specs.results.Record does, so code written against stored plans reads it unchanged.
+    """
+
+    # pydantic's validation of this dataclass where it is a request or plan field: no unknown
+    # keys (a typo is an error, not a default); every field strict (numbers and flags by
+    # their annotation, words by their Literal: a strict dataclass would take only an
+    # instance, not its JSON object)
+    __pydantic_config__ = ConfigDict(title="Parallelism", extra="forbid", allow_inf_nan=False)
+
+    dp: _Degree = 1
+    tp: _Degree = 1
+    pp: _Degree = 1
+    cp: _Degree = 1
+    ep: _Degree = 1
+    etp: Annotated[int, Strict(), Field(ge=1, le=MAX_GPUS, description="expert tensor-parallel degree")] = 1
+    vpp: Annotated[int, Strict(), Field(ge=1, le=MAX_LAYERS,
+                                        description="virtual stages per pipeline rank (interleaved)")] = 1
+    sequence_parallel: _Flag = False
+    # ZeroStage's values, as a strict integer (a Literal alone would take 1.0 or true for 1)
+    zero: Annotated[int, Strict(), Field(ge=0, le=3, description="0 replicated; 1 optimizer states, 2 + "
+                                                                 "gradients, 3 + parameters sharded")] = 0
+    micro_batch_size: Annotated[int, Strict(), Field(ge=1, le=MAX_BATCH)] = 1
+    num_micro_batches: Annotated[Annotated[int, Strict()] | None, Field(
+        ge=1, le=MAX_BATCH, description="micro-batches per step; default (and the only value allowed) "
+        "global_batch_size / (dp x micro_batch_size)")] = None
+    recompute: Recompute = RECOMPUTE_NONE
+    schedule: Annotated[Schedule | None, Field(description="default interleaved when vpp > 1, else 1f1b")] = None
+    moe_a2a_overlap: Annotated[bool, Strict(), Field(
+        description="Megatron-Core's overlapped 1F1B: each steady step's forward and backward combined, one's "
+        "expert all-to-alls under the other's compute (--overlap-moe-expert-parallel-comm)")] = False
+    cp_comm: Annotated[CpComm | None, Field(description="context-parallel communication (cp > 1; null = the "
+                                                        "engine's: Megatron and torchtitan p2p ring, DeepSpeed a2a)")] = None
+    moe_dispatcher: Annotated[MoeDispatcher, Field(
+        description="MoE token dispatcher: alltoall (one NCCL all-to-all of every routed copy) or deepep "
+        "(--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep: a token sent once per destination "
+        "rank and node; needs DeepEP installed)")] = DISPATCHER_ALLTOALL
+    stage_layers: Annotated[_StageBlocks | None, Field(
+        description="blocks per (virtual) stage, pp*vpp entries; default balanced. 0: a stage with only the "
+        "embedding (first) or only the loss (last), where the engine builds one (Megatron: any stage; torchtitan: "
+        "the first and the last)")] = None
+    recompute_layers: Annotated[_StageBlocks | None, Field(
+        description="with recompute full: recomputed blocks per stage")] = None
+    engine: Annotated[Engine, Field(description="the engine that runs this configuration, and so how it is "
+                                                "priced")] = ENGINE_MEGATRON
+
+    def __post_init__(self) -> None:
+        if self.schedule is None:  # the default schedule of the degrees (frozen: set once, here)
+            object.__setattr__(self, "schedule", SCHEDULE_INTERLEAVED if self.vpp > 1 else SCHEDULE_1F1B)
+
+    # ------------------------------------------------------------------ derived sizes
 
     @property
     def world_size(self) -> int:
@@ -332,49 +420,38 @@ class ParallelSizes:
         = world / (etp*ep*pp))."""
         return max(1, self.tp * self.cp * self.dp // (self.ep * self.etp))
 
+    @property
+    def seq_divisor(self) -> int:
+        """How many ways one sequence's activations are split on a rank: cp, times tp with
+        sequence parallelism (Korthikanti et al. 2022 section 4.2.2)."""
+        return self.cp * (self.tp if self.sequence_parallel and self.tp > 1 else 1)
 
-@dataclass(frozen=True)
-class ParallelConfig(ParallelSizes):
-    """A fully given configuration (what `estimate` and `check` take, and a Plan holds).
-
-    zero: 0 plain DP; 1 optimizer states sharded (Megatron distributed optimizer);
-    2 + gradients; 3 + parameters (FSDP full-shard). Sharding is over the DP group
-    (dp x cp ranks share one model replica's data-parallel group as in Megatron).
-    recompute: "full" recomputes `recompute_layers[i]` blocks of stage i (the first ones,
-    Megatron's block method); None means every block.
-    stage_layers: blocks per pipeline stage (pp * vpp entries, in model order); None is
-    the balanced split.
-    etp: expert tensor-parallel degree (carried for the MoE model). cp_comm: the
-    context-parallel communication kind (cp.block_cp_s prices each; None = the
-    engine's default ring). moe_a2a_overlap: Megatron-Core's overlapped 1F1B, each steady
-    step's forward and backward combined so that one's expert all-to-alls run under the
-    other's compute (--overlap-moe-expert-parallel-comm; moe.combined_pair_s), one more
-    warm-up forward (in_flight.live_chunk_vectors). moe_dispatcher: the expert layers' token
-    dispatcher (vocab.MoeDispatcher; moe.ep_comm_fwd_s prices each, memory.py holds DeepEP's
-    buffers).
-    """
-
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    vpp: int = 1
-    sequence_parallel: bool = False
-    zero: int = 0
-    micro_batch_size: int = 1
-    recompute: Recompute = RECOMPUTE_NONE
-    recompute_layers: tuple[int, ...] | None = None
-    schedule: Schedule = SCHEDULE_1F1B
-    stage_layers: tuple[int, ...] | None = None
-    etp: int = 1
-    cp_comm: CpComm | None = None
-    engine: Engine = ENGINE_MEGATRON  # the engine that runs it, and so how it is priced
-    moe_a2a_overlap: bool = False
-    moe_dispatcher: MoeDispatcher = DISPATCHER_ALLTOALL
-
-    def num_micro_batches(self, global_batch_size: int) -> int:
+    def micro_batches(self, global_batch_size: int) -> int:
+        """Micro-batches per step of a global batch: global / (dp x micro-batch)."""
         return global_batch_size // (self.dp * self.micro_batch_size)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Sequences per step of a layout that states its micro-batches (a plan's)."""
+        if self.num_micro_batches is None:
+            raise ValueError("the layout does not state num_micro_batches")
+        return self.micro_batch_size * self.num_micro_batches * self.dp
+
+    # ------------------------------------------------------------------ read as its JSON block
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.__dataclass_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self.__dataclass_fields__ else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.__dataclass_fields__
+
+    def keys(self) -> list[str]:
+        return list(self.__dataclass_fields__)
 
 
 # --------------------------------------------------------------------------- profile

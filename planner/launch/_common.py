@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 import shlex
 
+from cost_model.specs.inputs import ParallelConfig
 from cost_model.specs.vocab import MODEL_LAYERS, TARGET_TORCHRUN
-from planner.plan import Parallelism
+from planner.plan import read_parallelism
 
 RDZV_PORT = 29500
 TORCHRUN = TARGET_TORCHRUN  # the launcher program, which the torchrun target is named after
@@ -20,12 +21,10 @@ class NotApplicable(Exception):
     """Raised by an emitter when the plan cannot be expressed for its target (reason in args)."""
 
 
-def par(plan) -> Parallelism:
+def par(plan) -> ParallelConfig:
     """The plan's parallel layout, typed, with its defaults (read as `p["tp"]` or `p.tp`)."""
     p = plan.get("parallelism")
-    if isinstance(p, Parallelism):
-        return p
-    return Parallelism.model_validate(dict(p or {}))
+    return read_parallelism(p if isinstance(p, ParallelConfig) else dict(p or {}))
 
 
 def world_size(plan) -> int:

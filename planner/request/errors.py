@@ -4,12 +4,15 @@ model's field names), the same for the CLI (`validate_as`) and the REST 422 (api
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 import types
 import typing
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 from cost_model.specs.errors import SpecError
 from cost_model.validate import range_text
@@ -30,13 +33,26 @@ def _unwrap(tp: Any) -> list[Any]:
     return [tp]
 
 
-def _field_info(root: type[BaseModel], parts: list) -> Any:
+@functools.cache
+def schema_fields(t: Any) -> dict[str, FieldInfo] | None:
+    """The pydantic fields of a model, or of a stdlib dataclass validated as one (the layout,
+    cost_model.specs.inputs.ParallelConfig, whose annotations carry its bounds); None for
+    anything else."""
+    if isinstance(t, type) and issubclass(t, BaseModel):
+        return dict(t.model_fields)
+    if isinstance(t, type) and dataclasses.is_dataclass(t):
+        hints = typing.get_type_hints(t, include_extras=True)
+        return {f.name: FieldInfo.from_annotated_attribute(hints[f.name], f.default) for f in dataclasses.fields(t)}
+    return None
+
+
+def _field_info(root: Any, parts: list) -> Any:
     """The FieldInfo of the last named field in `parts` when the path ends on it (its
     constraints give the full allowed range), else None (a list item: the error's ctx)."""
     if not parts or not isinstance(parts[-1], str):
         return None
-    owners = [t for t in _walk_types(root, parts[:-1]) if isinstance(t, type) and issubclass(t, BaseModel)]
-    return owners[0].model_fields.get(parts[-1]) if owners else None
+    owners = [f for t in _walk_types(root, parts[:-1]) if (f := schema_fields(t)) is not None]
+    return owners[0].get(parts[-1]) if owners else None
 
 
 def _range(info: Any, ctx: dict) -> str | None:
@@ -68,7 +84,7 @@ def _path(parts: list) -> str:
     return out
 
 
-_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string", "string": "a string",
                "dict": "an object", "list": "a list", "model": "an object"}
 
 
@@ -83,9 +99,9 @@ def spec_error_from(err: dict, root: type[BaseModel] | None = None, prefix: str 
         return SpecError(_path(head + loc + sub), ctx.get("message", err.get("msg", "")), allowed=ctx.get("allowed"))
     info = _field_info(root, loc) if root is not None else None
     path = _path(head + loc)
-    if kind == "extra_forbidden":
-        parents = [t for t in _walk_types(root, loc[:-1]) if isinstance(t, type) and issubclass(t, BaseModel)] if root else []
-        return SpecError(path, f"unknown field {loc[-1]!r}", allowed=sorted(parents[0].model_fields) if parents else None)
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's word, a dataclass's word
+        parents = [f for t in _walk_types(root, loc[:-1]) if (f := schema_fields(t)) is not None] if root else []
+        return SpecError(path, f"unknown field {loc[-1]!r}", allowed=sorted(parents[0]) if parents else None)
     if kind == "missing":
         return SpecError(path, "is required")
     if kind == "literal_error":
@@ -103,14 +119,15 @@ def spec_error_from(err: dict, root: type[BaseModel] | None = None, prefix: str 
     return SpecError(path, err.get("msg", "is invalid"))
 
 
-def _walk_types(root: type[BaseModel], parts: list) -> list[Any]:
+def _walk_types(root: Any, parts: list) -> list[Any]:
     """The types the path `parts` may reach from `root` (fields, then list/dict items)."""
     cur: list[Any] = [root]
     for p in parts:
         nxt: list[Any] = []
         for t in cur:
-            if isinstance(p, str) and isinstance(t, type) and issubclass(t, BaseModel) and p in t.model_fields:
-                nxt += _unwrap(t.model_fields[p].annotation)
+            fields = schema_fields(t) if isinstance(p, str) else None
+            if fields is not None and p in fields:
+                nxt += _unwrap(fields[p].annotation)
             elif isinstance(p, int) and typing.get_origin(t) in (list, dict):
                 nxt += _unwrap(typing.get_args(t)[-1])
         cur = nxt
@@ -128,10 +145,18 @@ def _length(ctx: dict, info: Any) -> str | None:
     return f">= {lo} entries" if lo is not None else (f"<= {hi} entries" if hi is not None else None)
 
 
-def validate_as(model: type[BaseModel], data: Any, path: str = "") -> BaseModel:
-    """`model.model_validate(data)`, failures raised as the SpecError of the first error."""
+@functools.cache
+def _adapter(t: Any) -> TypeAdapter:
+    return TypeAdapter(t)
+
+
+def validate_as(model: Any, data: Any, path: str = "") -> Any:
+    """`data` validated as `model` (a pydantic model, or a dataclass such as the parallel
+    layout), failures raised as the SpecError of the first error."""
     try:
-        return model.model_validate(data)
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return model.model_validate(data)
+        return _adapter(model).validate_python(data)
     except ValidationError as exc:
         errors = exc.errors()
         raise spec_error_from(errors[0], model, path) from None

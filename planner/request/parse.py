@@ -35,8 +35,6 @@ from cost_model.specs.vocab import (
     NORM_RMSNORM,
     POSITION_LEARNED,
     POSITION_ROPE,
-    SCHEDULE_1F1B,
-    SCHEDULE_INTERLEAVED,
 )
 from cost_model.validate import validate_cluster, validate_model
 from planner.request import schema as rq
@@ -172,17 +170,8 @@ def parse_training(d: Any) -> TrainingSpec:
     return training_spec(rq.validate_as(rq.Training, d, "training"))
 
 
-def parallel_config(p: rq.Parallelism) -> ParallelConfig:
-    d = p.model_dump()
-    if d["schedule"] is None:
-        d["schedule"] = SCHEDULE_INTERLEAVED if p.vpp > 1 else SCHEDULE_1F1B
-    for k in ("stage_layers", "recompute_layers"):
-        d[k] = None if d[k] is None else tuple(d[k])
-    return ParallelConfig(**d)
-
-
 def parse_parallelism(d: Any) -> ParallelConfig:
-    return parallel_config(rq.validate_as(rq.Parallelism, d, "parallelism"))
+    return rq.validate_as(rq.Parallelism, d, "parallelism")
 
 
 def model_to_dict(m: ModelSpec) -> dict:

@@ -24,6 +24,7 @@ values or range, the same path the REST 422 carries (api/errors.py uses `spec_er
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -37,6 +38,22 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from cost_model.specs.inputs import ParallelConfig
+from cost_model.specs.limits import (
+    MAX_BATCH,
+    MAX_EXPERTS,
+    MAX_FFN,
+    MAX_GB_S,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_LOSS_CHUNKS,
+    MAX_MOE_IMBALANCE,
+    MAX_SEQ,
+    MAX_VOCAB,
+)
 from cost_model.specs.vocab import (
     ATTENTION_FLASH,
     ATTN_GQA,
@@ -54,8 +71,6 @@ from cost_model.specs.vocab import (
     NORM_RMSNORM,
     OPTIMIZER_ADAM,
     POSITION_ROPE,
-    RECOMPUTE_NONE,
-    RECOMPUTE_SELECTIVE,
     ROUTER_SOFTMAX,
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
@@ -80,24 +95,7 @@ from cost_model.specs.vocab import (
     ZeroStage,
     values,
 )
-from cost_model.validate import (
-    MAX_BATCH,
-    MAX_EXPERTS,
-    MAX_FFN,
-    MAX_GB_S,
-    MAX_GPUS,
-    MAX_GPUS_PER_NODE,
-    MAX_HEADS,
-    MAX_HIDDEN,
-    MAX_LAYERS,
-    MAX_LOSS_CHUNKS,
-    MAX_MOE_IMBALANCE,
-    MAX_SEQ,
-    MAX_VOCAB,
-    divisors,
-    routing_rule,
-    shape_rule,
-)
+from cost_model.validate import divisors, routing_rule, shape_rule
 from planner.request.errors import (
     GPU_TAG_NAME,
     GPU_TAG_OBJECT,
@@ -419,7 +417,8 @@ Degree = Annotated[int, Field(ge=1, le=MAX_GPUS)]
 
 
 class Search(_Strict):
-    engine: Engine = Field(ENGINE_MEGATRON, description="the engine the plan is priced for and emitted to", examples=[ENGINE_MEGATRON])
+    engine: Engine = Field(ENGINE_MEGATRON, description="the request's engine (an older spelling of the top-level "
+                           "`engine`, which it must agree with)", examples=[ENGINE_MEGATRON])
     tp: _choice(Degree, [1, 2, 4, 8], "tensor-parallel degree")
     pp: _choice(Degree, [1, 2, 4], "pipeline-parallel degree")
     dp: _choice(Degree, [8], "data-parallel degree")
@@ -452,40 +451,10 @@ class Search(_Strict):
 
 
 # ------------------------------------------------------------------ parallelism
-
-
-class Parallelism(_Strict):
-    """A fully given configuration (estimate / check)."""
-
-    dp: int = Field(1, ge=1, le=MAX_GPUS, examples=[4])
-    tp: int = Field(1, ge=1, le=MAX_GPUS, examples=[2])
-    pp: int = Field(1, ge=1, le=MAX_GPUS, examples=[1])
-    cp: int = Field(1, ge=1, le=MAX_GPUS, examples=[1])
-    ep: int = Field(1, ge=1, le=MAX_GPUS, examples=[1])
-    etp: int = Field(1, ge=1, le=MAX_GPUS, description="expert tensor-parallel degree", examples=[1])
-    vpp: int = Field(1, ge=1, le=MAX_LAYERS, description="virtual stages per pipeline rank (interleaved)", examples=[1])
-    micro_batch_size: int = Field(1, ge=1, le=MAX_BATCH, examples=[1])
-    recompute: Recompute = Field(RECOMPUTE_NONE, examples=[RECOMPUTE_SELECTIVE])
-    sequence_parallel: bool = Field(False, examples=[False])
-    zero: ZeroStage = Field(0, description="0 replicated; 1 optimizer states, 2 + gradients, 3 + parameters sharded", examples=[1])
-    schedule: Schedule | None = Field(None, description="default interleaved when vpp > 1, else 1f1b", examples=[SCHEDULE_1F1B])
-    cp_comm: CpComm | None = Field(None, description="context-parallel communication (cp > 1; null = the engine's: "
-                                   "Megatron and torchtitan p2p ring, DeepSpeed a2a)", examples=[CP_P2P])
-    engine: Engine = Field(ENGINE_MEGATRON, description="the engine that runs this configuration (check: default search.engine)",
-                           examples=[ENGINE_MEGATRON])
-    moe_a2a_overlap: bool = Field(False, description="Megatron-Core's overlapped 1F1B: each steady step's forward and "
-                                  "backward combined, one's expert all-to-alls under the other's compute "
-                                  "(--overlap-moe-expert-parallel-comm)", examples=[False])
-    moe_dispatcher: MoeDispatcher = Field(DISPATCHER_ALLTOALL, description="MoE token dispatcher: alltoall (one NCCL "
-                                          "all-to-all of every routed copy) or deepep (--moe-token-dispatcher-type flex "
-                                          "--moe-flex-dispatcher-backend deepep: a token sent once per destination rank "
-                                          "and node; needs DeepEP installed)", examples=[DISPATCHER_ALLTOALL])
-    stage_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
-        None, max_length=MAX_LAYERS, description="blocks per (virtual) stage, pp*vpp entries; default balanced. 0: a "
-        "stage with only the embedding (first) or only the loss (last), where the engine builds one (Megatron: any "
-        "stage; torchtitan: the first and the last)", examples=[[16, 16]])
-    recompute_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
-        None, max_length=MAX_LAYERS, description="with recompute full: recomputed blocks per stage", examples=[[16, 8]])
+# The `parallelism` block (estimate / check) is the cost model's ParallelConfig itself, whose
+# fields carry their bounds (cost_model/specs/inputs.py): one type for the layout from the
+# request to the plan; a plan's block pastes into a check request unchanged.
+Parallelism = ParallelConfig
 
 
 # ------------------------------------------------------------------ whole requests
@@ -502,7 +471,55 @@ def _config(example: dict) -> ConfigDict:
     return ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, json_schema_extra={"examples": [example]})
 
 
-class PlanRequest(_Strict):
+_ENGINE_AT = ("search", "parallelism")  # blocks that may also name the engine (older spellings)
+
+
+def one_engine(data: Any) -> Any:
+    """The request's one engine, read and written in one place: the top-level `engine`, or
+    where a request names it in its `search` or `parallelism` block (the older spellings),
+    that; megatron where none does. Two different names are refused, naming both. The
+    engine is then written into every block that carries one, so the search, the given
+    configuration and every emitter price and emit for the same engine."""
+    if not isinstance(data, dict):
+        return data
+    named = {"engine": data.get("engine")} if data.get("engine") is not None else {}
+    for block in _ENGINE_AT:
+        b = data.get(block)
+        if isinstance(b, dict) and b.get("engine") is not None:
+            named[f"{block}.engine"] = b["engine"]
+        elif isinstance(b, ParallelConfig):  # a typed layout always names its engine
+            named[f"{block}.engine"] = b.engine
+    words = set(values(Engine))
+    if len({v for v in named.values() if isinstance(v, str)}) > 1:
+        said = ", ".join(f"{k}: {v}" for k, v in named.items())
+        raise PydanticCustomError("spec", "{message}", {
+            "field": "engine", "message": f"names two engines ({said}); a request plans, prices and emits for one, "
+            "named once as `engine`", "allowed": sorted(words)})
+    engine = next(iter(named.values()), ENGINE_MEGATRON)
+    if engine not in words:  # a bad word: its own field's error says where it is
+        return data
+    out = {**data, "engine": engine}
+    for block in _ENGINE_AT:
+        b = out.get(block)
+        if isinstance(b, dict):
+            out[block] = {**b, "engine": engine}
+        elif isinstance(b, ParallelConfig):
+            out[block] = replace(b, engine=engine)
+    return out
+
+
+class _Request(_Strict):
+    engine: Engine = Field(ENGINE_MEGATRON, description="the engine the request is for: it runs the plan (or the given "
+                           "configuration), so it prices it and its artifacts launch it. search.engine and "
+                           "parallelism.engine are older spellings of it, which must agree", examples=[ENGINE_MEGATRON])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_engine(cls, data: Any) -> Any:
+        return one_engine(data)
+
+
+class PlanRequest(_Request):
     model_config = _config({"model": _MODEL_EX, "cluster": _CLUSTER_EX, "training": _TRAINING_EX,
                             "search": {"top_k": 3, "time_limit_s": 10}})
     model: Model
@@ -512,7 +529,7 @@ class PlanRequest(_Strict):
     metadata: dict[str, Any] | None = _METADATA
 
 
-class EstimateRequest(_Strict):
+class EstimateRequest(_Request):
     model_config = _config({"model": _MODEL_EX, "cluster": _CLUSTER_EX, "training": _TRAINING_EX, "parallelism": _PAR_EX})
     model: Model
     cluster: Cluster

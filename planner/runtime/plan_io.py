@@ -13,7 +13,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pydantic import ValidationError
 
 from cost_model.model.attention import layer_type_of
-from cost_model.specs.inputs import TransformerSpec
+from cost_model.specs.inputs import ParallelConfig, TransformerSpec
 from cost_model.specs.vocab import (
     ATTN_CHUNKED,
     ATTN_SLIDING,
@@ -24,7 +24,8 @@ from cost_model.specs.vocab import (
     Mlp,
     values,
 )
-from planner.plan import Parallelism, Plan, TrainingEcho
+from planner.plan import Plan, TrainingEcho, read_parallelism
+from planner.request.errors import spec_error_from
 from profiler.dims import ModelDims
 
 
@@ -65,7 +66,7 @@ class RunPlan:
     training: TrainingEcho  # the plan's own type: global_batch_size, seq_length, dtype, optimizer
     # the plan's own layout type: degrees, micro-batching, recompute and schedule, and the
     # sizes they imply (world_size, dense_dp_size, ...)
-    parallelism: Parallelism
+    parallelism: ParallelConfig
     stages: tuple[Stage, ...] = field(default_factory=tuple)
 
 
@@ -86,39 +87,22 @@ def _int(d: dict, key: str, where: str, default=None) -> int:
     return v
 
 
-def _field_error(e: ValidationError, where: str) -> PlanError:
-    """The first field a Plan model refused, named by its dotted path under `where` and
-    worded as the runtime's own checks word theirs."""
-    err = e.errors()[0]
-    path = where + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in err["loc"])
-    kind, got, ctx = err["type"], err.get("input"), err.get("ctx") or {}
-    if kind == "missing":
-        return PlanError(f"{path} is missing")
-    if kind.startswith("int_"):
-        return PlanError(f"{path} must be an integer, got {got!r}")
-    if kind == "greater_than_equal":
-        return PlanError(f"{path} must be >= {ctx['ge']}, got {got!r}")
-    if kind == "literal_error":
-        return PlanError(f"{path}={got!r} must be {ctx['expected']}")
-    if kind == "bool_type":
-        return PlanError(f"{path} must be true or false, got {got!r}")
-    if kind == "string_type":
-        return PlanError(f"{path} must be a string, got {got!r}")
-    if kind in ("model_type", "dict_type"):
-        return PlanError(f"{path} must be a JSON object, got {got!r}")
-    return PlanError(f"{path}: {err['msg']}, got {got!r}")
+def _field_error(e: ValidationError, model, where: str) -> PlanError:
+    """The first field a Plan type refused, named by its dotted path under `where` and worded
+    as the request's errors word theirs (planner.request.errors.spec_error_from)."""
+    return PlanError(str(spec_error_from(e.errors()[0], model, where)))
 
 
-def _parallelism(par) -> Parallelism:
-    """The plan's parallelism block as the Plan types it (planner.plan.Parallelism), strictly:
-    a degree is a JSON integer, not "2" or 2.0. Keys the Plan does not define are ignored,
+def _parallelism(par) -> ParallelConfig:
+    """The plan's parallelism block as the Plan types it (the layout, ParallelConfig), strictly:
+    a degree is a JSON integer, not "2" or 2.0. Keys the layout does not define are ignored,
     as the runtime always has."""
     if isinstance(par, dict):
-        par = {k: v for k, v in par.items() if k in Parallelism.model_fields}
+        par = {k: v for k, v in par.items() if k in ParallelConfig.__dataclass_fields__}
     try:
-        return Parallelism.model_validate(par, strict=True)
+        return read_parallelism(par)
     except ValidationError as e:
-        raise _field_error(e, "parallelism") from e
+        raise _field_error(e, ParallelConfig, "parallelism") from e
 
 
 def _training(train) -> TrainingEcho:
@@ -131,7 +115,7 @@ def _training(train) -> TrainingEcho:
     try:
         t = TrainingEcho.model_validate(train, strict=True)
     except ValidationError as e:
-        raise _field_error(e, "training") from e
+        raise _field_error(e, TrainingEcho, "training") from e
     for key in ("global_batch_size", "seq_length"):
         if t[key] < 1:
             raise PlanError(f"training.{key} must be >= 1, got {t[key]}")
@@ -326,8 +310,8 @@ def scale_down(p: RunPlan) -> RunPlan:
         stages.append(Stage(s.index, first, first + n - 1, rl))
         first += n
     split = {"stage_layers": [s.num_layers for s in stages], "recompute_layers": [s.recompute_layers for s in stages]}
-    par = p.parallelism.model_copy(update={
-        "micro_batch_size": 1, **{k: v for k, v in split.items() if p.parallelism[k] is not None}})
+    par = replace(p.parallelism, micro_batch_size=1,
+                  **{k: tuple(v) for k, v in split.items() if p.parallelism[k] is not None})
     return replace(
         p,
         model=replace(p.model, num_layers=first, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv,

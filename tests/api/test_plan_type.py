@@ -9,7 +9,8 @@ import json
 import subprocess
 import sys
 
-from planner.plan import Parallelism, Plan
+from cost_model.specs.inputs import ParallelConfig
+from planner.plan import Plan
 
 from .conftest import ROOT, SMALL, TOKEN
 
@@ -45,12 +46,12 @@ def test_rest_cli_and_plan_json_share_the_plan_type(server, client, tmp_path):
 
 
 def test_parallelism_derived_sizes():
-    p = Parallelism(dp=4, tp=2, pp=3, cp=2, ep=4, sequence_parallel=True, micro_batch_size=2, num_micro_batches=5)
+    p = ParallelConfig(dp=4, tp=2, pp=3, cp=2, ep=4, sequence_parallel=True, micro_batch_size=2, num_micro_batches=5)
     assert p.world_size == 4 * 2 * 3 * 2
     assert p.dense_dp_size == 4 * 2
     assert p.expert_dp_size == 2 * 2 * 4 // 4  # folding: tp*cp*dp/(ep*etp)
     assert p.seq_divisor == 2 * 2
-    assert Parallelism(tp=4, cp=2).seq_divisor == 2  # no SP: only CP splits the sequence
+    assert ParallelConfig(tp=4, cp=2).seq_divisor == 2  # no SP: only CP splits the sequence
     assert p.global_batch_size == 2 * 5 * 4
     assert p["tp"] == p.tp and p.get("nope", 7) == 7
 

@@ -218,3 +218,20 @@ def test_moe_token_dropping_and_dispatcher_flags_reach_the_estimate():
     assert not any("host-bound" in n for n in got["notes"])
     bad = planner(*base, "--moe-pad-to-capacity")
     assert bad.returncode != 0 and "training.moe_pad_to_capacity" in bad.stderr
+
+
+@pytest.mark.parametrize("engine", ["torchtitan", "deepspeed"])
+def test_estimate_engine_flag_prices_as_that_engine(engine):
+    """`estimate --engine E` prices the configuration as E runs it: the facade's estimate of
+    the same request with `engine: E`, and not the Megatron price."""
+    from planner import service
+
+    args = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--dp", "8", "--zero", "1",
+            "--global-batch", "32", "--seq-len", "2048"]
+    r = planner("estimate", *args, "--engine", engine, "--json")
+    assert r.returncode == 0, r.stderr
+    req = {"model": {"name": "llama3-8b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"global_batch_size": 32, "seq_length": 2048}, "parallelism": {"dp": 8, "zero": 1}}
+    want = service.estimate({**req, "engine": engine}).prediction.step_time_s
+    assert json.loads(r.stdout)["prediction"]["step_time_s"] == pytest.approx(want, rel=1e-12)
+    assert want != pytest.approx(service.estimate(req).prediction.step_time_s, rel=1e-6)

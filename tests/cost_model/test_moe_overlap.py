@@ -91,7 +91,7 @@ def test_pp1_step_pays_the_first_forward_and_last_backward_alone():
     that order gives the same pipeline time."""
     cl = _cluster(n=64)
     cfg = _cfg()
-    m = cfg.num_micro_batches(T.global_batch_size)
+    m = cfg.micro_batches(T.global_batch_size)
     on_cfg = replace(cfg, moe_a2a_overlap=True)
     est_off, est_on = estimate(QWEN30, cl, T, cfg), estimate(QWEN30, cl, T, on_cfg)
     on_blocks, off_blocks = layer_table(QWEN30, cl, T, on_cfg).blocks, layer_table(QWEN30, cl, T, cfg).blocks

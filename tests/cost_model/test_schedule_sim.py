@@ -251,7 +251,7 @@ def test_stage_times_add_up_to_the_cost_models_rank_times():
     table = layer_table(model, cluster, training, cfg, None)
     slices = resolve_slices(model, cfg)
     st = stage_times(table, slices, cfg)
-    m = cfg.num_micro_batches(training.global_batch_size)
+    m = cfg.micro_batches(training.global_batch_size)
     for rc in rank_costs(table, slices, cfg, m, cluster):
         assert rank_times(st, cfg.pp, cfg.vpp)[rc.rank] == pytest.approx(rc.time_s, rel=1e-12)
     assert all(s.recompute_s > 0 for s in st)

@@ -12,6 +12,7 @@ from cost_model.estimate import estimate
 from cost_model.hardware.catalog import CATALOG, get_gpu, resolve_gpu
 from cost_model.specs.errors import SpecError
 from cost_model.specs.vocab import Dtype, values
+from planner.request.errors import schema_fields
 from planner.request.parse import parse_cluster, parse_model, parse_parallelism, parse_training
 from planner.space import parse_search
 
@@ -265,6 +266,8 @@ def test_cost_model_bounds_every_bounded_schema_field_of_a_spec():
     import types
     import typing
 
+    from pydantic.fields import FieldInfo
+
     from cost_model.specs import inputs as specs
     from cost_model.validate import FIELD_DOMAINS
     from planner.request import schema as rq
@@ -276,9 +279,11 @@ def test_cost_model_bounds_every_bounded_schema_field_of_a_spec():
         if origin is typing.Annotated:
             base, *meta = typing.get_args(tp)
             return bounded(base) or any(_limits(m) for m in meta)
-        return origin in (typing.Union, types.UnionType, list) and any(bounded(a) for a in typing.get_args(tp))
+        return origin in (typing.Union, types.UnionType, list, tuple) and any(bounded(a) for a in typing.get_args(tp))
 
     def _limits(m) -> bool:
+        if isinstance(m, FieldInfo):  # Field(...) inside an Annotated: its constraints are its metadata
+            return any(_limits(x) for x in m.metadata)
         return any(getattr(m, k, None) is not None for k in ("ge", "gt", "le", "lt", "min_length", "max_length"))
 
     not_the_cost_models = {"name", "gpu", "compile"}  # labels, the catalog's GPU, the compile setting's words
@@ -286,7 +291,7 @@ def test_cost_model_bounds_every_bounded_schema_field_of_a_spec():
              specs.ClusterSpec: rq.Cluster, specs.TrainingSpec: rq.Training, specs.ParallelConfig: rq.Parallelism}
     for spec_cls, schema in pairs.items():
         on_spec = {f.name for f in dataclasses.fields(spec_cls)}
-        want = {name for name, fi in schema.model_fields.items()
+        want = {name for name, fi in schema_fields(schema).items()
                 if name in on_spec and name not in not_the_cost_models
                 and (bounded(fi.annotation) or any(_limits(m) for m in fi.metadata))}
         assert {name for name, _ in FIELD_DOMAINS[spec_cls]} == want, spec_cls.__name__

@@ -107,7 +107,7 @@ def test_cost_model_reproduces_profiled_times(profile, tp, b):
     assert est.sources["block"] == "profile" and est.sources["embedding"] == "profile"
     assert est.sources["output"] == "profile" and est.sources["comm"] == "analytic"
     # compute over the step: m micro-batches x (blocks + embedding + output) on one rank
-    m = cfg.num_micro_batches(training.global_batch_size)
+    m = cfg.micro_batches(training.global_batch_size)
     per_mb = DIMS.num_layers * (row["fwd_s"] + row["bwd_s"]) + table.embedding.compute_s + table.output.compute_s
     assert est.prediction.breakdown.compute_s == pytest.approx(m * per_mb)
 

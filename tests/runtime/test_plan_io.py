@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from planner.plan import Parallelism, TrainingEcho
+from cost_model.specs.inputs import ParallelConfig
+from planner.plan import TrainingEcho
 from planner.runtime.plan_io import PlanError, parse_plan, scale_down, validate
 from tests.runtime.plans import make_plan, write_plan
 
@@ -34,7 +35,7 @@ BAD = [
     ("batch", make_plan(num_micro_batches=3), 4, "global_batch_size=8"),
     ("stage count", make_plan(vpp=2, schedule="interleaved"), 4, "len(stages)=2 != pp*vpp"),
     ("cp", make_plan(stages=[(0, 7)], pp=1, dp=2, cp=2), 4, "not supported by the runtime yet"),
-    ("schedule", make_plan(schedule="zb"), 4, "schedule='zb'"),
+    ("schedule", make_plan(schedule="zb"), 4, "parallelism.schedule: unknown value 'zb'"),
     ("recompute layers", make_plan(stages=[(0, 3, 5), (4, 7)]), 4, "recompute_layers=5"),
     # a stage of no block: only the first (embedding) or the last (head and loss)
     ("empty middle", make_plan(stages=[(0, 3), (4, 3), (4, 7), (8, 7)], pp=2, vpp=2, schedule="interleaved"), 4,
@@ -73,12 +74,12 @@ def test_bad_plans_raise(name, doc, world, msg):
 
 
 @pytest.mark.parametrize("par,msg", [
-    ({"tp": "2"}, "parallelism.tp must be an integer, got '2'"),
-    ({"tp": 2.0}, "parallelism.tp must be an integer, got 2.0"),
-    ({"dp": 0}, "parallelism.dp must be >= 1, got 0"),
-    ({"zero": 5}, "parallelism.zero=5 must be 0, 1, 2 or 3"),
-    ({"recompute": "some"}, "parallelism.recompute='some' must be"),
-    ({"sequence_parallel": "yes"}, "parallelism.sequence_parallel must be true or false, got 'yes'"),
+    ({"tp": "2"}, "parallelism.tp: must be an integer, got str '2'"),
+    ({"tp": 2.0}, "parallelism.tp: must be an integer, got float 2.0"),
+    ({"dp": 0}, "parallelism.dp: must be in 1..1048576, got 0"),
+    ({"zero": 5}, "parallelism.zero: must be in 0..3, got 5"),
+    ({"recompute": "some"}, "parallelism.recompute: unknown value 'some' (allowed: ['none', 'selective', 'full'])"),
+    ({"sequence_parallel": "yes"}, "parallelism.sequence_parallel: must be true or false, got str 'yes'"),
 ])
 def test_parallelism_field_refused_by_name(par, msg):
     with pytest.raises(PlanError) as exc:
@@ -89,16 +90,16 @@ def test_parallelism_field_refused_by_name(par, msg):
 def test_parallelism_is_the_plans_type():
     # null means the default and a key the Plan does not define is ignored, as a hand-written plan.json may have
     p = parse_plan(make_plan(cp=None, stage_layers=[4, 4], unknown_key=1))
-    assert isinstance(p.parallelism, Parallelism)
-    assert (p.parallelism.cp, p.parallelism.stage_layers) == (1, [4, 4])
+    assert isinstance(p.parallelism, ParallelConfig)
+    assert (p.parallelism.cp, p.parallelism.stage_layers) == (1, (4, 4))
     assert (p.parallelism.world_size, p.parallelism.dense_dp_size, p.parallelism.global_batch_size) == (4, 2, 8)
 
 
 @pytest.mark.parametrize("training,msg", [
-    ({"seq_length": "32"}, "training.seq_length must be an integer, got '32'"),
+    ({"seq_length": "32"}, "training.seq_length: must be an integer, got str '32'"),
     ({"global_batch_size": 0}, "training.global_batch_size must be >= 1, got 0"),
-    ({"global_batch_size": None}, "training.global_batch_size is missing"),
-    ({"dtype": 16}, "training.dtype must be a string, got 16"),
+    ({"global_batch_size": None}, "training.global_batch_size: is required"),
+    ({"dtype": 16}, "training.dtype: must be a string, got int 16"),
 ])
 def test_training_field_refused_by_name(training, msg):
     with pytest.raises(PlanError) as exc:
@@ -173,7 +174,7 @@ def test_scale_down_keeps_degrees_and_stage_shape():
     assert sizes == [1, 3, 3, 1]
     assert [st.recompute_layers for st in s.stages] == [1, 0, 3, 0]
     # the layout's own split follows where the plan gave one
-    assert (par.stage_layers, par.recompute_layers, par.micro_batch_size) == ([1, 3, 3, 1], None, 1)
+    assert (par.stage_layers, par.recompute_layers, par.micro_batch_size) == ((1, 3, 3, 1), None, 1)
     assert s.model.num_attention_heads % par.tp == 0 and s.model.num_kv_heads % par.tp == 0
     assert s.model.num_attention_heads // s.model.num_kv_heads == 2  # GQA stays GQA
     assert s.model.hidden_size <= 64 and s.training.seq_length % par.tp == 0
