@@ -186,7 +186,7 @@ def _best_uniform(p: StageProblem, counts: list[int], tick) -> tuple[float, list
     # larger n changes nothing there, so each rank is costed max(its stages) + 1 times
     # (no more than best_partition's per-rank search: count_evaluations still bounds it)
     seen: dict[tuple, object] = {}
-    for n in range(max(counts) + 1):
+    for n in p.uniform_counts(counts):
         rcs = uniform_recompute_counts(counts, n)
         slices = slices_from_counts(counts, rcs)
         ranks = []

@@ -50,7 +50,6 @@ from ortools.sat.python import cp_model
 from cost_model.pipeline.rank_costs import (
     BlockCoefficients,
     StageProblem,
-    uniform_recompute_counts,
 )
 from cost_model.pipeline.stages import lockstep_slots, slices_from_counts, step_time_s, warmup_extra
 from cost_model.specs.vocab import SCHEDULE_GPIPE, STATUS_FEASIBLE, STATUS_OPTIMAL
@@ -183,7 +182,7 @@ class _UniformLayout(_Layout):
         model.add(sum(self.n) == L)
         if p.full and p.uniform_recompute:
             # one engine-wide count: rc[k] = min(count, n[k]) (rank_costs.StageProblem)
-            count = model.new_int_var(0, L, "recompute_count")
+            count = _recompute_count(model, p, L)
             for n, rc in zip(self.n, self.rc, strict=True):
                 model.add_min_equality(rc, [count, n])
         self.model = model
@@ -232,7 +231,7 @@ class _BoundaryLayout(_Layout):
             self.rc.append(rc)
         if p.full and p.uniform_recompute:
             # one engine-wide count n: rc[k] = min(n, stage size) (rank_costs.StageProblem)
-            n = model.new_int_var(0, L, "recompute_count")
+            n = _recompute_count(model, p, L)
             for k in range(S):
                 model.add_min_equality(self.rc[k], [n, self.start[k + 1] - self.start[k]])
         self._prefixes: dict[str, tuple[list[int], int | None]] = {}
@@ -290,6 +289,14 @@ class _BoundaryLayout(_Layout):
         starts = [solver.value(s) for s in self.start]
         counts = tuple(starts[k + 1] - starts[k] for k in range(self.p.num_stages))
         return counts, tuple(solver.value(rc) for rc in self.rc)
+
+
+def _recompute_count(model: cp_model.CpModel, p: StageProblem, num_layers: int) -> cp_model.IntVar:
+    """The engine-wide full-recompute count n (stage k recomputes min(n, its blocks)): any
+    0..L, or 0 or L where the engine recomputes every block or none (torchtitan's full AC)."""
+    if p.every_block_recompute:
+        return model.new_int_var_from_domain(cp_model.Domain.from_values([0, num_layers]), "recompute_count")
+    return model.new_int_var(0, num_layers, "recompute_count")
 
 
 class _LeadingRunLayout(_UniformLayout):
@@ -512,11 +519,10 @@ def polish_hint(p: StageProblem, hint: Hint) -> Hint:
     starts from is rarely the optimum (the output layer's chunk wants fewer blocks), and
     CP-SAT, when its time runs out before the proof, returns the best it has seen."""
     counts, rcs = list(hint[0]), list(hint[1])
-    uniform_n = max(rcs, default=0)
 
     def fix(c: list[int]) -> list[int]:
         if p.full and p.uniform_recompute:
-            return uniform_recompute_counts(c, uniform_n)
+            return p.engine_counts(c, rcs)
         return [min(x, n) for x, n in zip(rcs, c, strict=True)]
 
     best = _hint_step_s(p, counts, fix(counts))

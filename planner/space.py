@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from cost_model.engines import kernels
 from cost_model.engines.support import dispatcher_rule, engine_supports, get_engine
 from cost_model.model import attention
+from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import (
     ClusterSpec,
     ModelSpec,
@@ -76,10 +77,27 @@ class SearchSpace:
 Candidate = ParallelConfig
 
 
+# Degrees an engine's emitted artifact cannot express, so its search never offers them:
+# DeepSpeed's ds_config.json and entry script run data, ZeRO and pipeline parallelism; its
+# tensor (AutoTP), sequence (Ulysses) and expert parallelism need model code the plan does not
+# emit (planner/launch/deepspeed.py `applicable` refuses them). `estimate` still prices them.
+ARTIFACT_DEGREES: dict[str, dict[str, tuple[int, ...]]] = {
+    ENGINE_DEEPSPEED: {"tp": (1,), "cp": (1,), "ep": (1,)},
+}
+
+
 def search_space(d: rq.Search) -> SearchSpace:
     """A validated `search` block -> SearchSpace."""
     allowed: dict[str, tuple | None] = {k: None if getattr(d, k) is None else tuple(getattr(d, k)) for k in _PINNED}
     allowed["engine"] = (d.engine,)
+    for knob, runs in ARTIFACT_DEGREES.get(d.engine, {}).items():
+        pinned = allowed[knob]
+        kept = runs if pinned is None else tuple(v for v in pinned if v in runs)
+        if not kept:
+            raise SpecError(f"search.{knob}", f"{d.engine}'s launch artifact runs {knob}={', '.join(map(str, runs))} "
+                            f"only (its data, ZeRO and pipeline parallelism; {knob} > 1 needs model code the plan "
+                            f"does not emit), pinned {list(pinned)}", allowed=list(runs))
+        allowed[knob] = kept
     limit = DEFAULT_TIME_LIMIT_S if d.time_limit_s is None else float(d.time_limit_s)
     return SearchSpace(allowed, float(d.memory_headroom), d.top_k, limit, tuple(d.targets), d.use_all_gpus,
                        d.tp_within_node, float(d.gap_limit))

@@ -22,6 +22,7 @@ the stage's share of T_r (its blocks, recomputation and stage_extras[k].time).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
@@ -66,6 +67,10 @@ class StageProblem:
     # recomputing min(n, its blocks) (Megatron --recompute-num-layers with method block;
     # engines.EngineSupport.recompute_per_stage_counts == "uniform")
     uniform_recompute: bool = False
+    # the engine recomputes every block or none (torchtitan's full activation checkpointing:
+    # engines.EngineSupport.recompute_per_stage_counts == "none"): its one count is then at
+    # least the largest stage, every stage recomputing all its blocks (uniform_recompute too)
+    every_block_recompute: bool = False
     # the engine builds a first stage with only the embedding and a last with only the loss
     # (engines.EngineSupport.empty_chunks): with more stages than blocks, up to 2 more, the
     # layouts of stages.empty_end_layouts; otherwise every stage holds a block
@@ -92,6 +97,20 @@ class StageProblem:
     def full(self) -> bool:
         """Whether whole blocks may be recomputed (the partition also picks how many)."""
         return self.recompute == RECOMPUTE_FULL
+
+    def uniform_counts(self, counts) -> Sequence[int]:
+        """The engine-wide recompute counts n worth trying for a partition (uniform_recompute):
+        0 up to its largest stage, or where the engine recomputes every block or none, those
+        two (0: nothing recomputed, the plan then says recompute none)."""
+        top = max(counts, default=0)
+        return sorted({0, top}) if self.every_block_recompute else range(top + 1)
+
+    def engine_counts(self, counts, rcs) -> list[int]:
+        """The per-stage recompute counts the engine runs for a partition whose stages wish to
+        recompute `rcs` blocks (engine_recompute_counts)."""
+        if not self.full:
+            return list(rcs)
+        return engine_recompute_counts(counts, rcs, self.uniform_recompute, self.every_block_recompute)
 
     @property
     def allocatable_bytes(self) -> float:
@@ -179,6 +198,20 @@ class StageProblem:
 def uniform_recompute_counts(counts, n: int) -> list[int]:
     """Per-stage recompute counts of one engine-wide count n: min(n, stage size)."""
     return [min(n, c) for c in counts]
+
+
+def engine_recompute_counts(counts, rcs, uniform: bool, every_block: bool) -> list[int]:
+    """The per-stage full-recompute counts an engine runs where a partition's stages wish
+    `rcs`: as wished where it takes a count per stage; its one count, the largest wished (no
+    stage recomputes less than wished, so memory stays within what fit), where it takes one
+    (Megatron --recompute-num-layers); every block of every stage where it recomputes all or
+    none and any stage wished some (torchtitan full AC)."""
+    if not uniform:
+        return list(rcs)
+    n = max(rcs, default=0)
+    if every_block and n > 0:
+        n = max(counts, default=0)
+    return uniform_recompute_counts(counts, n)
 
 
 def block_time_s(b: LayerCost, recompute: str) -> float:

@@ -36,6 +36,8 @@ _EMITTERS = {
     V.TARGET_RUNTIME: runtime.emit,
 }
 TARGETS: tuple[str, ...] = tuple(_EMITTERS)
+# the targets that are engines (the others launch the plan's own engine: torchrun.entry_argv)
+_ENGINE_TARGETS = (V.TARGET_MEGATRON, V.TARGET_TORCHTITAN, V.TARGET_DEEPSPEED)
 SKIPPED = "skipped"  # key in emit()'s result: {target: reason} for targets that do not apply
 
 __all__ = ["TARGETS", "NotApplicable", "emit", "plan_json", "write_artifacts"]
@@ -49,11 +51,19 @@ def emit(plan, targets: list[str] | None = None) -> dict[str, dict]:
         raise ValueError(f"unknown launch target(s) {unknown}; allowed: {list(TARGETS)}")
     out: dict[str, dict] = {}
     skipped: dict[str, str] = {}
+    engine = plan.get("engine") or V.ENGINE_MEGATRON
     for target in wanted:
         try:
             out[target] = _EMITTERS[target](plan)
         except NotApplicable as exc:
             skipped[target] = str(exc)
+            continue
+        if target in _ENGINE_TARGETS and target != engine:
+            # another engine's artifact of the same layout: it runs, but not at the priced numbers
+            out[target] = {**out[target], "notes": [
+                f"the plan is priced for {engine}; this artifact runs its layout on {target}, which holds and spends "
+                f"differently (planner estimate --engine {target} prices it, planner plan --engine {target} plans "
+                "for it)", *out[target].get("notes", [])]}
     if skipped:
         out[SKIPPED] = skipped
     return out

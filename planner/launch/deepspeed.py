@@ -54,6 +54,7 @@ import deepspeed
 import torch
 import torch.distributed as dist
 
+from planner.runtime.parallelize import apply_recompute
 from planner.runtime.plan_io import load_plan
 from planner.runtime.train import build_model, cross_entropy_loss, make_batch, model_dims
 from profiler.dist_exit import exit_after_teardown
@@ -69,8 +70,13 @@ cfg = json.load(open(args.deepspeed_config))
 backend = "nccl" if torch.cuda.is_available() else "gloo"
 deepspeed.init_distributed(dist_backend=backend)
 model = build_model(model_dims(plan), seed=args.seed)
+# the plan's recompute as priced, block by block (pp = 1: one stage; the runtime's own rule)
+apply_recompute(model, plan.stages[0], plan.parallelism.recompute)
+recomputed = sum(block.recompute == "full" for block in model.layers.values())
 engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
 rank, world = dist.get_rank(), dist.get_world_size()
+if rank == 0:
+    print(f"recompute {plan.parallelism.recompute}: {recomputed} of {len(model.layers)} blocks whole", flush=True)
 mb, per_rank = plan.parallelism.micro_batch_size, plan.training.global_batch_size // world
 for step in range(args.steps):
     inputs, labels = make_batch(plan, step, args.seed)
@@ -146,23 +152,29 @@ def config(plan: dict) -> dict:
     return cfg
 
 
-def emit(plan: dict) -> dict:
+def entry_argv(plan: dict) -> list[str]:
+    """What torchrun starts for this plan, beside ds_config.json: the user's train.py with a
+    PipelineModule under pipeline parallelism (model code, not a config), else the entry
+    script this emitter writes (NotApplicable where DeepSpeed cannot run the plan)."""
     applicable(plan)
+    if par(plan)["pp"] > 1:
+        return ["train.py", "--deepspeed_config", CONFIG_FILE]
+    reason = runtime.refusal(plan)
+    if reason:
+        raise NotApplicable(f"deepspeed: the training entry builds the model with the project's blocks: {reason}")
+    return [ENTRY_FILE, "--plan", "plan.json", "--deepspeed_config", CONFIG_FILE]
+
+
+def emit(plan: dict) -> dict:
+    entry = entry_argv(plan)
     p = par(plan)
-    notes = []
     if p["pp"] > 1:
-        # PipelineEngine needs a PipelineModule of the model's layers: model code, not a config.
         script = None
-        entry = ["train.py", "--deepspeed_config", CONFIG_FILE]
-        notes.append(f"train.py is the training script: deepspeed.initialize(model=PipelineModule(layers, "
-                     f"num_stages={p['pp']}), config=ds_config.json); ZeRO <= 1 (PipelineEngine)")
+        notes = [f"train.py is the training script: deepspeed.initialize(model=PipelineModule(layers, "
+                 f"num_stages={p['pp']}), config=ds_config.json); ZeRO <= 1 (PipelineEngine)"]
     else:
-        reason = runtime.refusal(plan)
-        if reason:
-            raise NotApplicable(f"deepspeed: the training entry builds the model with the project's blocks: {reason}")
         script = ENTRY_SCRIPT
-        entry = [ENTRY_FILE, "--plan", "plan.json", "--deepspeed_config", CONFIG_FILE]
-        notes.append(f"{ENTRY_FILE} trains the plan's model on synthetic batches; swap in your data loader")
+        notes = [f"{ENTRY_FILE} trains the plan's model on synthetic batches; swap in your data loader"]
     command = join([*launcher(plan), *entry])
     out = {
         "config": config(plan),

@@ -4,6 +4,7 @@ CPU processes."""
 
 from __future__ import annotations
 
+from cost_model.specs.vocab import ENGINE_MEGATRON
 from planner.launch._common import (
     RDZV_PORT,
     TORCHRUN,
@@ -17,14 +18,15 @@ from planner.launch._common import (
 def env(plan: dict) -> dict[str, str]:
     p = par(plan)
     out = {"OMP_NUM_THREADS": "1"}
-    if is_transformer(plan) and not is_cpu(plan) and (p["tp"] > 1 or p["cp"] > 1) and int(p["zero"]) < 2:
+    megatron = (plan.get("engine") or ENGINE_MEGATRON) == ENGINE_MEGATRON
+    if megatron and is_transformer(plan) and not is_cpu(plan) and (p["tp"] > 1 or p["cp"] > 1) and int(p["zero"]) < 2:
         # Only for the Megatron entry (FSDP-based runtimes want more than one queue). Megatron
         # needs one CUDA work queue so TP/SP/CP communication kernels are scheduled ahead of
         # the compute they overlap with; not under Megatron-FSDP (zero >= 2), where
         # validate_args asserts "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset" and
         # only warns about TP/CP beside it (megatron/training/arguments.py @d98e8a64ddf3).
         out["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-    if is_transformer(plan) and not is_cpu(plan) and p.moe_a2a_overlap:
+    if megatron and is_transformer(plan) and not is_cpu(plan) and p.moe_a2a_overlap:
         # The overlapped 1F1B all-to-all runs the communication stream beside the compute
         # stream: more than one hardware queue ("Requirements for EP A2A Overlap: ...
         # CUDA_DEVICE_MAX_CONNECTIONS > 1", megatron/core/transformer/moe/README.md

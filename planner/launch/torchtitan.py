@@ -265,9 +265,21 @@ def argv(plan: dict, version: str) -> tuple[list[str], list[str]]:
             out += [f"--{key}", str(x)]
     # Subcommand last: tyro reads the flags above as the root config's, then the AC choice.
     out.append(_AC.get(p["recompute"], _AC[RECOMPUTE_NONE]))
-    if p["recompute"] == RECOMPUTE_FULL and any(int(s.get("recompute_layers") or 0) for s in plan.get("stages") or []):
-        notes.append("torchtitan's full AC checkpoints every block; the plan's per-stage recompute_layers are not expressible")
+    stages = plan.get("stages") or []
+    partial = [s for s in stages if int(s.get("recompute_layers") or 0) < s["layers"][1] - s["layers"][0] + 1]
+    if p["recompute"] == RECOMPUTE_FULL and stages and partial:
+        # a plan priced elsewhere (its search keeps torchtitan's counts whole: every block or none)
+        notes.append("torchtitan's full AC checkpoints every block; the plan recomputes only some blocks of "
+                     f"stages {[s['index'] for s in partial]}, so this job recomputes more than was priced")
     return out, notes
+
+
+def entry_argv(plan: dict, version: str = "main") -> list[str]:
+    """What torchrun starts for this plan: torchtitan's trainer as a module, with the plan's
+    config function and its overrides for `version` (NotApplicable where torchtitan cannot
+    run the plan)."""
+    module, config = applicable(plan)
+    return ["-m", "torchtitan.train", "--module", module, "--config", config, *argv(plan, version)[0]]
 
 
 def emit(plan: dict) -> dict:

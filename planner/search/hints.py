@@ -26,7 +26,7 @@ def _least_recompute(p: StageProblem, counts: list[int]) -> list[int] | None:
     if not p.full:
         return [0] * len(counts) if step_s(p, counts, [0] * len(counts)) is not None else None
     if p.uniform_recompute:
-        for n in range(max(counts) + 1):
+        for n in p.uniform_counts(counts):
             rcs = uniform_recompute_counts(counts, n)
             if step_s(p, counts, rcs) is not None:
                 return rcs
@@ -86,8 +86,7 @@ def best_hint(p: StageProblem) -> tuple[list[int], list[int]] | None:
             tried.append((counts, rcs))
     best, best_t = None, math.inf
     for counts, rcs in tried:
-        if p.full and p.uniform_recompute:
-            rcs = uniform_recompute_counts(counts, max(rcs, default=0))
+        rcs = p.engine_counts(counts, rcs)
         t = step_s(p, counts, rcs)
         if t is not None and t < best_t:
             best, best_t = (list(counts), list(rcs)), t

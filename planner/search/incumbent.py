@@ -8,9 +8,10 @@ from dataclasses import replace
 
 from cost_model.engines.support import get_engine
 from cost_model.estimate import compose
-from cost_model.pipeline.rank_costs import uniform_recompute_counts
+from cost_model.pipeline.rank_costs import engine_recompute_counts
 from cost_model.pipeline.stages import slices_from_counts
 from cost_model.specs.vocab import (
+    COUNTS_NONE,
     COUNTS_UNIFORM,
     DISPATCHER_ALLTOALL,
     RECOMPUTE_FULL,
@@ -41,10 +42,11 @@ class Incumbent:
     def record(self, c: Candidate, table: LayerTable, counts, rcs, status: str) -> None:
         """Cost the partition with the float model and keep the k best distinct plans."""
         prob, found = self.prob, self.found
-        if c.recompute == RECOMPUTE_FULL and get_engine(c.engine).recompute_per_stage_counts == COUNTS_UNIFORM:
+        rule = get_engine(c.engine).recompute_per_stage_counts
+        if c.recompute == RECOMPUTE_FULL:
             # a fallback partition (greedy) may have per-stage counts the engine cannot take:
-            # price the one count it would run, the largest (launch/megatron.py recompute)
-            rcs = uniform_recompute_counts(counts, max(rcs, default=0))
+            # price the counts it would run (launch/megatron.py recompute, torchtitan's full AC)
+            rcs = engine_recompute_counts(counts, rcs, rule in (COUNTS_UNIFORM, COUNTS_NONE), rule == COUNTS_NONE)
         c = normalise(c, table, rcs)
         cfg = to_config(c, counts, rcs)
         est = compose(prob.model, prob.cluster, prob.training, cfg, table, slices_from_counts(counts, cfg.recompute_layers))

@@ -84,10 +84,12 @@ def test_pipeline_zero2_is_refused_by_the_engine_rule(tmp_path):
 
 
 @pytest.mark.slow
-def test_cpu_plan_trains_under_deepspeed_like_the_reference(tmp_path):
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_cpu_plan_trains_under_deepspeed_like_the_reference(tmp_path, recompute):
     """The emitted entry and config run for real: 2 processes, ZeRO-2 on gloo. With the
     reference's optimizer settings (lr, no clipping) the losses equal the runtime's --check
-    reference, i.e. DeepSpeed runs the plan's data-parallel step exactly."""
+    reference, i.e. DeepSpeed runs the plan's data-parallel step exactly; the blocks it
+    recomputes are the plan's (recompute does not change the losses)."""
     import os
     import re
     import subprocess
@@ -95,14 +97,23 @@ def test_cpu_plan_trains_under_deepspeed_like_the_reference(tmp_path):
     from pathlib import Path
 
     from planner.launch import write_artifacts
+    from planner.request.schema import DEFAULT_HEADROOM
     from planner.runtime.plan_io import parse_plan
     from planner.runtime.train import LR, run_reference
+    from planner.service import estimate
     from planner.service import plan as make_plan
 
     from .test_slurm import REQUEST, SEED, STEPS
 
-    req = {**REQUEST, "search": {"dp": 2, "zero": 2}}
+    req = {**REQUEST, "engine": "deepspeed", "training": {**REQUEST["training"], "seq_length": 1024},
+           "search": {"dp": 2, "zero": 2}}
+    if recompute == "full":
+        # a GPU between the two peaks (the model's own): the plan must recompute some blocks to fit
+        peaks = [estimate({k: req[k] for k in ("model", "cluster", "training", "engine")} | {
+            "parallelism": {"dp": 2, "zero": 2, "recompute": r}}).prediction.memory.peak_gib for r in ("none", "full")]
+        req["cluster"] = {**req["cluster"], "gpu": {"base": "cpu", "name": "cpu", "memory_gib": sum(peaks) / 2 / (1 - DEFAULT_HEADROOM)}}
     plan = make_plan(req)
+    assert plan.parallelism.recompute == recompute
     assert plan["parallelism"]["zero"] == 2 and "deepspeed" in plan["launch"], plan["launch"].get("skipped")
     write_artifacts(plan, tmp_path)
     cfg = json.loads((tmp_path / "ds_config.json").read_text())
@@ -117,6 +128,9 @@ def test_cpu_plan_trains_under_deepspeed_like_the_reference(tmp_path):
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", *argv[1:]], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    want_blocks = plan.stages[0].recompute_layers if recompute == "full" else 0
+    assert recompute == "none" or want_blocks > 0
+    assert re.search(rf"recompute {recompute}: {want_blocks} of \d+ blocks whole", res.stdout), res.stdout[-2000:]
     losses = [float(x) for x in re.findall(r"step \d+ loss ([0-9.]+)", res.stdout)]
     ref, _ = run_reference(parse_plan(json.loads((tmp_path / "plan.json").read_text())), STEPS, SEED)
     print(f"deepspeed ZeRO-2 losses {losses}, reference {ref}")
