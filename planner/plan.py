@@ -24,6 +24,7 @@ from cost_model.specs.vocab import (
     ENGINE_MEGATRON,
     MODEL_TRANSFORMER,
     OPTIMIZER_ADAM,
+    STATUS_OPTIMAL,
     Engine,
     ModelKind,
     SolverStatus,
@@ -85,9 +86,16 @@ class ClusterEcho(Record):
 
 
 class Alternative(Record):
+    """A runner-up: the best plan of another line of the top-k (planner/search/incumbent.py
+    distinct_key: degrees, micro-batch, sharding, recompute, schedule), found by a search that
+    pruned only what could not beat the k-th plan."""
+
     parallelism: Parallelism
     prediction: Prediction
     reason: str
+    status: SolverStatus = Field(STATUS_OPTIMAL, description="optimal: its stage partition is proven the best of its "
+                                 "line; feasible: a partition found without that proof, within `gap`")
+    gap: float = Field(0.0, description="how far its step time may lie above its line's best: (time - lower bound) / time")
 
 
 class SearchReport(Record):

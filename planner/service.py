@@ -195,6 +195,8 @@ def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, prog
                 parallelism=_parallelism(f.config, f.estimate.num_micro_batches),
                 prediction=f.estimate.prediction,
                 reason=alternative_reason(f.estimate, best.estimate, f.candidate, best.candidate),
+                status=f.status,
+                gap=_gap(f),
             )
             for f in res.best[1:]
         ],
@@ -214,6 +216,12 @@ def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, prog
         reasons=reasons,
         schedule=schedule,
     )
+
+
+def _gap(f) -> float:
+    """A kept plan's gap to its own lower bound: 0 where its partition is proven."""
+    t = f.estimate.prediction.step_time_s
+    return 0.0 if f.status == STATUS_OPTIMAL or t <= 0 else round(max(0.0, (t - f.bound_s) / t), 6)
 
 
 def with_launch(plan: Plan, targets) -> Plan:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from dataclasses import replace
 
 from cost_model.specs.vocab import STATUS_FEASIBLE, STATUS_OPTIMAL
+from planner.ilp import StopHandle
 from planner.search.context import Caps, Clock, Context
 from planner.search.dive import Dives
 from planner.search.incumbent import Incumbent
@@ -16,7 +18,7 @@ from planner.search.queue import Entry, Frontier
 from planner.search.results import Problem, Progress, Reporter, SearchResult, SearchStats
 from planner.search.scheduler import SolveScheduler
 from planner.search.seams import Seams
-from planner.search.solves import Solves
+from planner.search.solves import Job, Solves
 from planner.search.tables import LayerTables, stage_problem
 
 
@@ -72,7 +74,42 @@ class BestFirstSearch:
                 if ctx.stats.timed_out:
                     break
             self.scheduler.drain()
-        return self._result()
+            result = self._result()  # the best plan's status and gap, before the runners-up
+            self._runners_up()
+        return replace(result, best=list(ctx.best.found))
+
+    def _runners_up(self) -> None:
+        """The top-k's other lines, solved at the k-th plan's cap (cheapest bound first) for at
+        most policy.runner_up_share of the time so far, within the limit: a line kept from a
+        hint gets its proof, a candidate cut off at the best plan's cap may enter."""
+        ctx, solves = self.ctx, self.solves
+        best = ctx.best
+        if best.k < 2 or not best.found or ctx.stats.timed_out:
+            return
+        elapsed = ctx.clock.elapsed()
+        end_s = min(ctx.clock.limit, elapsed + max(ctx.policy.runner_up_min_s, elapsed * ctx.policy.runner_up_share))
+        done: set = set()
+        while True:
+            todo = sorted((b, e.order, e) for order, (b, e) in solves.runners_up.items()
+                          if order not in done and best.can_change(e.candidate, b / ctx.caps.final_keep))
+            left_s = end_s - ctx.clock.elapsed()
+            if not todo or left_s < ctx.policy.min_solve_s:
+                return
+            bound, order, e = todo[0]
+            done.add(order)
+            table = ctx.tables.get(e.candidate)
+            p = stage_problem(ctx.prob, e.candidate, table)
+            mine = best.own(e.candidate)
+            hint = ((list(mine.config.stage_layers), list(mine.config.recompute_layers or [0] * len(mine.config.stage_layers)))
+                    if mine is not None else ctx.seams.best_hint(p))
+            cap = best.prune_s()
+            share = ctx.caps.final_stop_share
+            job = Job(e, p, table, hint, cap * share if math.isfinite(cap) else None, cap_share=share)
+            t0 = time.perf_counter()
+            sol = ctx.seams.solve(p, min(left_s, solves.first_solve_s), hint, lower_bound_s=bound,
+                                  stop_at_s=job.stop_at_s, handle=StopHandle())
+            ctx.stats.ilp_time_s += time.perf_counter() - t0  # on this thread: its wall time
+            solves.finish(job, sol)
 
     def _line(self) -> str:
         """The progress line."""
@@ -95,8 +132,8 @@ class BestFirstSearch:
             if self.progress is not None:
                 self.report(self._line)
             e = queue[0]
-            # prune against the best plan: alternatives are the runners-up among what was solved
-            best_t = best.best_s()
+            # prune against the k-th kept plan: what cannot beat it changes none of the k
+            best_t = best.prune_s()
             if e.bound_s >= best_t * ctx.caps.keep:
                 if last_phase:  # otherwise the next phase goes on from here
                     frontier.set_aside(e.bound_s)  # the least bound of what is left
@@ -135,7 +172,7 @@ class BestFirstSearch:
         if out_of_time:
             hint = ctx.seams.best_hint(p)
             if hint is not None:
-                ctx.best.record(c, table, hint[0], hint[1], STATUS_FEASIBLE)
+                ctx.best.record(c, table, hint[0], hint[1], STATUS_FEASIBLE, e.bound_s)
                 self.optimal_all = False
         elif e.stage == "base_bound":
             refined = frontier.refine(e, p, table, best_t)

@@ -68,7 +68,7 @@ class Dives:
             hint = ctx.seams.best_hint(stage_problem(prob, e.candidate, table))
             if hint is not None:
                 ctx.stats.dives += 1
-                ctx.best.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE)
+                ctx.best.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, e.bound_s)
                 for x in picks[i + 1:]:
                     self.dived.discard(x.order)
                     heapq.heappush(pool, x)

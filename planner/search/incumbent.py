@@ -1,5 +1,12 @@
 """The best plans found so far: each partition a search settles on is priced with the float
-model and kept when it is among the k best distinct plans."""
+model and kept when it is among the k best distinct plans.
+
+Distinct: two plans are one line when they share their degrees, micro-batch, sharding,
+recompute and schedule (`distinct_key`); variants of one such configuration (its vpp, sequence
+parallelism, context-parallel communication, MoE dispatcher or overlap) are near-copies, and
+only the fastest is kept. The search prunes against the k-th kept plan (`prune_s`), not the
+best, so the alternatives are the true runners-up: a candidate that cannot beat the k-th can
+change no line of the k."""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from cost_model.specs.vocab import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
+    STATUS_OPTIMAL,
 )
 from cost_model.terms.layers import LayerTable
 from planner.search.results import Found, Problem
@@ -35,12 +43,27 @@ class Incumbent:
         """The best plan's step time; math.inf while none is found."""
         return self.found[0].estimate.prediction.step_time_s if self.found else math.inf
 
+    def prune_s(self) -> float:
+        """The step time a candidate must beat to change the kept plans: the k-th's; math.inf
+        while fewer than k are kept."""
+        return self.found[self.k - 1].estimate.prediction.step_time_s if len(self.found) >= self.k else math.inf
+
+    def can_change(self, c: Candidate, bound_s: float) -> bool:
+        """Whether a candidate no faster than `bound_s` could change the kept plans: it must
+        beat the k-th, and where its line (distinct_key) is kept already, that line's plan."""
+        if bound_s >= self.prune_s():
+            return False
+        key = distinct_key(c)
+        return not any(distinct_key(f.candidate) == key and f.estimate.prediction.step_time_s <= bound_s
+                       for f in self.found)
+
     def own(self, c: Candidate) -> Found | None:
         """The plan kept for candidate `c`, if any."""
         return next((f for f in self.found if f.candidate == c), None)
 
-    def record(self, c: Candidate, table: LayerTable, counts, rcs, status: str) -> None:
-        """Cost the partition with the float model and keep the k best distinct plans."""
+    def record(self, c: Candidate, table: LayerTable, counts, rcs, status: str, bound_s: float = 0.0) -> None:
+        """Cost the partition with the float model and keep the k best distinct plans;
+        `bound_s`: the candidate's lower bound where known (an optimal partition's is its time)."""
         prob, found = self.prob, self.found
         rule = get_engine(c.engine).recompute_per_stage_counts
         if c.recompute == RECOMPUTE_FULL:
@@ -50,12 +73,14 @@ class Incumbent:
         c = normalise(c, table, rcs)
         cfg = to_config(c, counts, rcs)
         est = compose(prob.model, prob.cluster, prob.training, cfg, table, slices_from_counts(counts, cfg.recompute_layers))
-        same = [f for f in found if f.candidate == c]
+        key = distinct_key(c)
+        same = [f for f in found if distinct_key(f.candidate) == key]
         if same and same[0].estimate.prediction.step_time_s <= est.prediction.step_time_s:
-            return  # the same plan reached through an equivalent recompute setting, or a retry found no better
-        for f in same:  # a retry improved on it
+            return  # the same line reached through a near-copy or an equivalent setting, or a retry found no better
+        for f in same:  # a faster near-copy, or a retry that improved on it
             found.remove(f)
-        found.append(Found(c, cfg, est, status))
+        t = est.prediction.step_time_s
+        found.append(Found(c, cfg, est, status, t if status == STATUS_OPTIMAL else min(bound_s, t)))
         found.sort(key=lambda f: (f.estimate.prediction.step_time_s, tiebreak(f.candidate)))
         del found[self.k:]
 
@@ -68,6 +93,13 @@ def normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
     if c.recompute == RECOMPUTE_SELECTIVE and all(b.recompute_selective_s == 0 and b.act.selective == b.act.none for b in table.blocks):
         return replace(c, recompute=RECOMPUTE_NONE)
     return c
+
+
+def distinct_key(c: Candidate) -> tuple:
+    """What makes two plans different lines of the top-k: degrees, micro-batch, sharding,
+    recompute and schedule kind. vpp, sequence parallelism, the context-parallel
+    communication, the MoE dispatcher and overlap are variants of one line."""
+    return (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.micro_batch_size, c.zero, c.recompute, c.schedule, c.engine)
 
 
 def tiebreak(c: Candidate) -> tuple:

@@ -66,6 +66,11 @@ class SearchPolicy:
         whose bounds sit below the optimum for the whole limit (a large MoE space).
     dive_time_share: once a plan is found, dives only while they have taken less than this
         share of the time so far: each prices up to dive_pool tables and partitions.
+    runner_up_share: once the best plan is proven, the runners-up (the lines of the top-k kept
+        from a hint, or cut off at the best plan's cap) are solved at the k-th plan's cap for at
+        most this share of the time the search took so far, or runner_up_min_s where that is
+        more (a small search proves its few runners-up in well under it), within its limit; what is
+        left unproven says its gap. More: more proven alternatives, a longer answer.
     dive_pool: the least-bound queued candidates a dive prices with their own tables before it
         records the best that has a partition that fits (the dived candidate stays queued for
         its exact solve).
@@ -91,3 +96,5 @@ class SearchPolicy:
     dive_every_share: float = 0.02
     dive_time_share: float = 0.1
     dive_pool: int = 16
+    runner_up_share: float = 0.5
+    runner_up_min_s: float = 1.0

@@ -173,9 +173,9 @@ class Frontier:
             if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
                 self.monotone_ok = False  # the group bounds may have pruned too much: claim nothing
             bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
-            if best.found and bound >= best.best_s() * ctx.caps.final_keep:  # a later phase would not search it either
+            if not best.can_change(c, bound / ctx.caps.final_keep):  # a later phase would not search it either
                 self.set_aside(bound)
-                stats.pruned_time += 1  # no faster than the best plan: its memory bound is not needed
+                stats.pruned_time += 1  # no faster than the k-th plan: its memory bound is not needed
                 continue
             twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
             mem_lb = self.mem_lbs.get(twin)

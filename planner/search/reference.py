@@ -50,6 +50,11 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL,
                              get_engine(c.engine).empty_ends) for c in cands)
     best = Incumbent(prob, prob.space.top_k)
+    # the top-k's lines are the non-dominated candidates' (space.dominant_options: a dominated
+    # option is never faster nor lighter than the one that drops it, so it is no alternative);
+    # the optimum is taken over every candidate, so a wrong dominance rule shows as a better best
+    listed = set(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
+    optimum = Incumbent(prob, 1)
     after_s = policy.progress_after_s if progress_after_s is None else progress_after_s
     every_s = policy.progress_every_s if progress_every_s is None else progress_every_s
     tally = _Tally(Reporter(progress, t0, after_s, every_s), t0, work, len(cands), stats, best)
@@ -60,7 +65,11 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
         if res is None:
             stats.infeasible += 1
             continue
-        best.record(c, table, res[1], res[2], STATUS_OPTIMAL)
+        (best if c in listed else optimum).record(c, table, res[1], res[2], STATUS_OPTIMAL)
+    if optimum.found and optimum.best_s() < best.best_s():
+        f = optimum.found[0]
+        best.record(f.candidate, tables.get(f.candidate), list(f.config.stage_layers),
+                    list(f.config.recompute_layers or [0] * len(f.config.stage_layers)), STATUS_OPTIMAL)
     if not best.found:
         _least_memory(prob, tables, cands, stats)
     stats.solve_time_s = time.perf_counter() - t0

@@ -45,6 +45,7 @@ class Found:
     config: ParallelConfig
     estimate: Estimate
     status: str  # optimal | feasible (of the stage ILP)
+    bound_s: float = 0.0  # the candidate's proven lower bound (its gap when feasible)
 
 
 @dataclass

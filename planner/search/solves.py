@@ -45,7 +45,10 @@ class Solves:
     sliced_s: order -> the longest time limit its solves had; first_solve_s: a first solve's
         in the best-first loop.
     lp_bounds: order -> lp_bound.lp_time_bound_s, solved once per candidate.
-    solve_times_s: each CP-SAT solve's wall time, for the retries' shares."""
+    solve_times_s: each CP-SAT solve's wall time, for the retries' shares.
+    runners_up: the candidates that may change a line of the top-k but not the best plan: kept
+        from their hint, or cut off at the best plan's cap (order -> their bound, entry); solved
+        at the k-th plan's cap once the best is proven (BestFirstSearch._runners_up)."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
@@ -57,6 +60,7 @@ class Solves:
         self.lp_bounds: dict[Order, float | None] = {}
         self.solve_times_s: list[float] = []
         self.sliced_s: dict[Order, float] = {}
+        self.runners_up: dict[Order, tuple[float, Entry]] = {}
         self.first_solve_s = max(policy.first_solve_min_s, ctx.clock.limit * policy.first_solve_share)
 
     def typical_solve_s(self) -> float:
@@ -107,8 +111,8 @@ class Solves:
         if best.found and bound < best.best_s() * keep:
             bound = self._with_lp(e, p, bound)  # it may set the candidate aside before a hint is built
         e = e._replace(bound_s=bound)
-        if best.found and bound >= best.best_s() * keep:
-            self.open[e.order] = (bound, e)  # no faster than the best plan (dropped once the queue is done)
+        if not best.can_change(e.candidate, bound / keep):
+            self.open[e.order] = (bound, e)  # changes none of the k plans (dropped once the queue is done)
             return None
         own = best.own(e.candidate)
         if own is not None:  # a retry: start from what the first solve found
@@ -123,17 +127,27 @@ class Solves:
             if bound >= hint_s * (1 - policy.proof_tol):  # the hint is optimal: CP-SAT has nothing to prove
                 self.open.pop(e.order, None)
                 stats.proven_by_bound += 1
-                best.record(e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL)
+                best.record(e.candidate, table, hint[0], hint[1], STATUS_OPTIMAL, bound)
+                return None
+            if best.found and bound >= best.best_s() * keep:
+                # a runner-up at most (below the k-th plan, not below the best): its hint's
+                # partition is kept with its bound, so the alternative states its gap; CP-SAT's
+                # time goes to the best plan's proof
+                best.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, bound)
+                self.runners_up[e.order] = (bound, e)
                 return None
             if bound >= hint_s * keep:  # the hint is within the gap limit of its bound
                 self.open[e.order] = (bound, e)
-                best.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE)
+                best.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, bound)
                 return None
             if defer and (busy or hint_s > bound * (1 + policy.defer_rel)):
                 self._defer(e)
-                best.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE)
+                best.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, bound)
                 return None
-        elif defer and busy and best.found:
+        if best.found and bound >= best.best_s() * keep:
+            self.runners_up[e.order] = (bound, e)  # a runner-up at most, no partition of the greedy kind fits
+            return None
+        if hint_s is None and defer and busy and best.found:
             # no partition of the greedy kind fits: rather than wait for the slot (a solve may
             # take seconds), its solve waits for a retry as a deferred candidate's does
             self._defer(e)
@@ -176,7 +190,8 @@ class Solves:
                 # the model: more time may prove it
                 self.retry.add(e.order)
         elif sol.status == CUTOFF:
-            self.open[e.order] = (max(e.bound_s, sol.bound_s), e)  # no faster than the best plan
+            self.open[e.order] = (max(e.bound_s, sol.bound_s), e)  # no faster than its cap
+            self.runners_up[e.order] = (max(e.bound_s, sol.bound_s), e)
             return
         else:
             if sol.status == "unknown":
@@ -190,4 +205,4 @@ class Solves:
                 self.open.pop(e.order, None)
             stats.infeasible += 1
             return
-        ctx.best.record(e.candidate, table, counts, rcs, status)
+        ctx.best.record(e.candidate, table, counts, rcs, status, max(e.bound_s, sol.bound_s))
