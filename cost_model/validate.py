@@ -29,7 +29,7 @@ from cost_model.model import attention
 from cost_model.model.checks import check_architecture
 from cost_model.pipeline.stages import balanced_stage_layers
 from cost_model.specs import inputs as specs
-from cost_model.specs.errors import SpecError
+from cost_model.specs.errors import SpecError, close_match
 from cost_model.specs.limits import (
     MAX_BATCH,
     MAX_EXPERTS,
@@ -211,7 +211,7 @@ def _check_value(v: Any, rule: Any, path: str, item: bool = False) -> None:
         for i, x in enumerate(v):
             _check_value(x, rule.item, f"{path}[{i}]", item=True)
     elif not any(v == w and type(v) is type(w) for w in values(rule)):
-        raise SpecError(path, f"unknown value {v!r}", allowed=list(values(rule)))
+        raise SpecError(path, f"unknown value {v!r}", allowed=list(values(rule)), suggestion=close_match(v, values(rule)))
 
 
 def _domains(spec: Any, path: str) -> None:

@@ -1,5 +1,6 @@
 """The `planner` command line. Each command lives in its own module exposing
-`register(subparsers)`; `main` dispatches and turns bad input into exit code 2."""
+`register(subparsers)`; `main` dispatches and turns bad input into exit code 2: every error
+of a request on its own `error:` line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import importlib
 import sys
 
 from cost_model.specs.errors import SpecError
+from planner.request.errors import every_error
 
 # command modules, in the order `planner --help` lists them
 COMMANDS = ("plan", "estimate", "check", "sweep", "profile", "serve", "catalog")
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SpecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        for e in every_error(exc):
+            print(f"error: {e}", file=sys.stderr)
         return 2
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
