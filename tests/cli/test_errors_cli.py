@@ -49,3 +49,41 @@ def test_unknown_name_suggests_the_catalog_name(flag, given, meant, field, what)
     r = planner("plan", *args)
     assert r.returncode == 2, r.stderr
     assert error_lines(r.stderr)[0].startswith(f"error: {field}: {what} {given!r}; did you mean {meant!r}? (allowed: [")
+
+
+def test_mistyped_flag_suggests_the_flag():
+    args = [("--globl-batch" if a == "--global-batch" else a) for a in PROBLEM]
+    r = planner("plan", *args)
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == ("planner plan: error: unrecognized arguments: --globl-batch 32 "
+                                         "(did you mean --global-batch?)")
+
+
+def test_several_mistyped_flags_are_each_named():
+    args = [("--globl-batch=32" if a == "--global-batch" else "--sq-len" if a == "--seq-len" else a)
+            for a in PROBLEM if a != "32"]
+    r = planner("plan", *args)
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1].endswith("(--globl-batch: did you mean --global-batch?; "
+                                              "--sq-len: did you mean --seq-len?)")
+
+
+def test_missing_required_flag_names_the_mistyped_one(tmp_path):
+    r = planner("profile", "--model", "llama3-8b", "--ot", str(tmp_path / "p.json"))
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == ("planner profile: error: the following arguments are required: --out "
+                                         "(--ot: did you mean --out?)")
+
+
+@pytest.mark.parametrize("args,tail", [
+    (["pln"], "invalid choice: 'pln' (choose from 'plan', 'estimate', 'check', 'sweep', 'profile', 'serve', "
+              "'models', 'gpus') (did you mean 'plan'?)"),
+    (["estimate", *PROBLEM, "--tp", "8", "--dtype", "bf15"],
+     "argument --dtype: invalid choice: 'bf15' (choose from 'bf16', 'fp16', 'fp8', 'fp32') (did you mean 'bf16'?)"),
+    (["estimate", *PROBLEM, "--tp", "8", "--recompute", "ful"],
+     "--recompute: unknown value 'ful'; did you mean 'full'? (allowed: none, selective, full)"),
+])
+def test_mistyped_word_suggests_the_choice(args, tail):
+    r = planner(*args)
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1].endswith(tail), r.stderr
