@@ -1,7 +1,7 @@
 """The `planner` command line. Each command lives in its own module exposing
 `register(subparsers)`; `main` dispatches and turns bad input into exit code 2: every error
 of a request on its own `error:` line, a mistyped flag or command with the one it most
-likely meant."""
+likely meant, a missing optional extra with how to install it."""
 
 from __future__ import annotations
 
@@ -16,6 +16,19 @@ from planner.request.errors import every_error
 
 # command modules, in the order `planner --help` lists them
 COMMANDS = ("plan", "estimate", "check", "sweep", "profile", "serve", "catalog")
+
+# optional extras (pyproject.toml [project.optional-dependencies]): the module a command
+# imports -> (what needs it, how to install it). tests/cli/test_errors_cli.py holds the pins
+# to pyproject.toml's.
+TORCH_PIN = "torch==2.13.0"
+EXTRAS = {
+    "torch": ("torch is not installed; it is an optional extra, which `planner profile` measures with",
+              f"pip install 'parallel-planner[torch]' (or the CPU-only wheel: pip install {TORCH_PIN} "
+              "--index-url https://download.pytorch.org/whl/cpu)"),
+    "psycopg": ("psycopg is not installed; it is an optional extra, which a PostgreSQL database needs",
+                "pip install 'parallel-planner[postgres]'"),
+}
+
 
 # argparse's refusal of a value outside a flag's or the command's choices (Python 3.11 to 3.13)
 _INVALID_CHOICE = re.compile(r"invalid choice: (?P<given>'[^']*') \(choose from (?P<choices>.*)\)")
@@ -95,6 +108,15 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     return args
 
 
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The one line that says which optional extra a missing module belongs to and how to
+    install it, or None for a module that is no extra's (a real bug: its traceback stays)."""
+    if exc.name not in EXTRAS:
+        return None
+    what, install = EXTRAS[exc.name]
+    return f"{what}: {install}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
@@ -106,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        if (line := missing_extra(exc)) is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

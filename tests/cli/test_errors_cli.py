@@ -1,10 +1,12 @@
 """Errors that name the cause, end to end in a `python -m api.cli` subprocess: a mistyped key,
-preset, GPU, word or flag is named with the one it most likely meant."""
+preset, GPU, word or flag is named with the one it most likely meant; a missing optional
+extra says how to install it (no traceback)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,19 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 
 PROBLEM = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "32", "--seq-len", "2048"]
+
+# `python -m api.cli` in a process where `import torch` fails, as where the extra is not installed
+NO_TORCH = """
+import runpy, sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, NoTorch())
+sys.argv = ["planner", *sys.argv[1:]]
+runpy.run_module("api.cli", run_name="__main__")
+"""
 
 
 def planner(*args: str, python: tuple[str, ...] = ("-m", "api.cli")) -> subprocess.CompletedProcess:
@@ -87,3 +102,22 @@ def test_mistyped_word_suggests_the_choice(args, tail):
     r = planner(*args)
     assert r.returncode == 2
     assert r.stderr.splitlines()[-1].endswith(tail), r.stderr
+
+
+def test_profile_without_torch_says_how_to_install_it(tmp_path):
+    r = planner("profile", "--model", "llama3-8b", "--out", str(tmp_path / "p.json"), python=("-c", NO_TORCH))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == [
+        "error: torch is not installed; it is an optional extra, which `planner profile` measures with: "
+        "pip install 'parallel-planner[torch]' (or the CPU-only wheel: pip install torch==2.13.0 "
+        "--index-url https://download.pytorch.org/whl/cpu)"]
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_install_hints_name_the_extras_pyproject_declares():
+    from api.cli import EXTRAS, TORCH_PIN
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["torch"] == [TORCH_PIN]
+    assert "parallel-planner[torch]" in EXTRAS["torch"][1]
+    assert any(r.startswith("psycopg") for r in extras["postgres"]) and "parallel-planner[postgres]" in EXTRAS["psycopg"][1]
