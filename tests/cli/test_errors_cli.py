@@ -1,5 +1,6 @@
 """Errors that name the cause, end to end in a `python -m api.cli` subprocess: a mistyped key,
-preset, GPU, word or flag is named with the one it most likely meant; a missing optional
+preset, GPU, word or flag is named with the one it most likely meant; a pinned degree the
+model, the cluster or the batch refuses names that rule with the numbers; a missing optional
 extra says how to install it (no traceback)."""
 
 from __future__ import annotations
@@ -102,6 +103,17 @@ def test_mistyped_word_suggests_the_choice(args, tail):
     r = planner(*args)
     assert r.returncode == 2
     assert r.stderr.splitlines()[-1].endswith(tail), r.stderr
+
+
+def test_infeasible_pin_names_the_divisibility_rule():
+    """tp=3 for 32 heads: the answer is the model's rule with the numbers and the degrees that
+    pass, not the engine's unrelated rules about ZeRO and schedules."""
+    r = planner("plan", *PROBLEM, "--tp", "3")
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == ("infeasible: no configuration satisfies the divisibility rules and the search restrictions: "
+                        "search.tp: 32 attention heads are not divisible by tp=3")
+    assert lines[1:] == ["  - search.tp: one of [1, 2, 4, 8]"]
 
 
 def test_profile_without_torch_says_how_to_install_it(tmp_path):
