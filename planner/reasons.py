@@ -6,6 +6,7 @@ import itertools
 import math
 
 from cost_model.engines.support import engine_supports, get_engine
+from cost_model.hardware.catalog import CATALOG
 from cost_model.model import attention
 from cost_model.specs.inputs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
 from cost_model.specs.results import Estimate
@@ -21,7 +22,7 @@ from cost_model.specs.vocab import (
     values,
 )
 from cost_model.validate import cp_rule, divisors, expert_fold_error, tp_rule
-from planner.space import Candidate, etp_values
+from planner.space import MAX_CP, Candidate, degree_groups, etp_values
 
 
 def _pct(x: float) -> str:
@@ -46,7 +47,9 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
         out.append(f"cp={cfg.cp} splits the {model.num_layers}-layer activations of long sequences; ring exchange exposes {b.cp_comm_s:.3g} s")
     if isinstance(model, TransformerSpec) and model.moe is not None:
         out.append(_expert_reason(model, cluster, cfg, b.ep_comm_s))
-    if cfg.zero:
+    if cfg.zero and cfg.dp * cfg.cp == 1:  # ZeRO shards over the data-parallel ranks: one holds it all
+        out.append(f"ZeRO-{cfg.zero} shards nothing here: dp x cp = 1, one data-parallel rank holds every state")
+    elif cfg.zero:
         out.append(f"ZeRO-{cfg.zero} shards {'optimizer states' if cfg.zero == 1 else 'optimizer states and gradients' if cfg.zero == 2 else 'parameters, gradients and optimizer states'} over dp={cfg.dp * cfg.cp}")
     if cfg.recompute == RECOMPUTE_FULL:
         n = sum(cfg.recompute_layers or ())
@@ -382,7 +385,7 @@ def _no_candidate(space, model: ModelSpec, cluster: ClusterSpec, training, detai
 
 def infeasible_details(stats, space, model: ModelSpec, cluster: ClusterSpec, training) -> tuple[str, dict]:
     """The answer when the search found no plan: why, with the numbers, in `details` as well,
-    with suggestions."""
+    with suggestions that apply to this request (memory_suggestions)."""
     capacity_gib, headroom = cluster.gpu.memory_gib, space.memory_headroom
     c = stats.min_memory_config
     details = {
@@ -413,13 +416,82 @@ def infeasible_details(stats, space, model: ModelSpec, cluster: ClusterSpec, tra
     if c is not None:
         details["least_memory_config"] = {k: getattr(c, k) for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero", "recompute")}
     details["binding"] = "memory per GPU"
-    ratio = stats.min_memory_gib / max(usable, 1e-9)
-    details["suggestions"] = [
-        f"about {max(2, int(ratio + 0.999))}x more GPUs (more pipeline/tensor stages share the model states)",
-        "ZeRO-3 (search.zero: [3]) shards parameters, gradients and optimizer states",
-        "full activation recomputation (search.recompute: [\"full\"])",
-        "context parallelism for long sequences (search.cp)",
-        "a smaller micro-batch or sequence length",
-        "a GPU with more memory",
-    ]
+    details["suggestions"] = memory_suggestions(stats.min_memory_gib, space, model, cluster, training, c)
     return msg, details
+
+
+# --------------------------------------------------------------------------- memory levers
+# Each suggestion of a plan that does not fit is offered only where it is a lever the search
+# did not already pull (a value it searched cannot help) and one that acts on this request.
+
+
+def _more_gpus_help(space) -> bool:
+    """More GPUs shrink a GPU's share unless every sharding degree is pinned to one value and
+    no ZeRO level shards: then they only add replicas of the same shard."""
+    fixed = all(len(space.allowed.get(k) or ()) == 1 for k in ("tp", "pp", "cp", "ep"))
+    return not (fixed and not any(space.ok("zero", z) for z in (1, 2, 3)))
+
+
+def _zero3_helps(space, model: ModelSpec, cluster: ClusterSpec, training, engine: str) -> bool:
+    """ZeRO shards over the data-parallel ranks (dp x cp of them): it saves memory only in a
+    layout with more than one, at a pipeline degree where the engine runs ZeRO-3."""
+    return any(g.dp * g.cp > 1 and engine_supports(engine, zero=3, pp=g.pp) is None
+               for g in degree_groups(model, cluster, training, space))
+
+
+def _unsearched_cps(space, model: ModelSpec, training, least: Candidate | None) -> list[int]:
+    """Context-parallel degrees the pins kept out that would shrink the least-memory layout's
+    activations and nothing else: its ranks taken from the data-parallel ones (dp x cp
+    stays, so do tp x pp and the model states' share), a transformer whose sequence splits
+    evenly (cp_rule). None at dp = 1: CP would take model-parallel ranks, growing the states."""
+    if not isinstance(model, TransformerSpec) or space.allowed.get("cp") is None or least is None:
+        return []
+    ranks = least.dp * least.cp
+    return [c for c in range(least.cp + 1, min(ranks, MAX_CP) + 1)
+            if ranks % c == 0 and not space.ok("cp", c) and cp_rule(training.seq_length, c) is None]
+
+
+def _larger_pins(space, model: ModelSpec, cluster: ClusterSpec, training) -> list[str]:
+    """Pinned tp and pp below a value that passes their rules: more stages would share the
+    model states."""
+    return [f"search.{k}" for k in ("tp", "pp") if space.allowed.get(k)
+            and any(v > max(space.allowed[k]) and _DEGREE_RULES[k](v, model, cluster, training, space) is None
+                    for v in _degree_values(k, model, cluster, training))]
+
+
+def _larger_gpus(cluster: ClusterSpec, need_gib: float, headroom: float) -> list[str]:
+    """Catalog GPUs whose usable memory holds the least any candidate needs (a lower bound:
+    a GPU below it cannot fit the plan, one above may), the smallest such first (two)."""
+    enough = sorted((g for g in CATALOG.values() if g.memory_gib * (1 - headroom) >= need_gib
+                     and g.memory_gib > cluster.gpu.memory_gib), key=lambda g: g.memory_gib)
+    return [f"{g.name} ({g.memory_gib:.0f} GiB)" for g in enough[:2]]
+
+
+def memory_suggestions(need_gib: float, space, model: ModelSpec, cluster: ClusterSpec, training,
+                       least: Candidate | None = None) -> list[str]:
+    """What could make a plan fit, checked against this request (`need_gib`: the least memory
+    any candidate needs, `least` that candidate): more GPUs where sharding can grow; ZeRO-3, full recompute, context
+    parallelism or a micro-batch of 1 only where the pins kept them out of the search and they
+    act here (ZeRO needs dp x cp > 1, CP an even split of the sequence); larger pins; a shorter
+    sequence; a GPU whose memory could hold the plan."""
+    engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
+    ratio = need_gib / max(cluster.gpu.memory_gib * (1 - space.memory_headroom), 1e-9)
+    out = []
+    if _more_gpus_help(space):
+        out.append(f"about {max(2, int(ratio + 0.999))}x more GPUs (more pipeline/tensor stages share the model states)")
+    if not space.ok("zero", 3) and _zero3_helps(space, model, cluster, training, engine):
+        out.append("ZeRO-3 (search.zero: [3]) shards parameters, gradients and optimizer states over the dp x cp ranks")
+    if not space.ok("recompute", RECOMPUTE_FULL) and engine_supports(engine, recompute=RECOMPUTE_FULL) is None:
+        out.append("full activation recomputation (search.recompute: [\"full\"])")
+    if cps := _unsearched_cps(space, model, training, least):
+        out.append(f"context parallelism for the {training.seq_length}-token sequences (search.cp: one of {cps[:6]}), "
+                   f"its ranks taken from the dp={least.dp} data-parallel ones")
+    if larger := _larger_pins(space, model, cluster, training):
+        out.append(f"larger {' or '.join(larger)}: more stages share the model states")
+    if space.allowed.get("micro_batch_size") and 1 not in space.allowed["micro_batch_size"]:
+        out.append("a micro-batch of 1 (search.micro_batch_size: [1])")
+    out.append("a shorter sequence (training.seq_length): activations shrink with it")
+    if gpus := _larger_gpus(cluster, need_gib, space.memory_headroom):
+        out.append(f"a GPU with more memory than the {cluster.gpu.memory_gib:.0f} GiB of {cluster.gpu.name}: "
+                   + ", ".join(gpus))
+    return out

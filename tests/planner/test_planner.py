@@ -317,6 +317,46 @@ def test_infeasible_explains_with_numbers():
     assert "GiB" in ei.value.message
 
 
+def test_infeasible_suggestions_apply_to_the_request():
+    """Nothing the search already tried is suggested: with ZeRO, recompute and CP open, none of
+    them is; pinned out where they can act, each is (ZeRO-3 over dp x cp > 1, full recompute,
+    CP taking ranks from the least-memory layout's data-parallel ones)."""
+    with pytest.raises(Infeasible) as ei:
+        service.plan(INFEASIBLE)
+    tips = " | ".join(ei.value.details["suggestions"])
+    assert "ZeRO" not in tips and "recomputation" not in tips and "context parallelism" not in tips
+    assert "more GPUs" in tips
+    req = {**INFEASIBLE, "search": {"zero": [0, 1], "recompute": ["none"], "cp": [1], "micro_batch_size": [2]}}
+    with pytest.raises(Infeasible) as ei:
+        service.plan(req)
+    tips = ei.value.details["suggestions"]
+    assert any(t.startswith("ZeRO-3 (search.zero: [3])") for t in tips)
+    assert any(t.startswith("full activation recomputation") for t in tips)
+    assert "a micro-batch of 1 (search.micro_batch_size: [1])" in tips
+    least = ei.value.details["least_memory_config"]
+    cp = [t for t in tips if t.startswith("context parallelism")]
+    assert bool(cp) == (least["dp"] > 1), (least, cp)
+
+
+def test_infeasible_at_one_data_parallel_rank_offers_no_zero_or_cp():
+    """ZeRO shards over the dp x cp ranks: with dp and cp pinned to 1 it does nothing, and CP
+    would take model-parallel ranks, so neither is suggested; a GPU too small to hold the least
+    any candidate needs is not either."""
+    req = {"model": {"name": "llama3-70b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"global_batch_size": 32, "seq_length": 2048},
+           "search": {"dp": [1], "cp": [1], "zero": [0], "time_limit_s": 30}}
+    with pytest.raises(Infeasible) as ei:
+        service.plan(req)
+    d = ei.value.details
+    tips = " | ".join(d["suggestions"])
+    assert d["binding"] == "memory per GPU"
+    assert "ZeRO" not in tips and "context parallelism" not in tips
+    from cost_model.hardware.catalog import CATALOG
+
+    named = [g for g in CATALOG if f" {g} (" in tips]
+    assert named and all(CATALOG[g].memory_gib * (1 - d["memory_headroom"]) >= d["least_memory_gib"] for g in named)
+
+
 @pytest.mark.parametrize("search,rule", [
     ({"tp": 3}, "search.tp: 16 attention heads are not divisible by tp=3"),
     ({"tp": [3, 5]}, "search.tp: 16 attention heads are not divisible by tp=3; 16 attention heads are not "
