@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import itertools
 import re
 import sys
 
@@ -25,8 +26,6 @@ EXTRAS = {
     "torch": ("torch is not installed; it is an optional extra, which `planner profile` measures with",
               f"pip install 'parallel-planner[torch]' (or the CPU-only wheel: pip install {TORCH_PIN} "
               "--index-url https://download.pytorch.org/whl/cpu)"),
-    "psycopg": ("psycopg is not installed; it is an optional extra, which a PostgreSQL database needs",
-                "pip install 'parallel-planner[postgres]'"),
 }
 
 
@@ -54,11 +53,15 @@ class _Parser(argparse.ArgumentParser):
 
     def _unknown_flags(self) -> list[tuple[str, str]]:
         """(given, meant) for each flag this parser was given and does not know (a prefix of a
-        known flag is not unknown: argparse takes abbreviations)."""
+        known flag is not unknown: argparse takes abbreviations). The top parser reads only
+        what precedes the command: the rest is the command's, whose parser guesses for it."""
         # argparse has no public list of a parser's flags: its actions hold them
         flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        given = getattr(self, "given", [])
+        if hasattr(self, "commands"):
+            given = list(itertools.takewhile(lambda t: t.startswith("-"), given))
         out = []
-        for token in getattr(self, "given", ()):
+        for token in given:
             name = token.split("=", 1)[0]
             if name.startswith("--") and len(name) > 2 and not any(f.startswith(name) for f in flags):
                 if (meant := close_match(name, flags)) is not None:
