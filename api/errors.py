@@ -13,7 +13,8 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cost_model.specs.errors import SpecError
-from planner.request.schema import REQUESTS, UNION_TAGS, spec_error_from
+from planner.request.errors import every_error, one_error, spec_errors_from
+from planner.request.schema import REQUESTS, UNION_TAGS
 
 log = logging.getLogger("planner.api")
 
@@ -43,7 +44,11 @@ def error_response(
 
 
 def spec_error_response(exc: SpecError) -> JSONResponse:
-    return error_response(422, "invalid_request", str(exc), exc.to_dict())
+    """The 422 of bad input: the message names every error (as the CLI's `error:` lines do);
+    `details` holds the leading one's field, message, allowed values and suggestion, and
+    `details.errors` each of them in the same form."""
+    return error_response(422, "invalid_request", str(exc),
+                          {**exc.to_dict(), "errors": [e.to_dict() for e in every_error(exc)]})
 
 
 def _loc_to_field(loc: tuple | list) -> str:
@@ -64,18 +69,22 @@ def _loc_to_field(loc: tuple | list) -> str:
 _BODY_MODELS = {"/v1/plans": REQUESTS["plan"], "/v1/estimate": REQUESTS["estimate"], "/v1/check": REQUESTS["check"]}
 
 
+def _body_field(loc: tuple) -> bool:
+    return loc[:1] == ("body",) and len(loc) > 1 and not isinstance(loc[1], int)
+
+
 def validation_spec_error(request: Request, exc: RequestValidationError) -> SpecError | None:
-    """The first body error as the SpecError the CLI would raise for the same input."""
-    for e in exc.errors():
-        loc = tuple(e.get("loc", ()))
-        if loc[:1] == ("body",) and len(loc) > 1 and not isinstance(loc[1], int):
-            try:
-                return spec_error_from({**e, "loc": loc[1:]}, _BODY_MODELS.get(request.url.path))
-            except Exception:  # noqa: BLE001 - an unforeseen error shape: the generic 422 below
-                log.warning("could not convert validation error %r", e, exc_info=True)
-                return None
-        break
-    return None
+    """The body's errors as the SpecError the CLI would raise for the same input (all of them,
+    ordered and worded as planner.request.errors does); None where some error is not a body
+    field's (a query parameter, a body that is no object)."""
+    errors = [{**e, "loc": tuple(e.get("loc", ()))} for e in exc.errors()]
+    if not errors or not all(_body_field(e["loc"]) for e in errors):
+        return None
+    try:
+        return one_error(spec_errors_from([{**e, "loc": e["loc"][1:]} for e in errors], _BODY_MODELS.get(request.url.path)))
+    except Exception:  # noqa: BLE001 - an unforeseen error shape: the generic 422 below
+        log.warning("could not convert validation errors %r", errors, exc_info=True)
+        return None
 
 
 _STATUS_CODES = {
@@ -105,20 +114,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = []
-        for e in exc.errors():
-            errors.append({"field": _loc_to_field(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type", "")})
         spec = validation_spec_error(request, exc)
         if spec is not None:
-            details = {**spec.to_dict(), "errors": errors}
-            if len(errors) > 1:
-                return error_response(422, "invalid_request", f"{spec} (and {len(errors) - 1} more)", details)
-            return error_response(422, "invalid_request", str(spec), details)
-        first = errors[0] if errors else {"field": "body", "message": "invalid"}
-        message = f"{first['field']}: {first['message']}"
-        if len(errors) > 1:
-            message += f" (and {len(errors) - 1} more)"
-        return error_response(422, "invalid_request", message, {"field": first["field"], "errors": errors})
+            return spec_error_response(spec)
+        # not the request schema's fields: pydantic's own words, every error named
+        errors = [{"field": _loc_to_field(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type", "")}
+                  for e in exc.errors()] or [{"field": "body", "message": "invalid", "type": ""}]
+        message = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        return error_response(422, "invalid_request", message, {"field": errors[0]["field"], "errors": errors})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -29,7 +29,7 @@ from cost_model.model import attention
 from cost_model.model.checks import check_architecture
 from cost_model.pipeline.stages import balanced_stage_layers
 from cost_model.specs import inputs as specs
-from cost_model.specs.errors import SpecError
+from cost_model.specs.errors import SpecError, close_match
 from cost_model.specs.limits import (
     MAX_BATCH,
     MAX_EXPERTS,
@@ -74,8 +74,8 @@ from cost_model.specs.vocab import (
     values,
 )
 
-__all__ = ["FIELD_DOMAINS", "divisors", "expert_fold_error", "range_text", "routing_rule", "shape_rule", "validate_cluster",
-           "validate_config", "validate_model", "validate_training"]
+__all__ = ["FIELD_DOMAINS", "cp_rule", "divisors", "expert_fold_error", "range_text", "routing_rule", "shape_rule",
+           "tp_rule", "validate_cluster", "validate_config", "validate_model", "validate_training"]
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
@@ -211,7 +211,7 @@ def _check_value(v: Any, rule: Any, path: str, item: bool = False) -> None:
         for i, x in enumerate(v):
             _check_value(x, rule.item, f"{path}[{i}]", item=True)
     elif not any(v == w and type(v) is type(w) for w in values(rule)):
-        raise SpecError(path, f"unknown value {v!r}", allowed=list(values(rule)))
+        raise SpecError(path, f"unknown value {v!r}", allowed=list(values(rule)), suggestion=close_match(v, values(rule)))
 
 
 def _domains(spec: Any, path: str) -> None:
@@ -378,10 +378,7 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
             f"the interleaved schedule needs the {n_micro} micro-batches to be a multiple of pp={p.pp}",
             allowed=f"global_batch_size/(dp*micro_batch_size) a multiple of {p.pp}",
         )
-    if t.seq_length % p.cp:
-        raise SpecError("parallelism.cp", f"seq_length {t.seq_length} is not divisible by cp={p.cp}", allowed=divisors(t.seq_length)[:40])
-    if p.cp > 1 and (t.seq_length // p.cp) % 2:
-        raise SpecError("parallelism.cp", f"each CP rank needs an even share of the sequence ({t.seq_length}/{p.cp})", allowed="cp with seq_length/cp even")
+    _raise_at("parallelism.cp", cp_rule(t.seq_length, p.cp))
     n_stages = p.pp * p.vpp
     if p.stage_layers is not None:
         if len(p.stage_layers) != n_stages:
@@ -420,14 +417,7 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
     if p.sequence_parallel and p.tp == 1:
         raise SpecError("parallelism.sequence_parallel", "needs tp > 1", allowed=[False])
     if isinstance(m, specs.TransformerSpec):
-        if p.tp > m.num_attention_heads:
-            raise SpecError("parallelism.tp", f"tp={p.tp} exceeds {m.num_attention_heads} attention heads", allowed=divisors(m.num_attention_heads))
-        if m.num_attention_heads % p.tp:
-            raise SpecError("parallelism.tp", f"{m.num_attention_heads} attention heads are not divisible by tp={p.tp}", allowed=divisors(m.num_attention_heads))
-        if m.num_kv_heads % p.tp:
-            raise SpecError("parallelism.tp", f"{m.num_kv_heads} KV heads are not divisible by tp={p.tp}", allowed=divisors(m.num_kv_heads))
-        if m.ffn_hidden_size % p.tp:
-            raise SpecError("parallelism.tp", f"ffn_hidden_size {m.ffn_hidden_size} is not divisible by tp={p.tp}", allowed=divisors(m.ffn_hidden_size)[:40])
+        _raise_at("parallelism.tp", tp_rule(m, p.tp))
         if m.moe is None and p.ep > 1:  # (etp on a dense model has nothing to split: Megatron ignores it)
             raise SpecError("parallelism.ep", f"ep={p.ep} needs an MoE model", allowed=[1])
         if m.moe is not None:
@@ -436,6 +426,39 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
             _validate_cp_comm(m, p)
     elif p.ep > 1 or p.cp > 1:
         raise SpecError("parallelism.ep" if p.ep > 1 else "parallelism.cp", "layer-list models support dp, tp and pp only", allowed=[1])
+
+
+def tp_rule(m: specs.TransformerSpec, tp: int) -> tuple[str, Any] | None:
+    """(message, allowed) of the first rule tensor parallelism of degree `tp` breaks on the
+    model, else None: it splits the attention heads, the K/V heads and the MLP's hidden size.
+    validate_config refuses a configuration with it, and the planner a pinned search.tp."""
+    a, kv, ffn = m.num_attention_heads, m.num_kv_heads, m.ffn_hidden_size
+    if tp > a:
+        return f"tp={tp} exceeds {a} attention heads", divisors(a)
+    if a % tp:
+        return f"{a} attention heads are not divisible by tp={tp}", divisors(a)
+    if kv % tp:
+        return f"{kv} KV heads are not divisible by tp={tp}", divisors(kv)
+    if ffn % tp:
+        return f"ffn_hidden_size {ffn} is not divisible by tp={tp}", divisors(ffn)[:40]
+    return None
+
+
+def cp_rule(seq_length: int, cp: int) -> tuple[str, Any] | None:
+    """(message, allowed) of the rule context parallelism of degree `cp` breaks on the
+    sequence, else None: it splits the sequence into an even share per rank (the load-balanced
+    ring takes two chunks a rank). validate_config and the planner's pinned search.cp say it."""
+    if seq_length % cp:
+        return f"seq_length {seq_length} is not divisible by cp={cp}", divisors(seq_length)[:40]
+    if cp > 1 and (seq_length // cp) % 2:
+        return f"each CP rank needs an even share of the sequence ({seq_length}/{cp})", "cp with seq_length/cp even"
+    return None
+
+
+def _raise_at(field: str, broken: tuple[str, Any] | None) -> None:
+    if broken is not None:
+        message, allowed = broken
+        raise SpecError(field, message, allowed=allowed)
 
 
 def expert_fold_error(num_experts: int, expert_ffn: int, tp: int, cp: int, dp: int, ep: int, etp: int) -> str | None:

@@ -156,8 +156,7 @@ def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, prog
     """The best plan of a parsed problem (`rh`: its request's hash), without launch artifacts."""
     res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s, progress=progress)
     if not res.best:
-        msg, details = infeasible_details(res.stats, prob.cluster.gpu.memory_gib, prob.space.memory_headroom,
-                                          prob.space, prob.model.num_layers, prob.model)
+        msg, details = infeasible_details(res.stats, prob.space, prob.model, prob.cluster, prob.training)
         if res.stats.timed_out:
             msg = "the time limit ran out before any feasible plan was found; " + msg
         raise Infeasible(msg, details)

@@ -40,7 +40,7 @@ from cost_model.specs.vocab import (
     values,
 )
 from cost_model.terms import moe
-from cost_model.validate import dispatcher_error, divisors, expert_fold_error
+from cost_model.validate import cp_rule, dispatcher_error, divisors, expert_fold_error, tp_rule
 from planner.request import schema as rq
 from planner.request.schema import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 
@@ -110,7 +110,7 @@ def parse_search(d: Any) -> SearchSpace:
 def _tp_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace) -> list[int]:
     limit = cluster.gpus_per_node if space.tp_within_node else cluster.num_gpus
     if isinstance(model, TransformerSpec):
-        ok = [t for t in divisors(model.num_attention_heads) if model.num_kv_heads % t == 0 and model.ffn_hidden_size % t == 0]
+        ok = [t for t in divisors(model.num_attention_heads) if tp_rule(model, t) is None]
     else:
         ok = divisors(cluster.num_gpus)
     return [t for t in ok if t <= limit and space.ok("tp", t)]
@@ -152,9 +152,9 @@ def degree_groups(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     B, s = training.global_batch_size, training.seq_length
     is_tf = isinstance(model, TransformerSpec)
     for tp in _tp_values(model, cluster, space):
-        cps = [c for c in divisors(s) if (c == 1 or (is_tf and (s // c) % 2 == 0 and c <= MAX_CP)) and space.ok("cp", c)]
+        cps = [c for c in divisors(s) if cp_rule(s, c) is None and (c == 1 or (is_tf and c <= MAX_CP)) and space.ok("cp", c)]
         if space.allowed.get("cp"):
-            cps = [c for c in space.allowed["cp"] if s % c == 0 and (c == 1 or (is_tf and (s // c) % 2 == 0))]
+            cps = [c for c in space.allowed["cp"] if cp_rule(s, c) is None and (c == 1 or is_tf)]
         for cp in cps:
             if tp * cp > n or n % (tp * cp) and space.use_all_gpus:
                 continue

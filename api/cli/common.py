@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from cost_model.hardware.profile_schema import profile_from_dict
 from cost_model.specs.errors import SpecError
 from cost_model.specs.vocab import MODEL_TRANSFORMER, ModelKind, values
+from planner.request.errors import every_error, one_error
 from planner.request.schema import REQUESTS, validate_as
 
 from .flags import FLAGS
@@ -101,11 +102,16 @@ def request_from_args(args: argparse.Namespace, command: str) -> BaseModel:
     try:
         valid = validate_as(REQUESTS[command], req)
     except SpecError as exc:
-        hint = _HINTS.get(exc.field)
-        if exc.message == "is required" and hint:
-            raise SpecError(exc.field, f"is required (give {hint} or --request)", exc.allowed) from None
-        raise
+        raise one_error([_with_flag_hint(e) for e in every_error(exc)]) from None
     return valid
+
+
+def _with_flag_hint(exc: SpecError) -> SpecError:
+    """A missing field's error with the flag that gives it (`is required (give --global-batch or --request)`)."""
+    hint = _HINTS.get(exc.field)
+    if exc.message == "is required" and hint:
+        return SpecError(exc.field, f"is required (give {hint} or --request)", exc.allowed)
+    return exc
 
 
 def load_profile_arg(args: argparse.Namespace):

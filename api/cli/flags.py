@@ -21,6 +21,7 @@ from dataclasses import field as dc_field
 from typing import Any
 
 from cost_model.specs import vocab as V
+from cost_model.specs.errors import close_match
 
 
 def _csv(kind: Callable[[str], Any], choices: tuple | None = None, flag: str = "") -> Callable[[str], list]:
@@ -37,7 +38,9 @@ def _csv(kind: Callable[[str], Any], choices: tuple | None = None, flag: str = "
             except ValueError:
                 raise argparse.ArgumentTypeError(f"{flag} takes comma-separated {kind.__name__} values, got {x!r}") from None
             if choices is not None and v not in choices:
-                raise argparse.ArgumentTypeError(f"{flag}: unknown value {x!r} (allowed: {', '.join(map(str, choices))})")
+                meant = close_match(x, map(str, choices))
+                raise argparse.ArgumentTypeError(f"{flag}: unknown value {x!r}{f'; did you mean {meant!r}?' if meant else ''} "
+                                                 f"(allowed: {', '.join(map(str, choices))})")
             out.append(v)
         return out
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cost_model.specs.errors import SpecError
+from cost_model.specs.errors import SpecError, close_match
 from cost_model.specs.inputs import GPUSpec
 from cost_model.specs.vocab import Dtype, values
 
@@ -207,7 +207,7 @@ CATALOG: dict[str, GPUSpec] = {
 def get_gpu(name: str) -> GPUSpec:
     key = name.strip().lower()
     if key not in CATALOG:
-        raise SpecError("cluster.gpu", f"unknown GPU {name!r}", allowed=sorted(CATALOG))
+        raise SpecError("cluster.gpu", f"unknown GPU {name!r}", allowed=sorted(CATALOG), suggestion=close_match(name, CATALOG))
     return CATALOG[key]
 
 

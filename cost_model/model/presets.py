@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from cost_model.model import flops
 from cost_model.model.attention import CHUNKED, FULL, SLIDING
-from cost_model.specs.errors import SpecError
+from cost_model.specs.errors import SpecError, close_match
 from cost_model.specs.inputs import MLASpec, MoESpec, TransformerSpec
 from cost_model.specs.vocab import (
     MLP_GELU,
@@ -196,7 +196,8 @@ def get_preset(name: str) -> TransformerSpec:
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key not in PRESETS:
-        raise SpecError("model.name", f"unknown preset {name!r}", allowed=sorted(PRESETS))
+        raise SpecError("model.name", f"unknown preset {name!r}", allowed=sorted(PRESETS),
+                         suggestion=close_match(name, [*PRESETS, *ALIASES]))
     return PRESETS[key]
 
 

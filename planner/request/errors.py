@@ -1,6 +1,8 @@
 """pydantic validation errors -> SpecError: the dotted field path (`model.transformer.num_layers`,
-`search.tp[1]`) and what would be allowed (the field's range, the Literal's words, the
-model's field names), the same for the CLI (`validate_as`) and the REST 422 (api/errors.py)."""
+`search.tp[1]`), what would be allowed (the field's range, the Literal's words, the
+model's field names) and, for an unknown key or word, the one it most likely meant; every
+error of an input at once (SpecErrors), the same for the CLI (`validate_as`) and the REST 422
+(api/errors.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-from cost_model.specs.errors import SpecError
+from cost_model.specs.errors import SpecError, close_match
 from cost_model.validate import range_text
 
 # tags of the request schema's tagged unions (`cluster.gpu`); never field names, so error
@@ -101,11 +103,13 @@ def spec_error_from(err: dict, root: type[BaseModel] | None = None, prefix: str 
     path = _path(head + loc)
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's word, a dataclass's word
         parents = [f for t in _walk_types(root, loc[:-1]) if (f := schema_fields(t)) is not None] if root else []
-        return SpecError(path, f"unknown field {loc[-1]!r}", allowed=sorted(parents[0]) if parents else None)
+        names = sorted(parents[0]) if parents else None
+        return SpecError(path, f"unknown field {loc[-1]!r}", allowed=names, suggestion=close_match(loc[-1], names or ()))
     if kind == "missing":
         return SpecError(path, "is required")
     if kind == "literal_error":
-        return SpecError(path, f"unknown value {given!r}", allowed=_literal_values(str(ctx.get("expected", ""))))
+        words = _literal_values(str(ctx.get("expected", "")))
+        return SpecError(path, f"unknown value {given!r}", allowed=words, suggestion=close_match(given, words))
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         rng = _range(info, ctx)
         return SpecError(path, f"must be in {rng}, got {given!r}" if rng and ".." in rng else f"must be {rng}, got {given!r}",
@@ -150,13 +154,48 @@ def _adapter(t: Any) -> TypeAdapter:
     return TypeAdapter(t)
 
 
+class SpecErrors(SpecError):
+    """Several mistakes in one input, each a SpecError, all in `errors`. The first leads: its
+    field, message, allowed values and suggestion are this error's, so code that reads one
+    error still reads the most telling one; the text says them all, one after the other."""
+
+    def __init__(self, errors: list[SpecError]):
+        first = errors[0]
+        super().__init__(first.field, first.message, first.allowed, first.suggestion)
+        self.errors = list(errors)
+        self.args = ("; ".join(str(e) for e in self.errors),)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "errors": [e.to_dict() for e in self.errors]}
+
+
+def every_error(exc: SpecError) -> list[SpecError]:
+    """The mistakes an error reports: those of a SpecErrors, else the error itself."""
+    return list(exc.errors) if isinstance(exc, SpecErrors) else [exc]
+
+
+def one_error(errors: list[SpecError]) -> SpecError:
+    """`errors` as one exception: the error itself when alone, else SpecErrors."""
+    return errors[0] if len(errors) == 1 else SpecErrors(errors)
+
+
+_UNKNOWN_KEY = ("extra_forbidden", "unexpected_keyword_argument")
+
+
+def spec_errors_from(errors: list[dict], root: Any = None, prefix: str = "") -> list[SpecError]:
+    """Every pydantic error of one input as a SpecError (spec_error_from), unknown keys first:
+    a misspelt key (`global_batch`) is usually why its right spelling (`global_batch_size`) is
+    reported missing beside it, so the key and its suggestion lead."""
+    ordered = sorted(errors, key=lambda e: e.get("type") not in _UNKNOWN_KEY)
+    return [spec_error_from(e, root, prefix) for e in ordered]
+
+
 def validate_as(model: Any, data: Any, path: str = "") -> Any:
     """`data` validated as `model` (a pydantic model, or a dataclass such as the parallel
-    layout), failures raised as the SpecError of the first error."""
+    layout), failures raised as one SpecError naming every error (one_error)."""
     try:
         if isinstance(model, type) and issubclass(model, BaseModel):
             return model.model_validate(data)
         return _adapter(model).validate_python(data)
     except ValidationError as exc:
-        errors = exc.errors()
-        raise spec_error_from(errors[0], model, path) from None
+        raise one_error(spec_errors_from(exc.errors(), model, path)) from None

@@ -87,6 +87,9 @@ CASES = [
     ("plan", _with("search", {"engine": "jax"}, BASE), "search.engine"),
     ("plan", _with("search", {"targets": ["megatron", "bazel"]}, BASE), "search.targets[1]"),
     ("plan", _with("search", {"memory_headroom": 1.0}, BASE), "search.memory_headroom"),
+    # a misspelt key leads, with the key meant, before the field it leaves missing
+    ("plan", _with("training", {"global_batch": 32, "seq_length": 2048}, BASE), "training.global_batch"),
+    ("estimate", _with("model.name", "llama-3-8b", EST), "model.name"),
 ]
 
 # the same refusals spelled as flags: (argv, field)
@@ -134,9 +137,12 @@ def test_cli_and_rest_agree(case, client, tmp_path):
     err = r.json()["error"]
     assert err["details"]["field"] == field, err
     assert _cli_field(c.stderr) == field, c.stderr
-    # the same message: the REST text is the CLI's line (the CLI may add which flag to give)
-    line = c.stderr.strip().splitlines()[-1][len("error: "):]
-    assert err["message"].startswith(line.split(" (give ")[0])
+    # the same errors in the same order: the REST text is the CLI's `error:` lines, one after
+    # the other (the CLI may add which flag to give), and details.errors names their fields
+    lines = [x[len("error: "):].split(" (give ")[0] for x in c.stderr.splitlines() if x.startswith("error: ")]
+    assert err["message"].startswith(lines[0])
+    assert [e["field"] for e in err["details"]["errors"]] == [x.split(": ", 1)[0] for x in lines]
+    assert all(x in err["message"] for x in lines)
 
 
 @pytest.mark.parametrize("argv,field", FLAG_CASES, ids=[" ".join(a) for a, _ in FLAG_CASES])

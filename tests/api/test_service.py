@@ -54,6 +54,37 @@ def test_invalid_input_is_422_with_field(client, patch, field):
         assert field in err["message"]
 
 
+def test_invalid_request_lists_every_error_with_the_key_meant(client):
+    """A misspelt key and the field it leaves missing: both in the message and in
+    details.errors (none hidden behind "and 1 more"), the misspelt key first with the key meant."""
+    r = client.post("/v1/plans", json={**small_plan(), "training": {"global_batch": 32, "seq_length": 2048}})
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["code"] == "invalid_request"
+    unknown, missing = err["details"]["errors"]
+    assert unknown["field"] == "training.global_batch" and unknown["suggestion"] == "global_batch_size"
+    assert unknown["message"] == "unknown field 'global_batch'" and "global_batch_size" in unknown["allowed"]
+    assert (missing["field"], missing["message"]) == ("training.global_batch_size", "is required")
+    assert err["details"]["field"] == "training.global_batch" and err["details"]["suggestion"] == "global_batch_size"
+    assert err["message"].startswith("training.global_batch: unknown field 'global_batch'; did you mean "
+                                     "'global_batch_size'? (allowed: [")
+    assert err["message"].endswith("; training.global_batch_size: is required")
+    assert "more)" not in err["message"]
+
+
+@pytest.mark.parametrize("patch,field,meant", [
+    ({"model": {"name": "llama-3-8b"}}, "model.name", "llama3-8b"),
+    ({"cluster": {"gpu": "h100", "num_gpus": 8}}, "cluster.gpu", "h100-sxm"),
+])
+def test_unknown_names_suggest_the_catalog_name(client, patch, field, meant):
+    r = client.post("/v1/plans", json={**small_plan(), **patch})
+    assert r.status_code == 422, r.text
+    d = r.json()["error"]["details"]
+    assert (d["field"], d["suggestion"]) == (field, meant)
+    assert d["errors"] == [{k: d[k] for k in ("field", "message", "allowed", "suggestion")}]
+    assert f"; did you mean {meant!r}?" in r.json()["error"]["message"]
+
+
 def test_malformed_and_oversized_bodies(client):
     r = client.post("/v1/estimate", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code in (400, 422) and "error" in r.json()

@@ -318,6 +318,83 @@ def test_infeasible_explains_with_numbers():
     assert "GiB" in ei.value.message
 
 
+def test_infeasible_suggestions_apply_to_the_request():
+    """Nothing the search already tried is suggested: with ZeRO, recompute and CP open, none of
+    them is; pinned out where they can act, each is (ZeRO-3 over dp x cp > 1, full recompute,
+    CP taking ranks from the least-memory layout's data-parallel ones)."""
+    with pytest.raises(Infeasible) as ei:
+        service.plan(INFEASIBLE)
+    tips = " | ".join(ei.value.details["suggestions"])
+    assert "ZeRO" not in tips and "recomputation" not in tips and "context parallelism" not in tips
+    assert "more GPUs" in tips
+    req = {**INFEASIBLE, "search": {"zero": [0, 1], "recompute": ["none"], "cp": [1], "micro_batch_size": [2]}}
+    with pytest.raises(Infeasible) as ei:
+        service.plan(req)
+    tips = ei.value.details["suggestions"]
+    assert any(t.startswith("ZeRO-3 (search.zero: [3])") for t in tips)
+    assert any(t.startswith("full activation recomputation") for t in tips)
+    assert "a micro-batch of 1 (search.micro_batch_size: [1])" in tips
+    least = ei.value.details["least_memory_config"]
+    cp = [t for t in tips if t.startswith("context parallelism")]
+    assert bool(cp) == (least["dp"] > 1), (least, cp)
+
+
+def test_infeasible_at_one_data_parallel_rank_offers_no_zero_or_cp():
+    """ZeRO shards over the dp x cp ranks: with dp and cp pinned to 1 it does nothing, and CP
+    would take model-parallel ranks, so neither is suggested; a GPU too small to hold the least
+    any candidate needs is not either."""
+    req = {"model": {"name": "llama3-70b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"global_batch_size": 32, "seq_length": 2048},
+           "search": {"dp": [1], "cp": [1], "zero": [0], "time_limit_s": 30}}
+    with pytest.raises(Infeasible) as ei:
+        service.plan(req)
+    d = ei.value.details
+    tips = " | ".join(d["suggestions"])
+    assert d["binding"] == "memory per GPU"
+    assert "ZeRO" not in tips and "context parallelism" not in tips
+    from cost_model.hardware.catalog import CATALOG
+
+    named = [g for g in CATALOG if f" {g} (" in tips]
+    assert named and all(CATALOG[g].memory_gib * (1 - d["memory_headroom"]) >= d["least_memory_gib"] for g in named)
+
+
+@pytest.mark.parametrize("search,rule", [
+    ({"tp": 3}, "search.tp: 16 attention heads are not divisible by tp=3"),
+    ({"tp": [3, 5]}, "search.tp: 16 attention heads are not divisible by tp=3; 16 attention heads are not "
+                     "divisible by tp=5"),
+    ({"tp": 16, "tp_within_node": True}, "search.tp: 8 KV heads are not divisible by tp=16"),
+    ({"dp": 3}, "search.dp: global_batch_size 32 is not divisible by dp=3"),
+    ({"cp": 3}, "search.cp: seq_length 2048 is not divisible by cp=3"),
+    ({"cp": 2048}, "search.cp: each CP rank needs an even share of the sequence (2048/2048)"),
+    ({"pp": 16}, "search.pp: pp=16 exceeds the model's 8 layers"),
+    ({"micro_batch_size": 5}, "search.micro_batch_size: global_batch_size 32 is not divisible by micro_batch_size=5"),
+    ({"ep": 2}, "search.ep: ep=2 needs an MoE model"),
+    ({"tp": 8, "pp": 4}, "tp x pp = 8 x 4 = 32 does not divide the cluster's 16 GPUs"),
+    ({"tp": 2, "pp": 2, "cp": 1, "dp": 2}, "tp x cp x pp x dp = 2 x 1 x 2 x 2 = 8 leaves 8 of the cluster's 16 GPUs idle"),
+    ({"tp": 1, "pp": 1, "cp": 1}, "tp x cp x pp = 1 x 1 x 1 = 1 leaves dp = 16 / 1 = 16, and global_batch_size 8 is "
+                                  "not divisible by it"),
+])
+def test_infeasible_pin_names_the_rule_it_breaks(search, rule):
+    """A pinned degree no candidate can take: the model's, the cluster's or the batch's rule,
+    with the numbers (the estimate's sentence where it has one), not the engine's rules."""
+    req = with_search(SMALL, **search)
+    if "dp = 16" in rule:
+        req["training"] = {**req["training"], "global_batch_size": 8}
+    with pytest.raises(Infeasible) as ei:
+        service.plan(req)
+    msg = ei.value.message
+    assert msg.startswith("no configuration satisfies the divisibility rules and the search restrictions: " + rule), msg
+    assert "megatron cannot" not in msg and "schedule" not in msg
+    assert ei.value.details["binding"] == "search space" and ei.value.details["suggestions"]
+
+
+def test_infeasible_pin_suggests_the_values_that_pass():
+    with pytest.raises(Infeasible) as ei:
+        service.plan(with_search(SMALL, tp=3))
+    assert ei.value.details["suggestions"] == ["search.tp: one of [1, 2, 4, 8]"]
+    assert ei.value.details["pinned_rules"] == ["search.tp: 16 attention heads are not divisible by tp=3"]
+
+
 def test_pinned_chunks_beyond_the_blocks_plan_empty_ends():
     """Llama 3.1 405B (126 blocks) pinned to pp16 x vpp8 = 128 chunks, Megatron-Bridge's
     layout that counts the embedding and the loss as pipeline layers: the plan puts one block

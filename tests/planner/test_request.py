@@ -359,3 +359,24 @@ def test_facade_takes_the_validated_request_as_it_takes_a_dict():
     with pytest.raises(SpecError) as e:
         estimate_request({**_EST, "cluster": {"gpu": "h100-sxm", "num_gpus": 8, "gpus": 8}})
     assert e.value.field == "cluster.gpus" and "unknown field" in e.value.message
+
+
+def test_every_error_is_reported_unknown_keys_first_with_the_key_meant():
+    """pydantic finds all the mistakes of a request: validate_as raises them together
+    (SpecErrors, the first leading), a misspelt key before the field it leaves missing."""
+    from planner.request.errors import SpecErrors, every_error
+    from planner.request.schema import REQUESTS, validate_as
+
+    req = {**_EST, "training": {"global_batch": 32, "seq_length": 2048},
+           "parallelism": {"tp": 8, "recompute": "ful"}}
+    with pytest.raises(SpecErrors) as e:
+        validate_as(REQUESTS["estimate"], req)
+    errors = every_error(e.value)
+    assert [(x.field, x.message, x.suggestion) for x in errors] == [
+        ("training.global_batch", "unknown field 'global_batch'", "global_batch_size"),
+        ("training.global_batch_size", "is required", None),
+        ("parallelism.recompute", "unknown value 'ful'", "full"),
+    ]
+    assert (e.value.field, e.value.suggestion) == ("training.global_batch", "global_batch_size")
+    assert str(e.value) == "; ".join(str(x) for x in errors)
+    assert e.value.to_dict()["errors"] == [x.to_dict() for x in errors]
