@@ -13,7 +13,13 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cost_model.specs.errors import SpecError
-from planner.request.schema import REQUESTS, UNION_TAGS, spec_error_from
+from planner.request.schema import (
+    MAX_FREEFORM_DEPTH,
+    NESTING_TOO_DEEP,
+    REQUESTS,
+    UNION_TAGS,
+    spec_error_from,
+)
 
 log = logging.getLogger("planner.api")
 
@@ -78,6 +84,16 @@ def validation_spec_error(request: Request, exc: RequestValidationError) -> Spec
     return None
 
 
+def nesting_error(request: Request, exc: RequestValidationError) -> SpecError | None:
+    """The body's free-form object nested past the schema's limit, if any error says so: the
+    same SpecError (and message) the CLI gives for that request file."""
+    for e in exc.errors():
+        loc = tuple(e.get("loc", ()))
+        if e.get("type") == NESTING_TOO_DEEP and loc[:1] == ("body",):
+            return spec_error_from({**e, "loc": loc[1:]}, _BODY_MODELS.get(request.url.path))
+    return None
+
+
 _STATUS_CODES = {
     400: "bad_request",
     401: "unauthorized",
@@ -105,6 +121,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        deep = nesting_error(request, exc)
+        if deep is not None:  # a hostile shape, not a mistake in a field: refused as unreadable
+            return error_response(400, NESTING_TOO_DEEP, str(deep), {**deep.to_dict(), "max_depth": MAX_FREEFORM_DEPTH})
         errors = []
         for e in exc.errors():
             errors.append({"field": _loc_to_field(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type", "")})

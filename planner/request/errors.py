@@ -22,6 +22,11 @@ from cost_model.validate import range_text
 GPU_TAG_NAME, GPU_TAG_OBJECT = "catalog_name", "gpu_object"
 UNION_TAGS = frozenset({GPU_TAG_NAME, GPU_TAG_OBJECT})
 
+# the pydantic error type of a free-form object (metadata, hf_config) nested deeper than the
+# schema allows (schema.MAX_FREEFORM_DEPTH); its ctx carries the limit as `max_depth`. The REST
+# service answers it 400 rather than 422: such a body is refused before anything reads it.
+NESTING_TOO_DEEP = "nesting_too_deep"
+
 
 def _unwrap(tp: Any) -> list[Any]:
     """The types a field annotation may hold (Optional / union / Annotated peeled off)."""
@@ -104,6 +109,8 @@ def spec_error_from(err: dict, root: type[BaseModel] | None = None, prefix: str 
         return SpecError(path, f"unknown field {loc[-1]!r}", allowed=sorted(parents[0]) if parents else None)
     if kind == "missing":
         return SpecError(path, "is required")
+    if kind == NESTING_TOO_DEEP:
+        return SpecError(path, err.get("msg", "nested too deep"), allowed=f"<= {ctx.get('max_depth')} levels")
     if kind == "literal_error":
         return SpecError(path, f"unknown value {given!r}", allowed=_literal_values(str(ctx.get("expected", ""))))
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
@@ -152,11 +159,14 @@ def _adapter(t: Any) -> TypeAdapter:
 
 def validate_as(model: Any, data: Any, path: str = "") -> Any:
     """`data` validated as `model` (a pydantic model, or a dataclass such as the parallel
-    layout), failures raised as the SpecError of the first error."""
+    layout), failures raised as the SpecError of the first error (of the first too-deep
+    object when there is one)."""
     try:
         if isinstance(model, type) and issubclass(model, BaseModel):
             return model.model_validate(data)
         return _adapter(model).validate_python(data)
     except ValidationError as exc:
         errors = exc.errors()
-        raise spec_error_from(errors[0], model, path) from None
+        # a body nested too deep is refused for that before any field's mistake (as the service does)
+        first = next((e for e in errors if e.get("type") == NESTING_TOO_DEEP), errors[0])
+        raise spec_error_from(first, model, path) from None

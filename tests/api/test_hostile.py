@@ -1,0 +1,77 @@
+"""The service under hostile input, over real HTTP against a live uvicorn: bodies nested
+past the schema's limit, floods of junk methods and paths against the metrics' labels,
+profile uploads with unknown fields or oversized bodies, and the safe defaults (no empty
+token, docs behind the token, security headers, no database detail in /healthz)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from planner.request.schema import MAX_FREEFORM_DEPTH
+
+from .conftest import PARALLELISM, ROOT, SMALL, small_plan
+
+
+def nested(levels: int, leaf: object = 1) -> object:
+    """Objects and lists alternating, `levels` containers deep."""
+    value = leaf
+    for i in range(levels):
+        value = {"k": value} if i % 2 else [value]
+    return value
+
+
+def deep_body(field: str, levels: int) -> dict:
+    """A plan request whose free-form `field` nests `levels` containers (itself included)."""
+    inner = {"x": nested(levels - 1)}
+    if field == "metadata":
+        return {**small_plan(), "metadata": inner}
+    return {**small_plan(), "model": {"hf_config": inner}}
+
+
+# ------------------------------------------------------------------ nesting depth
+
+
+@pytest.mark.parametrize("field, path", [("metadata", "metadata"), ("hf_config", "model.hf_config")])
+@pytest.mark.parametrize("levels", [MAX_FREEFORM_DEPTH + 1, 500])
+def test_deep_free_form_object_is_400_naming_field_and_limit(client, field, path, levels):
+    for route in ("/v1/plans", "/v1/estimate"):
+        body = deep_body(field, levels)
+        if route == "/v1/estimate":
+            body = {**body, "parallelism": PARALLELISM}
+            body.pop("search")
+        r = client.post(route, json=body)
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["code"] == "nesting_too_deep"
+        assert err["details"]["field"] == path and err["details"]["max_depth"] == MAX_FREEFORM_DEPTH
+        assert path in err["message"] and str(MAX_FREEFORM_DEPTH) in err["message"]
+
+
+def test_free_form_object_at_the_limit_is_accepted(client):
+    body = {**SMALL, "parallelism": PARALLELISM, "metadata": {"x": nested(MAX_FREEFORM_DEPTH - 1)}}
+    r = client.post("/v1/estimate", json=body)
+    assert r.status_code == 200, r.text
+
+
+def test_depth_beyond_the_json_parser_is_400_not_500(client):
+    # deeper than Python's json parser recurses: refused while parsing, still a 400
+    text = '{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    r = client.post("/v1/plans", content=text.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "error" in r.json()
+
+
+def test_cli_refuses_the_same_request_file_with_the_same_message(client, tmp_path):
+    body = deep_body("metadata", 500)
+    api = client.post("/v1/plans", json=body).json()["error"]["message"]
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(body))
+    for command in ("plan", "estimate"):
+        run = subprocess.run([sys.executable, "-m", "api.cli", command, "--request", str(path)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.strip() == f"error: {api}"
