@@ -6,9 +6,12 @@ token, docs behind the token, security headers, no database detail in /healthz).
 from __future__ import annotations
 
 import json
+import random
+import string
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from planner.request.schema import MAX_FREEFORM_DEPTH
@@ -75,3 +78,38 @@ def test_cli_refuses_the_same_request_file_with_the_same_message(client, tmp_pat
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 2, run.stderr
         assert run.stderr.strip() == f"error: {api}"
+
+
+# ------------------------------------------------------------------ metrics labels
+
+JUNK_REQUESTS = 500
+METRICS_MAX_BYTES = 100_000
+
+
+def test_junk_methods_and_paths_do_not_grow_the_metrics(make_server):
+    srv = make_server()
+    rnd = random.Random(7)
+
+    def word(n: int) -> str:
+        return "".join(rnd.choice(string.ascii_uppercase) for _ in range(n))
+
+    methods, paths = set(), set()
+    with httpx.Client(base_url=srv.url, timeout=30) as c:
+        for i in range(JUNK_REQUESTS):
+            method = "X" + word(9)
+            # the open health route, an unknown path, and a templated route with a random id
+            path = ("/healthz", f"/{word(8).lower()}/{word(6).lower()}", f"/v1/plans/p_{word(12).lower()}")[i % 3]
+            methods.add(method)
+            paths.add(path)
+            c.request(method, path)
+        c.get(f"/nowhere-{word(6).lower()}")  # an unknown path with a standard method
+        body = c.get("/metrics").content
+    text = body.decode()
+    print(f"/metrics after {JUNK_REQUESTS} junk requests: {len(body)} bytes")
+    assert len(body) < METRICS_MAX_BYTES
+    assert not any(m in text for m in methods)
+    assert not any(p in text for p in paths if p != "/healthz")
+    assert 'method="other",route="/healthz",status="405"' in text
+    assert 'method="other",route="unmatched",status="404"' in text
+    assert 'method="other",route="/v1/plans/{plan_id}",status="405"' in text
+    assert 'method="GET",route="unmatched",status="404"' in text
