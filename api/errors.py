@@ -21,6 +21,8 @@ from planner.request.schema import (
     spec_error_from,
 )
 
+from .schemas import ProfileIn
+
 log = logging.getLogger("planner.api")
 
 
@@ -66,8 +68,10 @@ def _loc_to_field(loc: tuple | list) -> str:
 
 
 # route path -> the request model of its body, so a 422 names the allowed values exactly as
-# the CLI does (both convert with planner.request.errors.spec_error_from)
-_BODY_MODELS = {"/v1/plans": REQUESTS["plan"], "/v1/estimate": REQUESTS["estimate"], "/v1/check": REQUESTS["check"]}
+# the CLI does (both convert with planner.request.errors.spec_error_from), and an unknown
+# profile key is answered with the keys a profile may have
+_BODY_MODELS = {"/v1/plans": REQUESTS["plan"], "/v1/estimate": REQUESTS["estimate"], "/v1/check": REQUESTS["check"],
+                "/v1/profiles": ProfileIn}
 
 
 def validation_spec_error(request: Request, exc: RequestValidationError) -> SpecError | None:

@@ -14,6 +14,7 @@ import sys
 import httpx
 import pytest
 
+from api.schemas import MAX_PROFILE_BODY_BYTES
 from planner.request.schema import MAX_FREEFORM_DEPTH
 
 from .conftest import PARALLELISM, ROOT, SMALL, small_plan
@@ -113,3 +114,54 @@ def test_junk_methods_and_paths_do_not_grow_the_metrics(make_server):
     assert 'method="other",route="unmatched",status="404"' in text
     assert 'method="other",route="/v1/plans/{plan_id}",status="405"' in text
     assert 'method="GET",route="unmatched",status="404"' in text
+
+
+# ------------------------------------------------------------------ profiles
+
+PROFILE = {"schema_version": 1, "device": "a100-80gb", "source": "test",
+           "layers": [{"kind": "block", "tp": 2, "micro_batch_size": 1, "seq_length": 2048,
+                       "fwd_s": 0.004, "bwd_s": 0.008, "activation_bytes": 3.0e8}], "comm": [], "gemm": []}
+
+# every top-level key profiler/run.py writes, as it writes them
+PROFILER_OUTPUT = {**PROFILE, "device_name": "NVIDIA A100-SXM4-80GB", "torch_version": "2.8.0", "cuda_version": "12.8",
+                   "dtype": "bf16", "threads": None, "clock": "cuda_events",
+                   "model": {"name": "llama3-8b", "hidden_size": 4096, "moe": None},
+                   "comm": [{"collective": "all_reduce", "level": "intra", "alpha_s": 1e-5, "beta_s_per_byte": 1e-11,
+                             "world_size": 8, "backend": "nccl", "statistic": "mean", "points": [[4096, 2e-5]]}],
+                   "memory_bound": [{"bytes": 1e8, "kernels": 1, "time_s": 1e-4}],
+                   "attention": [{"flops": 3.4e7, "time_s": 5.9e-4, "batch": 1}],
+                   "skipped": [], "elapsed_s": 12.5, "metadata": {"cluster": "a"}}
+
+
+def test_profile_with_unknown_field_is_422_naming_it(client):
+    r = client.post("/v1/profiles", json={**PROFILE, "junk": "x" * 1000})
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["details"]["field"] == "junk" and "unknown field 'junk'" in err["message"]
+    assert {"layers", "comm", "metadata"} <= set(err["details"]["allowed"])
+
+
+def test_profile_as_the_profiler_writes_it_is_stored_as_sent(client):
+    r = client.post("/v1/profiles", json=PROFILER_OUTPUT)
+    assert r.status_code == 201, r.text
+    got = client.get(r.headers["location"]).json()
+    assert {k: got[k] for k in PROFILER_OUTPUT} == PROFILER_OUTPUT
+    assert set(got) == {*PROFILER_OUTPUT, "id", "created_at"}  # no defaults added
+
+
+def test_profile_nested_too_deep_is_400(client):
+    r = client.post("/v1/profiles", json={**PROFILE, "model": {"x": nested(100)}})
+    assert r.status_code == 400 and r.json()["error"]["details"]["field"] == "model"
+
+
+def test_profile_body_over_its_cap_is_413_even_when_other_routes_allow_more(make_server):
+    big = 16 * 1024 * 1024
+    srv = make_server(PLANNER_MAX_BODY_BYTES=str(big), PLANNER_API_TOKEN="t")
+    headers = {"Authorization": "Bearer t", "content-type": "application/json"}
+    over = json.dumps({**PROFILE, "source": "x" * MAX_PROFILE_BODY_BYTES}).encode()
+    with httpx.Client(base_url=srv.url, timeout=60, headers=headers) as c:
+        r = c.post("/v1/profiles", content=over)
+        assert r.status_code == 413, r.text
+        assert r.json()["error"]["details"]["max_bytes"] == MAX_PROFILE_BODY_BYTES
+        # the same body on another route passes the body limit (and is refused as no estimate request)
+        assert c.post("/v1/estimate", content=over).status_code == 422
