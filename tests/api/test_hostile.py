@@ -6,6 +6,7 @@ token, docs behind the token, security headers, no database detail in /healthz).
 from __future__ import annotations
 
 import json
+import os
 import random
 import string
 import subprocess
@@ -165,3 +166,20 @@ def test_profile_body_over_its_cap_is_413_even_when_other_routes_allow_more(make
         assert r.json()["error"]["details"]["max_bytes"] == MAX_PROFILE_BODY_BYTES
         # the same body on another route passes the body limit (and is refused as no estimate request)
         assert c.post("/v1/estimate", content=over).status_code == 422
+
+
+# ------------------------------------------------------------------ safe defaults
+
+EMPTY_TOKEN = "is set but empty; give a token, or unset PLANNER_API_TOKEN to run without authentication"
+
+
+@pytest.mark.parametrize("token", ["", "   "])
+def test_empty_token_refuses_to_start(make_server, token):
+    srv = make_server(wait=False, PLANNER_API_TOKEN=token)
+    assert srv.proc.wait(timeout=60) != 0  # uvicorn's app factory fails: no server without auth
+    assert EMPTY_TOKEN in srv.log.read_text()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PLANNER_API_TOKEN": token}
+    run = subprocess.run([sys.executable, "-m", "api.cli", "serve", "--port", "0"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert run.stderr.strip() == f"error: PLANNER_API_TOKEN: {EMPTY_TOKEN}"
