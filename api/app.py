@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from . import errors, routes
 from .metrics import Metrics, MetricsMiddleware
 from .schemas import MAX_PROFILE_BODY_BYTES
+from .security import SecurityHeadersMiddleware
 from .settings import Settings
 from .store import Store, make_engine, migrate
 from .worker import SolverPool
@@ -25,7 +26,8 @@ DESCRIPTION = """Auto-parallelism planner: POST a model and a cluster, get DP/TP
 stage boundaries, predicted step time / MFU / memory, and launch artifacts.
 
 Errors always have the body `{"error": {"code", "message", "details"}}`. When the service runs
-with `PLANNER_API_TOKEN`, every `/v1` route needs `Authorization: Bearer <token>`."""
+with `PLANNER_API_TOKEN`, every `/v1` route and this description (`/openapi.json`, `/docs`,
+`/redoc`) need `Authorization: Bearer <token>`."""
 
 
 class BodyLimitMiddleware:
@@ -112,14 +114,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        # served by api/routes/docs.py instead, behind the token and with their own CSP
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     app.state.settings = settings
     app.state.metrics = metrics
     errors.install(app)
 
     routes.install(app)
-    # outermost first: metrics see the 413s too
+    # each add wraps the ones before: metrics see the 413s too, and every response they
+    # count carries the security headers
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
                        path_max_bytes={"/v1/profiles": MAX_PROFILE_BODY_BYTES})
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(SecurityHeadersMiddleware)
     return app

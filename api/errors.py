@@ -22,6 +22,7 @@ from planner.request.schema import (
 )
 
 from .schemas import ProfileIn
+from .security import SECURITY_HEADERS
 
 log = logging.getLogger("planner.api")
 
@@ -160,4 +161,5 @@ def install(app: FastAPI) -> None:
         # A server fault, not something the client sent (client input is caught in the
         # handlers and answered 422). Logged with the traceback; the body stays the contract.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal", "internal error; the request was logged", {})
+        # sent by Starlette's outermost error middleware, outside SecurityHeadersMiddleware
+        return error_response(500, "internal", "internal error; the request was logged", {}, dict(SECURITY_HEADERS))

@@ -21,6 +21,9 @@ class Settings(BaseSettings):
         None, description="when set, every /v1 route needs `Authorization: Bearer <token>`; "
         "set but empty is refused (unset it to run without auth)"
     )
+    public_docs: bool = Field(
+        False, description="serve /openapi.json, /docs and /redoc without the token (they need it when api_token is set)"
+    )
     host: str = Field("127.0.0.1", description="bind address of `planner serve`")
     port: int = Field(8000, description="port of `planner serve`")
     workers: int = Field(2, ge=1, le=256, description="solver threads (concurrent solves)")

@@ -5,9 +5,12 @@ token, docs behind the token, security headers, no database detail in /healthz).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import random
+import re
 import string
 import subprocess
 import sys
@@ -183,3 +186,63 @@ def test_empty_token_refuses_to_start(make_server, token):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
     assert run.stderr.strip() == f"error: PLANNER_API_TOKEN: {EMPTY_TOKEN}"
+
+
+DOCS = ("/openapi.json", "/docs", "/redoc")
+
+
+def test_docs_need_the_token(server, client):
+    for path in DOCS:
+        r = httpx.get(server.url + path)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", path
+        assert client.get(path).status_code == 200, path
+    assert "/v1/plans" in client.get("/openapi.json").json()["paths"]
+
+
+def test_public_docs_setting_opens_only_the_docs(make_server):
+    srv = make_server(PLANNER_API_TOKEN="t", PLANNER_PUBLIC_DOCS="true")
+    for path in DOCS:
+        assert httpx.get(srv.url + path).status_code == 200, path
+    assert httpx.get(srv.url + "/v1/models").status_code == 401
+
+
+def test_security_headers_on_every_response(server, client):
+    responses = {
+        "page": httpx.get(server.url + "/"),
+        "asset": httpx.get(server.url + "/assets/app.js"),
+        "health": httpx.get(server.url + "/healthz"),
+        "metrics": httpx.get(server.url + "/metrics"),
+        "401": httpx.get(server.url + "/v1/models"),
+        "200": client.get("/v1/models"),
+        "404": client.get("/nowhere"),
+        "405": client.request("BREW", "/healthz"),
+        "413": client.post("/v1/estimate", content=b"[" + b"1," * 600_000 + b"1]",
+                           headers={"content-type": "application/json"}),
+        "422": client.post("/v1/estimate", json={}),
+    }
+    for what, r in responses.items():
+        assert r.headers["x-content-type-options"] == "nosniff", what
+        assert r.headers["x-frame-options"] == "DENY", what
+        csp = r.headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp, what
+    # the page loads only same-origin files, which that policy allows
+    page = responses["page"].text
+    sources = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert sources and all(s.startswith("/") and not s.startswith("//") for s in sources), sources
+    assert "<script>" not in page and "style=" not in page  # nothing inline for the policy to block
+
+
+def test_docs_pages_allow_exactly_what_they_load(client):
+    page = client.get("/docs")
+    csp = page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in csp
+    for url in re.findall(r'(?:src|href)="(https://[^"/]+)/', page.text):
+        assert url in csp, url  # the CDN (and the favicon's host)
+    inline = re.findall(r"<script>(.*?)</script>", page.text, flags=re.DOTALL)
+    assert len(inline) == 1
+    digest = base64.b64encode(hashlib.sha256(inline[0].encode()).digest()).decode()
+    assert f"'sha256-{digest}'" in csp and "'unsafe-inline'" not in csp.split("script-src")[1].split(";")[0]
+    redoc = client.get("/redoc")
+    assert "worker-src blob:" in redoc.headers["content-security-policy"]
+    for url in re.findall(r'(?:src|href)="(https://[^"/]+)/', redoc.text):
+        assert url in redoc.headers["content-security-policy"], url
