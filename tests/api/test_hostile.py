@@ -14,6 +14,7 @@ import re
 import string
 import subprocess
 import sys
+import uuid
 
 import httpx
 import pytest
@@ -21,7 +22,7 @@ import pytest
 from api.schemas import MAX_PROFILE_BODY_BYTES
 from planner.request.schema import MAX_FREEFORM_DEPTH
 
-from .conftest import PARALLELISM, ROOT, SMALL, small_plan
+from .conftest import PARALLELISM, ROOT, SMALL, _postgres_admin_url, small_plan
 
 
 def nested(levels: int, leaf: object = 1) -> object:
@@ -246,3 +247,31 @@ def test_docs_pages_allow_exactly_what_they_load(client):
     assert "worker-src blob:" in redoc.headers["content-security-policy"]
     for url in re.findall(r'(?:src|href)="(https://[^"/]+)/', redoc.text):
         assert url in redoc.headers["content-security-policy"], url
+
+
+@pytest.mark.postgres
+def test_healthz_hides_the_database_error(make_server):
+    # PostgreSQL's own error names host, port and database: a database dropped under a running
+    # server is the real case (SQLite's SELECT 1 needs no file once connected)
+    admin = _postgres_admin_url()
+    if admin is None:
+        pytest.skip("PostgreSQL not reachable at 127.0.0.1:5432 (or PLANNER_TEST_POSTGRES_URL)")
+    import psycopg
+
+    name = f"planner_health_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        base = admin.rpartition("/")[0].replace("postgresql://", "postgresql+psycopg://")
+        srv = make_server(PLANNER_DATABASE_URL=f"{base}/{name}")
+        assert httpx.get(srv.url + "/healthz").status_code == 200
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    r = httpx.get(srv.url + "/healthz")
+    assert r.status_code == 503
+    assert r.json() == {"error": {"code": "unavailable", "message": "database unavailable", "details": {}}}
+    host, port = admin.split("@")[1].split("/")[0].split(":")
+    for secret in (name, host, port):
+        assert secret not in r.text
+    assert name in srv.log.read_text()  # the detail is in the server's log
