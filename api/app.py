@@ -14,6 +14,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import errors, routes
 from .metrics import Metrics, MetricsMiddleware
+from .schemas import MAX_PROFILE_BODY_BYTES
+from .security import SecurityHeadersMiddleware
 from .settings import Settings
 from .store import Store, make_engine, migrate
 from .worker import SolverPool
@@ -24,21 +26,27 @@ DESCRIPTION = """Auto-parallelism planner: POST a model and a cluster, get DP/TP
 stage boundaries, predicted step time / MFU / memory, and launch artifacts.
 
 Errors always have the body `{"error": {"code", "message", "details"}}`. When the service runs
-with `PLANNER_API_TOKEN`, every `/v1` route needs `Authorization: Bearer <token>`."""
+with `PLANNER_API_TOKEN`, every `/v1` route and this description (`/openapi.json`, `/docs`,
+`/redoc`) need `Authorization: Bearer <token>`."""
 
 
 class BodyLimitMiddleware:
     """413 for bodies over `max_bytes`, whether or not the client sent Content-Length. The
-    body is buffered (it is at most max_bytes) and replayed to the app."""
+    body is buffered (it is at most max_bytes) and replayed to the app. `path_max_bytes`
+    lowers the limit for the paths it names (never raises it)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, path_max_bytes: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.path_max_bytes = path_max_bytes or {}
 
-    async def _reject(self, send: Send) -> None:
+    def limit_bytes(self, scope: Scope) -> int:
+        return min(self.max_bytes, self.path_max_bytes.get(scope.get("path", ""), self.max_bytes))
+
+    async def _reject(self, send: Send, max_bytes: int) -> None:
         body = json.dumps({"error": {"code": "payload_too_large",
-                                     "message": f"request body over {self.max_bytes} bytes",
-                                     "details": {"max_bytes": self.max_bytes}}}).encode()
+                                     "message": f"request body over {max_bytes} bytes",
+                                     "details": {"max_bytes": max_bytes}}}).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
@@ -48,11 +56,12 @@ class BodyLimitMiddleware:
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
+        max_bytes = self.limit_bytes(scope)
         for k, v in scope.get("headers", []):
             if k == b"content-length":
                 try:
-                    if int(v) > self.max_bytes:
-                        await self._reject(send)
+                    if int(v) > max_bytes:
+                        await self._reject(send, max_bytes)
                         return
                 except ValueError:
                     pass
@@ -65,8 +74,8 @@ class BodyLimitMiddleware:
                 return
             chunk = msg.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                await self._reject(send)
+            if size > max_bytes:
+                await self._reject(send, max_bytes)
                 return
             chunks.append(chunk)
             more = msg.get("more_body", False)
@@ -105,13 +114,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        # served by api/routes/docs.py instead, behind the token and with their own CSP
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     app.state.settings = settings
     app.state.metrics = metrics
     errors.install(app)
 
     routes.install(app)
-    # outermost first: metrics see the 413s too
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # each add wraps the ones before: metrics see the 413s too, and every response they
+    # count carries the security headers
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       path_max_bytes={"/v1/profiles": MAX_PROFILE_BODY_BYTES})
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(SecurityHeadersMiddleware)
     return app

@@ -13,8 +13,11 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cost_model.specs.errors import SpecError
-from planner.request.errors import every_error, one_error, spec_errors_from
-from planner.request.schema import REQUESTS, UNION_TAGS
+from planner.request.errors import every_error, one_error, spec_error_from, spec_errors_from
+from planner.request.schema import MAX_FREEFORM_DEPTH, NESTING_TOO_DEEP, REQUESTS, UNION_TAGS
+
+from .schemas import ProfileIn
+from .security import SECURITY_HEADERS
 
 log = logging.getLogger("planner.api")
 
@@ -65,8 +68,10 @@ def _loc_to_field(loc: tuple | list) -> str:
 
 
 # route path -> the request model of its body, so a 422 names the allowed values exactly as
-# the CLI does (both convert with planner.request.errors.spec_error_from)
-_BODY_MODELS = {"/v1/plans": REQUESTS["plan"], "/v1/estimate": REQUESTS["estimate"], "/v1/check": REQUESTS["check"]}
+# the CLI does (both convert with planner.request.errors.spec_error_from), and an unknown
+# profile key is answered with the keys a profile may have
+_BODY_MODELS = {"/v1/plans": REQUESTS["plan"], "/v1/estimate": REQUESTS["estimate"], "/v1/check": REQUESTS["check"],
+                "/v1/profiles": ProfileIn}
 
 
 def _body_field(loc: tuple) -> bool:
@@ -85,6 +90,16 @@ def validation_spec_error(request: Request, exc: RequestValidationError) -> Spec
     except Exception:  # noqa: BLE001 - an unforeseen error shape: the generic 422 below
         log.warning("could not convert validation errors %r", errors, exc_info=True)
         return None
+
+
+def nesting_error(request: Request, exc: RequestValidationError) -> SpecError | None:
+    """The body's free-form object nested past the schema's limit, if any error says so: the
+    same SpecError (and message) the CLI gives for that request file."""
+    for e in exc.errors():
+        loc = tuple(e.get("loc", ()))
+        if e.get("type") == NESTING_TOO_DEEP and loc[:1] == ("body",):
+            return spec_error_from({**e, "loc": loc[1:]}, _BODY_MODELS.get(request.url.path))
+    return None
 
 
 _STATUS_CODES = {
@@ -114,6 +129,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        deep = nesting_error(request, exc)
+        if deep is not None:  # a hostile shape, not a mistake in a field: refused as unreadable
+            return error_response(400, NESTING_TOO_DEEP, str(deep), {**deep.to_dict(), "max_depth": MAX_FREEFORM_DEPTH})
         spec = validation_spec_error(request, exc)
         if spec is not None:
             return spec_error_response(spec)
@@ -140,4 +158,5 @@ def install(app: FastAPI) -> None:
         # A server fault, not something the client sent (client input is caught in the
         # handlers and answered 422). Logged with the traceback; the body stays the contract.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal", "internal error; the request was logged", {})
+        # sent by Starlette's outermost error middleware, outside SecurityHeadersMiddleware
+        return error_response(500, "internal", "internal error; the request was logged", {}, dict(SECURITY_HEADERS))

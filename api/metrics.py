@@ -36,8 +36,26 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+# Label values come from closed sets, so no client can grow /metrics: any other method string
+# (HTTP allows any token; a junk-method flood made one series per word) is counted as OTHER,
+# and a request that matched no route as UNMATCHED, never by its raw path.
+METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
+OTHER_METHOD = "other"
+UNMATCHED = "unmatched"
+
+
+def method_label(method: str) -> str:
+    return method if method in METHODS else OTHER_METHOD
+
+
+def route_label(scope: Scope) -> str:
+    """The template of the route the request matched (`/v1/plans/{plan_id}`), else UNMATCHED."""
+    path = getattr(scope.get("route"), "path", None)
+    return path if isinstance(path, str) and path else UNMATCHED
+
+
 class MetricsMiddleware:
-    """Counts every response by route template (not raw path, so ids don't explode labels)."""
+    """Counts every response by method and route template, both from closed sets (above)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
@@ -58,8 +76,7 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            method = scope.get("method", "")
+            template = route_label(scope)
+            method = method_label(scope.get("method", ""))
             self.metrics.requests.labels(method, template, str(status["code"])).inc()
             self.metrics.latency.labels(method, template).observe(time.perf_counter() - start)

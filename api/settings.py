@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -18,7 +18,11 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(Path("."), description="directory of the default SQLite file")
     api_token: str | None = Field(
-        None, description="when set, every /v1 route needs `Authorization: Bearer <token>`"
+        None, description="when set, every /v1 route needs `Authorization: Bearer <token>`; "
+        "set but empty is refused (unset it to run without auth)"
+    )
+    public_docs: bool = Field(
+        False, description="serve /openapi.json, /docs and /redoc without the token (they need it when api_token is set)"
     )
     host: str = Field("127.0.0.1", description="bind address of `planner serve`")
     port: int = Field(8000, description="port of `planner serve`")
@@ -38,3 +42,12 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'planner.db').resolve()}"
+
+    @field_validator("api_token")
+    @classmethod
+    def _token_not_blank(cls, token: str | None) -> str | None:
+        # `PLANNER_API_TOKEN=` (a secret that failed to render) must not silently mean "no auth"
+        if token is not None and not token.strip():
+            raise ValueError("is set but empty; give a token, or unset PLANNER_API_TOKEN to run "
+                             "without authentication")
+        return token

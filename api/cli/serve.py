@@ -6,6 +6,10 @@ from __future__ import annotations
 import argparse
 import os
 
+from pydantic import ValidationError
+
+from cost_model.specs.errors import SpecError
+
 from .flags import add_flags
 
 
@@ -13,6 +17,16 @@ def register(sub) -> None:
     p = sub.add_parser("serve", help="start the REST service (uvicorn)")
     add_flags(p, "serve")
     p.set_defaults(func=run)
+
+
+def load_settings(settings_type: type):
+    """The PLANNER_* settings, or a SpecError (exit 2) naming the bad one, before any process starts."""
+    try:
+        return settings_type()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "PLANNER_" + "_".join(str(p) for p in first["loc"]).upper()
+        raise SpecError(name, first["msg"].removeprefix("Value error, ")) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         os.environ["PLANNER_WORKERS"] = str(args.workers)
     if args.database_url:
         os.environ["PLANNER_DATABASE_URL"] = args.database_url
-    settings = Settings()
+    settings = load_settings(Settings)
     uvicorn.run(
         "api.app:create_app",
         factory=True,

@@ -33,7 +33,7 @@ def err(desc: str) -> dict:
     return {"model": ErrorBody, "description": desc}
 
 
-COMMON_ERRORS = {400: err("body is not parseable JSON"),
+COMMON_ERRORS = {400: err("body is not parseable JSON, or nests a free-form object (metadata, hf_config) too deep"),
                  401: err("missing or wrong bearer token (when PLANNER_API_TOKEN is set)"),
                  413: err("request body too large"),
                  422: err("invalid input (details.field names it) or infeasible request")}

@@ -11,16 +11,19 @@ from cost_model.specs.errors import SpecError
 from ..deps import StoreDep
 from ..errors import ApiError
 from ..responses import ProfileOut
-from ..schemas import ProfileIn
+from ..schemas import MAX_PROFILE_BODY_BYTES, ProfileIn
 from ._common import COMMON_ERRORS, err, evaluation_failed, new_id, v1_router
 
 router = v1_router("profiles")
 
 
-@router.post("/profiles", status_code=201, response_model=ProfileOut, responses=COMMON_ERRORS)
+@router.post("/profiles", status_code=201, response_model=ProfileOut,
+             responses={**COMMON_ERRORS, 413: err(f"request body over {MAX_PROFILE_BODY_BYTES} bytes "
+                                                  "(or PLANNER_MAX_BODY_BYTES when lower)")})
 async def create_profile(body: ProfileIn, store: StoreDep, response: Response) -> ProfileOut:
-    """Store a profile written by `planner profile`; reference it as `cluster.profile_id`."""
-    d = body.model_dump(mode="json")
+    """Store a profile written by `planner profile`; reference it as `cluster.profile_id`.
+    Unknown top-level keys are refused by name (free-form notes go under `metadata`)."""
+    d = body.model_dump(mode="json", exclude_unset=True)  # stored as sent, without the defaults
     try:
         profile_from_dict(d)  # reject what plans could not use, now rather than at plan time
     except SpecError:

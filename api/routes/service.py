@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
@@ -10,6 +12,7 @@ from ..deps import MetricsDep, PoolDep, StoreDep
 from ..responses import Health
 from ._common import err
 
+log = logging.getLogger("planner.api")
 router = APIRouter(tags=["service"])
 
 
@@ -18,7 +21,10 @@ async def healthz(store: StoreDep, pool: PoolDep):
     try:
         await run_in_threadpool(store.ping)
     except Exception as exc:  # noqa: BLE001 - health reports, never raises
-        return JSONResponse({"error": {"code": "unavailable", "message": f"database: {exc}", "details": {}}}, 503)
+        # the driver's message names the host, port, database and user: logged here, never
+        # sent to an unauthenticated caller
+        log.error("health check: database unreachable: %s", exc)
+        return JSONResponse({"error": {"code": "unavailable", "message": "database unavailable", "details": {}}}, 503)
     return Health(status="ok", database=store.engine.dialect.name, planner=True, queue_depth=pool.depth)
 
 

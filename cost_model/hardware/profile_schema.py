@@ -24,7 +24,9 @@ the dtype they were measured in.
 
 `seq_length` is the length one device processes (seq_length // cp), matching the key
 cost_model.terms.layers looks up. Extra top-level keys (metadata such as `model`, `peak_memory`)
-are kept by the profiler for people and ignored here.
+are kept by the profiler for people and ignored here. The service's upload (`POST /v1/profiles`,
+api/schemas.py) stores what it is given, so it takes only the keys the profiler writes, with
+free-form notes under `metadata`.
 """
 
 from __future__ import annotations

@@ -24,6 +24,11 @@ from cost_model.validate import range_text
 GPU_TAG_NAME, GPU_TAG_OBJECT = "catalog_name", "gpu_object"
 UNION_TAGS = frozenset({GPU_TAG_NAME, GPU_TAG_OBJECT})
 
+# the pydantic error type of a free-form object (metadata, hf_config) nested deeper than the
+# schema allows (schema.MAX_FREEFORM_DEPTH); its ctx carries the limit as `max_depth`. The REST
+# service answers it 400 rather than 422: such a body is refused before anything reads it.
+NESTING_TOO_DEEP = "nesting_too_deep"
+
 
 def _unwrap(tp: Any) -> list[Any]:
     """The types a field annotation may hold (Optional / union / Annotated peeled off)."""
@@ -107,6 +112,8 @@ def spec_error_from(err: dict, root: type[BaseModel] | None = None, prefix: str 
         return SpecError(path, f"unknown field {loc[-1]!r}", allowed=names, suggestion=close_match(loc[-1], names or ()))
     if kind == "missing":
         return SpecError(path, "is required")
+    if kind == NESTING_TOO_DEEP:
+        return SpecError(path, err.get("msg", "nested too deep"), allowed=f"<= {ctx.get('max_depth')} levels")
     if kind == "literal_error":
         words = _literal_values(str(ctx.get("expected", "")))
         return SpecError(path, f"unknown value {given!r}", allowed=words, suggestion=close_match(given, words))
@@ -192,10 +199,15 @@ def spec_errors_from(errors: list[dict], root: Any = None, prefix: str = "") -> 
 
 def validate_as(model: Any, data: Any, path: str = "") -> Any:
     """`data` validated as `model` (a pydantic model, or a dataclass such as the parallel
-    layout), failures raised as one SpecError naming every error (one_error)."""
+    layout), failures raised as one SpecError naming every error (one_error); an object nested
+    too deep alone, before any field's mistake (as the service refuses it)."""
     try:
         if isinstance(model, type) and issubclass(model, BaseModel):
             return model.model_validate(data)
         return _adapter(model).validate_python(data)
     except ValidationError as exc:
-        raise one_error(spec_errors_from(exc.errors(), model, path)) from None
+        errors = exc.errors()
+        deep = next((e for e in errors if e.get("type") == NESTING_TOO_DEEP), None)
+        if deep is not None:
+            raise spec_error_from(deep, model, path) from None
+        raise one_error(spec_errors_from(errors, model, path)) from None

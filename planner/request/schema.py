@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -99,6 +100,7 @@ from cost_model.validate import divisors, routing_rule, shape_rule
 from planner.request.errors import (
     GPU_TAG_NAME,
     GPU_TAG_OBJECT,
+    NESTING_TOO_DEEP,
     UNION_TAGS,
     spec_error_from,
     validate_as,
@@ -111,6 +113,11 @@ MAX_TIME_LIMIT_S = 3600.0
 MAX_GAP_LIMIT = 0.5  # search.gap_limit: beyond half, a "plan" would promise nothing
 DEFAULT_TIME_LIMIT_S = 10.0
 DEFAULT_HEADROOM = 0.05
+# Free-form objects (metadata, hf_config, a profile's extra blocks) nest objects and lists at
+# most this many levels deep. A Hugging Face config.json nests 3 or 4 (text_config.rope_scaling);
+# pydantic refuses to serialise JSON beyond 256 levels, which used to surface as a 500 when the
+# request was hashed. 32 leaves room for any real document and refuses a hostile one at the edge.
+MAX_FREEFORM_DEPTH = 32
 
 
 class _Strict(BaseModel):
@@ -120,6 +127,37 @@ class _Strict(BaseModel):
 def _rule(field: str, message: str, allowed: Any) -> PydanticCustomError:
     """A cross-field failure that names its sub-field and what would be allowed."""
     return PydanticCustomError("spec", "{message}", {"field": field, "message": message, "allowed": allowed})
+
+
+def nested_deeper_than(value: Any, max_levels: int) -> bool:
+    """Whether `value` nests dicts and lists more than `max_levels` deep (`value` itself is
+    level 1). Iterative, so a hostile depth cannot exhaust the interpreter's stack, and it
+    stops at the first path over the limit (a cyclic YAML alias counts as too deep)."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if level > max_levels:
+            return True
+        stack.extend((child, level + 1) for child in children)
+    return False
+
+
+def _shallow(value: Any) -> Any:
+    if nested_deeper_than(value, MAX_FREEFORM_DEPTH):
+        raise PydanticCustomError(NESTING_TOO_DEEP, "nested deeper than the limit of {max_depth} levels",
+                                  {"max_depth": MAX_FREEFORM_DEPTH})
+    return value
+
+
+# a free-form JSON object: any keys and values, nested at most MAX_FREEFORM_DEPTH levels
+Shallow = AfterValidator(_shallow)
+FreeForm = Annotated[dict[str, Any], Shallow]
 
 
 # ------------------------------------------------------------------ model
@@ -290,7 +328,7 @@ class Model(_Strict):
     accompany the other three as a label."""
 
     name: str | None = Field(None, max_length=200, description="preset name (GET /v1/models), or a label", examples=["llama3-8b"])
-    hf_config: dict[str, Any] | None = Field(
+    hf_config: FreeForm | None = Field(
         None, description="a Hugging Face config.json (Llama, Mistral, Qwen2, Mixtral, DeepSeek-V3, GPT-2)",
         examples=[{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                    "intermediate_size": 14336, "vocab_size": 128256}],
@@ -526,7 +564,7 @@ class PlanRequest(_Request):
     cluster: Cluster
     training: Training
     search: Search | None = None
-    metadata: dict[str, Any] | None = _METADATA
+    metadata: FreeForm | None = _METADATA
 
 
 class EstimateRequest(_Request):
@@ -535,7 +573,7 @@ class EstimateRequest(_Request):
     cluster: Cluster
     training: Training
     parallelism: Parallelism
-    metadata: dict[str, Any] | None = _METADATA
+    metadata: FreeForm | None = _METADATA
 
 
 class CheckRequest(EstimateRequest):
@@ -549,6 +587,6 @@ class CheckRequest(EstimateRequest):
 REQUESTS: dict[str, type[BaseModel]] = {"plan": PlanRequest, "estimate": EstimateRequest, "check": CheckRequest}
 
 
-__all__ = ["REQUESTS", "UNION_TAGS", "CheckRequest", "Cluster", "EstimateRequest", "GpuOverride", "Layer", "Model",
-           "MoE", "Parallelism", "PlanRequest", "Search", "Training", "Transformer", "divisors", "spec_error_from",
-           "validate_as"]
+__all__ = ["MAX_FREEFORM_DEPTH", "NESTING_TOO_DEEP", "REQUESTS", "UNION_TAGS", "CheckRequest", "Cluster",
+           "EstimateRequest", "FreeForm", "GpuOverride", "Layer", "Model", "MoE", "Parallelism", "PlanRequest", "Search",
+           "Shallow", "Training", "Transformer", "divisors", "spec_error_from", "validate_as"]

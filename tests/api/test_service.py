@@ -154,8 +154,8 @@ def test_metrics(server, client):
         assert name in text
 
 
-def test_openapi_has_examples(server):
-    spec = httpx.get(f"{server.url}/openapi.json").json()
+def test_openapi_has_examples(client):
+    spec = client.get("/openapi.json").json()
     for path in ("/v1/plans", "/v1/estimate", "/v1/check", "/v1/profiles"):
         assert path in spec["paths"]
     assert spec["components"]["schemas"]["EstimateRequest"]["examples"]

@@ -1,7 +1,8 @@
 """Acceptance: a real uvicorn, a real headless Chromium (Debian's `chromium`, driven over
 the DevTools protocol by Playwright), the form filled for llama3-8b on 8 h100-sxm. The page
-must show the plan's degrees and predicted step time (as the API returns them) and every
-SVG must render with a non-zero size. A screenshot is kept under tests/artifacts/."""
+must show the plan's degrees and predicted step time (as the API returns them), every
+SVG must render with a non-zero size, and the Content-Security-Policy must block nothing.
+A screenshot is kept under tests/artifacts/."""
 
 from __future__ import annotations
 
@@ -24,11 +25,13 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromiu
 def test_form_plans_and_draws(make_server):
     server = make_server()
     errors: list[str] = []
+    blocked: list[str] = []  # what the Content-Security-Policy refused (the browser logs it)
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
             requested: list[str] = []
             page.on("request", lambda r: requested.append(r.url))
             page.goto(server.url + "/")
@@ -61,5 +64,6 @@ def test_form_plans_and_draws(make_server):
         finally:
             browser.close()
     assert not errors, errors
+    assert not blocked, blocked  # the page works under the service's own policy
     # every request the page made went to the service itself (no CDN)
     assert requested and all(u.startswith(server.url) for u in requested), requested
