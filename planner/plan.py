@@ -30,6 +30,10 @@ from cost_model.specs.vocab import (
     SolverStatus,
 )
 
+# The prefix of a `reasons` line that quotes an engine's rule (planner/reasons.py) rather than
+# saying something about the plan's own numbers; the page folds such lines away.
+ENGINE_RULE_PREFIX = "engine rule: "
+
 
 def _none_is_default(data: Any) -> Any:
     # a hand-written plan may spell "not set" as null; the default applies, as it did when

@@ -22,6 +22,7 @@ from cost_model.specs.vocab import (
     values,
 )
 from cost_model.validate import cp_rule, divisors, expert_fold_error, tp_rule
+from planner.plan import ENGINE_RULE_PREFIX
 from planner.space import MAX_CP, Candidate, degree_groups, etp_values
 
 
@@ -62,7 +63,7 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
                        f"min({max(cfg.recompute_layers or (0,))}, its blocks) ({get_engine(cfg.engine).recompute_source})")
     elif cfg.recompute == RECOMPUTE_SELECTIVE:
         out.append(f"recompute=selective: activations {p.memory.activations_gib:.1f} GiB at the cost of {b.recompute_s:.3g} s per step")
-    out.extend(f"engine rule: {rule}" for rule in engine_restrictions(cfg.engine, pp=cfg.pp)
+    out.extend(f"{ENGINE_RULE_PREFIX}{rule}" for rule in engine_restrictions(cfg.engine, pp=cfg.pp)
                if "ZeRO" in rule or "zero" in rule)
     out.extend(best.notes)  # what the cost model flags about this plan (host-bound MoE layers)
     out.append(

@@ -1,6 +1,7 @@
-"""Memory per pipeline stage: weights, gradients, optimizer states, activations,
-transients and margins (allocator fragmentation + memory reserved outside the allocator)
-stacked per pipeline rank, against the GPU's capacity and the planner's headroom line.
+"""Peak memory per pipeline rank (a GPU; with virtual stages its model chunks share it):
+weights, gradients, optimizer states, activations, transients and margins (allocator
+fragmentation + memory reserved outside the allocator) stacked per rank, against the GPU's
+capacity and the planner's headroom line.
 
 Per-rank parts come from the plan's `schedule.ranks` (planner/schedule.py). A plan without
 them shows the fullest rank's parts (prediction.memory) and the other ranks' totals."""
@@ -43,6 +44,15 @@ def _ranks(plan: dict) -> list[dict]:
     return out
 
 
+def _title(plan: dict, bars: int) -> str:
+    """What the bars are: pipeline ranks (GPUs), each holding its vpp model chunks, not stages."""
+    par = plan["parallelism"]
+    pp, vpp = par.get("pp", 1), par.get("vpp", 1)
+    chunks = f", {vpp} model chunks (virtual stages) each" if vpp > 1 else ""
+    shown = f"; the {bars} fullest and end ranks shown" if bars < pp else ""
+    return f"Peak memory per pipeline rank (GiB per GPU): {pp} rank{'s' if pp > 1 else ''}{chunks}{shown}"
+
+
 def memory_svg(plan, width: float = 1000.0) -> str:
     plan = as_dict(plan)
     ranks = _ranks(plan)
@@ -58,8 +68,8 @@ def memory_svg(plan, width: float = 1000.0) -> str:
     plot_w = width - left - right
     hi = max(cap, max(r["peak_gib"] for r in ranks)) * 1.04
     ys = plot_h / hi
-    svg = Svg(width, height, "memory", "Memory per pipeline stage (GiB per GPU)")
-    svg.text(left, 20, "Memory per pipeline stage (GiB per GPU)", size=14, weight="600")
+    svg = Svg(width, height, "memory", _title(plan, len(ranks)))
+    svg.text(left, 20, _title(plan, len(ranks)), size=14, weight="600")
     svg.legend(left, 40, [(label, color) for _, label, color in PARTS])
     base = top + plot_h
     svg.open(class_="axis")
@@ -94,5 +104,5 @@ def memory_svg(plan, width: float = 1000.0) -> str:
         svg.line(left, hy, left + plot_w, hy, stroke=COLORS["accent"], width=1.0, stroke_dasharray="5,4", class_="headroom")
         svg.text(left + plot_w + 6, hy + 14, f"headroom {headroom * 100:g}%: {cap * (1 - headroom):.1f}", size=10, fill=COLORS["accent"])
     svg.line(left, base, left + plot_w, base, stroke=COLORS["muted"])
-    svg.text(left + plot_w / 2, height - 10, "pipeline rank (its stages share its memory)", size=11, anchor="middle", fill=COLORS["muted"])
+    svg.text(left + plot_w / 2, height - 10, "pipeline rank (one GPU; its virtual stages share its memory)" if plan["parallelism"].get("vpp", 1) > 1 else "pipeline rank (one GPU)", size=11, anchor="middle", fill=COLORS["muted"])
     return svg.to_string()

@@ -11,14 +11,18 @@ from importlib import resources
 from typing import Any
 
 from cost_model.specs.vocab import ENGINE_MEGATRON
+from planner.plan import ENGINE_RULE_PREFIX
 from planner.report.common import as_dict, degrees, fmt_time, knobs
 from planner.report.pictures import render_svgs
+from planner.report.svg import fmt_num
 
 ASSETS = ("report.css", "app.js")
 FIGURES = (
-    ("timeline", "Pipeline timeline", "Every forward, recompute and backward of every micro-batch on each pipeline rank (schedule simulator); hatched: idle."),
+    ("timeline", "Pipeline timeline", "The forwards, recomputes and backwards on each pipeline rank (schedule simulator); "
+     "past 16 micro-batches the steady state is folded: warm-up, one steady-state period, the cool-down. Hatched: idle."),
     ("breakdown", "Step-time breakdown", "Where the step goes on the critical pipeline rank."),
-    ("memory", "Memory per stage", "Per pipeline rank, against the GPU's capacity and the planner's headroom."),
+    ("memory", "Peak memory per pipeline rank", "One bar per pipeline rank (a GPU; with virtual stages its model chunks share it), "
+     "against the GPU's capacity and the planner's headroom."),
     ("alternatives", "Alternatives", "The runners-up the search kept, and why each loses."),
 )
 
@@ -36,7 +40,33 @@ def _card(label: str, value: str, sub: str = "", ident: str | None = None, wide:
 
 
 def _tokens(per_s: float) -> str:
-    return f"{per_s / 1e6:.2f}M tok/s" if per_s >= 1e6 else f"{per_s / 1e3:.1f}k tok/s" if per_s >= 1e4 else f"{per_s:,.0f} tok/s"
+    return f"{fmt_num(per_s)} tok/s"
+
+
+def split_reasons(reasons: list) -> tuple[list[str], list[str]]:
+    """(about this plan, engine rules): the lines that explain the plan's own choices and
+    numbers, and the engine capability lines quoted beside them, which the page folds away."""
+    about, rules = [], []
+    for r in map(str, reasons):
+        if r.startswith(ENGINE_RULE_PREFIX):
+            rules.append(r.removeprefix(ENGINE_RULE_PREFIX))
+        else:
+            about.append(r)
+    return about, rules
+
+
+def _reasons_html(reasons: list) -> list[str]:
+    """'Why this plan': the reasons about the plan; the engine's rules behind a summary."""
+    about, rules = split_reasons(reasons)
+    h = ['<h3>Why this plan</h3><ul class="reasons" id="reasons">']
+    h.extend(f"<li>{escape(r)}</li>" for r in about)
+    h.append("</ul>")
+    if rules:
+        h.append(f'<details class="engine-rules" id="engine-rules"><summary>engine rules ({len(rules)}): what the engine '
+                 'cannot run, whatever the plan</summary><ul class="reasons">')
+        h.extend(f"<li>{escape(r)}</li>" for r in rules)
+        h.append("</ul></details>")
+    return h
 
 
 def _artifact_texts(target: str, art: Any) -> list[tuple[str, str]]:
@@ -87,15 +117,13 @@ def plan_section(plan, svgs: dict[str, str] | None = None, missing: str | None =
     h.append("</div>")
     if missing:
         h.append(f'<p class="missing" id="pictures-missing">{escape(missing)}</p>')
-    for name, _title, caption in FIGURES:
+    for name, title, caption in FIGURES:
         if not svgs or name not in svgs:
             continue
-        h.append(f'<figure class="figure" id="fig-{name}"><figcaption><span class="muted">{escape(caption)}</span> <a class="svg-link" href="{name}.svg" download>SVG</a></figcaption>'
+        h.append(f'<figure class="figure" id="fig-{name}"><figcaption><h3>{escape(title)}</h3> <span class="muted">{escape(caption)}</span> <a class="svg-link" href="{name}.svg" download>SVG</a></figcaption>'
                  f'<div class="svg-wrap">{svgs[name]}</div></figure>')
     h.append('<div class="columns"><div>')
-    h.append("<h3>Why this plan</h3><ul class=\"reasons\">")
-    h.extend(f"<li>{escape(str(r))}</li>" for r in plan.get("reasons", []))
-    h.append("</ul>")
+    h.extend(_reasons_html(plan.get("reasons", [])))
     stages = plan.get("stages") or []
     if stages:
         h.append('<h3>Stages</h3><table class="stages"><thead><tr><th>stage</th><th>layers</th><th>recompute</th>'

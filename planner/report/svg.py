@@ -125,14 +125,24 @@ def nice_ticks(hi: float, n: int = 6) -> list[float]:
     return [i * step for i in range(count + 1)]
 
 
+def fmt_num(v: float, digits: int = 3) -> str:
+    """The one number format of the pictures and the page: `digits` significant digits below
+    1000 (49.7, 0.121, 371) and a k / M / G / T suffix from 1000 up (2.5k, 371k, 1.3M), so
+    neighbouring labels read alike."""
+    if v == 0 or not math.isfinite(v):
+        return "0" if v == 0 else str(v)
+    if abs(float(f"{v:.{digits}g}")) < 1000:
+        return f"{float(f'{v:.{digits}g}'):g}"
+    for div, suffix in ((1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T")):
+        scaled = float(f"{v / div:.{digits}g}")  # rounded first: 999.9k reads 1M, not 1e+03k
+        if abs(scaled) < 1000 or suffix == "T":
+            return f"{scaled:g}{suffix}"
+    return f"{v:.{digits}g}"
+
+
 def tick_label(v: float) -> str:
-    if v == 0:
-        return "0"
-    if abs(v) >= 1e6:
-        return f"{v / 1e6:g}M"
-    if abs(v) >= 1e4:
-        return f"{v / 1e3:g}k"
-    return f"{v:g}"
+    """An axis tick (a round value from nice_ticks), in fmt_num's format."""
+    return fmt_num(v, digits=4)
 
 
 def wrap(text: str, width_chars: int, max_lines: int = 3) -> list[str]:
