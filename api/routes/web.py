@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from cost_model.specs.vocab import Engine, values
+from cost_model.specs.vocab import Engine, TrainDtype, values
 from planner import report
 from planner.report import page
 
@@ -36,7 +36,7 @@ ASSET_TYPES = {"report.css": "text/css; charset=utf-8", "app.js": "text/javascri
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 async def index() -> HTMLResponse:
-    form = page.form_html(models_table(), gpus_table(), values(Engine))
+    form = page.form_html(models_table(), gpus_table(), values(Engine), values(TrainDtype))
     body = (f"{form}<div id=\"result\" aria-live=\"polite\"></div>"
             "<p class=\"muted\">REST API: <a href=\"/docs\">/docs</a> · <a href=\"/openapi.json\">/openapi.json</a></p>")
     return HTMLResponse(page.page_html(body, subtitle="plan a parallel configuration"))

@@ -173,16 +173,47 @@ def _options(values, selected) -> str:
                    for v, label in values)
 
 
-def form_html(presets: list[dict], gpus: list[dict], engines: tuple[str, ...]) -> str:
+# The search pins the form offers: (request field under `search`, input id, label, kind,
+# placeholder). Each takes comma-separated allowed values; empty leaves the knob open.
+PINS = (
+    ("tp", "pin-tp", "tp", "int", "1,2,4,8"),
+    ("pp", "pin-pp", "pp", "int", "1,2,4"),
+    ("dp", "pin-dp", "dp", "int", "any"),
+    ("cp", "pin-cp", "cp", "int", "1,2"),
+    ("ep", "pin-ep", "ep", "int", "1,8"),
+    ("vpp", "pin-vpp", "vpp", "int", "1,2"),
+    ("micro_batch_size", "pin-mbs", "micro-batch", "int", "1,2"),
+    ("recompute", "pin-recompute", "recompute", "word", "none,selective,full"),
+    ("zero", "pin-zero", "zero", "int", "0,1,2,3"),
+    ("schedule", "pin-schedule", "schedule", "word", "1f1b,interleaved"),
+)
+
+
+def _pins_html() -> str:
+    """The optional pins: one text input per knob, its request field in data-field and its
+    value kind (int or word) in data-kind, which app.js reads to build `search`."""
+    inputs = "".join(
+        f'<label>{escape(label)} <input id="{ident}" class="pin" type="text" inputmode="{"numeric" if kind == "int" else "text"}" '
+        f'data-field="{field}" data-kind="{kind}" placeholder="{escape(hint)}" size="9"></label>'
+        for field, ident, label, kind, hint in PINS)
+    return (f'<fieldset class="pins"><legend>Pins (optional: comma-separated allowed values; empty = search all)</legend>'
+            f"{inputs}</fieldset>")
+
+
+def form_html(presets: list[dict], gpus: list[dict], engines: tuple[str, ...], dtypes: tuple[str, ...] = ("bf16",)) -> str:
+    """The plan form: model (preset or pasted config.json), cluster, training (dtype included),
+    search (engine, top-k, time limit) and the optional pins; app.js turns it into a
+    POST /v1/plans request."""
     preset_opts = _options([(m["name"], f"{m['name']} ({m['params_b']:g}B)") for m in presets], "llama3-8b")
     gpu_opts = _options([(g["name"], f"{g['name']} ({g['memory_gib']:g} GiB)") for g in gpus], "h100-sxm")
     engine_opts = _options([(e, e) for e in engines], engines[0] if engines else None)
+    dtype_opts = _options([(d, d) for d in dtypes], dtypes[0] if dtypes else None)
     return f"""<form id="plan-form" class="plan-form" autocomplete="off">
 <fieldset><legend>Model</legend>
 <div class="kinds"><label class="radio"><input type="radio" name="model-kind" value="preset" checked> preset</label>
-<label class="radio"><input type="radio" name="model-kind" value="config"> Hugging Face config.json</label></div>
+<label class="radio"><input type="radio" id="model-kind-config" name="model-kind" value="config"> Hugging Face config.json</label></div>
 <select id="preset" name="preset">{preset_opts}</select>
-<textarea id="hf-config" name="hf_config" rows="6" placeholder='paste a config.json: {{"num_hidden_layers": 32, "hidden_size": 4096, ...}}' hidden></textarea>
+<textarea id="hf-config" name="hf_config" rows="6" aria-label="Hugging Face config.json" placeholder='paste a config.json: {{"num_hidden_layers": 32, "hidden_size": 4096, ...}}' hidden></textarea>
 </fieldset>
 <fieldset><legend>Cluster</legend>
 <label>GPU <select id="gpu" name="gpu">{gpu_opts}</select></label>
@@ -192,8 +223,14 @@ def form_html(presets: list[dict], gpus: list[dict], engines: tuple[str, ...]) -
 <fieldset><legend>Training</legend>
 <label>global batch <input id="global-batch" name="global_batch_size" type="number" min="1" value="64" required></label>
 <label>sequence <input id="seq-len" name="seq_length" type="number" min="1" value="8192" required></label>
-<label>engine <select id="engine" name="engine">{engine_opts}</select></label>
+<label>dtype <select id="dtype" name="dtype">{dtype_opts}</select></label>
 </fieldset>
+<fieldset><legend>Search</legend>
+<label>engine <select id="engine" name="engine">{engine_opts}</select></label>
+<label>top-k <input id="top-k" name="top_k" type="number" min="1" value="3"></label>
+<label>time limit (s) <input id="time-limit" name="time_limit_s" type="number" min="1" step="any" placeholder="default"></label>
+</fieldset>
+{_pins_html()}
 <div class="actions"><button id="submit" type="submit" class="primary">Plan</button>
 <span id="form-status" class="muted" role="status"></span>
 <details class="advanced"><summary>API token</summary>

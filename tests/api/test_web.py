@@ -21,8 +21,12 @@ def test_index_is_the_form_with_local_assets(server):
     r = httpx.get(server.url + "/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     html = r.text
-    for ident in ("plan-form", "preset", "hf-config", "gpu", "num-gpus", "global-batch", "seq-len", "engine"):
+    for ident in ("plan-form", "preset", "hf-config", "gpu", "num-gpus", "global-batch", "seq-len", "engine",
+                  "dtype", "top-k", "time-limit", "pin-tp", "pin-pp", "pin-dp", "pin-cp", "pin-ep", "pin-vpp", "pin-mbs",
+                  "pin-recompute", "pin-zero", "pin-schedule"):
         assert f'id="{ident}"' in html
+    for dtype in ("bf16", "fp16", "fp8", "fp32"):
+        assert f'<option value="{dtype}"' in html
     assert "https://" not in html and "//cdn" not in html
     for name, kind in (("report.css", "text/css"), ("app.js", "text/javascript")):
         a = httpx.get(f"{server.url}/assets/{name}")
