@@ -79,15 +79,33 @@ class BestFirstSearch:
         return replace(result, best=list(ctx.best.found))
 
     def _runners_up(self) -> None:
-        """The top-k's other lines, solved at the k-th plan's cap (cheapest bound first) for at
-        most policy.runner_up_share of the time so far, within the limit: a line kept from a
-        hint gets its proof, a candidate cut off at the best plan's cap may enter."""
-        ctx, solves = self.ctx, self.solves
-        best = ctx.best
-        if best.k < 2 or not best.found or ctx.stats.timed_out:
+        """The top-k's other lines, once the best plan is proven, for at most
+        policy.runner_up_share of the time so far (runner_up_min_s at least), within the
+        limit: the queue searched on down to the k-th plan (the candidates that could not beat
+        the best, set aside by expand, queued again), each line kept from its hint, then those
+        hints solved at the k-th plan's cap, cheapest bound first. What the time leaves
+        unproven states its gap. The best plan's status, gap and counters are not touched."""
+        ctx, best, stats = self.ctx, self.ctx.best, self.ctx.stats
+        if best.k < 2 or not best.found or stats.timed_out:
             return
-        elapsed = ctx.clock.elapsed()
-        end_s = min(ctx.clock.limit, elapsed + max(ctx.policy.runner_up_min_s, elapsed * ctx.policy.runner_up_share))
+        elapsed, limit = ctx.clock.elapsed(), ctx.clock.limit
+        end_s = min(limit, elapsed + max(ctx.policy.runner_up_min_s, elapsed * ctx.policy.runner_up_share))
+        kept = (stats.timed_out, stats.lower_bound_s, self.frontier.aside)
+        best.widen = True
+        ctx.clock.limit = end_s
+        try:
+            self.frontier.widen()
+            self._best_first(last_phase=True)
+            self.scheduler.drain()
+            self._solve_runners_up(end_s)
+        finally:
+            ctx.clock.limit = limit
+            stats.timed_out, stats.lower_bound_s, self.frontier.aside = kept
+
+    def _solve_runners_up(self, end_s: float) -> None:
+        """The runners-up kept from a hint (or cut off at the best plan's cap), solved at the
+        k-th plan's cap, cheapest bound first, until `end_s`."""
+        ctx, solves, best = self.ctx, self.solves, self.ctx.best
         done: set = set()
         while True:
             todo = sorted((b, e.order, e) for order, (b, e) in solves.runners_up.items()

@@ -38,20 +38,28 @@ class Incumbent:
     def __init__(self, prob: Problem, k: int):
         self.prob, self.k = prob, k
         self.found: list[Found] = []
+        # False while the search proves the best plan (it prunes against the best); True once
+        # it searches for the runners-up (against the k-th): BestFirstSearch._runners_up
+        self.widen = False
 
     def best_s(self) -> float:
         """The best plan's step time; math.inf while none is found."""
         return self.found[0].estimate.prediction.step_time_s if self.found else math.inf
 
-    def prune_s(self) -> float:
-        """The step time a candidate must beat to change the kept plans: the k-th's; math.inf
-        while fewer than k are kept."""
+    def kth_s(self) -> float:
+        """The k-th kept plan's step time; math.inf while fewer than k are kept."""
         return self.found[self.k - 1].estimate.prediction.step_time_s if len(self.found) >= self.k else math.inf
 
-    def can_change(self, c: Candidate, bound_s: float) -> bool:
-        """Whether a candidate no faster than `bound_s` could change the kept plans: it must
-        beat the k-th, and where its line (distinct_key) is kept already, that line's plan."""
-        if bound_s >= self.prune_s():
+    def prune_s(self) -> float:
+        """The step time a candidate must beat to matter now: the best plan's while the search
+        proves it, the k-th's once it searches for the runners-up (`widen`)."""
+        return self.kth_s() if self.widen else self.best_s()
+
+    def can_change(self, c: Candidate, bound_s: float, widened: bool = False) -> bool:
+        """Whether a candidate no faster than `bound_s` could matter now (`widened`: once the
+        search looks for the runners-up): it must beat prune_s (the k-th's where widened), and
+        where its line (distinct_key) is kept already, that line's plan."""
+        if bound_s >= (self.kth_s() if widened else self.prune_s()):
             return False
         key = distinct_key(c)
         return not any(distinct_key(f.candidate) == key and f.estimate.prediction.step_time_s <= bound_s

@@ -96,5 +96,5 @@ class SearchPolicy:
     dive_every_share: float = 0.02
     dive_time_share: float = 0.1
     dive_pool: int = 16
-    runner_up_share: float = 0.5
-    runner_up_min_s: float = 1.0
+    runner_up_share: float = 0.25
+    runner_up_min_s: float = 0.3

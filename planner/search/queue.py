@@ -79,7 +79,9 @@ class Frontier:
     per_sample: per (tp, cp, ep, etp, sp, cp_comm), the least per-sample time of the base
         tables the group bounds rest on; monotone_ok: every base table built since kept to it
         (otherwise the group bounds may have pruned too much, and no gap can be claimed).
-    too_big_mb, mem_lbs: the memory prunes' memo (expand)."""
+    too_big_mb, mem_lbs: the memory prunes' memo (expand).
+    later: candidates that cannot beat the best plan but may be one of the top-k's other lines
+        (a heap by bound), queued once the best is proven (widen)."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
@@ -88,6 +90,7 @@ class Frontier:
         self.cap = capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom)
         self.queue: list[Entry] = []
         self.pool: list[Entry] = []
+        self.later: list[Entry] = []  # runners-up at most, queued by widen()
         self.queued = 0
         self.rescue = False
         self.aside = math.inf
@@ -174,8 +177,12 @@ class Frontier:
                 self.monotone_ok = False  # the group bounds may have pruned too much: claim nothing
             bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
             if not best.can_change(c, bound / ctx.caps.final_keep):  # a later phase would not search it either
+                if not best.widen and best.k > 1 and best.can_change(c, bound / ctx.caps.final_keep, widened=True):
+                    # a runner-up at most: searched once the best plan is proven (widen)
+                    heapq.heappush(self.later, Entry(bound, (gi, j), "base_bound", c))
+                    continue
                 self.set_aside(bound)
-                stats.pruned_time += 1  # no faster than the k-th plan: its memory bound is not needed
+                stats.pruned_time += 1  # no faster than the plans kept: its memory bound is not needed
                 continue
             twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
             mem_lb = self.mem_lbs.get(twin)
@@ -222,6 +229,14 @@ class Frontier:
         self.queued += 1
 
     # --- the end of the queue
+
+    def widen(self) -> None:
+        """Queue the candidates set aside as runners-up at most (expand), for the search of
+        the top-k's other lines."""
+        for e in self.later:
+            heapq.heappush(self.queue, e)
+        self.queued += len(self.later)
+        self.later = []
 
     def set_aside(self, bound: float) -> None:
         """A bound not searched further: kept for the gap where it is below the best plan."""
