@@ -31,6 +31,15 @@ REQUESTS = {
     "llama3-8b-cp2@8": {"model": {"name": "llama3-8b"}, "cluster": {**H100, "num_gpus": 8},
                         "training": {"global_batch_size": 64, "seq_length": 8192},
                         "search": {"cp": 2}},
+    # planned for the other engines, unpinned: each engine's own artifact must express the plan
+    # its search priced (recompute as the engine runs it, the degrees its artifact has)
+    "llama3-70b-torchtitan@64": {"model": {"name": "llama3-70b"}, "engine": "torchtitan", "cluster": {**H100, "num_gpus": 64},
+                                 "training": {"global_batch_size": 256, "seq_length": 8192}},
+    "llama3-8b-128k-torchtitan@8": {"model": {"name": "llama3-8b"}, "engine": "torchtitan",
+                                    "cluster": {**H100, "num_gpus": 8},
+                                    "training": {"global_batch_size": 8, "seq_length": 131072}},
+    "llama3-8b-deepspeed@16": {"model": {"name": "llama3-8b"}, "engine": "deepspeed", "cluster": {**H100, "num_gpus": 16},
+                               "training": {"global_batch_size": 64, "seq_length": 16384}},
 }
 # Extra plans for engine rules: a pipeline for DeepSpeed (ZeRO-1, and ZeRO-2 which its
 # PipelineEngine refuses: planned for the runtime, the one engine here whose ZeRO-2

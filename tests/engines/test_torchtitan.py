@@ -90,6 +90,9 @@ def _check_parsed(cfg, plan: dict, version: str) -> None:
     ac = cfg.activation_checkpoint
     got = "NoneType" if ac is None else type(ac).__qualname__.split(".")[0]
     assert got == _AC_CLASS[plan["parallelism"]["recompute"]]
+    if plan["engine"] == "torchtitan" and plan["parallelism"]["recompute"] == "full":
+        # torchtitan's full AC wraps every block: its plan must recompute every block it priced
+        assert all(s["recompute_layers"] == s["layers"][1] - s["layers"][0] + 1 for s in plan["stages"])
 
 
 def _runnable(name: str) -> dict | None:
