@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cost_model.hardware.compute import peak_flops
+from cost_model.hardware.compute import mfu_peak_flops, peak_flops
 from cost_model.model import flops
 from cost_model.pipeline.simulator import RankTail, Simulation, simulate, stage_times
 from cost_model.pipeline.stages import (
@@ -26,7 +26,7 @@ from cost_model.specs.results import (
     StageEstimate,
     TimeBreakdown,
 )
-from cost_model.specs.vocab import RECOMPUTE_FULL
+from cost_model.specs.vocab import DTYPE_FP8, RECOMPUTE_FULL
 from cost_model.terms import memory
 from cost_model.terms.layers import LayerTable, layer_table
 from cost_model.validate import validate_config
@@ -93,9 +93,12 @@ def compose(
     model_f = model_flops_per_step(model, training)
     # recomputed FLOPs: per micro-batch per rank, over all micro-batches and replicas
     extra = sum(r.hardware_extra_flops for r in ranks) * m * cfg.dp * cfg.tp * cfg.cp
-    peak = peak_flops(cluster.gpu, training.dtype)
+    # MFU and HFU against the bf16 peak for every dtype (compute.mfu_peak_flops); fp8 also
+    # against its own peak, stated beside it
+    peak = mfu_peak_flops(cluster.gpu)
     mfu = model_f / (step * n_gpus * peak)
     hfu = (model_f + extra) / (step * n_gpus * peak)
+    mfu_fp8 = model_f / (step * n_gpus * peak_flops(cluster.gpu, DTYPE_FP8)) if training.dtype == DTYPE_FP8 else None
     peak_rank = max(ranks, key=lambda r: r.peak_bytes)
     capacity = cluster.memory_bytes
     mem = MemoryBreakdown(
@@ -126,6 +129,7 @@ def compose(
         step_time_s=step,
         tokens_per_s=training.tokens_per_step / step,
         mfu=mfu,
+        mfu_fp8_peak=mfu_fp8,
         hfu=hfu,
         tflops_per_gpu=(model_f + extra) / step / n_gpus / 1e12,
         breakdown=breakdown,

@@ -13,7 +13,7 @@ default)`), so code written against the JSON keeps working on the typed object."
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter
 
@@ -114,10 +114,28 @@ class SearchReport(Record):
     ilp_time_s: float = Field(0.0, description="of which CP-SAT solves, wall seconds")
     solver: str
     gap: float
-    timed_out: bool
+    timed_out: bool = Field(description="the search stopped at its time limit, or ran past it (solve_time_s > "
+                            "time_limit_s): the plan is the best found in the time, within `gap`")
+    time_limit_s: float | None = Field(None, description="the limit the search ran under (null: the exhaustive "
+                                       "reference search, which has none)")
+
+
+class PlanLinks(Record):
+    """Where the REST service serves a stored plan (paths on the service, as the Location
+    header gives them): the plan, its compact form, its report page and its pictures."""
+
+    plan: str = Field(description="GET: this plan, the full document")
+    compact: str = Field(description="GET: this plan without its bulky parts (Plan.BULKY)")
+    report: str = Field(description="GET: the plan report, an HTML page")
+    pictures: dict[str, str] = Field(description="picture name -> GET path of the SVG (timeline, breakdown, memory, "
+                                     "alternatives)")
 
 
 class Plan(Record):
+    # what the compact form leaves out: the launch artifacts, the rank groups, the simulated
+    # schedule timeline and the per-stage detail (each can be 10-1000x the rest on a large job)
+    BULKY: ClassVar[tuple[str, ...]] = ("stages", "launch", "ranks", "schedule")
+
     id: str
     status: SolverStatus
     request_hash: str
@@ -137,12 +155,31 @@ class Plan(Record):
     ranks: dict[str, Any] | None = Field(None, description="rank -> parallel group assignment (order tp-cp-ep-dp-pp)")
     schedule: dict[str, Any] | None = Field(
         None, description="the simulated pipeline schedule beside the closed form (planner/schedule.py)")
+    links: PlanLinks | None = Field(None, description="REST answers: where the service serves this plan, its report "
+                                    "and pictures; null outside the service (CLI, plan.json)")
+
+    def compact_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready dict without its BULKY parts (`planner plan --compact`,
+        `?compact=true`)."""
+        return compact(self.model_dump(mode="json"))
 
     def to_json(self, indent: int | None = None) -> str:
         """The one JSON text of this plan (what the store keeps, the service answers and
         plan.json holds). Raises ValueError on a non-finite number (NaN/Infinity are not
         JSON), rather than writing null as pydantic's own serialiser would."""
         return json.dumps(self.model_dump(mode="json"), allow_nan=False, indent=indent)
+
+
+def compact(doc: dict[str, Any]) -> dict[str, Any]:
+    """A plan's JSON object (a dict, as stored or dumped) without Plan.BULKY."""
+    return {k: v for k, v in doc.items() if k not in Plan.BULKY}
+
+
+class CompactPlan(Plan):
+    """A plan's compact form: the Plan without its BULKY parts (what `?compact=true` answers
+    and `planner plan --compact` prints); as a schema, the Plan with `stages` optional."""
+
+    stages: list[StageEstimate] | None = Field(None, description="left out of the compact form")
 
 
 class CheckResult(Record):

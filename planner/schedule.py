@@ -16,6 +16,7 @@ from typing import Any
 
 from cost_model.estimate import rank_costs, resolve_slices
 from cost_model.pipeline.simulator import RankTail, Simulation, StageTimes, simulate, stage_times
+from cost_model.pipeline.stages import ROUNDING_REL
 from cost_model.specs.results import GIB
 from cost_model.terms.layers import layer_table
 
@@ -37,12 +38,21 @@ def schedule_block(problem, cfg, formula_step_s: float) -> dict[str, Any]:
         "simulated_step_time_s": sim.step_time_s,
         "simulated_pipeline_s": sim.pipeline_time_s,
         "formula_step_time_s": formula_step_s,
-        "difference": sim.step_time_s / formula_step_s - 1 if formula_step_s > 0 else 0.0,
+        "difference": _relative_difference(sim.step_time_s, formula_step_s),
         "memory_headroom": problem.space.memory_headroom,
         "capacity_gib": problem.cluster.memory_bytes / GIB,
         "stages": stages["stages"],
         "ranks": stages["ranks"],
     }
+
+
+def _relative_difference(simulated_s: float, formula_s: float) -> float:
+    """simulated / formula - 1; 0.0 where the two agree to float rounding (one sum taken in
+    two orders: ~-2e-16, which JSON would print as a negative number for an exact match)."""
+    if formula_s <= 0:
+        return 0.0
+    d = simulated_s / formula_s - 1
+    return 0.0 if abs(d) <= ROUNDING_REL else d
 
 
 def _inputs(problem, cfg) -> dict[str, list[dict]]:

@@ -38,6 +38,7 @@ from cost_model.validate import (
     validate_moe_load,
 )
 from planner.hashing import request_hash
+from planner.ids import new_plan_id
 from planner.launch import emit
 from planner.launch.ranks import emit as emit_ranks
 from planner.plan import (
@@ -167,14 +168,15 @@ def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, prog
         reasons.append(line)
     if (line := dispatcher_hint(prob, best.config, best.estimate)) is not None:
         reasons.append(line)
+    limit_s = None if exhaustive else (prob.space.time_limit_s if time_limit_s is None else time_limit_s)
     if res.stats.timed_out:
-        reasons.append(f"time limit reached: best plan found so far, within {res.gap * 100:.1f}% of the lower bound")
+        reasons.append(_timed_out_reason(res, limit_s))
     elif res.status != STATUS_OPTIMAL and 0 < res.gap <= prob.space.gap_limit:
         reasons.append(f"gap limit reached: the best plan is within {res.gap * 100:.2f}% of the optimum "
                        f"(search.gap_limit {prob.space.gap_limit * 100:g}%)")
     c = prob.cluster
     return Plan(
-        id=plan_id or f"p_{rh[:16]}",
+        id=plan_id or new_plan_id(),  # one format with the service's (planner.ids)
         status=res.status,
         request_hash=rh,
         engine=_engine(prob),
@@ -211,10 +213,20 @@ def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, prog
             solver=res.stats.solver,
             gap=round(res.gap, 6),
             timed_out=res.stats.timed_out,
+            time_limit_s=limit_s,
         ),
         reasons=reasons,
         schedule=schedule,
     )
+
+
+def _timed_out_reason(res, limit_s: float | None) -> str:
+    """What the time limit did to the plan: cut the search short (the gap says how far the
+    plan may be from the optimum), or only ran out while the search finished its proof."""
+    took = f"the search took {res.stats.solve_time_s:.1f} s" + (f" of a {limit_s:g} s limit" if limit_s else "")
+    if res.status == STATUS_OPTIMAL:
+        return f"time limit passed: {took}; the plan is still proven optimal"
+    return f"time limit reached: {took}; best plan found so far, within {res.gap * 100:.1f}% of the lower bound"
 
 
 def _gap(f) -> float:

@@ -28,7 +28,9 @@ def _model_line(r: dict) -> str:
     pub = (f"{r['published_total_params'] / 1e9:.1f}B/{r['published_active_params'] / 1e9:.1f}B"
            if r["published_total_params"] else "-")
     return (
-        f"{r['name']:16s} {r['params_b']:8.1f}B {r['active_params'] / 1e9:7.1f}B {pub:>15s} {r['num_layers']:6d} {r['hidden_size']:6d} {r['num_attention_heads']:5d} "
+        # both counts from the exact integers: params_b is already rounded to 0.01B, and rounding it
+        # again showed a dense model's total below its active count (70.55 -> 70.5 vs 70.55.. -> 70.6)
+        f"{r['name']:16s} {r['total_params'] / 1e9:8.1f}B {r['active_params'] / 1e9:7.1f}B {pub:>15s} {r['num_layers']:6d} {r['hidden_size']:6d} {r['num_attention_heads']:5d} "
         f"{r['num_kv_heads']:4d} {r['ffn_hidden_size']:6d} {r['vocab_size']:7d}  {moe}"
     )
 

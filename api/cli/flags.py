@@ -132,6 +132,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--targets", "plan", f"launch artifacts ({'|'.join(V.values(V.Target))}, default all)",
          type=_csv(str, V.values(V.Target), "--targets"), metavar="T[,T...]", field="search.targets"),
     Flag("--exhaustive", "plan", "brute-force reference search (small instances)", action="store_true"),
+    Flag("--compact", "plan", "JSON on stdout without the bulky parts: launch artifacts, ranks, schedule timeline, "
+         "stages (the REST ?compact=true form)", action="store_true"),
     Flag("--emit", "plan", "write plan.json, the launch artifacts, report.html and the SVG pictures into DIR", metavar="DIR"),
     Flag("--max-slowdown", "check", "allowed slowdown vs the best plan (default 0.10)", type=float, metavar="F",
          field="max_slowdown"),

@@ -18,40 +18,50 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def print_plan(plan: dict) -> None:
-    par, pred = plan["parallelism"], plan["prediction"]
-    print(
-        f"plan {plan['id']} ({plan['status']}): dp={par['dp']} tp={par['tp']} pp={par['pp']} cp={par['cp']} ep={par['ep']} "
-        f"vpp={par['vpp']} sp={'on' if par['sequence_parallel'] else 'off'} zero={par['zero']} "
-        f"micro-batch={par['micro_batch_size']} x {par['num_micro_batches']} recompute={par['recompute']} schedule={par['schedule']}"
-        + (" moe-a2a-overlap" if par.get("moe_a2a_overlap") else "")
-        + (f" moe-dispatcher={par['moe_dispatcher']}"
-           if par.get("moe_dispatcher", V.DISPATCHER_ALLTOALL) != V.DISPATCHER_ALLTOALL else "")
-    )
-    m = pred["memory"]
-    print(
-        f"step {fmt_s(pred['step_time_s'])}  tokens/s {pred['tokens_per_s']:,.0f}  MFU {pred['mfu'] * 100:.1f}%  "
-        f"{pred['tflops_per_gpu']:.1f} TFLOP/s/GPU  memory {m['peak_gib']:.1f}/{m['capacity_gib']:.1f} GiB"
-    )
-    stages = plan["stages"]
-    shown = stages if len(stages) <= 16 else stages[:8] + stages[-4:]
-    print(f"{'stage':>5s} {'layers':>9s} {'recompute':>9s} {'time/mb':>10s} {'mem GiB':>8s}")
-    for s in shown:
-        print(f"{s['index']:5d} {s['layers'][0]:4d}-{s['layers'][1]:<4d} {s['recompute_layers']:9d} {s['time_ms']:8.2f}ms {s['memory_gib']:8.1f}")
-    if len(stages) > len(shown):
-        print(f"  ... {len(stages) - len(shown)} more stages")
-    print("why:")
-    for r in plan["reasons"]:
-        print(f"  - {r}")
-    if plan["alternatives"]:
-        print("alternatives:")
-        for a in plan["alternatives"]:
-            print(f"  - {fmt_s(a['prediction']['step_time_s'])}: {a['reason']}")
+def layout(par) -> str:
+    """A layout on one line: the degrees, then micro-batches, sharding, recompute, schedule."""
+    extras = [f"vpp={par['vpp']}"] if par["vpp"] > 1 else []
+    extras += ["sp"] if par["sequence_parallel"] else []
+    extras += ["moe-a2a-overlap"] if par.get("moe_a2a_overlap") else []
+    if par.get("moe_dispatcher", V.DISPATCHER_ALLTOALL) != V.DISPATCHER_ALLTOALL:
+        extras.append(f"moe-dispatcher={par['moe_dispatcher']}")
+    return (f"dp={par['dp']} tp={par['tp']} pp={par['pp']} cp={par['cp']} ep={par['ep']}"
+            + (f" ({', '.join(extras)})" if extras else "")
+            + f", micro-batch {par['micro_batch_size']} x {par['num_micro_batches']}, ZeRO-{par['zero']}, "
+            f"recompute {par['recompute']}, schedule {par['schedule']}")
+
+
+def _mfu(pred) -> str:
+    """MFU against the bf16 peak; an fp8 run's against the fp8 peak beside it."""
+    fp8 = pred.get("mfu_fp8_peak")
+    return f"MFU {pred['mfu'] * 100:.1f}% of bf16 peak" + (f" ({fp8 * 100:.1f}% of fp8 peak)" if fp8 is not None else "")
+
+
+def _search_line(plan) -> str:
     s = plan["search"]
-    print(
-        f"search: {s['candidates']} candidates, {s['pruned']} pruned, {s['ilp_solves']} ILP solves, "
-        f"solver {s['solver']} {s['solve_time_s']:.2f}s, gap {s['gap'] * 100:.2f}%"
-    )
+    limit = f" of {s['time_limit_s']:g} s limit" if s.get("time_limit_s") else ""
+    out = f"{'timed out' if s['timed_out'] else 'done'} in {s['solve_time_s']:.2f} s{limit}"
+    return (f"search: {plan['status']}, gap {s['gap'] * 100:.2f}%, {out} "
+            f"({s['candidates']:,} candidates, {s['pruned']:,} pruned)")
+
+
+def print_summary(plan, emitted: str | None = None) -> None:
+    """The plan for people, in a few lines: the layout, the prediction, the runners-up (one
+    line each, with how much slower), where --emit wrote, and how the search ended."""
+    par, pred, m, c = plan["parallelism"], plan["prediction"], plan["prediction"]["memory"], plan["cluster"]
+    print(f"plan {plan['id']}: {plan['model']['name']} on {c['num_gpus']} x {c['gpu']} ({plan['engine']}, "
+          f"{plan['training']['dtype']})")
+    print(f"  {layout(par)}")
+    print(f"  step {fmt_s(pred['step_time_s'])}, {pred['tokens_per_s']:,.0f} tokens/s, {_mfu(pred)}, "
+          f"memory {m['peak_gib']:.1f} / {m['capacity_gib']:.1f} GiB per GPU")
+    best_s = pred["step_time_s"]
+    for a in plan["alternatives"]:
+        t = a["prediction"]["step_time_s"]
+        print(f"  alt +{(t / best_s - 1) * 100:.1f}% ({fmt_s(t)}): {layout(a['parallelism'])}")
+    if emitted:
+        print(f"  wrote {emitted}")
+    print(f"  {_search_line(plan)}")
+    print("  (--json: the full plan with reasons and stages; --compact: without launch artifacts, ranks, schedule, stages)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,12 +72,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         plan = plan_request(req, load_profile_arg(args), exhaustive=args.exhaustive, progress=progress)
     except Infeasible as exc:
-        if args.json:
+        if args.json or args.compact:
             print_json({"error": {"code": "infeasible", "message": exc.message, "details": exc.details}})
         print(f"infeasible: {exc.message}", file=sys.stderr)
         for s in exc.details.get("suggestions", []):
             print(f"  - {s}", file=sys.stderr)
         return 1
+    emitted = None
     if args.emit:
         from planner.launch import write_artifacts  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
 
@@ -75,9 +86,14 @@ def run(args: argparse.Namespace) -> int:
         from planner.report import write_report  # report.html + the SVGs beside plan.json  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
 
         paths += write_report(plan, Path(args.emit))
-        print(f"wrote {len(paths)} files to {args.emit}", file=sys.stderr)
-    if args.json:
+        emitted = (f"{len(paths)} files to {args.emit}: plan.json, the launch artifacts, the SVG pictures and the "
+                   f"report {Path(args.emit) / 'report.html'}")
+        if args.json or args.compact:  # stdout is the JSON; the summary says it otherwise
+            print(f"wrote {emitted}", file=sys.stderr)
+    if args.compact:
+        print_json(plan.compact_dict())
+    elif args.json:
         print_json(plan.model_dump(mode="json"))
     else:
-        print_plan(plan)
+        print_summary(plan, emitted)
     return 0

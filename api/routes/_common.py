@@ -6,7 +6,6 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import secrets
 import time
 from typing import Any
 
@@ -23,7 +22,7 @@ from ..errors import ApiError
 from ..metrics import Metrics
 from ..responses import ErrorBody
 from ..settings import Settings
-from ..store import Store, now_us
+from ..store import Store
 from ..worker import QueueFull, SolverPool, SolveTimeout
 
 log = logging.getLogger("planner.api")
@@ -65,11 +64,6 @@ def require_token(request: Request) -> None:
     scheme, _, given = auth.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
         raise ApiError(401, "unauthorized", "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
-
-
-def new_id(prefix: str) -> str:
-    # time-ordered (hex microseconds) + random: sortable like a ULID, unique across replicas
-    return f"{prefix}_{now_us():013x}{secrets.token_hex(6)}"
 
 
 async def load_profile(store: Store, req: BaseModel):

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from fastapi import Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.specs.errors import SpecError
+from planner import report
 from planner.hashing import request_hash
-from planner.plan import Plan
+from planner.ids import new_plan_id
+from planner.plan import CompactPlan, Plan, PlanLinks
+from planner.plan import compact as compact_doc
 from planner.request.schema import PlanRequest
 from planner.service import plan as plan_request
 
@@ -22,7 +26,6 @@ from ._common import (
     SOLVE_ERRORS,
     err,
     load_profile,
-    new_id,
     non_finite,
     solve,
     time_limit,
@@ -33,16 +36,39 @@ router = v1_router("plans")
 JSON = "application/json"
 
 
-def _stored(body_json: str, status: int, plan_id: str, cache: str | None = None) -> Response:
+def plan_links(plan_id: str) -> PlanLinks:
+    """The routes that serve a stored plan (this module's GET and api/routes/web.py's)."""
+    base = f"/v1/plans/{plan_id}"
+    return PlanLinks(plan=base, compact=f"{base}?compact=true", report=f"{base}/report.html",
+                     pictures={name: f"{base}/{name}.svg" for name in report.PICTURES})
+
+
+def _answer(body_json: str, plan_id: str, compact_form: bool) -> str:
+    """The stored text as answered: as stored (byte for byte) unless the compact form is asked
+    for, or the plan was stored before plans carried their links (then they are added)."""
+    if not compact_form and '"links": {' in body_json:  # Plan.to_json's separators
+        return body_json
+    doc = json.loads(body_json)
+    doc["links"] = plan_links(plan_id).model_dump(mode="json")
+    return json.dumps(compact_doc(doc) if compact_form else doc, allow_nan=False)
+
+
+def _stored(body_json: str, status: int, plan_id: str, cache: str | None = None, compact_form: bool = False) -> Response:
     headers = {"Location": f"/v1/plans/{plan_id}"}
     if cache:
         headers["X-Plan-Cache"] = cache
-    return Response(body_json, status_code=status, media_type=JSON, headers=headers)
+    return Response(_answer(body_json, plan_id, compact_form), status_code=status, media_type=JSON, headers=headers)
 
 
-@router.post("/plans", status_code=201, response_model=Plan,
+CompactQuery = Annotated[bool, Query(description="answer the compact form: the plan without its launch artifacts, "
+                                     "rank groups, schedule timeline and stages (links.compact)")]
+PLAN_ANSWER = Plan | CompactPlan  # the schema of a plan answer, full or compact
+
+
+@router.post("/plans", status_code=201, response_model=PLAN_ANSWER,
              responses={201: {"description": "new plan (Location header names it)"},
-                        200: {"model": Plan, "description": "the stored plan of an identical request (X-Plan-Cache: hit)"},
+                        200: {"model": PLAN_ANSWER,
+                              "description": "the stored plan of an identical request (X-Plan-Cache: hit)"},
                         **COMMON_ERRORS, **SOLVE_ERRORS})
 async def create_plan(
     body: PlanRequest,
@@ -51,6 +77,7 @@ async def create_plan(
     settings: SettingsDep,
     metrics: MetricsDep,
     refresh: Annotated[bool, Query(description="solve again even when an identical request was answered")] = False,
+    compact: CompactQuery = False,
 ):
     """Best plan for a model on a cluster. Identical requests (same canonical JSON, ignoring
     `metadata`) return the stored plan unless `?refresh=true`."""
@@ -59,32 +86,33 @@ async def create_plan(
         cached = await run_in_threadpool(store.find_plan_by_hash, h)
         if cached is not None:
             metrics.cache_hits.inc()
-            return _stored(cached[1], 200, cached[0], "hit")
+            return _stored(cached[1], 200, cached[0], "hit", compact)
     metrics.cache_misses.inc()
     profile = await load_profile(store, body)
     limit = time_limit(settings, body)
-    plan_id = new_id("p")  # given to the planner so launch artifacts name the stored plan
+    plan_id = new_plan_id()  # given to the planner so launch artifacts name the stored plan
     plan: Plan = await solve(pool, settings, metrics, _run_plan, body, profile, limit, plan_id,
                              limit_s=limit, kind="plan")
-    plan = plan.model_copy(update={"id": plan_id, "request_hash": h})
+    plan = plan.model_copy(update={"id": plan_id, "request_hash": h, "links": plan_links(plan_id)})
     try:
         text = plan.to_json()  # the one serialisation: stored, answered, served on GET
     except ValueError as exc:
         raise non_finite(exc) from None  # refused before anything is stored
     await run_in_threadpool(store.put_plan, plan.id, h, plan.status, text)  # committed before the 201 goes out
-    return _stored(text, 201, plan.id, "miss")
+    return _stored(text, 201, plan.id, "miss", compact)
 
 
 def _run_plan(req: PlanRequest, profile, limit_s: float, plan_id: str) -> Plan:
     return plan_request(req, profile=profile, time_limit_s=limit_s, plan_id=plan_id)
 
 
-@router.get("/plans/{plan_id}", response_model=Plan, responses={404: err("unknown plan id")})
-async def get_plan(plan_id: str, store: StoreDep):
+@router.get("/plans/{plan_id}", response_model=PLAN_ANSWER,
+            responses={404: err("unknown plan id"), 422: COMMON_ERRORS[422]})
+async def get_plan(plan_id: str, store: StoreDep, compact: CompactQuery = False):
     text = await run_in_threadpool(store.get_plan_json, plan_id)
     if text is None:
         raise ApiError(404, "not_found", f"no plan {plan_id!r}", {"id": plan_id})
-    return Response(text, media_type=JSON)
+    return Response(_answer(text, plan_id, compact), media_type=JSON)
 
 
 @router.get("/plans", response_model=PlanList, responses={422: COMMON_ERRORS[422]})

@@ -7,12 +7,13 @@ from starlette.concurrency import run_in_threadpool
 
 from cost_model.hardware.profile_schema import profile_from_dict
 from cost_model.specs.errors import SpecError
+from planner.ids import new_id
 
 from ..deps import StoreDep
 from ..errors import ApiError
 from ..responses import ProfileOut
 from ..schemas import MAX_PROFILE_BODY_BYTES, ProfileIn
-from ._common import COMMON_ERRORS, err, evaluation_failed, new_id, v1_router
+from ._common import COMMON_ERRORS, err, evaluation_failed, v1_router
 
 router = v1_router("profiles")
 

@@ -24,7 +24,14 @@ PyTorch SDPA's FlashAttention-2 backend (cost_model/engines/kernels.py says whic
 from __future__ import annotations
 
 from cost_model.specs.inputs import GPUSpec
-from cost_model.specs.vocab import ATTN_SDPA, DTYPE_BYTES, DTYPE_FP8, DTYPE_FP32, DTYPE_TF32
+from cost_model.specs.vocab import (
+    ATTN_SDPA,
+    DTYPE_BF16,
+    DTYPE_BYTES,
+    DTYPE_FP8,
+    DTYPE_FP32,
+    DTYPE_TF32,
+)
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
@@ -32,6 +39,15 @@ def peak_flops(gpu: GPUSpec, dtype: str) -> float:
     PyTorch's default `allow_tf32` for cuDNN and Megatron do; say so)."""
     key = DTYPE_TF32 if dtype == DTYPE_FP32 and not gpu.host else dtype
     return gpu.peak_tflops[key] * 1e12
+
+
+def mfu_peak_flops(gpu: GPUSpec) -> float:
+    """The peak MFU and HFU divide by, whatever the training dtype: the dense bf16 peak (PaLM,
+    Chowdhery et al. 2022, App. B: MFU = achieved model FLOP/s over the hardware's peak, bf16
+    on TPU v4; Megatron and torchtitan report it against bf16 too), so an fp8 run is compared
+    with a bf16 run on the same footing instead of against a 2x larger fp8 peak. A host device
+    whose bf16 is no faster than fp32 (the CPU): its fp32 peak, the highest it has."""
+    return max(peak_flops(gpu, DTYPE_BF16), peak_flops(gpu, DTYPE_FP32))
 
 
 def gemm_efficiency(gpu: GPUSpec, m: float, n: float, k: float) -> float:

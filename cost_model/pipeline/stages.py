@@ -435,8 +435,22 @@ def bubble_s(pipeline_s: float, ranks: Sequence[RankCost], num_micro_batches: in
     the slowest rank's time per micro-batch, i.e. the fill and drain (uniform 1F1B: (p-1) x
     a stage's time, Narayanan et al. SC'21 §2.2; interleaved: / vpp, §2.2.2). With the
     overlapped 1F1B all-to-all it holds too the all-to-alls that the warm-up forwards and
-    cool-down backwards, run alone, expose (LayerCost.ep_unpaired_s)."""
-    return pipeline_s - num_micro_batches * max(r.time_s for r in ranks)
+    cool-down backwards, run alone, expose (LayerCost.ep_unpaired_s). Never negative: the
+    pipeline time is m x the slowest rank plus the fill and drain, so a difference below zero
+    is float rounding (pp=1: the same sum taken in two orders, ~-1e-14 s) and reads as 0."""
+    return clamp_rounding(pipeline_s - num_micro_batches * max(r.time_s for r in ranks), pipeline_s)
+
+
+# relative size of the rounding error a difference of sums of ~1e3 terms can carry (double
+# precision: 2^-52 ~ 2.2e-16 per operation, accumulated)
+ROUNDING_REL = 1e-9
+
+
+def clamp_rounding(value: float, scale: float) -> float:
+    """A quantity non-negative by construction, computed as a difference of two sums of size
+    `scale`: 0.0 where it lies below zero by no more than float rounding (never -0.0); a
+    larger negative is a modelling error and is returned as is, to be seen."""
+    return 0.0 if -ROUNDING_REL * abs(scale) <= value <= 0.0 else value
 
 
 def step_time_s(ranks: list[RankCost], num_micro_batches: int, vpp: int, schedule: str) -> float:

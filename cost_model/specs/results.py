@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GIB = float(2**30)
 
@@ -18,6 +18,12 @@ class Record(BaseModel):
     with unknown keys is not one of ours."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_negative_zero(cls, value: Any) -> Any:
+        # -0.0 (a product or difference of rounding size) is 0.0: JSON would show "-0.0"
+        return 0.0 if type(value) is float and value == 0.0 else value
 
     def _keys(self) -> set[str]:
         return set(type(self).model_fields) | set(self.__pydantic_extra__ or {})
@@ -75,8 +81,12 @@ class StageEstimate(Record):
 class Prediction(Record):
     step_time_s: float
     tokens_per_s: float
-    mfu: float
-    hfu: float
+    mfu: float = Field(description="model FLOPs utilisation: model FLOPs per step (no recompute) / (step time x GPUs "
+                       "x the dense bf16 peak), whatever the training dtype (PaLM, Chowdhery et al. 2022, App. B)")
+    mfu_fp8_peak: float | None = Field(None, description="training.dtype fp8 only: the same model FLOPs against the "
+                                       "dense fp8 peak (2x bf16 on Hopper and Blackwell); null otherwise")
+    hfu: float = Field(description="hardware FLOPs utilisation: as mfu with the recomputed forward FLOPs, against the "
+                       "same bf16 peak")
     tflops_per_gpu: float = Field(description="achieved hardware FLOP/s per GPU (recomputation included), as Megatron reports")
     breakdown: TimeBreakdown
     memory: MemoryBreakdown = Field(description="of the pipeline rank with the highest peak")

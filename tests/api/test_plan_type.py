@@ -19,7 +19,7 @@ def _keys(d, prefix=""):
     out = set()
     for k, v in d.items():
         out.add(prefix + k)
-        if isinstance(v, dict) and k not in ("launch", "ranks", "sources"):
+        if isinstance(v, dict) and k not in ("launch", "ranks", "sources", "links"):  # links: REST answers only
             out |= _keys(v, prefix + k + ".")
     return out
 
