@@ -173,7 +173,7 @@ class RequestLock:
 
 
 class Store:
-    def __init__(self, engine: Engine, plans_per_request: int = 1, plan_retention_s: float | None = None):
+    def __init__(self, engine: Engine, plans_per_request: int = 2, plan_retention_s: float | None = None):
         self.engine = engine
         self.plans_per_request = plans_per_request
         self.plan_retention_s = plan_retention_s

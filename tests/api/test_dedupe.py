@@ -50,13 +50,13 @@ def test_concurrent_identical_posts_one_server_one_solve(make_server):
 
 
 def test_concurrent_refreshes_share_one_solve(make_server):
-    srv = make_server()
+    srv = make_server(PLANNER_PLANS_PER_REQUEST="1")
     first = httpx.post(f"{srv.url}/v1/plans", json=slow_plan(1), timeout=60).json()["id"]
     responses = asyncio.run(_burst([srv.url], 5, slow_plan(1), refresh=True))
     ids = {r.json()["id"] for r in responses}
     assert len(ids) == 1 and first not in ids  # a refresh gets a plan solved after it arrived
     assert solves(srv.url) == 2
-    assert stored_rows(srv.url) == 1  # the refresh replaced the first plan (one plan per request)
+    assert stored_rows(srv.url) == 1  # the refresh replaced the first plan (one kept per request)
     assert httpx.get(f"{srv.url}/v1/plans/{first}").status_code == 404
 
 
