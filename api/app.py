@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import errors, routes
+from .dedupe import InFlight
 from .metrics import Metrics, MetricsMiddleware
 from .schemas import MAX_PROFILE_BODY_BYTES
 from .security import SecurityHeadersMiddleware
@@ -99,7 +100,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         engine = make_engine(settings.sqlalchemy_url())
         migrate(engine)  # upgrades keep stored plans; replicas serialise on a lock
-        app.state.store = Store(engine)
+        app.state.store = Store(engine, settings.plans_per_request, settings.plan_retention_s)
+        app.state.inflight = InFlight()
         app.state.pool = SolverPool(settings.workers, settings.queue_size, on_depth=metrics.queue_depth.set)
         log.info("planner service ready (database %s, %d solver workers, queue %d)",
                  engine.url.render_as_string(hide_password=True), settings.workers, settings.queue_size)

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from .dedupe import InFlight
 from .metrics import Metrics
 from .settings import Settings
 from .store import Store
@@ -25,6 +26,10 @@ def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
+def get_inflight(request: Request) -> InFlight:
+    return request.app.state.inflight
+
+
 def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
@@ -33,3 +38,4 @@ StoreDep = Annotated[Store, Depends(get_store)]
 PoolDep = Annotated[SolverPool, Depends(get_pool)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+InFlightDep = Annotated[InFlight, Depends(get_inflight)]

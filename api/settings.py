@@ -35,6 +35,16 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(1_048_576, ge=1024, description="larger request bodies get 413")
     retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 429/503")
+    # 2: after a refresh the plan it replaced is still readable by the clients that hold its id
+    plans_per_request: int = Field(
+        2, ge=1, le=1000, description="stored plans kept per request hash; a refresh beyond it deletes the oldest"
+    )
+    plan_retention_s: float | None = Field(
+        None, gt=0, description="when set, plans older than this are deleted as new ones are stored"
+    )
+    sweep_time_limit_s: float = Field(
+        120.0, gt=0, description="deadline of one POST /v1/sweeps; points it leaves no time for are skipped"
+    )
     # Test-only hook: every solve sleeps this long before it starts, so tests can fill the
     # queue deterministically. Never set it in production.
 

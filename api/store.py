@@ -2,7 +2,11 @@
 
 Rows keep the response JSON as text (serialised once, when the plan is made), so a stored
 plan is served byte-for-byte as it was acknowledged; the indexed columns are only what lookups need (request hash, creation time).
-The schema is owned by the Alembic migrations in api/migrations; `migrate()` runs them."""
+The schema is owned by the Alembic migrations in api/migrations; `migrate()` runs them.
+
+Retention: each stored plan prunes, in its own transaction, the older rows of its request
+hash beyond `plans_per_request` and (when set) every plan older than `plan_retention_s`, so
+`?refresh=true` replaces rather than piles up."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import json
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from alembic import command
 from alembic.config import Config
@@ -22,6 +27,7 @@ from sqlalchemy import (
     String,
     Text,
     create_engine,
+    delete,
     event,
     func,
     or_,
@@ -41,13 +47,17 @@ class Base(DeclarativeBase):
 class PlanRow(Base):
     __tablename__ = "plans"
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    # not unique: `?refresh=true` stores a newer plan for the same request, and two
-    # replicas may solve the same request at once; lookups take the newest.
-    request_hash: Mapped[str] = mapped_column(String(64), index=True)
+    # not unique: `plans_per_request` may keep older plans of a request; lookups take the newest.
+    request_hash: Mapped[str] = mapped_column(String(64))
     created_us: Mapped[int] = mapped_column(BigInteger)  # microseconds since the epoch
     status: Mapped[str] = mapped_column(String(16))
     body: Mapped[str] = mapped_column(Text)
-    __table_args__ = (Index("ix_plans_created", "created_us", "id"),)
+    __table_args__ = (
+        Index("ix_plans_created", "created_us", "id"),
+        # the cached lookup (newest plan of a hash) and the per-hash pruning walk this index
+        # alone, never the bodies
+        Index("ix_plans_hash_created", "request_hash", "created_us", "id"),
+    )
 
 
 class ProfileRow(Base):
@@ -127,9 +137,46 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
         raise ValueError("not a cursor returned by this service") from exc
 
 
+class StoredPlan(NamedTuple):
+    id: str
+    body: str  # the plan's JSON text, served as is
+    created_us: int
+
+
+# Session-level advisory locks of PostgreSQL take a bigint; the first 16 hex digits of the
+# request hash are as good a key as the whole sha256 (a collision only serialises two solves).
+_SIGNED_BIAS = 1 << 63
+
+
+def request_lock_key(request_hash: str) -> int:
+    return int(request_hash[:16], 16) - _SIGNED_BIAS
+
+
+class RequestLock:
+    """A held cross-replica lock on one request hash (a PostgreSQL session advisory lock on a
+    connection of its own); `release()` unlocks and returns the connection. On other
+    databases it holds nothing: the in-process dedupe (api/dedupe.py) is all there is."""
+
+    def __init__(self, conn=None, key: int = 0):
+        self._conn = conn
+        self._key = key
+
+    def release(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
+            self._conn.commit()
+        finally:
+            self._conn.close()  # a broken connection ends its session, and the lock with it
+            self._conn = None
+
+
 class Store:
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, plans_per_request: int = 2, plan_retention_s: float | None = None):
         self.engine = engine
+        self.plans_per_request = plans_per_request
+        self.plan_retention_s = plan_retention_s
 
     def ping(self) -> None:
         with self.engine.connect() as conn:
@@ -137,25 +184,58 @@ class Store:
 
     # plans: the body is the plan's one JSON text (Plan.to_json), stored and served as is
     def put_plan(self, plan_id: str, request_hash: str, status: str, body_json: str, created_us: int | None = None) -> None:
+        """Store a plan and, in the same transaction, prune what retention no longer keeps."""
+        created_us = created_us or now_us()
         with Session(self.engine) as s, s.begin():
-            s.add(PlanRow(id=plan_id, request_hash=request_hash, created_us=created_us or now_us(), status=status,
+            s.add(PlanRow(id=plan_id, request_hash=request_hash, created_us=created_us, status=status,
                           body=body_json))
+            s.flush()
+            kept = (select(PlanRow.id).where(PlanRow.request_hash == request_hash)
+                    .order_by(PlanRow.created_us.desc(), PlanRow.id.desc()).limit(self.plans_per_request))
+            s.execute(delete(PlanRow).where(PlanRow.request_hash == request_hash, PlanRow.id.not_in(kept)))
+            if self.plan_retention_s is not None:
+                cutoff_us = now_us() - int(self.plan_retention_s * 1e6)
+                s.execute(delete(PlanRow).where(PlanRow.created_us < cutoff_us, PlanRow.id != plan_id))
 
     def get_plan_json(self, plan_id: str) -> str | None:
         with Session(self.engine) as s:
             row = s.get(PlanRow, plan_id)
             return row.body if row else None
 
-    def find_plan_by_hash(self, request_hash: str) -> tuple[str, str] | None:
-        """(id, JSON text) of the newest plan stored for this request hash."""
+    @staticmethod
+    def newest_plan_query(request_hash: str, since_us: int = 0):
+        """The newest plan of a hash stored at or after `since_us`: the inner query picks its id
+        from ix_plans_hash_created alone (no body is read while choosing), the outer one reads
+        that one row by primary key."""
+        newest = (select(PlanRow.id)
+                  .where(PlanRow.request_hash == request_hash, PlanRow.created_us >= since_us)
+                  .order_by(PlanRow.created_us.desc(), PlanRow.id.desc())
+                  .limit(1)
+                  .scalar_subquery())
+        return select(PlanRow.id, PlanRow.body, PlanRow.created_us).where(PlanRow.id == newest)
+
+    def find_plan_by_hash(self, request_hash: str, since_us: int = 0) -> StoredPlan | None:
+        """The newest plan stored for this request hash (at or after `since_us`), or None."""
         with Session(self.engine) as s:
-            row = s.scalars(
-                select(PlanRow)
-                .where(PlanRow.request_hash == request_hash)
-                .order_by(PlanRow.created_us.desc(), PlanRow.id.desc())
-                .limit(1)
-            ).first()
-            return (row.id, row.body) if row else None
+            row = s.execute(self.newest_plan_query(request_hash, since_us)).first()
+            return StoredPlan(row.id, row.body, row.created_us) if row else None
+
+    def try_lock_request(self, request_hash: str) -> RequestLock | None:
+        """The cross-replica lock of one request hash, or None while another replica holds it."""
+        if self.engine.dialect.name != "postgresql":
+            return RequestLock()
+        key = request_lock_key(request_hash)
+        conn = self.engine.connect()
+        try:
+            got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
+            conn.commit()  # the lock is the session's, not the transaction's: no idle transaction
+        except BaseException:
+            conn.close()
+            raise
+        if not got:
+            conn.close()
+            return None
+        return RequestLock(conn, key)
 
     def list_plans(
         self, limit: int, cursor: tuple[int, str] | None = None, offset: int = 0

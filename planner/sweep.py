@@ -4,10 +4,14 @@ of the request fixed), for the scaling picture (planner/report/scaling.py) and t
 The request is the validated PlanRequest (a plain dict is validated once, as the facade
 does). A point that has no feasible plan, or whose value makes the request invalid (say a
 GPU count that is not a whole number of nodes), is kept with its reason rather than failing
-the sweep; a request that is bad at the first value raises its SpecError."""
+the sweep; a request that is bad at the first value raises its SpecError.
+
+A sweep may have an overall deadline: each point's time limit is capped by what is left,
+and the points it leaves no time for are kept as skipped, with the reason, not dropped."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from cost_model.specs.errors import SpecError
@@ -17,6 +21,9 @@ from planner.service import Infeasible, plan, problem_from_request, validated
 
 AXES = ("num_gpus", "global_batch_size")
 MAX_POINTS = 32
+# a point is not started with less time than this left of the sweep's deadline: a solve cut
+# that short proves nothing, and its answer would come after the deadline anyway
+MIN_POINT_S = 0.5
 
 
 def _with_value(req: PlanRequest, axis: str, value: int) -> PlanRequest:
@@ -64,6 +71,19 @@ def point(req: PlanRequest, axis: str, value: int, profile=None, time_limit_s: f
     }
 
 
+def skipped_point(value: int, deadline_s: float) -> dict[str, Any]:
+    """A point the sweep's deadline left no time for."""
+    return {"value": value, "ok": False, "skipped": True,
+            "error": f"skipped: the sweep's {deadline_s:g} s deadline was reached before this point"}
+
+
+def point_limit_s(time_limit_s: float | None, left_s: float | None) -> float | None:
+    """A point's time limit: the per-solve limit capped by what is left of the deadline."""
+    if left_s is None:
+        return time_limit_s
+    return left_s if time_limit_s is None else min(time_limit_s, left_s)
+
+
 def check_request(req: PlanRequest, axis: str, values: list[int]) -> None:
     """Raise SpecError for a request that is bad whatever the swept value (the first one's)."""
     problem_from_request(_with_value(req, axis, values[0]))
@@ -83,12 +103,22 @@ def header(req: PlanRequest, axis: str, values: list[int]) -> dict[str, Any]:
     }
 
 
-def sweep(req: PlanRequest | dict, axis: str, values, profile=None, time_limit_s: float | None = None) -> dict[str, Any]:
-    """Plan `req` at each value of `axis`; returns {axis, values, model, gpu, fixed, points}."""
+def sweep(req: PlanRequest | dict, axis: str, values, profile=None, time_limit_s: float | None = None,
+          deadline_s: float | None = None) -> dict[str, Any]:
+    """Plan `req` at each value of `axis`; returns {axis, values, model, gpu, fixed, points}.
+    With `deadline_s`, the whole sweep stops starting points once less than MIN_POINT_S is left."""
     req = validated(req, PlanRequest)
     xs = parse_axis(axis, values)
     check_request(req, axis, xs)
-    return {**header(req, axis, xs), "points": [point(req, axis, x, profile, time_limit_s) for x in xs]}
+    start_s = time.monotonic()
+    points = []
+    for x in xs:
+        left_s = None if deadline_s is None else deadline_s - (time.monotonic() - start_s)
+        if left_s is not None and left_s < MIN_POINT_S:
+            points.append(skipped_point(x, deadline_s))
+            continue
+        points.append(point(req, axis, x, profile, point_limit_s(time_limit_s, left_s)))
+    return {**header(req, axis, xs), "points": points}
 
 
 def table(result: dict) -> str:

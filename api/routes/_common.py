@@ -97,13 +97,18 @@ def _map_solver_error(exc: Exception, what: str) -> Exception:
     return evaluation_failed(exc, what)
 
 
+def solve_wait_s(limit_s: float) -> float:
+    """How long the service waits for a solve of time limit `limit_s`: a grace beyond the
+    solver's own limit, as enumeration and the launch emitters run outside CP-SAT."""
+    return limit_s * 1.5 + 5
+
+
 async def solve(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *args, limit_s: float, kind: str):
     """Run fn(*args) in the bounded solver pool; queue-full -> 429, timeout -> 503."""
     retry = {"Retry-After": str(settings.retry_after_s)}
     start = time.perf_counter()
     try:
-        # grace beyond the solver's own limit: enumeration and launch emitters run outside CP-SAT
-        return await pool.submit(fn, *args, timeout_s=limit_s * 1.5 + 5)
+        return await pool.submit(fn, *args, timeout_s=solve_wait_s(limit_s))
     except QueueFull:
         metrics.rejected.inc()
         raise ApiError(429, "queue_full", "the solver queue is full; retry later",

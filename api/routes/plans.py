@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from fastapi import Query, Response
 from starlette.concurrency import run_in_threadpool
@@ -17,10 +17,14 @@ from planner.plan import compact as compact_doc
 from planner.request.schema import PlanRequest
 from planner.service import plan as plan_request
 
-from ..deps import MetricsDep, PoolDep, SettingsDep, StoreDep
+from ..dedupe import request_lock
+from ..deps import InFlightDep, MetricsDep, PoolDep, SettingsDep, StoreDep
 from ..errors import ApiError
+from ..metrics import Metrics
 from ..responses import PlanList
-from ..store import decode_cursor
+from ..settings import Settings
+from ..store import Store, StoredPlan, decode_cursor, now_us
+from ..worker import SolverPool
 from ._common import (
     COMMON_ERRORS,
     SOLVE_ERRORS,
@@ -28,6 +32,7 @@ from ._common import (
     load_profile,
     non_finite,
     solve,
+    solve_wait_s,
     time_limit,
     v1_router,
 )
@@ -76,20 +81,47 @@ async def create_plan(
     pool: PoolDep,
     settings: SettingsDep,
     metrics: MetricsDep,
+    inflight: InFlightDep,
     refresh: Annotated[bool, Query(description="solve again even when an identical request was answered")] = False,
     compact: CompactQuery = False,
 ):
     """Best plan for a model on a cluster. Identical requests (same canonical JSON, ignoring
-    `metadata`) return the stored plan unless `?refresh=true`."""
+    `metadata`) return the stored plan unless `?refresh=true`; identical requests that arrive
+    while one is being solved, on any replica, wait for that one solve and get its plan."""
     h = request_hash(body)
+    # a refresh takes only a plan stored after it arrived; a plain request any stored plan
+    since_us = now_us() if refresh else 0
     if not refresh:
         cached = await run_in_threadpool(store.find_plan_by_hash, h)
         if cached is not None:
             metrics.cache_hits.inc()
-            return _stored(cached[1], 200, cached[0], "hit", compact)
-    metrics.cache_misses.inc()
-    profile = await load_profile(store, body)
+            return _stored(cached.body, 200, cached.id, "hit", compact)
     limit = time_limit(settings, body)
+
+    async def answer() -> Answer:
+        # the lock is held while solving, so its wait is bounded by the solve's own
+        async with request_lock(store, h, wait_limit_s=solve_wait_s(limit) + 5):
+            found = await run_in_threadpool(store.find_plan_by_hash, h, since_us)  # another replica's solve
+            if found is not None:
+                return Answer(found, solved=False)
+            metrics.cache_misses.inc()
+            return Answer(await _solve_and_store(body, h, limit, store, pool, settings, metrics), solved=True)
+
+    got, led = await inflight.run(h, answer, accept=lambda a: a.plan.created_us >= since_us)
+    if led and got.solved:
+        return _stored(got.plan.body, 201, got.plan.id, "miss", compact)
+    metrics.cache_hits.inc()
+    return _stored(got.plan.body, 200, got.plan.id, "hit", compact)
+
+
+class Answer(NamedTuple):
+    plan: StoredPlan
+    solved: bool  # False: found in the store (another replica solved it)
+
+
+async def _solve_and_store(body: PlanRequest, h: str, limit: float, store: Store, pool: SolverPool,
+                           settings: Settings, metrics: Metrics) -> StoredPlan:
+    profile = await load_profile(store, body)
     plan_id = new_plan_id()  # given to the planner so launch artifacts name the stored plan
     plan: Plan = await solve(pool, settings, metrics, _run_plan, body, profile, limit, plan_id,
                              limit_s=limit, kind="plan")
@@ -98,8 +130,10 @@ async def create_plan(
         text = plan.to_json()  # the one serialisation: stored, answered, served on GET
     except ValueError as exc:
         raise non_finite(exc) from None  # refused before anything is stored
-    await run_in_threadpool(store.put_plan, plan.id, h, plan.status, text)  # committed before the 201 goes out
-    return _stored(text, 201, plan.id, "miss", compact)
+    created_us = now_us()
+    # committed before the 201 goes out (and before the lock lets another replica look)
+    await run_in_threadpool(store.put_plan, plan.id, h, plan.status, text, created_us)
+    return StoredPlan(plan.id, text, created_us)
 
 
 def _run_plan(req: PlanRequest, profile, limit_s: float, plan_id: str) -> Plan:

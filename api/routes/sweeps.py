@@ -5,6 +5,7 @@ service has planner.report."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import Request
@@ -13,14 +14,29 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from cost_model.specs.errors import SpecError
 from planner.report import scaling_svg
 from planner.request.schema import PlanRequest
-from planner.sweep import MAX_POINTS, check_request, header, parse_axis, point, table
+from planner.sweep import (
+    MAX_POINTS,
+    MIN_POINT_S,
+    check_request,
+    header,
+    parse_axis,
+    point,
+    point_limit_s,
+    skipped_point,
+    table,
+)
 
 from ..errors import ApiError
-from ..store import now_us
 from ..worker import QueueFull, SolveTimeout
-from ._common import COMMON_ERRORS, SOLVE_ERRORS, time_limit, v1_router
+from ._common import COMMON_ERRORS, SOLVE_ERRORS, solve_wait_s, time_limit, v1_router
 
 router = v1_router("sweeps")
+
+# the label of a sweep point's solve in planner_solve_duration_seconds{kind}
+SOLVE_KIND = "sweep_point"
+# beyond its deadline a sweep waits at most this long for the point in progress
+# (enumeration and the launch emitters run outside the solver's own limit)
+DEADLINE_GRACE_S = 5.0
 
 Value = Annotated[int, Field(ge=1, le=1_000_000)]
 
@@ -62,28 +78,47 @@ def _finish(result: dict[str, Any]) -> dict[str, Any]:
                                    **COMMON_ERRORS, **SOLVE_ERRORS})
 async def create_sweep(body: SweepRequest, request: Request):
     """Plan the model at every value of one axis. Each point is one solve on the solver pool
-    with the plan time limit; the answer has the points, a text table and the scaling SVG."""
+    with the plan time limit, capped by what is left of the sweep's deadline
+    (`PLANNER_SWEEP_TIME_LIMIT_S`); points it leaves no time for are answered as skipped. The
+    answer has the points, a text table and the scaling SVG."""
     app = request.app
     settings = app.state.settings
+    metrics = app.state.metrics
     axis, values = body.sweep.axis
     values = parse_axis(axis, values)
     check_request(body, axis, values)
     limit = time_limit(settings, body)
+    deadline_s = settings.sweep_time_limit_s
     retry = {"Retry-After": str(settings.retry_after_s)}
-    start = now_us()
+    start_s = time.monotonic()
     points = []
     for value in values:
+        left_s = deadline_s - (time.monotonic() - start_s)
+        if left_s < MIN_POINT_S:
+            points.append(skipped_point(value, deadline_s))
+            continue
+        point_s = point_limit_s(limit, left_s)
+        solve_start_s = time.perf_counter()
+        admitted = True
         try:
-            points.append(await app.state.pool.submit(_run_point, body, axis, value, limit, timeout_s=limit * 1.5 + 5))
+            # waited for no longer than the deadline's grace, whatever the point's own grace
+            wait_s = min(solve_wait_s(point_s), left_s + DEADLINE_GRACE_S)
+            points.append(await app.state.pool.submit(_run_point, body, axis, value, point_s, timeout_s=wait_s))
         except QueueFull:
+            admitted = False
+            metrics.rejected.inc()
             raise ApiError(429, "queue_full", "the solver queue is full; retry later", {}, headers=retry) from None
         except SolveTimeout:
-            points.append({"value": value, "ok": False, "error": f"the solve did not finish within {limit:g} s"})
+            points.append({"value": value, "ok": False, "error": f"the solve did not finish within {point_s:g} s"})
         except SpecError:
             raise
         except Exception as exc:  # noqa: BLE001 - the client's input at fault, as for plans
             raise ApiError(422, "unprocessable", f"the planner could not evaluate this request: {type(exc).__name__}: {exc}",
                            {"exception": type(exc).__name__}) from None
+        finally:
+            if admitted:  # counted with the plan solves, as every solve the pool ran
+                metrics.solve_time.labels(SOLVE_KIND).observe(time.perf_counter() - solve_start_s)
     out = _finish({**header(body, axis, values), "points": points})
-    out["solve_time_s"] = round((now_us() - start) / 1e6, 3)
+    out["solve_time_s"] = round(time.monotonic() - start_s, 3)
+    out["deadline_s"] = deadline_s
     return out

@@ -22,6 +22,6 @@ def test_migrate_twice_keeps_rows(tmp_path):
     assert store.get_profile("prof_1")[0]["device"] == "cpu"
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn)
-        assert ctx.get_current_revision() == "0001"
+        assert ctx.get_current_revision() == "0002"
         assert compare_metadata(ctx, Base.metadata) == []
     engine.dispose()
