@@ -8,13 +8,20 @@ from pathlib import Path
 
 from cost_model.specs import vocab as V
 
-from .common import fmt_s, load_profile_arg, print_json, progress, request_from_args
+from .common import (
+    fmt_s,
+    load_prices_arg,
+    load_profile_arg,
+    print_json,
+    progress,
+    request_from_args,
+)
 from .flags import add_flags
 
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="best plan for a model on a cluster")
-    add_flags(p, "problem", "config", "search", "plan", "output")
+    add_flags(p, "problem", "config", "search", "plan", "cost", "output")
     p.set_defaults(func=run)
 
 
@@ -40,6 +47,8 @@ def print_plan(plan: dict) -> None:
         print(f"{s['index']:5d} {s['layers'][0]:4d}-{s['layers'][1]:<4d} {s['recompute_layers']:9d} {s['time_ms']:8.2f}ms {s['memory_gib']:8.1f}")
     if len(stages) > len(shown):
         print(f"  ... {len(stages) - len(shown)} more stages")
+    if plan.get("economics"):
+        print_economics(plan["economics"])
     print("why:")
     for r in plan["reasons"]:
         print(f"  - {r}")
@@ -54,13 +63,28 @@ def print_plan(plan: dict) -> None:
     )
 
 
+def print_economics(e: dict) -> None:
+    """One line of the run's economics: what is known of steps, time, cost and tokens per dollar."""
+    parts = []
+    if e["steps"] is not None:
+        parts.append(f"{e['steps']:,} steps, {e['time_to_train_h']:,.1f} h to train (goodput {e['goodput']:g})")
+    if e["cost_usd"] is not None:
+        parts.append(f"${e['cost_usd']:,.0f}")
+    if e["usd_per_gpu_h"] is not None:
+        parts.append(f"{e['tokens_per_dollar']:,.0f} tokens/$ at ${e['usd_per_gpu_h']:g}/GPU-hour ({e['price_source']})")
+    print("cost: " + ("; ".join(parts) if parts else "unknown"))
+    for r in e["reasons"]:
+        print(f"  - {r}")
+
+
 def run(args: argparse.Namespace) -> int:
     from planner.service import Infeasible  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
     from planner.service import plan as plan_request  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
 
     req = request_from_args(args, "plan")
     try:
-        plan = plan_request(req, load_profile_arg(args), exhaustive=args.exhaustive, progress=progress)
+        plan = plan_request(req, load_profile_arg(args), exhaustive=args.exhaustive, progress=progress,
+                            prices=load_prices_arg(args))
     except Infeasible as exc:
         if args.json:
             print_json({"error": {"code": "infeasible", "message": exc.message, "details": exc.details}})
