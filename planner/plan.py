@@ -131,6 +131,27 @@ class PlanLinks(Record):
                                      "alternatives)")
 
 
+class Economics(Record):
+    """What the plan's run takes and costs (planner/economics.py has the formulas). Every
+    money field is null, with the reason in `reasons`, where no price is known for the GPU;
+    the run's fields are null where the request gives no training.total_tokens."""
+
+    usd_per_gpu_h: float | None = Field(None, description="the price used, USD per GPU-hour")
+    price_source: str | None = Field(None, description="where the price comes from: the request, a prices file, "
+                                     "or the list-price table's entry (provider, page, month)")
+    goodput: float = Field(1.0, description="the fraction of wall time that is productive steps (the request's)")
+    tokens_per_step: int = Field(description="global_batch_size x seq_length")
+    cluster_usd_per_h: float | None = Field(None, description="num_gpus x usd_per_gpu_h")
+    tokens_per_dollar: float | None = Field(None, description="tokens_per_step / (step_time_s / goodput / 3600 x "
+                                            "cluster_usd_per_h)")
+    total_tokens: int | None = Field(None, description="tokens to train on (the request's)")
+    steps: int | None = Field(None, description="ceil(total_tokens / tokens_per_step)")
+    time_to_train_s: float | None = Field(None, description="steps x step_time_s / goodput")
+    time_to_train_h: float | None = Field(None, description="time_to_train_s / 3600")
+    cost_usd: float | None = Field(None, description="time_to_train_h x cluster_usd_per_h")
+    reasons: list[str] = Field(default_factory=list, description="why a field is null")
+
+
 class Plan(Record):
     # what the compact form leaves out: the launch artifacts, the rank groups, the simulated
     # schedule timeline and the per-stage detail (each can be 10-1000x the rest on a large job)
@@ -151,6 +172,7 @@ class Plan(Record):
     alternatives: list[Alternative] = Field(default_factory=list)
     search: SearchReport
     reasons: list[str] = Field(default_factory=list)
+    economics: Economics | None = Field(None, description="steps, time to train, cost and tokens per dollar")
     launch: dict[str, Any] = Field(default_factory=dict, description="artifact per launch target, plus `skipped` reasons")
     ranks: dict[str, Any] | None = Field(None, description="rank -> parallel group assignment (order tp-cp-ep-dp-pp)")
     schedule: dict[str, Any] | None = Field(

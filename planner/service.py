@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from cost_model.engines.kernels import fp8_recipe
 from cost_model.estimate import estimate as estimate_config
+from cost_model.hardware.prices import GpuPrice
 from cost_model.model.flops import active_params, total_params
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import LayerListSpec, ParallelConfig, TransformerSpec
@@ -37,6 +38,7 @@ from cost_model.validate import (
     validate_loss_chunks,
     validate_moe_load,
 )
+from planner.economics import Costing, costing, economics
 from planner.hashing import request_hash
 from planner.ids import new_plan_id
 from planner.launch import emit
@@ -153,8 +155,9 @@ def dispatcher_hint(prob: Problem, cfg, est) -> str | None:
             f"{est.prediction.step_time_s:.4g} s (peak {max(alt.memory_per_rank_gib):.1f} GiB)")
 
 
-def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, progress) -> Plan:
-    """The best plan of a parsed problem (`rh`: its request's hash), without launch artifacts."""
+def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, progress, cost: Costing) -> Plan:
+    """The best plan of a parsed problem (`rh`: its request's hash), without launch artifacts;
+    `cost`: the request's price, tokens to train on and goodput, for the plan's economics."""
     res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s, progress=progress)
     if not res.best:
         msg, details = infeasible_details(res.stats, prob.space, prob.model, prob.cluster, prob.training)
@@ -216,6 +219,8 @@ def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, prog
             time_limit_s=limit_s,
         ),
         reasons=reasons,
+        economics=economics(cost, best.estimate.prediction.step_time_s, prob.training.global_batch_size,
+                            prob.training.seq_length, c.num_gpus),
         schedule=schedule,
     )
 
@@ -248,11 +253,15 @@ def plan(
     exhaustive: bool = False,
     plan_id: str | None = None,
     progress: Progress | None = None,
+    prices: dict[str, GpuPrice] | None = None,
 ) -> Plan:
     """Search the best plan and emit its launch artifacts; raises SpecError (bad input) or
-    Infeasible."""
-    prob = problem_from_request(req, profile)
-    best = _search_plan(prob, request_hash(req), time_limit_s, exhaustive, plan_id, progress)
+    Infeasible. `prices`: a user's own GPU-hour prices (gpu -> GpuPrice, `planner plan
+    --prices`), between the request's price and the list-price table."""
+    r = validated(req, PlanRequest)
+    prob = problem_from_request(r, profile)
+    cost = costing(r.cluster, r.training, prob.cluster.gpu.name, prices)
+    best = _search_plan(prob, request_hash(req), time_limit_s, exhaustive, plan_id, progress, cost)
     return with_launch(best, prob.space.targets)
 
 
@@ -293,7 +302,8 @@ def check(
     est = estimate_config(prob.model, prob.cluster, prob.training, r.parallelism, profile)
     reasons: list[str] = []
     try:
-        best = _search_plan(prob, request_hash(req), time_limit_s, False, None, progress)
+        best = _search_plan(prob, request_hash(req), time_limit_s, False, None, progress,
+                            costing(r.cluster, r.training, prob.cluster.gpu.name))
     except Infeasible as exc:
         best = None
         reasons.append(f"no plan fits: {exc.message}")

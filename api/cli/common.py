@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
+from cost_model.hardware.prices import GpuPrice, parse_user_prices
 from cost_model.hardware.profile_schema import profile_from_dict
 from cost_model.specs.errors import SpecError
 from cost_model.specs.vocab import MODEL_TRANSFORMER, ModelKind, values
@@ -119,6 +121,24 @@ def load_profile_arg(args: argparse.Namespace):
     if not getattr(args, "profile", None):
         return None
     return profile_from_dict(load_structured(args.profile, "--profile"))
+
+
+def load_prices_arg(args: argparse.Namespace) -> dict[str, GpuPrice] | None:
+    """--prices FILE (TOML, JSON or YAML: GPU name -> USD per GPU-hour) -> the user's price
+    table, each entry sourced as the file (None when not given)."""
+    path = getattr(args, "prices", None)
+    if not path:
+        return None
+    if Path(path).suffix.lower() == ".toml":
+        if not Path(path).is_file():
+            raise SpecError("--prices", f"file {path!r} not found")
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise SpecError("--prices", f"{path} is not valid TOML: {exc}") from None
+    else:
+        data = load_structured(path, "--prices")
+    return parse_user_prices(data, path)
 
 
 def print_json(obj: Any) -> None:

@@ -135,6 +135,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--compact", "plan", "JSON on stdout without the bulky parts: launch artifacts, ranks, schedule timeline, "
          "stages (the REST ?compact=true form)", action="store_true"),
     Flag("--emit", "plan", "write plan.json, the launch artifacts, report.html and the SVG pictures into DIR", metavar="DIR"),
+    # ---- the run's economics (plan): time to train and its cost
+    Flag("--total-tokens", "cost", "tokens to train on: the plan reports steps, time to train and cost", type=int,
+         metavar="N", field="training.total_tokens"),
+    Flag("--goodput", "cost", "fraction of wall time that is productive steps, 0 < G <= 1 (default 1)", type=float,
+         metavar="G", field="training.goodput"),
+    Flag("--price-per-gpu-hour", "cost", "USD per GPU-hour (your price); overrides --prices and the list-price table",
+         type=float, metavar="USD", field="cluster.price_per_gpu_hour"),
+    Flag("--prices", "cost", "your own prices, a TOML/JSON/YAML file of GPU name -> USD per GPU-hour; overrides "
+         "the list-price table (cost_model/hardware/prices.toml)", metavar="FILE"),
     Flag("--max-slowdown", "check", "allowed slowdown vs the best plan (default 0.10)", type=float, metavar="F",
          field="max_slowdown"),
     # ---- output
@@ -176,6 +185,7 @@ _GROUP_TITLES = {
     "config": "configuration (estimate/check: one value each; plan: allowed values, comma-separated)",
     "search": "search",
     "plan": "plan",
+    "cost": "time to train and cost",
     "check": "check",
     "output": "output",
     "profile": "profile",

@@ -8,13 +8,20 @@ from pathlib import Path
 
 from cost_model.specs import vocab as V
 
-from .common import fmt_s, load_profile_arg, print_json, progress, request_from_args
+from .common import (
+    fmt_s,
+    load_prices_arg,
+    load_profile_arg,
+    print_json,
+    progress,
+    request_from_args,
+)
 from .flags import add_flags
 
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="best plan for a model on a cluster")
-    add_flags(p, "problem", "config", "search", "plan", "output")
+    add_flags(p, "problem", "config", "search", "plan", "cost", "output")
     p.set_defaults(func=run)
 
 
@@ -54,6 +61,8 @@ def print_summary(plan, emitted: str | None = None) -> None:
     print(f"  {layout(par)}")
     print(f"  step {fmt_s(pred['step_time_s'])}, {pred['tokens_per_s']:,.0f} tokens/s, {_mfu(pred)}, "
           f"memory {m['peak_gib']:.1f} / {m['capacity_gib']:.1f} GiB per GPU")
+    if plan.get("economics"):
+        print_economics(plan["economics"])
     best_s = pred["step_time_s"]
     for a in plan["alternatives"]:
         t = a["prediction"]["step_time_s"]
@@ -64,13 +73,29 @@ def print_summary(plan, emitted: str | None = None) -> None:
     print("  (--json: the full plan with reasons and stages; --compact: without launch artifacts, ranks, schedule, stages)")
 
 
+def print_economics(e: dict) -> None:
+    """One line of the run's economics: what is known of steps, time, cost and tokens per dollar;
+    why the rest is unknown only where a token budget was given (--json has every reason)."""
+    parts = []
+    if e["steps"] is not None:
+        parts.append(f"{e['steps']:,} steps, {e['time_to_train_h']:,.1f} h to train (goodput {e['goodput']:g})")
+    if e["cost_usd"] is not None:
+        parts.append(f"${e['cost_usd']:,.0f}")
+    if e["usd_per_gpu_h"] is not None:
+        parts.append(f"{e['tokens_per_dollar']:,.0f} tokens/$ at ${e['usd_per_gpu_h']:g}/GPU-hour ({e['price_source']})")
+    print("  cost: " + ("; ".join(parts) if parts else "unknown"))
+    for r in e["reasons"] if e["steps"] is not None else []:
+        print(f"    - {r}")
+
+
 def run(args: argparse.Namespace) -> int:
     from planner.service import Infeasible  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
     from planner.service import plan as plan_request  # noqa: PLC0415 (startup: only commands that plan load the planner (OR-Tools))
 
     req = request_from_args(args, "plan")
     try:
-        plan = plan_request(req, load_profile_arg(args), exhaustive=args.exhaustive, progress=progress)
+        plan = plan_request(req, load_profile_arg(args), exhaustive=args.exhaustive, progress=progress,
+                            prices=load_prices_arg(args))
     except Infeasible as exc:
         if args.json or args.compact:
             print_json({"error": {"code": "infeasible", "message": exc.message, "details": exc.details}})

@@ -158,10 +158,15 @@ def parse_cluster(d: Any) -> ClusterSpec:
     return cluster_spec(rq.validate_as(rq.Cluster, d, "cluster"))
 
 
+# training fields that size the whole run and its cost (planner/economics.py), not one step: the
+# cost model does not see them
+ECONOMICS_FIELDS = ("total_tokens", "goodput")
+
+
 def training_spec(t: rq.Training) -> TrainingSpec:
     """The training block; `compile` true compiles the model and the loss (torchtitan's
     default compile.components), "model" the model alone."""
-    d = t.model_dump()
+    d = t.model_dump(exclude=set(ECONOMICS_FIELDS))  # the plan's economics, not the step's physics
     compile_ = d.pop("compile")
     return TrainingSpec(**d, compile=bool(compile_), compile_loss=compile_ is True)
 

@@ -53,6 +53,8 @@ from cost_model.specs.limits import (
     MAX_LOSS_CHUNKS,
     MAX_MOE_IMBALANCE,
     MAX_SEQ,
+    MAX_TOTAL_TOKENS,
+    MAX_USD_PER_GPU_H,
     MAX_VOCAB,
 )
 from cost_model.specs.vocab import (
@@ -385,6 +387,10 @@ class Cluster(_Strict):
     intra_node_latency_s: float | None = Field(None, ge=0, le=1.0, description="collective latency inside a node; default the GPU's", examples=[5e-6])
     inter_node_latency_s: float | None = Field(None, ge=0, le=1.0, description="collective latency across nodes; default the GPU's", examples=[1e-5])
     profile_id: str | None = Field(None, max_length=64, description="REST: a profile stored with POST /v1/profiles", examples=["prof_0123"])
+    price_per_gpu_hour: float | None = Field(
+        None, gt=0, le=MAX_USD_PER_GPU_H, description="USD per GPU-hour (your contract price) for the plan's "
+        "cost; overrides the list-price table (cost_model/hardware/prices.toml) and `planner plan --prices`; "
+        "null: the table's price for the GPU, if it has one", examples=[2.5])
 
 
 # ------------------------------------------------------------------ training
@@ -431,6 +437,12 @@ class Training(_Strict):
     moe_pad_to_capacity: bool = Field(
         False, description="pad every expert's input to the capacity (--moe-pad-expert-input-to-capacity): fixed "
         "shapes, no host synchronisation per MoE layer; needs moe_capacity_factor", examples=[False])
+    total_tokens: int | None = Field(
+        None, ge=1, le=MAX_TOTAL_TOKENS, description="tokens to train on: the plan then reports the steps, the "
+        "time to train and its cost (plan.economics); null: per-step economics only", examples=[15_000_000_000_000])
+    goodput: float = Field(
+        1.0, gt=0, le=1, description="the fraction of wall time that is productive training steps (the rest: "
+        "restarts after failures, checkpointing, evaluation, queueing); divides the time to train", examples=[0.9])
 
 
 # ------------------------------------------------------------------ search
