@@ -172,6 +172,18 @@ class EngineSupport:
     def zero_levels(self, pipeline: bool = False) -> tuple[int, ...]:
         return tuple(sorted({m.zero for m in self.sharding if m.with_pipeline or not pipeline}))
 
+    @property
+    def one_recompute_count(self) -> bool:
+        """Full recompute takes one count n for every (virtual) stage, stage k recomputing
+        min(n, its blocks): Megatron's and DeepSpeed's counts, and torchtitan's all-or-none
+        (n = 0 or every block)."""
+        return self.recompute_per_stage_counts in (COUNTS_UNIFORM, COUNTS_NONE)
+
+    @property
+    def recomputes_every_block(self) -> bool:
+        """Full recompute means every block of every stage (torchtitan's full AC)."""
+        return self.recompute_per_stage_counts == COUNTS_NONE
+
     def sharding_mode(self, zero: int) -> ShardingMode | None:
         return next((m for m in self.sharding if m.zero == zero), None)
 

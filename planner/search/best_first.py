@@ -9,7 +9,6 @@ import time
 from dataclasses import replace
 
 from cost_model.specs.vocab import STATUS_FEASIBLE, STATUS_OPTIMAL
-from planner.ilp import StopHandle
 from planner.search.context import Caps, Clock, Context
 from planner.search.dive import Dives
 from planner.search.incumbent import Incumbent
@@ -133,11 +132,7 @@ class BestFirstSearch:
             cap = best.prune_s()
             share = ctx.caps.final_stop_share
             job = Job(e, p, table, hint, cap * share if math.isfinite(cap) else None, cap_share=share)
-            t0 = time.perf_counter()
-            sol = ctx.seams.solve(p, min(left_s, solves.first_solve_s), hint, lower_bound_s=bound,
-                                  stop_at_s=job.stop_at_s, handle=StopHandle())
-            ctx.stats.ilp_time_s += time.perf_counter() - t0  # on this thread: its wall time
-            solves.finish(job, sol)
+            self.scheduler.solve_now(job, min(left_s, solves.first_solve_s))
 
     def _line(self) -> str:
         """The progress line."""

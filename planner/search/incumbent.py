@@ -18,8 +18,6 @@ from cost_model.estimate import compose
 from cost_model.pipeline.rank_costs import engine_recompute_counts
 from cost_model.pipeline.stages import slices_from_counts
 from cost_model.specs.vocab import (
-    COUNTS_NONE,
-    COUNTS_UNIFORM,
     DISPATCHER_ALLTOALL,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
@@ -73,11 +71,11 @@ class Incumbent:
         """Cost the partition with the float model and keep the k best distinct plans;
         `bound_s`: the candidate's lower bound where known (an optimal partition's is its time)."""
         prob, found = self.prob, self.found
-        rule = get_engine(c.engine).recompute_per_stage_counts
+        e = get_engine(c.engine)
         if c.recompute == RECOMPUTE_FULL:
             # a fallback partition (greedy) may have per-stage counts the engine cannot take:
             # price the counts it would run (launch/megatron.py recompute, torchtitan's full AC)
-            rcs = engine_recompute_counts(counts, rcs, rule in (COUNTS_UNIFORM, COUNTS_NONE), rule == COUNTS_NONE)
+            rcs = engine_recompute_counts(counts, rcs, e.one_recompute_count, e.recomputes_every_block)
         c = normalise(c, table, rcs)
         cfg = to_config(c, counts, rcs)
         est = compose(prob.model, prob.cluster, prob.training, cfg, table, slices_from_counts(counts, cfg.recompute_layers))

@@ -63,6 +63,14 @@ class SolveScheduler:
         fut = self.executor.submit(self._run, job, max(self.ctx.policy.min_solve_s, time_s), handle)
         self.flying[fut], self.handles[fut] = job, handle
 
+    def solve_now(self, job: Job, time_s: float) -> None:
+        """One solve on this thread, recorded at once: the runners-up's, after the best plan's
+        proof (no solve is flying, and none is preempted: its cap is the k-th plan's)."""
+        t0 = time.perf_counter()
+        sol = self._run(job, max(self.ctx.policy.min_solve_s, time_s), StopHandle())
+        self.ctx.stats.ilp_time_s += time.perf_counter() - t0  # the wall time with a solve running
+        self.solves.finish(job, sol)
+
     def submit_first(self, job: Job) -> None:
         """A first solve from the best-first loop, with a first solve's time: once a slot is
         free (only a candidate with no hint, before any plan, waits for one: Solves.prepare)."""

@@ -8,7 +8,7 @@ from dataclasses import replace
 from cost_model.engines.support import get_engine
 from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.specs.inputs import ParallelConfig
-from cost_model.specs.vocab import COUNTS_NONE, COUNTS_UNIFORM, DISPATCHER_ALLTOALL, RECOMPUTE_FULL
+from cost_model.specs.vocab import DISPATCHER_ALLTOALL, RECOMPUTE_FULL
 from cost_model.terms import memory
 from cost_model.terms.layers import LayerTable, layer_table
 from planner.bounds import TableSums, table_sums
@@ -92,7 +92,7 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
         reserved_bytes=memory.reserved_bytes(c, prob.model),
         interference=gpu.overlap_interference,
-        uniform_recompute=get_engine(c.engine).recompute_per_stage_counts in (COUNTS_UNIFORM, COUNTS_NONE),
-        every_block_recompute=get_engine(c.engine).recompute_per_stage_counts == COUNTS_NONE,
+        uniform_recompute=get_engine(c.engine).one_recompute_count,
+        every_block_recompute=get_engine(c.engine).recomputes_every_block,
         empty_ends=get_engine(c.engine).empty_ends,
     )
