@@ -24,6 +24,7 @@ from cost_model.specs.vocab import (
     CP_ALL_GATHER,
     DTYPE_BYTES,
     DTYPE_FP8,
+    ENGINE_TORCHTITAN,
     KIND_BLOCK,
     KIND_MOE_BLOCK,
     MLP_SWIGLU,
@@ -274,6 +275,24 @@ def glu_clamp_s(m: TransformerSpec, gpu, cfg: ParallelConfig, geo: BlockGeometry
     return fwd, bwd
 
 
+def op_sac_gemms_fwd_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: BlockGeometry) -> float:
+    """Forward GEMM time a dense block re-runs in its backward under torchtitan's per-op
+    selective AC (pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py,
+    torchtitan 0.3.0 SelectiveAC._wrap_block): it counts aten.mm / aten.linear calls in
+    forward order and recomputes every second one (the count even), saving the rest. Llama
+    order: wq(1) wk(2) wv(3) wo(4), then w1(5) w3(6) w2(7) (FeedForward w2(silu(w1 x) * w3 x)),
+    so wk, wo and w3 are recomputed. FP8 linears (torchao Float8Linear) count alike: their mm
+    reaches the policy's dispatch mode as aten.mm on the float8 tensor subclass (a mode
+    dispatches before a subclass lowers the op to aten._scaled_mm); they re-run at the fp8
+    rate, as they ran (the H200 fp8 run's measured 47.96 GiB, tests/cost_model
+    test_memory_engine, rules out saving all seven outputs)."""
+    dt, tokens, tp = t.dtype, geo.tokens, cfg.tp
+    shapes = [(n, k) for _name, n, k in attention.sharded_projections(m, tp)]
+    f, h = m.ffn_hidden_size, m.hidden_size
+    shapes += [(f / tp, h)] * (2 if m.mlp == MLP_SWIGLU else 1) + [(h, f / tp)]
+    return sum(compute.gemm_time_s(gpu, dt, tokens, n, k) for i, (n, k) in enumerate(shapes, start=1) if i % 2 == 0)
+
+
 def block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: BlockGeometry,
                    profile: CalibrationProfile | None) -> BlockCompute:
     """Forward and backward compute of one block: GEMMs + attention core + elementwise,
@@ -294,8 +313,14 @@ def block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig,
     kind = KIND_MOE_BLOCK if geo.moe_layer else KIND_BLOCK
     fwd_p, bwd_p, source = profiled_times(profile, kind, cfg, t, fwd, bwd)
     scale = fwd_p / max(1e-12, fwd) if source != "analytic" else 1.0
+    # torchtitan's per-op SAC re-runs, of a dense block's forward, every second bf16 GEMM and
+    # every op outside its save list: the norms, residual adds, RoPE, the activation and the
+    # fp8 casts (op_sac_gemms_fwd_s; the attention core and the saved GEMMs are kept)
+    op_sac_s = 0.0
+    if cfg.engine == ENGINE_TORCHTITAN and not geo.moe_layer:
+        op_sac_s = op_sac_gemms_fwd_s(m, gpu, t, cfg, geo) + elem_s + cast_fwd
     return BlockCompute(fwd_p, bwd_p, core_s * scale, core_bwd_s, source, g.qkv_s * scale, g.up_s * scale,
-                         g.out_s * scale, g.down_s * scale, g.experts_s * scale)
+                         g.out_s * scale, g.down_s * scale, g.experts_s * scale, op_sac_s * scale)
 
 
 def host_bound_excess_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: BlockGeometry,

@@ -75,6 +75,7 @@ class BlockCompute:
     out_s: float = 0.0  # forward time of the row-parallel attention output projection
     down_s: float = 0.0  # forward time of the MLP down projection (0 in MoE blocks: expert GEMMs)
     experts_s: float = 0.0  # forward time of the routed experts' GEMMs (MoE blocks)
+    op_sac_recompute_s: float = 0.0  # forward work torchtitan's per-op selective AC re-runs (dense blocks)
 
 
 def cp_kind(cfg: ParallelConfig) -> str:

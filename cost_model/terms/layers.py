@@ -25,6 +25,7 @@ from cost_model.specs.inputs import (
 )
 from cost_model.specs.vocab import (
     ATTENTION_EAGER,
+    ENGINE_TORCHTITAN,
     KIND_BLOCK,
     KIND_EMBEDDING,
     KIND_LOGITS,
@@ -55,7 +56,7 @@ from cost_model.terms.ep import block_ep_s, combined_saving_s
 from cost_model.terms.geometry import attention_dtype, geometry
 from cost_model.terms.params import block_keys, block_params
 from cost_model.terms.states import block_states, layer_state_bytes, optimizer_step_s
-from cost_model.terms.tp import block_tp_bwd_s, block_tp_fwd_s, tp_sync_s
+from cost_model.terms.tp import block_tp_bwd_s, block_tp_fwd_s, op_sac_tp_refwd_s, tp_sync_s
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,17 @@ class LayerTable:
 _ZERO_ACT = ActivationBytes(0.0, 0.0, 0.0)
 
 
+def selective_recompute_s(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig, geo, c, fits) -> float:
+    """Extra time per micro-batch of a block under the engine's selective recompute:
+    torchtitan's per-op SAC re-runs its unsaved forward ops and TP gathers in the backward
+    (compute.op_sac_gemms_fwd_s, tp.op_sac_tp_refwd_s; activations' op-SAC bytes are what it
+    keeps); Korthikanti's selective (Megatron) the attention core, which only eager attention
+    materialises (§5; FlashAttention recomputes it anyway)."""
+    if cfg.engine == ENGINE_TORCHTITAN and not geo.moe_layer:
+        return c.op_sac_recompute_s + op_sac_tp_refwd_s(m, cluster, cfg, geo, fits)
+    return c.core_fwd_s if t.attention == ATTENTION_EAGER else 0.0
+
+
 def _block_cost(
     m: TransformerSpec,
     cluster: ClusterSpec,
@@ -177,8 +189,8 @@ def _block_cost(
 ) -> LayerCost:
     """One transformer block: compute, TP/CP/EP communication, states (the functions above).
     A fully recomputed block repeats its forward compute, its forward TP collectives and
-    its forward all-to-alls (half of ep_comm); selective recompute (eager attention only)
-    repeats the attention core (Korthikanti §5)."""
+    its forward all-to-alls (half of ep_comm); selective recompute repeats what the engine's
+    policy drops (selective_recompute_s)."""
     geo = geometry(m, t, cfg, index)
     fits = profile.comm if profile else None
     c = block_compute(m, cluster.gpu, t, cfg, geo, profile)
@@ -208,7 +220,7 @@ def _block_cost(
         ep_comm_s=ep_comm - unpaired,
         zero3_comm_s=st.zero3_comm_s,
         recompute_full_s=c.fwd_s + host_fwd + tp_fwd + (ep_comm / 2),
-        recompute_selective_s=c.core_fwd_s if t.attention == ATTENTION_EAGER else 0.0,
+        recompute_selective_s=selective_recompute_s(m, cluster, t, cfg, geo, c, fits),
         act=act,
         weights_bytes=st.weights_bytes,
         grads_bytes=st.grads_bytes,

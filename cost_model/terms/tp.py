@@ -76,6 +76,23 @@ def block_tp_fwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: BlockG
     return 2 * tp_sync_s(ar_bytes, cfg.tp, link, fits, cfg.sequence_parallel)
 
 
+def op_sac_tp_refwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: BlockGeometry, fits) -> float:
+    """Forward TP collectives torchtitan's per-op selective AC runs again in a block's
+    backward: its save list holds _c10d_functional.reduce_scatter_tensor and all_to_all_single
+    but not all_gather_into_tensor or all_reduce (pytorch/torchtitan
+    torchtitan/distributed/activation_checkpoint.py, torchtitan 0.3.0 _get_default_save_ops),
+    so under sequence parallelism the two all-gathers before the column-parallel projections
+    are repeated, without it the two all-reduces."""
+    if cfg.tp <= 1:
+        return 0.0
+    ar_bytes = geo.act_dt * geo.tokens * m.hidden_size
+    link = comm.group_link(cluster, cfg.tp, 1)
+    if cfg.sequence_parallel:
+        ag_bytes = ar_bytes * (DTYPE_BYTES[DTYPE_FP8] / geo.act_dt if geo.fp8 else 1.0)
+        return 2 * comm.all_gather_s(ag_bytes, cfg.tp, link, fits)
+    return 2 * comm.all_reduce_s(ar_bytes, cfg.tp, link, fits)
+
+
 def block_tp_bwd_s(m: TransformerSpec, cluster, cfg: ParallelConfig, geo: BlockGeometry, c: BlockCompute, fits) -> float:
     """Exposed backward TP communication of a block. Per sublayer (attention, MLP) the
     backward of the f operator before the column-parallel input projection: an all-reduce

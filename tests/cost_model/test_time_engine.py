@@ -27,6 +27,7 @@ from cost_model.terms.geometry import geometry
 from cost_model.terms.layers import layer_table
 from cost_model.terms.overlap import overlapped_s
 from cost_model.terms.tp import block_tp_bwd_s, block_tp_fwd_s
+from validation.published_modern import H100_500W_CLOCK
 
 
 def _cluster(gpu, n: int, per_node: int = 8, domain: int | None = None) -> ClusterSpec:
@@ -36,8 +37,8 @@ def _cluster(gpu, n: int, per_node: int = 8, domain: int | None = None) -> Clust
 
 # H100 SXM 96 GB HBM2e at 500 W, as validation/published_modern.py describes the torchtitan rows' part
 H100_500W = resolve_gpu({"base": "h100-sxm", "memory_gib": 94.5, "hbm_gb_s": 2400.0,
-                         "peak_tflops": {"bf16": 989.4 * 0.82, "fp16": 989.4 * 0.82, "fp8": 1978.9 * 0.82,
-                                         "tf32": 494.7 * 0.82}})
+                         "peak_tflops": {"bf16": 989.4 * H100_500W_CLOCK, "fp16": 989.4 * H100_500W_CLOCK,
+                                         "fp8": 1978.9 * H100_500W_CLOCK, "tf32": 494.7 * H100_500W_CLOCK}})
 
 
 def test_mfu_counts_causal_attention_llama3_405b_131k():
