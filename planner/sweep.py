@@ -11,8 +11,8 @@ Pareto front of time-to-train against cost is marked and a deadline or budget pi
 The request is the validated PlanRequest (a plain dict is validated once, as the facade
 does). A point that has no feasible plan, or whose value makes the request invalid (say a
 GPU count that is not a whole number of nodes, or an FP8 recipe the GPU does not run), is kept
-with its reason rather than failing the sweep; a request that is bad at the first point raises
-its SpecError.
+with its reason rather than failing the sweep; a request that is bad at every point raises the
+first point's SpecError.
 
 A sweep over GPU types takes every per-GPU fact from the catalog (memory, node size, NVLink
 domain, link speeds, fp8/mxfp8 support): a request that states one of them for its one GPU
@@ -191,7 +191,7 @@ def point_limit_s(time_limit_s: float | None, left_s: float | None) -> float | N
 
 
 def check_request(req: PlanRequest, axis: str, values: list[int]) -> None:
-    """Raise SpecError for a request that is bad whatever the swept value (the first one's)."""
+    """Raise SpecError for a request that is bad whatever the swept value."""
     check_grid(req, {axis: values})
 
 
@@ -199,7 +199,8 @@ def check_grid(req: PlanRequest, axes: dict[str, list], deadline_days: float | N
                budget_usd: float | None = None) -> None:
     """Raise SpecError for a grid request that is bad whatever the point: per-GPU facts in a
     sweep over GPU types, no token budget where the sweep compares times and costs, a bad
-    deadline or budget, or a request bad at the first point."""
+    deadline or budget, or a request that is bad at every point (the first point's error).
+    A request bad at some points only is planned: those points keep their reason."""
     if GPU_AXIS in axes:
         given = [f for f in PER_GPU_FIELDS if getattr(req.cluster, f) is not None]
         if given:
@@ -216,7 +217,15 @@ def check_grid(req: PlanRequest, axes: dict[str, list], deadline_days: float | N
         why = "a sweep over GPU types compares" if GPU_AXIS in axes else "a deadline or budget is checked against"
         raise SpecError("training.total_tokens", f"is required: {why} the time to train and its cost, which "
                         "need the tokens to train on (planner sweep --total-tokens N)", allowed=">= 1")
-    problem_from_request(with_coords(req, grid_coords(axes)[0]))
+    first: SpecError | None = None
+    for coords in grid_coords(axes):  # parsing only (milliseconds a point): no search
+        try:
+            problem_from_request(with_coords(req, coords))
+            return
+        except SpecError as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def header(req: PlanRequest, axis_or_axes: str | dict[str, list], values: list | None = None) -> dict[str, Any]:
