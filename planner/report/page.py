@@ -280,12 +280,12 @@ def sweep_form_html(presets: list[dict], gpus: list[dict], engines: tuple[str, .
     return f"""<form id="sweep-form" class="plan-form" autocomplete="off">
 <fieldset><legend>Model</legend><select id="sweep-preset" name="preset">{preset_opts}</select>
 <label>engine <select id="sweep-engine" name="engine">{engine_opts}</select></label></fieldset>
-<fieldset class="pins"><legend>GPU types</legend>{boxes}</fieldset>
+<fieldset class="pins gpu-types"><legend>GPU types</legend>{boxes}</fieldset>
 <fieldset><legend>Cluster and training</legend>
 <label>GPU counts <input id="sweep-counts" name="num_gpus" type="text" value="8,16" size="16" required></label>
 <label>global batch <input id="sweep-batch" name="global_batch_size" type="number" min="1" value="32" required></label>
 <label>sequence <input id="sweep-seq" name="seq_length" type="number" min="1" value="2048" required></label>
-<label>tokens to train on <input id="sweep-tokens" name="total_tokens" type="number" min="1" value="10000000000" required></label>
+<label>tokens to train on <input id="sweep-tokens" name="total_tokens" type="number" min="1" value="10000000000" class="wide" required></label>
 </fieldset>
 <fieldset><legend>Choose</legend>
 <label>deadline (days) <input id="sweep-deadline" name="deadline_days" type="number" min="0" step="any" placeholder="none"></label>
