@@ -7,6 +7,7 @@ text table, and the picture as SVG: the scaling picture for one numeric axis, co
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Annotated, Any
 
@@ -105,9 +106,9 @@ def _finish(result: dict[str, Any], priced: bool) -> dict[str, Any]:
                                    **COMMON_ERRORS, **SOLVE_ERRORS})
 async def create_sweep(body: SweepRequest, request: Request):
     """Plan the model at every point of the grid (GPU types x counts, or one axis). Each point
-    is one solve on the solver pool with the plan time limit, capped by what is left of the
-    sweep's deadline (`PLANNER_SWEEP_TIME_LIMIT_S`); points it leaves no time for are
-    answered as skipped. The answer has the points, the time/cost front and the chosen point
+    is one solve on the solver pool (at most `PLANNER_WORKERS` of one sweep's at a time) with
+    the plan time limit, capped by what is left of the sweep's deadline
+    (`PLANNER_SWEEP_TIME_LIMIT_S`); points it leaves no time for are answered as skipped. The answer has the points, the time/cost front and the chosen point
     (sweep.deadline_days / sweep.budget_usd), a text table and the SVG."""
     app = request.app
     settings = app.state.settings
@@ -120,33 +121,42 @@ async def create_sweep(body: SweepRequest, request: Request):
     deadline_s = settings.sweep_time_limit_s
     retry = {"Retry-After": str(settings.retry_after_s)}
     start_s = time.monotonic()
-    points = []
-    for coords in grid_coords(axes):
-        left_s = deadline_s - (time.monotonic() - start_s)
-        if left_s < MIN_POINT_S:
-            points.append(skipped_point(coords, deadline_s))
-            continue
-        point_s = point_limit_s(limit, left_s)
-        solve_start_s = time.perf_counter()
-        admitted = True
-        try:
-            # waited for no longer than the deadline's grace, whatever the point's own grace
-            wait_s = min(solve_wait_s(point_s), left_s + DEADLINE_GRACE_S)
-            points.append(await app.state.pool.submit(_run_point, body, coords, point_s, prices, timeout_s=wait_s))
-        except QueueFull:
-            admitted = False
-            metrics.rejected.inc()
-            raise ApiError(429, "queue_full", "the solver queue is full; retry later", {}, headers=retry) from None
-        except SolveTimeout:
-            points.append(failed_point(coords, f"the solve did not finish within {point_s:g} s"))
-        except SpecError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the client's input at fault, as for plans
-            raise ApiError(422, "unprocessable", f"the planner could not evaluate this request: {type(exc).__name__}: {exc}",
-                           {"exception": type(exc).__name__}) from None
-        finally:
-            if admitted:  # counted with the plan solves, as every solve the pool ran
-                metrics.solve_time.labels(SOLVE_KIND).observe(time.perf_counter() - solve_start_s)
+    # the points fan out over the pool, at most PLANNER_WORKERS of this sweep's at a time (the
+    # rest of the queue stays for other requests); answered in grid order
+    slots = asyncio.Semaphore(settings.workers)
+    failed = asyncio.Event()  # one point's error answers the sweep: the points not started stay so
+
+    async def one(coords: Coords) -> dict[str, Any]:
+        async with slots:
+            left_s = deadline_s - (time.monotonic() - start_s)
+            if left_s < MIN_POINT_S or failed.is_set():
+                return skipped_point(coords, deadline_s)
+            point_s = point_limit_s(limit, left_s)
+            solve_start_s = time.perf_counter()
+            admitted = True
+            try:
+                # waited for no longer than the deadline's grace, whatever the point's own grace
+                wait_s = min(solve_wait_s(point_s), left_s + DEADLINE_GRACE_S)
+                return await app.state.pool.submit(_run_point, body, coords, point_s, prices, timeout_s=wait_s)
+            except QueueFull:
+                admitted = False
+                failed.set()
+                metrics.rejected.inc()
+                raise ApiError(429, "queue_full", "the solver queue is full; retry later", {}, headers=retry) from None
+            except SolveTimeout:
+                return failed_point(coords, f"the solve did not finish within {point_s:g} s")
+            except SpecError:
+                failed.set()
+                raise
+            except Exception as exc:  # noqa: BLE001 - the client's input at fault, as for plans
+                failed.set()
+                raise ApiError(422, "unprocessable", f"the planner could not evaluate this request: {type(exc).__name__}: "
+                               f"{exc}", {"exception": type(exc).__name__}) from None
+            finally:
+                if admitted:  # counted with the plan solves, as every solve the pool ran
+                    metrics.solve_time.labels(SOLVE_KIND).observe(time.perf_counter() - solve_start_s)
+
+    points = list(await asyncio.gather(*(one(c) for c in grid_coords(axes))))
     priced = GPU_AXIS in axes or spec.deadline_days is not None or spec.budget_usd is not None
     out = _finish(finish(body, axes, points, spec.deadline_days, spec.budget_usd), priced)
     out["solve_time_s"] = round(time.monotonic() - start_s, 3)
