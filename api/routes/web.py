@@ -1,5 +1,7 @@
 """The web page: `GET /` (a form that posts to POST /v1/plans and shows the plan with its
-pictures), `GET /v1/plans/{id}/report.html` (the same page for a stored plan; `?fragment=1`
+pictures), `GET /sweep` (choose the cluster: a form that posts GPU types x counts to
+POST /v1/sweeps and shows the cost-vs-time picture, the front and the chosen point),
+`GET /v1/plans/{id}/report.html` (the same page for a stored plan; `?fragment=1`
 gives only the plan section, which the form page injects), `GET /v1/plans/{id}/{picture}.svg`,
 and the page's assets under `/assets/` (package data of planner.report: nothing is fetched
 from a CDN or the network).
@@ -38,8 +40,18 @@ ASSET_TYPES = {"report.css": "text/css; charset=utf-8", "app.js": "text/javascri
 async def index() -> HTMLResponse:
     form = page.form_html(models_table(), gpus_table(), values(Engine), values(TrainDtype))
     body = (f"{form}<div id=\"result\" aria-live=\"polite\"></div>"
-            "<p class=\"muted\">REST API: <a href=\"/docs\">/docs</a> · <a href=\"/openapi.json\">/openapi.json</a></p>")
+            "<p class=\"muted\"><a href=\"/sweep\">choose the cluster</a> (GPU types x counts, cost vs time) · "
+            "REST API: <a href=\"/docs\">/docs</a> · <a href=\"/openapi.json\">/openapi.json</a></p>")
     return HTMLResponse(page.page_html(body, subtitle="plan a parallel configuration"))
+
+
+@router.get("/sweep", response_class=HTMLResponse, include_in_schema=False)
+async def sweep_page() -> HTMLResponse:
+    form = page.sweep_form_html(models_table(), gpus_table(), values(Engine))
+    body = (f"{form}<div id=\"sweep-result\" aria-live=\"polite\"></div>"
+            "<p class=\"muted\"><a href=\"/\">plan one configuration</a> · REST: POST /v1/sweeps "
+            "(<a href=\"/docs\">/docs</a>)</p>")
+    return HTMLResponse(page.page_html(body, title="choose the cluster", subtitle="choose the cluster: cost vs time to train"))
 
 
 @router.get("/assets/{name}", include_in_schema=False)

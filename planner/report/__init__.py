@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from planner.report.common import as_dict
+from planner.report.cost_time import cost_time_svg
 from planner.report.page import report_html
 from planner.report.pictures import PICTURES, render_svgs
 from planner.report.scaling import scaling_svg
 
-__all__ = ["PICTURES", "render_svgs", "report_html", "scaling_svg", "write_report"]
+__all__ = ["PICTURES", "cost_time_svg", "render_svgs", "report_html", "scaling_svg", "write_report"]
 
 
 def write_report(plan, directory) -> list[Path]:

@@ -11,6 +11,7 @@ from importlib import resources
 from typing import Any
 
 from cost_model.specs.vocab import ENGINE_MEGATRON
+from planner.frontier import S_PER_DAY
 from planner.plan import ENGINE_RULE_PREFIX
 from planner.report.common import as_dict, degrees, fmt_time, knobs
 from planner.report.pictures import render_svgs
@@ -117,6 +118,7 @@ def plan_section(plan, svgs: dict[str, str] | None = None, missing: str | None =
     h.append(_card("Peak memory", f"{mem['peak_gib']:.1f} GiB", f"of {mem['capacity_gib']:.1f} GiB"))
     h.append(_card("Micro-batches", f"{par['num_micro_batches']} x {par['micro_batch_size']}", f"{par['schedule']} schedule"))
     h.append("</div>")
+    h.extend(economics_html(plan.get("economics")))
     if missing:
         h.append(f'<p class="missing" id="pictures-missing">{escape(missing)}</p>')
     for name, title, caption in FIGURES:
@@ -168,6 +170,27 @@ def plan_section(plan, svgs: dict[str, str] | None = None, missing: str | None =
              f'<pre id="art-plan-json">{escape(body)}</pre></div></details>')
     h.append("</div></div></section>")
     return "\n".join(h)
+
+
+def economics_html(e: dict | None) -> list[str]:
+    """The plan's economics (planner/economics.py): time to train, cost, tokens per dollar and
+    the price's source, with the reason for each field that is null."""
+    if not e:
+        return []
+    t_s, cost, tpd = e.get("time_to_train_s"), e.get("cost_usd"), e.get("tokens_per_dollar")
+    h = ['<div class="cards economics" id="economics">']
+    steps = e.get("steps")
+    h.append(_card("Time to train", "—" if t_s is None else f"{fmt_num(t_s / S_PER_DAY)} days",
+                   "" if steps is None else f"{fmt_num(steps)} steps of {fmt_num(e['tokens_per_step'])} tokens, "
+                   f"goodput {e.get('goodput', 1):g}", "time-to-train"))
+    h.append(_card("Cost", "—" if cost is None else f"${cost:,.0f}",
+                   "" if e.get("usd_per_gpu_h") is None else f"${e['usd_per_gpu_h']:g} per GPU-hour", "cost"))
+    h.append(_card("Tokens per dollar", "—" if tpd is None else fmt_num(tpd), "", "tokens-per-dollar"))
+    h.append("</div>")
+    notes = ([f"price: {e['price_source']}"] if e.get("price_source") else []) + list(e.get("reasons") or [])
+    if notes:
+        h.append('<ul class="notes" id="economics-notes">' + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
+    return h
 
 
 def _options(values, selected) -> str:
@@ -235,6 +258,42 @@ def form_html(presets: list[dict], gpus: list[dict], engines: tuple[str, ...], d
 {_pins_html()}
 <div class="actions"><button id="submit" type="submit" class="primary">Plan</button>
 <span id="form-status" class="muted" role="status"></span>
+<details class="advanced"><summary>API token</summary>
+<input id="token" name="token" type="password" aria-label="bearer token" placeholder="when the service runs with PLANNER_API_TOKEN">
+</details></div>
+</form>"""
+
+
+# the GPU types the sweep form ticks at first (issue #35's example); any catalog GPU can be ticked
+SWEEP_GPUS = ("h100-sxm", "h200", "b200", "mi300x")
+
+
+def sweep_form_html(presets: list[dict], gpus: list[dict], engines: tuple[str, ...]) -> str:
+    """The "choose the cluster" form: model, GPU types (one checkbox each), GPU counts, the
+    training, the tokens to train on, a deadline and a budget; app.js turns it into a
+    POST /v1/sweeps request and shows the answer's picture and table."""
+    preset_opts = _options([(m["name"], f"{m['name']} ({m['params_b']:g}B)") for m in presets], "llama3-8b")
+    engine_opts = _options([(e, e) for e in engines], engines[0] if engines else None)
+    boxes = "".join(
+        f'<label class="radio"><input type="checkbox" class="sweep-gpu" value="{escape(g["name"])}"'
+        f'{" checked" if g["name"] in SWEEP_GPUS else ""}> {escape(g["name"])}</label>' for g in gpus)
+    return f"""<form id="sweep-form" class="plan-form" autocomplete="off">
+<fieldset><legend>Model</legend><select id="sweep-preset" name="preset">{preset_opts}</select>
+<label>engine <select id="sweep-engine" name="engine">{engine_opts}</select></label></fieldset>
+<fieldset class="pins gpu-types"><legend>GPU types</legend>{boxes}</fieldset>
+<fieldset><legend>Cluster and training</legend>
+<label>GPU counts <input id="sweep-counts" name="num_gpus" type="text" value="8,16" size="16" required></label>
+<label>global batch <input id="sweep-batch" name="global_batch_size" type="number" min="1" value="32" required></label>
+<label>sequence <input id="sweep-seq" name="seq_length" type="number" min="1" value="2048" required></label>
+<label>tokens to train on <input id="sweep-tokens" name="total_tokens" type="number" min="1" value="10000000000" class="wide" required></label>
+</fieldset>
+<fieldset><legend>Choose</legend>
+<label>deadline (days) <input id="sweep-deadline" name="deadline_days" type="number" min="0" step="any" placeholder="none"></label>
+<label>budget (USD) <input id="sweep-budget" name="budget_usd" type="number" min="0" step="any" placeholder="none"></label>
+<label>time limit per point (s) <input id="sweep-time-limit" name="time_limit_s" type="number" min="1" step="any" placeholder="default"></label>
+</fieldset>
+<div class="actions"><button id="sweep-submit" type="submit" class="primary">Sweep</button>
+<span id="sweep-status" class="muted" role="status"></span>
 <details class="advanced"><summary>API token</summary>
 <input id="token" name="token" type="password" aria-label="bearer token" placeholder="when the service runs with PLANNER_API_TOKEN">
 </details></div>

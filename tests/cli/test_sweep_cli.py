@@ -58,3 +58,28 @@ def test_plan_emit_writes_report_and_svgs(tmp_path):
         assert (tmp_path / name).is_file(), name
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["id"] in (tmp_path / "report.html").read_text()
+
+
+def test_sweep_over_gpu_types_prints_the_front_and_the_choice(tmp_path):
+    out = tmp_path / "cost.svg"
+    prices = tmp_path / "prices.toml"
+    prices.write_text('mi300x = 2.5\n')
+    r = planner("sweep", "--model", "llama3-8b", "--gpu", "a100-80gb,mi300x,b200", "--gpus", "8", "--global-batch", "32",
+                "--seq-len", "2048", "--total-tokens", "10000000000", "--budget", "1500", "--prices", str(prices),
+                "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].split()[:2] == ["GPU", "GPUs"] and "cost USD" in lines[0]
+    rows = {line.split()[0]: line for line in lines[1:4]}
+    assert set(rows) == {"a100-80gb", "mi300x", "b200"}
+    assert "no price" not in rows["mi300x"]  # priced by the --prices file
+    assert lines[-1].startswith("f: on the time/cost front, *: chosen. the fastest point within the $1,500 budget")
+    assert sum(line.rstrip().endswith("*") for line in lines[1:4]) == 1
+    root = ET.fromstring(out.read_text())
+    assert root.get("id") == "cost-time"
+
+
+def test_sweep_over_gpu_types_needs_total_tokens(tmp_path):
+    r = planner("sweep", "--model", "llama3-8b", "--gpu", "a100-80gb,b200", "--gpus", "8", "--global-batch", "32",
+                "--seq-len", "2048", "--out", str(tmp_path / "s.svg"))
+    assert r.returncode == 2 and "training.total_tokens" in r.stderr and "--total-tokens" in r.stderr, r.stderr

@@ -1,5 +1,7 @@
 // parallel-planner page: posts the form to POST /v1/plans and shows the stored plan's
-// report fragment; copy buttons for the launch artifacts. No external scripts.
+// report fragment; copy buttons for the launch artifacts; the "choose the cluster" form
+// posts GPU types x counts to POST /v1/sweeps and shows its picture and table. No external
+// scripts.
 (function () {
   "use strict";
 
@@ -163,6 +165,157 @@
           });
       })
       .catch(function (e) { status.textContent = ""; showError(e.message, e.suggestions, e.code); })
+      .finally(function () { button.disabled = false; });
+  });
+})();
+
+// Choose the cluster (GET /sweep): GPU types x counts -> POST /v1/sweeps; the answer's SVG
+// (cost vs time to train, the front drawn) and a table of every point, the front's rows and
+// the chosen one marked, as the CLI's `planner sweep` table marks them.
+(function () {
+  "use strict";
+  var form = document.getElementById("sweep-form");
+  if (!form) return;
+  var status = document.getElementById("sweep-status");
+  var result = document.getElementById("sweep-result");
+
+  function val(id) { return document.getElementById(id).value.trim(); }
+
+  function headers() {
+    var h = { "Content-Type": "application/json" };
+    var token = val("token");
+    if (token) h["Authorization"] = "Bearer " + token;
+    return h;
+  }
+
+  function counts() {
+    return val("sweep-counts").split(",").map(function (w) { return w.trim(); }).filter(Boolean).map(function (w) {
+      if (!/^\d+$/.test(w)) throw new Error("sweep.num_gpus: '" + w + "' is not a whole number");
+      return parseInt(w, 10);
+    });
+  }
+
+  function request() {
+    var gpus = [];
+    form.querySelectorAll("input.sweep-gpu:checked").forEach(function (b) { gpus.push(b.value); });
+    if (!gpus.length) throw new Error("sweep.gpu: tick at least one GPU type");
+    var sweep = { gpu: gpus, num_gpus: counts() };
+    var deadline = parseFloat(val("sweep-deadline"));
+    if (deadline > 0) sweep.deadline_days = deadline;
+    var budget = parseFloat(val("sweep-budget"));
+    if (budget > 0) sweep.budget_usd = budget;
+    var req = {
+      engine: val("sweep-engine"),
+      model: { name: val("sweep-preset") },
+      cluster: { gpu: gpus[0], num_gpus: sweep.num_gpus[0] },
+      training: { global_batch_size: parseInt(val("sweep-batch"), 10), seq_length: parseInt(val("sweep-seq"), 10),
+                  total_tokens: parseInt(val("sweep-tokens"), 10) },
+      sweep: sweep
+    };
+    var limit = parseFloat(val("sweep-time-limit"));
+    if (limit > 0) req.search = { time_limit_s: limit };
+    return req;
+  }
+
+  function cell(tr, text, cls) {
+    var td = document.createElement("td");
+    td.textContent = text;
+    if (cls) td.className = cls;
+    tr.appendChild(td);
+  }
+
+  function money(v) { return v == null ? "no price" : "$" + Math.round(v).toLocaleString("en-US"); }
+
+  function table(out) {
+    var t = document.createElement("table");
+    t.className = "stages";
+    t.id = "sweep-table";
+    var head = document.createElement("tr");
+    ["GPU", "GPUs", "degrees", "step (s)", "MFU", "days", "cost", ""].forEach(function (h) {
+      var th = document.createElement("th"); th.textContent = h; head.appendChild(th);
+    });
+    var thead = document.createElement("thead"); thead.appendChild(head); t.appendChild(thead);
+    var body = document.createElement("tbody");
+    out.points.forEach(function (p, i) {
+      var tr = document.createElement("tr");
+      tr.setAttribute("data-index", String(i));
+      tr.setAttribute("data-gpu", p.gpu || "");
+      tr.setAttribute("data-num-gpus", String(p.num_gpus));
+      if (p.on_front) tr.className = "front";
+      if (p.chosen) tr.className += " chosen";
+      cell(tr, p.gpu || "");
+      cell(tr, String(p.num_gpus));
+      if (!p.ok) {
+        var td = document.createElement("td");
+        td.colSpan = 6; td.className = "muted"; td.textContent = "no plan: " + p.error;
+        tr.appendChild(td);
+      } else {
+        var par = p.parallelism, e = p.economics || {};
+        cell(tr, "dp" + par.dp + " tp" + par.tp + " pp" + par.pp + (par.cp > 1 ? " cp" + par.cp : ""));
+        cell(tr, p.step_time_s.toPrecision(3));
+        cell(tr, (p.mfu * 100).toFixed(1) + "%");
+        cell(tr, e.time_to_train_s == null ? "—" : (e.time_to_train_s / 86400).toPrecision(3));
+        cell(tr, money(e.cost_usd));
+        cell(tr, p.chosen ? "chosen" : (p.on_front ? "front" : ""), "mark");
+      }
+      body.appendChild(tr);
+    });
+    t.appendChild(body);
+    return t;
+  }
+
+  function show(out) {
+    result.innerHTML = "";
+    var choice = document.createElement("p");
+    choice.id = "sweep-choice";
+    choice.textContent = out.choice;
+    result.appendChild(choice);
+    var fig = document.createElement("div");
+    fig.className = "svg-wrap";
+    fig.id = "sweep-figure";
+    fig.innerHTML = out.svg;  // the service's own SVG (planner/report/cost_time.py), text escaped there
+    result.appendChild(fig);
+    var front = document.createElement("ol");
+    front.id = "sweep-front";
+    out.front.forEach(function (i) {
+      var p = out.points[i];
+      var li = document.createElement("li");
+      li.setAttribute("data-gpu", p.gpu);
+      li.setAttribute("data-num-gpus", String(p.num_gpus));
+      li.textContent = p.num_gpus + " x " + p.gpu + ": " + (p.economics.time_to_train_s / 86400).toPrecision(3) +
+        " days, " + money(p.economics.cost_usd);
+      front.appendChild(li);
+    });
+    var h = document.createElement("h3"); h.textContent = "Pareto front (fastest first)";
+    result.appendChild(h);
+    result.appendChild(front);
+    result.appendChild(table(out));
+  }
+
+  form.addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var body;
+    try { body = request(); } catch (e) { result.textContent = e.message; return; }
+    var button = document.getElementById("sweep-submit");
+    button.disabled = true;
+    status.textContent = "sweeping…";
+    var t0 = performance.now();
+    fetch("/v1/sweeps", { method: "POST", headers: headers(), body: JSON.stringify(body) })
+      .then(function (r) { return r.json().then(function (j) { return { ok: r.ok, body: j }; }); })
+      .then(function (res) {
+        if (!res.ok) {
+          var e = res.body && res.body.error;
+          throw new Error(e ? e.message + (e.details && e.details.field ? " (" + e.details.field + ")" : "") : "sweep failed");
+        }
+        show(res.body);
+        status.textContent = res.body.points.length + " points in " + ((performance.now() - t0) / 1000).toFixed(1) + " s";
+      })
+      .catch(function (e) {
+        status.textContent = "";
+        result.innerHTML = "";
+        var d = document.createElement("div"); d.className = "error"; d.id = "sweep-error"; d.textContent = e.message;
+        result.appendChild(d);
+      })
       .finally(function () { button.disabled = false; });
   });
 })();
