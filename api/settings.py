@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="bind address of `planner serve`")
     port: int = Field(8000, description="port of `planner serve`")
-    workers: int = Field(2, ge=1, le=256, description="solver threads (concurrent solves)")
+    workers: int = Field(2, ge=1, le=256, description="solver worker processes (concurrent solves)")
     queue_size: int = Field(
         16, ge=0, le=100_000, description="solves that may wait for a worker; beyond it: 429"
     )
