@@ -122,11 +122,15 @@ class SolverPool:
     wait here, in this process (not in pebble's pipe, where a cancelled task would still run:
     a solve is handed to a process only when one is free). Used from one event loop."""
 
-    def __init__(self, workers: int, queue_size: int, on_depth: Callable[[int], None] | None = None):
+    def __init__(self, workers: int, queue_size: int, on_depth: Callable[[int], None] | None = None,
+                 max_tasks: int = 0):
         self.workers = workers
         self.capacity = workers + queue_size
-        self._pool = ProcessPool(max_workers=workers, context=_process_context())
+        # max_tasks: solves a process runs before pebble replaces it (0: never); 1 gives each
+        # solve a fresh process, so what one solve's tables and caches took goes back at its end
+        self._pool = ProcessPool(max_workers=workers, max_tasks=max_tasks, context=_process_context())
         self._running = 0
+        self._reserved = 0  # places held by reserve()
         self._waiting: deque[asyncio.Future] = deque()
         self._on_depth = on_depth or (lambda _n: None)
 
@@ -139,6 +143,24 @@ class SolverPool:
     def depth(self) -> int:
         """Admitted solves that wait for a worker (the queue depth)."""
         return sum(not w.done() for w in self._waiting)
+
+    @property
+    def full(self) -> bool:
+        """No solve more would be admitted now."""
+        return self._running + len(self._waiting) >= self.capacity
+
+    @contextlib.contextmanager
+    def reserve(self):
+        """A place among the `capacity` admitted, held from before a request's preparation (its
+        cross-replica lock: a database connection) to its end: QueueFull when they are taken,
+        so a burst past the queue is refused before it holds anything."""
+        if self._reserved >= self.capacity or self.full:
+            raise QueueFull()
+        self._reserved += 1
+        try:
+            yield
+        finally:
+            self._reserved -= 1
 
     async def _slot(self) -> None:
         """Wait for a free worker (FIFO); a caller cancelled while waiting leaves the queue."""

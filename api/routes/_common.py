@@ -122,6 +122,25 @@ def run_limit_s(limit_s: float) -> float:
     return limit_s + KILL_AFTER_S
 
 
+def queue_full(settings: Settings, metrics: Metrics) -> ApiError:
+    metrics.rejected.inc()
+    return ApiError(429, "queue_full", "the solver queue is full; retry later",
+                    {"workers": settings.workers, "queue_size": settings.queue_size},
+                    headers={"Retry-After": str(settings.retry_after_s)})
+
+
+@contextlib.contextmanager
+def admitted(pool: SolverPool, settings: Settings, metrics: Metrics):
+    """A place in the solver pool held for a request's whole solve (SolverPool.reserve), taken
+    before its cross-replica lock (a database connection held for the whole solve): a burst
+    past the queue is answered 429 at once, and never holds the connection pool."""
+    try:
+        with pool.reserve():
+            yield
+    except QueueFull:
+        raise queue_full(settings, metrics) from None
+
+
 async def solve(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *args, limit_s: float, kind: str) -> Any:
     """solve_timed's answer alone."""
     return (await solve_timed(pool, settings, metrics, fn, *args, limit_s=limit_s, kind=kind))[0]
@@ -139,9 +158,7 @@ async def solve_timed(pool: SolverPool, settings: Settings, metrics: Metrics, fn
                                                 run_limit_s=run_limit_s(limit_s))
         return value, timing
     except QueueFull:
-        metrics.rejected.inc()
-        raise ApiError(429, "queue_full", "the solver queue is full; retry later",
-                       {"workers": settings.workers, "queue_size": settings.queue_size}, headers=retry) from None
+        raise queue_full(settings, metrics) from None
     except SolveTimeout as exc:
         timing = exc.timing
         if exc.killed:

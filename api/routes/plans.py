@@ -29,6 +29,7 @@ from ._common import (
     CLIENT_GONE,
     COMMON_ERRORS,
     SOLVE_ERRORS,
+    admitted,
     err,
     load_profile,
     non_finite,
@@ -106,13 +107,14 @@ async def create_plan(
 
     async def answer() -> Answer:
         # the lock is held while solving, so its wait is bounded by the solve's own
-        async with request_lock(store, h, wait_limit_s=solve_wait_s(limit) + 5):
-            found = await run_in_threadpool(store.find_plan_by_hash, h, since_us)  # another replica's solve
-            if found is not None:
-                return Answer(found, solved=False)
-            metrics.cache_misses.inc()
-            plan, timing = await _solve_and_store(body, h, limit, store, pool, settings, metrics)
-            return Answer(plan, solved=True, timing=timing)
+        with admitted(pool, settings, metrics):
+            async with request_lock(store, h, wait_limit_s=solve_wait_s(limit) + 5):
+                found = await run_in_threadpool(store.find_plan_by_hash, h, since_us)  # another replica's solve
+                if found is not None:
+                    return Answer(found, solved=False)
+                metrics.cache_misses.inc()
+                plan, timing = await _solve_and_store(body, h, limit, store, pool, settings, metrics)
+                return Answer(plan, solved=True, timing=timing)
 
     ran = await unless_disconnected(request, inflight.run(h, answer, accept=lambda a: a.plan.created_us >= since_us))
     if ran is None:  # the client went away; a solve nobody else waits for was cancelled with it

@@ -20,7 +20,7 @@ from .conftest import small_plan
 
 @pytest.fixture(scope="module")
 def pool():
-    p = SolverPool(workers=1, queue_size=2)
+    p = SolverPool(workers=1, queue_size=2, max_tasks=0)
     p.warm()
     yield p
     p.shutdown()
@@ -110,3 +110,23 @@ def test_cheap_plan_answers_while_a_deep_one_runs(make_server):
     assert deep_s < 3 + 5
     metrics = httpx.get(f"{srv.url}/metrics").text
     assert 'planner_solve_queue_wait_seconds_count{kind="plan"} 2.0' in metrics
+
+
+def test_a_burst_past_the_queue_is_refused_before_it_holds_database_connections(make_server, postgres_url):
+    # each admitted plan holds a PostgreSQL advisory lock (one pooled connection) for its solve:
+    # a burst of 40 distinct plans must get 429 at once for all but workers + queue_size of
+    # them, not exhaust the connection pool (it answered 500 after 30 s)
+    srv = make_server(PLANNER_DATABASE_URL=postgres_url, PLANNER_WORKERS="1", PLANNER_QUEUE_SIZE="1")
+
+    async def go():
+        async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
+            async def one(i: int):
+                t = time.perf_counter()
+                r = await c.post("/v1/plans", json=small_plan(8 * (i + 1)), params={"refresh": "true"})
+                return r.status_code, time.perf_counter() - t
+            return await asyncio.gather(*(one(i) for i in range(40)))
+
+    done = asyncio.run(go())
+    codes = [code for code, _ in done]
+    assert 500 not in codes and codes.count(429) >= 40 - 2, codes
+    assert all(dt < 2.0 for code, dt in done if code == 429)
