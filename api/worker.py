@@ -61,6 +61,9 @@ class SolveTimeout(Exception):
         self.killed = killed
         self.reason = reason
 
+    def __reduce__(self):  # crosses the broker whole (api/queue.py)
+        return (SolveTimeout, (self.timing, self.killed, self.reason))
+
 
 class WorkerError(Exception):
     """An exception of the solve that does not survive pickling, as its type name and text."""
