@@ -8,6 +8,7 @@ uvicorn processes and PostgreSQL:
 3. 20 concurrent identical POSTs across 2 replicas on one PostgreSQL: solves, rows, ids.
 
 Run: PYTHONPATH=. python bench/adversarial.py [--postgres postgresql://postgres@127.0.0.1:5432/test]
+     [--broker redis://127.0.0.1:6379/11]   (the same through 2 `planner worker` processes)
 Prints one line per measurement (docs/results.md keeps them)."""
 
 from __future__ import annotations
@@ -142,6 +143,26 @@ async def identical(urls: list[str], n: int = 20) -> list[str]:
     return list(ids)
 
 
+async def cached_p99(urls: list[str], clients: int = 16, each: int = 25) -> None:
+    """Latency of the cached answer (a stored plan's hit) under `clients` concurrent clients."""
+    body = {**CHEAP, "training": {**CHEAP["training"], "global_batch_size": 256}}
+    async with httpx.AsyncClient(timeout=60) as c:
+        assert (await c.post(f"{urls[0]}/v1/plans", json=body)).status_code in (200, 201)
+        lat: list[float] = []
+
+        async def client(i: int):
+            for j in range(each):
+                t = time.perf_counter()
+                r = await c.post(f"{urls[(i + j) % len(urls)]}/v1/plans", json=body)
+                assert r.status_code == 200, r.text
+                lat.append(time.perf_counter() - t)
+
+        await asyncio.gather(*(client(i) for i in range(clients)))
+    lat.sort()
+    print(f"cached: {clients} clients x {each} over {len(urls)} replica(s): p50 {lat[len(lat) // 2] * 1e3:.0f} ms, "
+          f"p99 {lat[int(len(lat) * 0.99)] * 1e3:.0f} ms")
+
+
 def solves(url: str) -> float:
     """planner_plan_cache_misses_total of one replica: the plan solves it ran."""
     for line in httpx.get(f"{url}/metrics").text.splitlines():
@@ -162,6 +183,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/test")
     ap.add_argument("--workdir", default="/tmp/planner-bench-adversarial")
+    ap.add_argument("--broker", default=None,
+                    help="redis://... : the replicas send their solves to 2 `planner worker` processes (scale-out)")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -172,10 +195,20 @@ def main() -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
     db = f"{args.postgres.rpartition('/')[0].replace('postgresql://', 'postgresql+psycopg://')}/{name}"
     env = {"PLANNER_DATABASE_URL": db, "PLANNER_WORKERS": "2", "PLANNER_QUEUE_SIZE": "16"}
+    workers = []
+    if args.broker:
+        env["PLANNER_BROKER_URL"] = args.broker
+        for _ in range(2):
+            workers.append(subprocess.Popen(  # noqa: SIM115 - stopped below
+                [sys.executable, "-m", "api.cli", "worker", "--broker-url", args.broker], cwd=work,
+                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=open(work / "worker.log", "ab"),
+                stderr=subprocess.STDOUT, start_new_session=True))
     servers = [Server(env, work), Server(env, work)]
     try:
         asyncio.run(adversarial(servers[0]))
         asyncio.run(burst(servers[0]))
+        asyncio.run(cached_p99([servers[0].url]))
+        asyncio.run(cached_p99([s.url for s in servers]))
         before = sum(solves(s.url) for s in servers)
         ids = asyncio.run(identical([s.url for s in servers]))
         print(f"identical: solves on the two replicas: {sum(solves(s.url) for s in servers) - before:g}")
@@ -184,6 +217,9 @@ def main() -> None:
     finally:
         for s in servers:
             s.stop()
+        for w in workers:
+            os.killpg(w.pid, signal.SIGTERM)
+            w.wait(15)
         with psycopg.connect(args.postgres, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
