@@ -28,20 +28,31 @@ from typing import Any
 import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import CurrentMessage
+from dramatiq.middleware import default_middleware as _default_middleware
 from dramatiq.results import Results
 from dramatiq.results.backends.redis import RedisBackend
-from dramatiq.results.errors import ResultTimeout
+from dramatiq.results.errors import ResultMissing, ResultTimeout
 
 from .worker import QueueFull, SolverPool, SolveTimeout, Timing, portable, unbox
 
 QUEUE = "planner-solves"
+# a solve whose caller gave up is marked here (message id -> 1, an hour): a worker that takes
+# its message later skips it instead of solving for nobody
+CANCELLED = "planner-cancelled:"
+CANCELLED_TTL_S = 3600
+RESULT_POLL_S = 0.1  # how often a replica asks for a solve's result
+
+
+def default_middleware() -> list:
+    return [m() for m in _default_middleware]
 
 
 def configure(url: str) -> RedisBroker:
     """The broker and result backend of `url` (redis://host:port/db), set as Dramatiq's."""
     if not url.startswith(("redis://", "rediss://")):
         raise ValueError(f"PLANNER_BROKER_URL must be a redis:// URL, got {url.split(':', 1)[0]}://")
-    broker = RedisBroker(url=url)
+    broker = RedisBroker(url=url, middleware=[*default_middleware(), CurrentMessage()])
     # no socket timeout on the results' client: a solve's answer is waited for with a blocking
     # pop as long as the solve may take (redis-py's default would cut every wait at 5 s)
     results = redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, socket_timeout=None))
@@ -77,6 +88,10 @@ def solve_job(fn: Callable[..., Any], args: tuple, run_limit_s: float) -> tuple[
     """In `planner worker`: fn(*args) in a worker process of this machine, killed past
     `run_limit_s`: (ok, answer or exception, wall clock at start, run seconds)."""
     start = time.time()
+    message = CurrentMessage.get_current_message()
+    broker = dramatiq.get_broker()
+    if message is not None and broker.client.exists(CANCELLED + message.message_id):
+        return False, SolveTimeout(Timing(), False, "its caller gave up before a worker took it"), start, 0.0
     try:
         value, timing = asyncio.run(_worker_pool().submit_timed(fn, *args, timeout_s=run_limit_s))
         return True, value, start + timing.queue_wait_s, timing.run_s
@@ -131,13 +146,16 @@ class BrokerPool:
         limit = run_limit_s if run_limit_s is not None else (timeout_s or 3600.0)
         try:
             message = await asyncio.to_thread(solve_job.send, fn, args, limit)
-            wait_ms = int((timeout_s or 3600.0) * 1000)
             try:
-                ok, value, start_wall, run_s = await asyncio.to_thread(message.get_result, block=True, timeout=wait_ms)
+                ok, value, start_wall, run_s = await self._result(message, t0 + (timeout_s or 3600.0))
             except ResultTimeout:
+                self._cancel(message)
                 elapsed = time.perf_counter() - t0
                 raise SolveTimeout(Timing(elapsed, 0.0), False,
                                    f"no worker answered within {timeout_s:g} s") from None
+            except asyncio.CancelledError:
+                self._cancel(message)  # the client went away
+                raise
         finally:
             self._in_flight -= 1
         timing = Timing(max(0.0, start_wall - sent_wall), run_s)
@@ -149,6 +167,24 @@ class BrokerPool:
             exc.solve_timing = timing
             raise exc
         return value, timing
+
+    async def _result(self, message, deadline: float):
+        """The message's result, asked for every RESULT_POLL_S until `deadline` (perf_counter):
+        polled on the event loop rather than a blocking pop on a thread each, which the loop's
+        few default threads would serialise (a burst's waits started late and ran long)."""
+        while True:
+            try:
+                return await asyncio.to_thread(message.get_result, block=False)
+            except ResultMissing:
+                if time.perf_counter() >= deadline:
+                    raise ResultTimeout("no result in time") from None
+                await asyncio.sleep(RESULT_POLL_S)
+
+    def _cancel(self, message) -> None:
+        """Mark a message whose caller gave up, so no worker starts it later (one running
+        finishes within its run limit: the broker cannot reach into another machine's process)."""
+        with contextlib.suppress(Exception):
+            self.broker.client.set(CANCELLED + message.message_id, 1, ex=CANCELLED_TTL_S)
 
     async def submit(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None,
                      run_limit_s: float | None = None) -> Any:
