@@ -2,6 +2,7 @@
 #   docker build -t parallel-planner .
 #   docker run -p 8000:8000 -v planner-data:/data parallel-planner
 #   docker run -p 8000:8000 -e PLANNER_DATABASE_URL=postgresql+psycopg://user:pw@db/planner parallel-planner
+#   scale-out (API replicas, `planner worker` processes, Redis, PostgreSQL): compose.yaml beside this file
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

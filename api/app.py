@@ -10,6 +10,7 @@ import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import errors, routes
@@ -102,7 +103,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         migrate(engine)  # upgrades keep stored plans; replicas serialise on a lock
         app.state.store = Store(engine, settings.plans_per_request, settings.plan_retention_s)
         app.state.inflight = InFlight()
-        app.state.pool = SolverPool(settings.workers, settings.queue_size, on_depth=metrics.queue_depth.set)
+        if settings.broker_url:  # scale-out: the solves go to `planner worker` processes
+            from .queue import BrokerPool  # noqa: PLC0415 (only with a broker: Dramatiq and Redis)
+
+            app.state.pool = BrokerPool(settings.broker_url, settings.workers, settings.queue_size,
+                                        on_depth=metrics.queue_depth.set)
+        else:
+            app.state.pool = SolverPool(settings.workers, settings.queue_size, on_depth=metrics.queue_depth.set,
+                                        max_tasks=settings.worker_max_tasks)
+        await run_in_threadpool(app.state.pool.warm)  # ready means: worker processes up
         log.info("planner service ready (database %s, %d solver workers, queue %d)",
                  engine.url.render_as_string(hide_password=True), settings.workers, settings.queue_size)
         try:

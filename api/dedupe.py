@@ -34,26 +34,44 @@ class InFlight:
 
     def __init__(self) -> None:
         self._tasks: dict[str, asyncio.Task] = {}
+        self._waiters: dict[asyncio.Task, int] = {}  # callers awaiting each task
 
     def __len__(self) -> int:
         return len(self._tasks)
 
     async def run(self, key: str, make: Callable[[], Awaitable[T]], accept: Callable[[T], bool]) -> tuple[T, bool]:
         """(answer, led): the answer of the task in flight for `key` when `accept` takes it,
-        else of a new task running `make()` (led=True). The task is shielded: a client that
-        disconnects does not cancel the answer the others wait for."""
+        else of a new task running `make()` (led=True). The task is shielded: a caller that is
+        cancelled (its client went away) does not cancel the answer the others wait for; when
+        the last caller of a task is cancelled, the task is cancelled too (its solve dropped
+        from the queue, or its worker process killed: api/worker.py)."""
         while True:
             task = self._tasks.get(key)
             if task is None:
                 task = asyncio.ensure_future(make())
                 self._tasks[key] = task
                 task.add_done_callback(lambda t, k=key: self._forget(k, t))
-                return await asyncio.shield(task), True
-            answer = await asyncio.shield(task)  # its error is every waiter's error
+                return await self._wait(task), True
+            answer = await self._wait(task)  # its error is every waiter's error
             if accept(answer):
                 return answer, False
             # an answer older than this caller wants (a refresh that joined a cached lookup):
             # wait for, or start, the next one
+
+    async def _wait(self, task: asyncio.Task) -> T:
+        self._waiters[task] = self._waiters.get(task, 0) + 1
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if self._waiters.get(task) == 1 and not task.done():
+                task.cancel()  # nobody is left to take its answer
+            raise
+        finally:
+            n = self._waiters.get(task, 1) - 1
+            if n:
+                self._waiters[task] = n
+            else:
+                self._waiters.pop(task, None)
 
     def _forget(self, key: str, task: asyncio.Task) -> None:
         if self._tasks.get(key) is task:

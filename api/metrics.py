@@ -24,9 +24,16 @@ class Metrics:
             buckets=LATENCY_BUCKETS, registry=r,
         )
         self.solve_time = Histogram(
-            "planner_solve_duration_seconds", "time of one solve in the worker pool", ["kind"],
+            "planner_solve_duration_seconds", "time one solve ran in a worker process (queue wait apart)", ["kind"],
             buckets=SOLVE_BUCKETS, registry=r,
         )
+        self.queue_wait = Histogram(
+            "planner_solve_queue_wait_seconds", "time one solve waited for a worker process", ["kind"],
+            buckets=SOLVE_BUCKETS, registry=r,
+        )
+        self.killed = Counter("planner_solves_killed", "solves whose worker process was killed (past their limit, "
+                              "or their caller gone)", ["kind"], registry=r)
+        self.busy_workers = Gauge("planner_solver_busy_workers", "worker processes running a solve", registry=r)
         self.cache_hits = Counter("planner_plan_cache_hits", "plan requests answered from the store", registry=r)
         self.cache_misses = Counter("planner_plan_cache_misses", "plan requests that were solved", registry=r)
         self.queue_depth = Gauge("planner_solver_queue_depth", "solves waiting for a worker", registry=r)

@@ -44,4 +44,8 @@ class Health(BaseModel):
     status: str
     database: str
     planner: bool = Field(description="the planner answers plans (always true: it installs with the service)")
-    queue_depth: int
+    queue_depth: int = Field(description="admitted solves waiting for a worker")
+    busy_workers: int = Field(0, description="worker processes running a solve now")
+    workers: int = Field(0, description="worker processes of the pool (or, with a broker, this replica's admitted "
+                         "solves' limit over the queue)")
+    queue_capacity: int = Field(0, description="solves admitted at once (running + waiting); beyond it: 429")

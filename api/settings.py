@@ -26,7 +26,15 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="bind address of `planner serve`")
     port: int = Field(8000, description="port of `planner serve`")
-    workers: int = Field(2, ge=1, le=256, description="solver threads (concurrent solves)")
+    workers: int = Field(2, ge=1, le=256, description="solver worker processes (concurrent solves)")
+    broker_url: str | None = Field(
+        None, description="redis://host:port/db: solves go through a Dramatiq queue to `planner worker` processes "
+        "(docs/service.md, Scale-out); unset: this process's own worker processes"
+    )
+    worker_max_tasks: int = Field(
+        1, ge=0, le=1_000_000, description="solves one worker process runs before it is replaced by a fresh one "
+        "(0: never); 1: each solve's memory goes back when it ends"
+    )
     queue_size: int = Field(
         16, ge=0, le=100_000, description="solves that may wait for a worker; beyond it: 429"
     )

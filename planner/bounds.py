@@ -38,6 +38,7 @@ from cost_model.specs.vocab import (
 )
 from cost_model.terms import memory
 from cost_model.terms.layers import LayerTable
+from planner.deadline import NO_DEADLINE, Deadline
 
 
 @dataclass(frozen=True)
@@ -185,20 +186,29 @@ def _least_fullest_rank_bytes(lines_by_rank, start: int, blocks: int, s: float, 
     return top
 
 
-@functools.lru_cache(maxsize=4096)
-def _rank_floors(schedule: str, pp: int, m: int, vpp: int) -> tuple[float, ...]:
-    """in_flight_floor of every rank (memory_bound_bytes prices every candidate with them)."""
-    return tuple(in_flight_floor(schedule, pp, r, m, vpp) for r in range(pp))
+def _rank_floors(schedule: str, pp: int, m: int, vpp: int, deadline: Deadline) -> tuple[float, ...]:
+    """in_flight_floor of every rank (memory_bound_bytes prices every candidate with them;
+    each rank's is cached). The deadline is looked at between ranks: deep interleaving walks
+    pp x vpp forwards per rank."""
+    out = []
+    for r in range(pp):
+        deadline.check("the memory bound's in-flight floors")
+        out.append(in_flight_floor(schedule, pp, r, m, vpp))
+    return tuple(out)
 
 
-@functools.lru_cache(maxsize=4096)
-def _rank_lines(schedule: str, pp: int, m: int, vpp: int) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """in_flight_lines of every rank."""
-    return tuple(in_flight_lines(schedule, pp, r, m, vpp) for r in range(pp))
+def _rank_lines(schedule: str, pp: int, m: int, vpp: int, deadline: Deadline) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """in_flight_lines of every rank (each cached), the deadline looked at between ranks."""
+    out = []
+    for r in range(pp):
+        deadline.check("the memory bound's in-flight lines")
+        out.append(in_flight_lines(schedule, pp, r, m, vpp))
+    return tuple(out)
 
 
 def memory_bound_bytes(
-    sums: TableSums, recompute: str, schedule: str, pp: int, vpp: int, m: int, reserved: float, states_scale: float = 1.0
+    sums: TableSums, recompute: str, schedule: str, pp: int, vpp: int, m: int, reserved: float, states_scale: float = 1.0,
+    deadline: Deadline = NO_DEADLINE,
 ) -> float:
     """Rank r holds its model states and at least kappa_r = in_flight_floor(r) x its blocks'
     least activations (block inputs under full recompute), whatever its chunks hold. Lower
@@ -220,7 +230,7 @@ def memory_bound_bytes(
     scale with it and kappa_r(m)/m and the lines' values at every N over m do not increase
     with m = B/(dp mb) (planner/search/queue.py's too_big_mb rests on this;
     tests/planner/test_bounds.py checks both)."""
-    floors = _rank_floors(schedule, pp, m, vpp)
+    floors = _rank_floors(schedule, pp, m, vpp, deadline)
     A = sums.act_bytes[recompute]
     best = sums.states_bytes * states_scale / pp + A / pp * min(floors)
     if sums.one_block_kind:
@@ -231,7 +241,7 @@ def memory_bound_bytes(
         # (more chunks than blocks, stages.empty_end_layouts: a chunk may hold none, so the
         # lines' premise fails; the two bounds above hold whatever the chunks hold)
         v = max(1, vpp)
-        lines = _rank_lines(schedule, pp, m, vpp)
+        lines = _rank_lines(schedule, pp, m, vpp, deadline)
         s_min = min(st for _, st, _ in sums.kind_bytes) * states_scale
         a_min = min(act[recompute] for _, _, act in sums.kind_bytes)
         best = max(best, _least_fullest_rank_bytes(lines, v, sums.num_blocks, s_min, a_min, a_min, v))
@@ -241,6 +251,7 @@ def memory_bound_bytes(
                 # (>= a_min each) on the chunks they leave empty; a kind of fewer blocks
                 # than ranks leaves a rank without one (skipped: it rarely bounds more)
                 if n >= pp:
+                    deadline.check("the memory bound's block kinds")
                     best = max(best, _least_fullest_rank_bytes(lines, 0, n, st * states_scale, act[recompute],
                                                                a_min, v))
     return memory.peak_bytes(best, 0.0, reserved)
@@ -252,11 +263,12 @@ def base_time_bound_s(sums: TableSums, table: LayerTable, c, m: int) -> float:
     return _pipeline_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
 
 
-def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: float) -> float:
+def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: float,
+                            deadline: Deadline = NO_DEADLINE) -> float:
     """memory_bound_bytes with the base table's model states rescaled to c's ZeRO stage over the
     dense data-parallel group (dp*cp ranks; expert weights shard over fewer, so this is lower)."""
     return memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved,
-                              states_scale=_states_scale(training, c.engine, c.zero, c.dp * c.cp))
+                              states_scale=_states_scale(training, c.engine, c.zero, c.dp * c.cp), deadline=deadline)
 
 
 @functools.lru_cache(maxsize=4096)

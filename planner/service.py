@@ -76,6 +76,9 @@ class Infeasible(Exception):
         self.message = message
         self.details = details
 
+    def __reduce__(self):  # crosses process boundaries (the service's worker processes) whole
+        return (Infeasible, (self.message, self.details))
+
 
 def validated(req: BaseModel | dict, schema: type[Request]) -> Request:
     """The request as the edge validated it, or a plain dict validated once here against

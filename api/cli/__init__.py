@@ -16,7 +16,7 @@ from cost_model.specs.errors import SpecError, close_match
 from planner.request.errors import every_error
 
 # command modules, in the order `planner --help` lists them
-COMMANDS = ("plan", "estimate", "check", "sweep", "profile", "serve", "catalog")
+COMMANDS = ("plan", "estimate", "check", "sweep", "profile", "serve", "worker", "catalog")
 
 # optional extras (pyproject.toml [project.optional-dependencies]): the module a command
 # imports -> (what needs it, how to install it). tests/cli/test_errors_cli.py holds the pins

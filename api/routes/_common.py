@@ -3,11 +3,13 @@ solver-pool call and its error mapping, stored-profile loading."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import json
 import logging
-import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -23,9 +25,10 @@ from ..metrics import Metrics
 from ..responses import ErrorBody
 from ..settings import Settings
 from ..store import Store
-from ..worker import QueueFull, SolverPool, SolveTimeout
+from ..worker import QueueFull, SolverPool, SolveTimeout, Timing, WorkerError
 
 log = logging.getLogger("planner.api")
+T = TypeVar("T")
 
 
 def err(desc: str) -> dict:
@@ -37,7 +40,8 @@ COMMON_ERRORS = {400: err("body is not parseable JSON, or nests a free-form obje
                  413: err("request body too large"),
                  422: err("invalid input (details.field names it) or infeasible request")}
 SOLVE_ERRORS = {429: err("solver queue full; retry after Retry-After seconds"),
-                503: err("solve timed out; retry after Retry-After seconds")}
+                503: err("no answer in time: dropped from the queue unstarted, or its process killed past its "
+                         "limit (details: killed, queue_wait_s, run_s); retry after Retry-After seconds")}
 
 
 def non_finite(exc: ValueError) -> ApiError:
@@ -92,34 +96,111 @@ def evaluation_failed(exc: Exception, what: str) -> ApiError:
 def _map_solver_error(exc: Exception, what: str) -> Exception:
     if isinstance(exc, SpecError | ApiError):
         return exc
+    if isinstance(exc, WorkerError):  # raised in a worker process, its type kept by name
+        return ApiError(422, "unprocessable", f"the {what} could not evaluate this request: {exc}",
+                        {"exception": exc.type_name})
     if isinstance(exc, Infeasible):
         return ApiError(422, "infeasible", exc.message, dict(exc.details or {}))
     return evaluation_failed(exc, what)
 
 
 def solve_wait_s(limit_s: float) -> float:
-    """How long the service waits for a solve of time limit `limit_s`: a grace beyond the
-    solver's own limit, as enumeration and the launch emitters run outside CP-SAT."""
+    """How long the service waits for a solve of time limit `limit_s`, queue included: a grace
+    beyond the solver's own limit, as enumeration and the launch emitters run outside CP-SAT.
+    A solve still queued then is dropped, one still running has its process killed."""
     return limit_s * 1.5 + 5
 
 
-async def solve(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *args, limit_s: float, kind: str):
-    """Run fn(*args) in the bounded solver pool; queue-full -> 429, timeout -> 503."""
-    retry = {"Retry-After": str(settings.retry_after_s)}
-    start = time.perf_counter()
+# A solve may run this long past its time limit before its process is killed: the search
+# stops itself at its hard deadline (the limit plus SearchPolicy.deadline_grace_s, at most
+# 3 s) and the answer's launch artifacts follow; past this, something no deadline reaches runs.
+KILL_AFTER_S = 5.0
+
+
+def run_limit_s(limit_s: float) -> float:
+    """How long a solve of time limit `limit_s` may run in its worker before it is killed."""
+    return limit_s + KILL_AFTER_S
+
+
+def queue_full(settings: Settings, metrics: Metrics) -> ApiError:
+    metrics.rejected.inc()
+    return ApiError(429, "queue_full", "the solver queue is full; retry later",
+                    {"workers": settings.workers, "queue_size": settings.queue_size},
+                    headers={"Retry-After": str(settings.retry_after_s)})
+
+
+@contextlib.contextmanager
+def admitted(pool: SolverPool, settings: Settings, metrics: Metrics):
+    """A place in the solver pool held for a request's whole solve (SolverPool.reserve), taken
+    before its cross-replica lock (a database connection held for the whole solve): a burst
+    past the queue is answered 429 at once, and never holds the connection pool."""
     try:
-        return await pool.submit(fn, *args, timeout_s=solve_wait_s(limit_s))
+        with pool.reserve():
+            yield
     except QueueFull:
-        metrics.rejected.inc()
-        raise ApiError(429, "queue_full", "the solver queue is full; retry later",
-                       {"workers": settings.workers, "queue_size": settings.queue_size}, headers=retry) from None
-    except SolveTimeout:
-        raise ApiError(503, "solve_timeout", f"the solve did not finish within {limit_s:g} s", {"time_limit_s": limit_s},
-                       headers=retry) from None
+        raise queue_full(settings, metrics) from None
+
+
+async def solve(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *args, limit_s: float, kind: str) -> Any:
+    """solve_timed's answer alone."""
+    return (await solve_timed(pool, settings, metrics, fn, *args, limit_s=limit_s, kind=kind))[0]
+
+
+async def solve_timed(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *args, limit_s: float,
+                      kind: str) -> tuple[Any, Timing]:
+    """Run fn(*args) in the bounded solver pool: (its answer, its queue wait and run time).
+    Queue full -> 429; no answer in time (dropped from the queue, or its process killed) -> 503
+    with the reason and the timing."""
+    retry = {"Retry-After": str(settings.retry_after_s)}
+    timing = None
+    try:
+        value, timing = await pool.submit_timed(fn, *args, timeout_s=solve_wait_s(limit_s),
+                                                run_limit_s=run_limit_s(limit_s))
+        return value, timing
+    except QueueFull:
+        raise queue_full(settings, metrics) from None
+    except SolveTimeout as exc:
+        timing = exc.timing
+        if exc.killed:
+            metrics.killed.labels(kind).inc()
+        raise ApiError(503, "solve_timeout", f"the solve did not finish within {limit_s:g} s: {exc.reason}",
+                       {"time_limit_s": limit_s, "killed": exc.killed, "queue_wait_s": round(timing.queue_wait_s, 3),
+                        "run_s": round(timing.run_s, 3)}, headers=retry) from None
     except Exception as exc:  # noqa: BLE001 - mapped to 422 by kind
+        timing = getattr(exc, "solve_timing", None)
         raise _map_solver_error(exc, "planner") from None
     finally:
-        metrics.solve_time.labels(kind).observe(time.perf_counter() - start)
+        if timing is not None:
+            metrics.queue_wait.labels(kind).observe(timing.queue_wait_s)
+            metrics.solve_time.labels(kind).observe(timing.run_s)
+
+
+# how often a waiting request looks whether its client is still there
+DISCONNECT_POLL_S = 0.25
+# the status a request whose client went away is logged with (nginx's "client closed request")
+CLIENT_GONE = 499
+
+
+async def _until_disconnected(request: Request) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(DISCONNECT_POLL_S)
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """`work`'s answer, or None once the client has disconnected: `work` is then cancelled
+    (with it a solve only this client waited for: api/dedupe.py, api/worker.py)."""
+    job = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        await asyncio.wait({job, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if job.done():
+        return job.result()
+    job.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await job
+    return None
 
 
 def time_limit(settings: Settings, req: BaseModel) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, NamedTuple
 
-from fastapi import Query, Response
+from fastapi import Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from cost_model.specs.errors import SpecError
@@ -24,16 +24,19 @@ from ..metrics import Metrics
 from ..responses import PlanList
 from ..settings import Settings
 from ..store import Store, StoredPlan, decode_cursor, now_us
-from ..worker import SolverPool
+from ..worker import SolverPool, Timing
 from ._common import (
+    CLIENT_GONE,
     COMMON_ERRORS,
     SOLVE_ERRORS,
+    admitted,
     err,
     load_profile,
     non_finite,
-    solve,
+    solve_timed,
     solve_wait_s,
     time_limit,
+    unless_disconnected,
     v1_router,
 )
 
@@ -58,10 +61,13 @@ def _answer(body_json: str, plan_id: str, compact_form: bool) -> str:
     return json.dumps(compact_doc(doc) if compact_form else doc, allow_nan=False)
 
 
-def _stored(body_json: str, status: int, plan_id: str, cache: str | None = None, compact_form: bool = False) -> Response:
+def _stored(body_json: str, status: int, plan_id: str, cache: str | None = None, compact_form: bool = False,
+            timing: Timing | None = None) -> Response:
     headers = {"Location": f"/v1/plans/{plan_id}"}
     if cache:
         headers["X-Plan-Cache"] = cache
+    if timing is not None:  # the solve's queue wait and run time, apart (W3C Server-Timing, ms)
+        headers["Server-Timing"] = timing.server_timing()
     return Response(_answer(body_json, plan_id, compact_form), status_code=status, media_type=JSON, headers=headers)
 
 
@@ -76,6 +82,7 @@ PLAN_ANSWER = Plan | CompactPlan  # the schema of a plan answer, full or compact
                               "description": "the stored plan of an identical request (X-Plan-Cache: hit)"},
                         **COMMON_ERRORS, **SOLVE_ERRORS})
 async def create_plan(
+    request: Request,
     body: PlanRequest,
     store: StoreDep,
     pool: PoolDep,
@@ -100,16 +107,21 @@ async def create_plan(
 
     async def answer() -> Answer:
         # the lock is held while solving, so its wait is bounded by the solve's own
-        async with request_lock(store, h, wait_limit_s=solve_wait_s(limit) + 5):
-            found = await run_in_threadpool(store.find_plan_by_hash, h, since_us)  # another replica's solve
-            if found is not None:
-                return Answer(found, solved=False)
-            metrics.cache_misses.inc()
-            return Answer(await _solve_and_store(body, h, limit, store, pool, settings, metrics), solved=True)
+        with admitted(pool, settings, metrics):
+            async with request_lock(store, h, wait_limit_s=solve_wait_s(limit) + 5):
+                found = await run_in_threadpool(store.find_plan_by_hash, h, since_us)  # another replica's solve
+                if found is not None:
+                    return Answer(found, solved=False)
+                metrics.cache_misses.inc()
+                plan, timing = await _solve_and_store(body, h, limit, store, pool, settings, metrics)
+                return Answer(plan, solved=True, timing=timing)
 
-    got, led = await inflight.run(h, answer, accept=lambda a: a.plan.created_us >= since_us)
+    ran = await unless_disconnected(request, inflight.run(h, answer, accept=lambda a: a.plan.created_us >= since_us))
+    if ran is None:  # the client went away; a solve nobody else waits for was cancelled with it
+        return Response(status_code=CLIENT_GONE)
+    got, led = ran
     if led and got.solved:
-        return _stored(got.plan.body, 201, got.plan.id, "miss", compact)
+        return _stored(got.plan.body, 201, got.plan.id, "miss", compact, got.timing)
     metrics.cache_hits.inc()
     return _stored(got.plan.body, 200, got.plan.id, "hit", compact)
 
@@ -117,14 +129,15 @@ async def create_plan(
 class Answer(NamedTuple):
     plan: StoredPlan
     solved: bool  # False: found in the store (another replica solved it)
+    timing: Timing | None = None  # the solve's queue wait and run time, where this replica solved it
 
 
 async def _solve_and_store(body: PlanRequest, h: str, limit: float, store: Store, pool: SolverPool,
-                           settings: Settings, metrics: Metrics) -> StoredPlan:
+                           settings: Settings, metrics: Metrics) -> tuple[StoredPlan, Timing]:
     profile = await load_profile(store, body)
     plan_id = new_plan_id()  # given to the planner so launch artifacts name the stored plan
-    plan: Plan = await solve(pool, settings, metrics, _run_plan, body, profile, limit, plan_id,
-                             limit_s=limit, kind="plan")
+    plan, timing = await solve_timed(pool, settings, metrics, _run_plan, body, profile, limit, plan_id,
+                               limit_s=limit, kind="plan")
     plan = plan.model_copy(update={"id": plan_id, "request_hash": h, "links": plan_links(plan_id)})
     try:
         text = plan.to_json()  # the one serialisation: stored, answered, served on GET
@@ -133,7 +146,7 @@ async def _solve_and_store(body: PlanRequest, h: str, limit: float, store: Store
     created_us = now_us()
     # committed before the 201 goes out (and before the lock lets another replica look)
     await run_in_threadpool(store.put_plan, plan.id, h, plan.status, text, created_us)
-    return StoredPlan(plan.id, text, created_us)
+    return StoredPlan(plan.id, text, created_us), timing
 
 
 def _run_plan(req: PlanRequest, profile, limit_s: float, plan_id: str) -> Plan:

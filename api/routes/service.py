@@ -25,11 +25,13 @@ async def healthz(store: StoreDep, pool: PoolDep):
         # sent to an unauthenticated caller
         log.error("health check: database unreachable: %s", exc)
         return JSONResponse({"error": {"code": "unavailable", "message": "database unavailable", "details": {}}}, 503)
-    return Health(status="ok", database=store.engine.dialect.name, planner=True, queue_depth=pool.depth)
+    return Health(status="ok", database=store.engine.dialect.name, planner=True, queue_depth=pool.depth,
+                  busy_workers=pool.busy, workers=pool.workers, queue_capacity=pool.capacity)
 
 
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}})
 async def metrics(metrics: MetricsDep, pool: PoolDep):
     metrics.queue_depth.set(pool.depth)
+    metrics.busy_workers.set(pool.busy)
     return Response(metrics.render(), media_type=metrics.content_type)

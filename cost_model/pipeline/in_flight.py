@@ -6,7 +6,6 @@ follow from per-chunk activation sizes. GPipe holds all m; 1F1B holds pp - rank
 
 from __future__ import annotations
 
-import operator
 from functools import lru_cache
 
 from cost_model.pipeline.order import interleaved_table
@@ -41,6 +40,23 @@ def _chunk_order(m: int, vpp: int, pp: int) -> tuple[int, ...]:
 
 @lru_cache(maxsize=16384)
 def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra: int = 0) -> tuple[tuple[int, ...], ...]:
+    states = _interleaved_held(pp, rank, m, vpp, warmup_extra)
+    # The Pareto-maximal vectors (no other holds at least as much of every chunk), in the
+    # order of the distinct vectors sorted by total, largest first. Linear, not quadratic:
+    # every vector held after a steady step's forward totals warm + 1 (the warm-up's warm
+    # forwards, one more, and each earlier steady step added one and freed one), so no
+    # distinct two of them dominate each other; and the warm-up's vectors, each the one
+    # before plus a forward, form a chain below the first steady one (or, with no steady
+    # step, below the last). The maximal vectors are therefore exactly those of the largest
+    # total (tests/cost_model: equal to the pairwise filter on every small order).
+    uniq = sorted(set(states), key=sum, reverse=True)
+    top = sum(uniq[0])
+    return tuple(v for v in uniq if sum(v) == top)
+
+
+def _interleaved_held(pp: int, rank: int, m: int, vpp: int, warmup_extra: int = 0) -> list[tuple[int, ...]]:
+    """The micro-batches each virtual stage holds after each forward of the walk, over its
+    distinct steps (interleaved_live_chunks)."""
     total = m * vpp
     warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp + warmup_extra)
     # chunk of the k-th forward: groups of pp micro-batches per chunk, the last group the
@@ -56,13 +72,7 @@ def _interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra:
         if step >= warm:  # steady 1F1B: this step's backward frees the oldest
             live[vpp - 1 - chunks[b]] -= 1
             b += 1
-    # keep the Pareto-maximal vectors (no other holds at least as much of every chunk)
-    uniq = sorted(set(states), key=sum, reverse=True)
-    keep: list[tuple[int, ...]] = []
-    for v in uniq:
-        if not any(all(map(operator.ge, k, v)) for k in keep):  # equal lengths: vpp each
-            keep.append(v)
-    return tuple(keep)
+    return states
 
 
 def _distinct_steps(pp: int, m: int, vpp: int, total: int, warm: int) -> int:
@@ -88,12 +98,24 @@ def interleaved_floor(pp: int, rank: int, m: int, vpp: int) -> int:
     warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp)
     chunks = _chunk_order(m, vpp, pp)
     live = [0] * vpp
-    best = b = 0
+    # the least entry of `live`, kept as the walk goes (not a pass over the vpp chunks per
+    # step): count[n] chunks hold n; a forward lifts the least only when it took the last
+    # chunk at it, a backward lowers it to what it left
+    count = [0] * (m + 2)
+    count[0] = vpp
+    least = best = b = 0
     for step in range(_distinct_steps(pp, m, vpp, total, warm)):
-        live[chunks[step]] += 1
-        best = max(best, min(live))
+        c = chunks[step]
+        n = live[c]
+        live[c], count[n], count[n + 1] = n + 1, count[n] - 1, count[n + 1] + 1
+        if n == least and not count[n]:
+            least = n + 1
+        best = max(best, least)
         if step >= warm:
-            live[vpp - 1 - chunks[b]] -= 1
+            c = vpp - 1 - chunks[b]
+            n = live[c]
+            live[c], count[n], count[n - 1] = n - 1, count[n] - 1, count[n - 1] + 1
+            least = min(least, n - 1)
             b += 1
     return best
 

@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 
 from cost_model.specs.vocab import STATUS_FEASIBLE, STATUS_OPTIMAL
+from planner.deadline import Deadline, DeadlineExceeded
 from planner.search.context import Caps, Clock, Context
 from planner.search.dive import Dives
 from planner.search.incumbent import Incumbent
@@ -46,7 +47,8 @@ class BestFirstSearch:
         t0 = time.perf_counter()
         limit = prob.space.time_limit_s if deadline_s is None else deadline_s
         self.ctx = ctx = Context(prob, policy, seams, Clock(t0, limit), SearchStats(), LayerTables(prob),
-                                 Incumbent(prob, prob.space.top_k), Caps(prob.space.gap_limit, policy))
+                                 Incumbent(prob, prob.space.top_k), Caps(prob.space.gap_limit, policy),
+                                 Deadline(t0 + limit + policy.deadline_grace_s(limit)))
         self.progress = progress
         self.report = Reporter(progress, t0, policy.progress_after_s if progress_after_s is None else progress_after_s,
                                policy.progress_every_s if progress_every_s is None else progress_every_s)
@@ -55,28 +57,46 @@ class BestFirstSearch:
         self.scheduler = SolveScheduler(ctx, self.solves)
         self.dives = Dives(ctx, self.frontier)
         self.optimal_all = True  # no plan was recorded past the deadline (the rescue)
+        self.in_hand_s = math.inf  # the bound of the entry popped and being worked on
 
     def run(self) -> SearchResult:
         ctx, solves = self.ctx, self.solves
         caps = ctx.caps
-        self.frontier.bound_groups()
         with self.scheduler:
-            for phase, gap in enumerate(caps.phase_gaps):
-                if phase:
-                    # the next phase (policy.staged_gap): its keep and cap, and a retry of every
-                    # candidate the last one left open below the best plan (set aside by the
-                    # bounds or its hint within the last gap, or cut off by the last cap)
-                    caps.enter(gap)
-                    solves.retry.update(key for key, (b, _) in solves.open.items() if b < ctx.best.best_s() * caps.keep)
-                self._best_first(last_phase=phase == len(caps.phase_gaps) - 1)
-                self._retries()
-                if ctx.stats.timed_out:
-                    break
+            try:
+                self.frontier.bound_groups()
+                for phase, gap in enumerate(caps.phase_gaps):
+                    if phase:
+                        # the next phase (policy.staged_gap): its keep and cap, and a retry of every
+                        # candidate the last one left open below the best plan (set aside by the
+                        # bounds or its hint within the last gap, or cut off by the last cap)
+                        caps.enter(gap)
+                        solves.retry.update(key for key, (b, _) in solves.open.items()
+                                            if b < ctx.best.best_s() * caps.keep)
+                    self._best_first(last_phase=phase == len(caps.phase_gaps) - 1)
+                    self._retries()
+                    if ctx.stats.timed_out:
+                        break
+            except DeadlineExceeded:
+                self._hard_stop()
             self.scheduler.drain()
             result = self._result()  # the best plan's status and gap, before the runners-up
-            self._runners_up()
+            try:
+                self._runners_up()
+            except DeadlineExceeded:
+                pass  # the runners-up are extra lines: the best plan and its gap stand
         self._stop_clock()
         return replace(result, best=list(ctx.best.found))
+
+    def _hard_stop(self) -> None:
+        """Past the hard deadline (a loop over blocks or candidates raised it): timed out, the
+        gap from the least bound still queued or in hand (the rescue's queue is keyed by fit,
+        its least bound kept when it began). What the search has recorded is its answer."""
+        stats, queue = self.ctx.stats, self.frontier.queue
+        stats.timed_out = True
+        self.optimal_all = False
+        if not self.frontier.rescue:
+            stats.lower_bound_s = min([stats.lower_bound_s, self.in_hand_s] + [queue[0].bound_s] * bool(queue))
 
     def _stop_clock(self) -> None:
         """The whole search's wall time, runners-up and the solves drained at the end included;
@@ -154,6 +174,7 @@ class BestFirstSearch:
                 scheduler.start_retry(scheduler.loop_workers, early=True)
             if self.progress is not None:
                 self.report(self._line)
+            ctx.deadline.check("the best-first loop")
             e = queue[0]
             # prune against the k-th kept plan: what cannot beat it changes none of the k
             best_t = best.prune_s()
@@ -176,7 +197,9 @@ class BestFirstSearch:
                 self.dives.run(now)
                 continue
             heapq.heappop(queue)
+            self.in_hand_s = e.bound_s
             self._take(e, best_t, out_of_time)
+            self.in_hand_s = math.inf
 
     def _take(self, e: Entry, best_t: float, out_of_time: bool) -> None:
         """The front entry, popped: a group expanded; a candidate refined and queued again, or

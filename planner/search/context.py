@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from planner.deadline import Deadline
 from planner.search.incumbent import Incumbent
 from planner.search.policy import SearchPolicy
 from planner.search.results import Problem, SearchStats
@@ -61,3 +62,4 @@ class Context:
     tables: LayerTables
     best: Incumbent
     caps: Caps
+    deadline: Deadline  # the hard one, a grace past the clock's limit (planner/deadline.py)

@@ -53,6 +53,7 @@ class Dives:
         self.last = time.perf_counter()
         picks: list[Entry] = []
         while pool and len(picks) < ctx.policy.dive_pool:
+            ctx.deadline.check("a dive")
             e = heapq.heappop(pool)
             if e.order in self.dived:
                 continue
@@ -64,6 +65,7 @@ class Dives:
                 picks.append(e._replace(bound_s=max(e.bound_s, own)))
         picks.sort()
         for i, e in enumerate(picks):
+            ctx.deadline.check("a dive")
             table = tables.get(e.candidate)
             hint = ctx.seams.best_hint(stage_problem(prob, e.candidate, table))
             if hint is not None:

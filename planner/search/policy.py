@@ -71,6 +71,10 @@ class SearchPolicy:
         most this share of the time the search took so far, or runner_up_min_s where that is
         more (a small search proves its few runners-up in well under it), within its limit; what is
         left unproven says its gap. More: more proven alternatives, a longer answer.
+    deadline_grace_share, deadline_grace_min_s, deadline_grace_max_s: the hard deadline
+        (planner/deadline.py) sits this share of the time limit beyond it, at least the min
+        (the rescue after the limit records a greedy plan, if any fits) and at most the max;
+        past it the loops that grow with the model's blocks and the candidates stop.
     dive_pool: the least-bound queued candidates a dive prices with their own tables before it
         records the best that has a partition that fits (the dived candidate stays queued for
         its exact solve).
@@ -98,3 +102,10 @@ class SearchPolicy:
     dive_pool: int = 16
     runner_up_share: float = 0.25
     runner_up_min_s: float = 0.3
+    deadline_grace_share: float = 0.25
+    deadline_grace_min_s: float = 1.0
+    deadline_grace_max_s: float = 3.0
+
+    def deadline_grace_s(self, limit_s: float) -> float:
+        """How far beyond the time limit the hard deadline sits."""
+        return min(self.deadline_grace_max_s, max(self.deadline_grace_min_s, self.deadline_grace_share * limit_s))

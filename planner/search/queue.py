@@ -135,6 +135,7 @@ class Frontier:
         use_groups = group_bound_applies(prob.profile)
         layout_s: dict[tuple, float] = {}
         for key, mb in mb_ref.items():
+            ctx.deadline.check("the degree groups' bounds")
             if not use_groups or clock.elapsed() > ctx.policy.enumeration_share * clock.limit:
                 layout_s[key] = 0.0  # unbounded (valid): the group is expanded when it reaches the front
                 continue
@@ -161,6 +162,7 @@ class Frontier:
         B = self.batch
         gi, g = e.order[0], e.candidate
         for j, c in enumerate(ctx.seams.group_candidates(prob.model, prob.training, prob.space, g, prob.profile)):
+            ctx.deadline.check("a degree group's expansion")
             stats.candidates += 1
             # the base memory bound does not depend on the overlapped all-to-all (its extra
             # warm-up micro-batch is left out of the bound): the two settings share it
@@ -188,7 +190,8 @@ class Frontier:
             mem_lb = self.mem_lbs.get(twin)
             if mem_lb is None:
                 reserved = memory.reserved_bytes(c, prob.model)
-                mem_lb = self.mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved)
+                mem_lb = self.mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved,
+                                                                          ctx.deadline)
             stats.note_memory(mem_lb / GIB, c)
             if mem_lb > self.cap:
                 stats.pruned_memory += 1
@@ -205,7 +208,8 @@ class Frontier:
         """The cheap time bound of the candidate's own table; None when its memory bound
         rules it out."""
         sums = self.ctx.tables.get_sums(c)
-        if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved) > self.cap:
+        if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved,
+                              deadline=self.ctx.deadline) > self.cap:
             return None
         return cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
 

@@ -1,0 +1,200 @@
+"""Scale-out: with `PLANNER_BROKER_URL` set (redis://...), solves go through a Dramatiq queue
+on Redis to `planner worker` processes, on this machine or others, and their answers come back
+through Dramatiq's Redis result backend. Each worker runs a solve in its own SolverPool process
+(api/worker.py), so the hard limits hold there as here: a solve past its run limit has its
+process killed. The API replicas keep sharing plans through PostgreSQL; a plan row is written
+by the API replica only once the answer is back, so a worker that dies mid-solve leaves no row
+(the replica answers 503 when its wait ends).
+
+Dramatiq over Celery and arq: Dramatiq acks a message only after its actor returns (a worker
+killed mid-solve does not lose it: Redis requeues it to a live worker), it runs on Redis and
+RabbitMQ alike, its result backend is built in, and it is small and typed; Celery's
+acks_late and prefetch settings have to be got right to get the same, arq is asyncio-only
+(a CPU-bound solve would block its loop) and Redis-only.
+
+Messages and results are pickled (Dramatiq's PickleEncoder): a plan request and a Plan are
+pydantic models, and the broker is the service's own, reached only by its replicas and
+workers: never point PLANNER_BROKER_URL at a Redis that others can write."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import dramatiq
+import redis
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import CurrentMessage
+from dramatiq.middleware import default_middleware as _default_middleware
+from dramatiq.results import Results
+from dramatiq.results.backends.redis import RedisBackend
+from dramatiq.results.errors import ResultMissing, ResultTimeout
+
+from .worker import QueueFull, SolverPool, SolveTimeout, Timing, portable, unbox
+
+QUEUE = "planner-solves"
+# a solve whose caller gave up is marked here (message id -> 1, an hour): a worker that takes
+# its message later skips it instead of solving for nobody
+CANCELLED = "planner-cancelled:"
+CANCELLED_TTL_S = 3600
+RESULT_POLL_S = 0.1  # how often a replica asks for a solve's result
+
+
+def default_middleware() -> list:
+    return [m() for m in _default_middleware]
+
+
+def configure(url: str) -> RedisBroker:
+    """The broker and result backend of `url` (redis://host:port/db), set as Dramatiq's."""
+    if not url.startswith(("redis://", "rediss://")):
+        raise ValueError(f"PLANNER_BROKER_URL must be a redis:// URL, got {url.split(':', 1)[0]}://")
+    broker = RedisBroker(url=url, middleware=[*default_middleware(), CurrentMessage()])
+    # no socket timeout on the results' client: a solve's answer is waited for with a blocking
+    # pop as long as the solve may take (redis-py's default would cut every wait at 5 s)
+    results = redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, socket_timeout=None))
+    broker.add_middleware(Results(backend=RedisBackend(client=results, encoder=dramatiq.PickleEncoder())))
+    dramatiq.set_broker(broker)
+    dramatiq.set_encoder(dramatiq.PickleEncoder())
+    return broker
+
+
+if os.environ.get("PLANNER_BROKER_URL"):
+    configure(os.environ["PLANNER_BROKER_URL"])
+else:  # importable without a broker (the actor is declared on a stub until one is configured)
+    from dramatiq.brokers.stub import StubBroker
+
+    dramatiq.set_broker(StubBroker())
+
+_local: SolverPool | None = None
+
+
+def _worker_pool() -> SolverPool:
+    """The worker's own process pool (one solve per Dramatiq thread at a time)."""
+    global _local
+    if _local is None:
+        threads = int(os.environ.get("PLANNER_WORKER_THREADS", "1"))
+        _local = SolverPool(threads, 0, max_tasks=int(os.environ.get("PLANNER_WORKER_MAX_TASKS", "1")))
+    return _local
+
+
+# max_retries 0: a solve that failed is answered as failed; a worker killed mid-solve leaves
+# its message unacked, and Redis hands it to a live worker (a retry, not counted here)
+@dramatiq.actor(queue_name=QUEUE, store_results=True, max_retries=0, time_limit=24 * 3600 * 1000)
+def solve_job(fn: Callable[..., Any], args: tuple, run_limit_s: float) -> tuple[bool, Any, float, float]:
+    """In `planner worker`: fn(*args) in a worker process of this machine, killed past
+    `run_limit_s`: (ok, answer or exception, wall clock at start, run seconds)."""
+    start = time.time()
+    message = CurrentMessage.get_current_message()
+    broker = dramatiq.get_broker()
+    if message is not None and broker.client.exists(CANCELLED + message.message_id):
+        return False, SolveTimeout(Timing(), False, "its caller gave up before a worker took it"), start, 0.0
+    try:
+        value, timing = asyncio.run(_worker_pool().submit_timed(fn, *args, timeout_s=run_limit_s))
+        return True, value, start + timing.queue_wait_s, timing.run_s
+    except Exception as exc:  # noqa: BLE001 - every error goes back to the API replica
+        return False, portable(exc), start, time.time() - start
+
+
+class BrokerPool:
+    """SolverPool's interface over the queue: admission (workers + queue_size per replica, then
+    429), and each solve sent to the workers and waited for; `workers` is this replica's share
+    of concurrent solves, not the workers' count (their queue is Redis's)."""
+
+    def __init__(self, url: str, workers: int, queue_size: int, on_depth: Callable[[int], None] | None = None):
+        self.broker = configure(url)
+        self.workers = workers
+        self.capacity = workers + queue_size
+        self._in_flight = 0
+        self._reserved = 0
+        self._on_depth = on_depth or (lambda _n: None)
+
+    @property
+    def busy(self) -> int:
+        return min(self._in_flight, self.workers)
+
+    @property
+    def depth(self) -> int:
+        """Solves sent and not yet started by a worker (the broker's queue length)."""
+        with contextlib.suppress(Exception):
+            return int(self.broker.client.llen(f"{self.broker.namespace}:{QUEUE}"))
+        return 0
+
+    @property
+    def full(self) -> bool:
+        return self._in_flight >= self.capacity
+
+    @contextlib.contextmanager
+    def reserve(self):
+        if self._reserved >= self.capacity or self.full:
+            raise QueueFull()
+        self._reserved += 1
+        try:
+            yield
+        finally:
+            self._reserved -= 1
+
+    async def submit_timed(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None,
+                           run_limit_s: float | None = None) -> tuple[Any, Timing]:
+        if self.full:
+            raise QueueFull()
+        self._in_flight += 1
+        sent_wall, t0 = time.time(), time.perf_counter()
+        limit = run_limit_s if run_limit_s is not None else (timeout_s or 3600.0)
+        try:
+            message = await asyncio.to_thread(solve_job.send, fn, args, limit)
+            try:
+                ok, value, start_wall, run_s = await self._result(message, t0 + (timeout_s or 3600.0))
+            except ResultTimeout:
+                self._cancel(message)
+                elapsed = time.perf_counter() - t0
+                raise SolveTimeout(Timing(elapsed, 0.0), False,
+                                   f"no worker answered within {timeout_s:g} s") from None
+            except asyncio.CancelledError:
+                self._cancel(message)  # the client went away
+                raise
+        finally:
+            self._in_flight -= 1
+        timing = Timing(max(0.0, start_wall - sent_wall), run_s)
+        if not ok:
+            exc = unbox(value)
+            if isinstance(exc, SolveTimeout):
+                exc.timing = Timing(timing.queue_wait_s, exc.timing.run_s)
+                raise exc
+            exc.solve_timing = timing
+            raise exc
+        return value, timing
+
+    async def _result(self, message, deadline: float):
+        """The message's result, asked for every RESULT_POLL_S until `deadline` (perf_counter):
+        polled on the event loop rather than a blocking pop on a thread each, which the loop's
+        few default threads would serialise (a burst's waits started late and ran long)."""
+        while True:
+            try:
+                return await asyncio.to_thread(message.get_result, block=False)
+            except ResultMissing:
+                if time.perf_counter() >= deadline:
+                    raise ResultTimeout("no result in time") from None
+                await asyncio.sleep(RESULT_POLL_S)
+
+    def _cancel(self, message) -> None:
+        """Mark a message whose caller gave up, so no worker starts it later (one running
+        finishes within its run limit: the broker cannot reach into another machine's process)."""
+        with contextlib.suppress(Exception):
+            self.broker.client.set(CANCELLED + message.message_id, 1, ex=CANCELLED_TTL_S)
+
+    async def submit(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None,
+                     run_limit_s: float | None = None) -> Any:
+        return (await self.submit_timed(fn, *args, timeout_s=timeout_s, run_limit_s=run_limit_s))[0]
+
+    def warm(self) -> None:
+        self.broker.client.ping()  # the broker answers; the workers start on their own
+
+    def worker_pids(self) -> list[int]:
+        return []
+
+    def shutdown(self) -> None:
+        self.broker.close()

@@ -1,0 +1,87 @@
+"""Scale-out (api/queue.py): an API replica with PLANNER_BROKER_URL sends its solves through
+a real Redis to a real `planner worker`, and gets the plan back; a worker killed mid-solve
+gives the client an error and stores nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from .conftest import ROOT, small_plan
+from .test_queue import slow_plan
+
+BROKER = os.environ.get("PLANNER_TEST_BROKER_URL", "redis://127.0.0.1:6379/11")
+
+
+def _redis_up() -> bool:
+    try:
+        import redis  # noqa: PLC0415 - only where the broker is tested
+
+        return bool(redis.Redis.from_url(BROKER, socket_connect_timeout=1).ping())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _redis_up(), reason=f"Redis not reachable at {BROKER}")
+
+
+def start_worker(tmp_path) -> subprocess.Popen:
+    log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - the process holds it
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "api.cli", "worker", "--broker-url", BROKER], cwd=tmp_path,
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc
+
+
+def stop_worker(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_planner_worker_solves_a_plan_end_to_end(make_server, tmp_path):
+    worker = start_worker(tmp_path)
+    try:
+        srv = make_server(PLANNER_BROKER_URL=BROKER)
+        r = httpx.post(f"{srv.url}/v1/plans", json=small_plan(96), params={"refresh": "true"}, timeout=90)
+        assert r.status_code == 201, r.text
+        plan = r.json()
+        assert plan["parallelism"]["dp"] >= 1 and plan["id"]
+        assert "solve;dur=" in r.headers["server-timing"]
+        assert httpx.get(f"{srv.url}/v1/plans/{plan['id']}").status_code == 200
+        # the solve ran in the worker, not in the API process: its metrics count no local process
+        assert httpx.get(f"{srv.url}/healthz").json()["busy_workers"] == 0
+    finally:
+        stop_worker(worker)
+
+
+def test_a_worker_killed_mid_solve_gives_an_error_and_no_row(make_server, tmp_path):
+    worker = start_worker(tmp_path)
+    try:
+        srv = make_server(PLANNER_BROKER_URL=BROKER)
+        # a warm-up solve, so the worker is surely consuming before the slow one goes out
+        assert httpx.post(f"{srv.url}/v1/plans", json=small_plan(48), timeout=90).status_code in (200, 201)
+        total = httpx.get(f"{srv.url}/v1/plans").json()["total"]
+        body = slow_plan(7)
+        body["search"]["time_limit_s"] = 3
+        with httpx.Client(timeout=60) as c:
+            import threading  # noqa: PLC0415 - the request runs while this thread kills the worker
+
+            out = {}
+            t = threading.Thread(target=lambda: out.setdefault("r", c.post(f"{srv.url}/v1/plans", json=body)))
+            t.start()
+            time.sleep(1.5)
+            stop_worker(worker)
+            t.join(60)
+        r = out["r"]
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "solve_timeout"
+        assert httpx.get(f"{srv.url}/v1/plans").json()["total"] == total  # nothing half-written
+    finally:
+        stop_worker(worker)
