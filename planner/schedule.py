@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from cost_model.estimate import rank_costs, resolve_slices
-from cost_model.pipeline.simulator import RankTail, Simulation, StageTimes, simulate, stage_times
+from cost_model.pipeline.simulator import RankTail, Simulation, StageTimes, simulate
+from cost_model.pipeline.stage_times import stage_times
 from cost_model.pipeline.stages import ROUNDING_REL
 from cost_model.specs.results import GIB
 from cost_model.terms.layers import layer_table
