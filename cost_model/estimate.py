@@ -12,6 +12,7 @@ from cost_model.pipeline.stages import (
     StageSlice,
     balanced_stage_layers,
     bubble_s,
+    isolated_schedule,
     rank_cost,
     rank_pipeline_time_s,
     slices_from_counts,
@@ -117,7 +118,7 @@ def compose(
         rank = ranks[stage_rank(sl.index, cfg.pp, cfg.schedule)]
         # this stage alone, with its real neighbours: a pipeline of one stage per rank (a
         # one-slice list would put the logits on stage 0 and none on the last stage)
-        one = rank_cost(table, slices, sl.index, len(slices), cfg.recompute, cfg.schedule, 1, 1)
+        one = rank_cost(table, slices, sl.index, len(slices), cfg.recompute, isolated_schedule(cfg.schedule), 1, 1)
         stages.append(
             StageEstimate(
                 index=sl.index,

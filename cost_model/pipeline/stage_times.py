@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 from cost_model.pipeline.simulator import StageTimes
-from cost_model.pipeline.stages import rank_cost
-from cost_model.specs.vocab import SCHEDULE_ZB1P, SPLIT_BACKWARD_SCHEDULES
+from cost_model.pipeline.stages import isolated_schedule, rank_cost
 
 
 def stage_times(table, slices, cfg) -> list[StageTimes]:
@@ -17,8 +16,7 @@ def stage_times(table, slices, cfg) -> list[StageTimes]:
     for sl in slices:
         # a pipeline of n single-stage ranks isolates stage `sl` with the right neighbours
         # (placement-free: a looped schedule of the same backward split stands in for a V one)
-        sched = SCHEDULE_ZB1P if cfg.schedule in SPLIT_BACKWARD_SCHEDULES else cfg.schedule
-        c = rank_cost(table, slices, sl.index, n, cfg.recompute, sched, 1, 1)
+        c = rank_cost(table, slices, sl.index, n, cfg.recompute, isolated_schedule(cfg.schedule), 1, 1)
         send_fwd = table.p2p_s if sl.index < n - 1 else 0.0
         send_bwd = table.p2p_s if sl.index > 0 else 0.0
         out.append(StageTimes(

@@ -327,6 +327,14 @@ def rank_cost(
     )
 
 
+def isolated_schedule(schedule: str) -> str:
+    """The schedule to price one stage alone with (rank_cost over one stage per rank, one
+    micro-batch: the per-stage times of simulator.StageTimes and the estimate's stages):
+    the same backward split, looped placement (the V schedules' orders need two chunks per
+    rank and DualPipeV 2pp micro-batches)."""
+    return SCHEDULE_ZB1P if schedule in SPLIT_BACKWARD_SCHEDULES else schedule
+
+
 def warmup_extra(table: LayerTable) -> int:
     """Forwards Megatron adds to the interleaved warm-up under the overlapped 1F1B all-to-all
     (in_flight.interleaved_live_chunks)."""
