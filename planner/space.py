@@ -405,13 +405,17 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
         if space.ok("schedule", SCHEDULE_INTERLEAVED):
             for v in _vpp_values(space, pp, L, get_engine(engine).empty_ends):
                 schedules.append((SCHEDULE_INTERLEAVED, v))
-        # the zero-bubble family where the engine runs it (engines.engine_supports): zb1p at
-        # the fewest stages per rank the engine takes, zbv and dualpipev at their two in a V;
-        # every stage holds a block (or, where the engine allows, only the embedding / loss)
+        # the zero-bubble family where the engine runs it (engines.engine_supports) and the
+        # request lists it (search.schedule): zb1p at the fewest stages per rank the engine
+        # takes, zbv and dualpipev at their two in a V; every stage holds a block (or, where the
+        # engine allows, only the embedding / loss). Opt-in: the stage ILP prices these by
+        # their steady state alone (planner/ilp.py), so their lines are found, not proven
+        # optimal, and an open search keeps its proof
+        listed = space.allowed.get("schedule") or ()
         for sched in SPLIT_BACKWARD_SCHEDULES:
             v = schedule_probe_vpp(engine, sched)
             blocks_enough = pp * v <= L + (2 if get_engine(engine).empty_ends else 0)
-            if space.ok("schedule", sched) and space.ok("vpp", v) and blocks_enough \
+            if sched in listed and space.ok("vpp", v) and blocks_enough \
                     and engine_supports(engine, schedule=sched, pp=pp, vpp=v) is None:
                 schedules.append((sched, v))
     overlaps = a2a_overlap_values(model, space, engine, ep)
