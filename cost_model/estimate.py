@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from cost_model.hardware.compute import mfu_peak_flops, peak_flops
 from cost_model.model import flops
-from cost_model.pipeline.simulator import RankTail, Simulation, simulate, stage_times
+from cost_model.pipeline.order import stage_rank
+from cost_model.pipeline.simulator import RankTail, Simulation, simulate
+from cost_model.pipeline.stage_times import stage_times
 from cost_model.pipeline.stages import (
     RankCost,
     StageSlice,
     balanced_stage_layers,
     bubble_s,
+    isolated_schedule,
     rank_cost,
     rank_pipeline_time_s,
     slices_from_counts,
@@ -112,10 +115,10 @@ def compose(
     )
     stages = []
     for sl in slices:
-        rank = ranks[sl.index % cfg.pp]
+        rank = ranks[stage_rank(sl.index, cfg.pp, cfg.schedule)]
         # this stage alone, with its real neighbours: a pipeline of one stage per rank (a
         # one-slice list would put the logits on stage 0 and none on the last stage)
-        one = rank_cost(table, slices, sl.index, len(slices), cfg.recompute, cfg.schedule, 1, 1)
+        one = rank_cost(table, slices, sl.index, len(slices), cfg.recompute, isolated_schedule(cfg.schedule), 1, 1)
         stages.append(
             StageEstimate(
                 index=sl.index,

@@ -27,6 +27,7 @@ from cost_model.engines.support import (
 )
 from cost_model.model import attention
 from cost_model.model.checks import check_architecture
+from cost_model.pipeline.order import split_schedule_rule
 from cost_model.pipeline.stages import balanced_stage_layers
 from cost_model.specs import inputs as specs
 from cost_model.specs.errors import SpecError, close_match
@@ -56,6 +57,7 @@ from cost_model.specs.vocab import (
     SCHEDULE_1F1B,
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
+    SPLIT_BACKWARD_SCHEDULES,
     Attention,
     AttentionLayer,
     CpComm,
@@ -353,7 +355,7 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
             f"dp*tp*pp*cp = {p.dp}*{p.tp}*{p.pp}*{p.cp} = {p.world_size} exceeds the cluster's {c.num_gpus} GPUs",
             allowed=f"product <= {c.num_gpus}",
         )
-    if p.vpp > 1 and p.schedule != SCHEDULE_INTERLEAVED:
+    if p.vpp > 1 and p.schedule not in (SCHEDULE_INTERLEAVED, *SPLIT_BACKWARD_SCHEDULES):
         raise SpecError("parallelism.vpp", f"vpp={p.vpp} needs schedule {SCHEDULE_INTERLEAVED!r}", allowed=[1])
     if p.schedule == SCHEDULE_INTERLEAVED and p.pp < 2:
         raise SpecError("parallelism.schedule", "interleaved needs pp >= 2", allowed=[SCHEDULE_GPIPE, SCHEDULE_1F1B])
@@ -378,6 +380,8 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
             f"the interleaved schedule needs the {n_micro} micro-batches to be a multiple of pp={p.pp}",
             allowed=f"global_batch_size/(dp*micro_batch_size) a multiple of {p.pp}",
         )
+    if p.schedule in SPLIT_BACKWARD_SCHEDULES and (why := split_schedule_rule(p.schedule, p.pp, p.vpp, n_micro)):
+        raise SpecError("parallelism.schedule", why, allowed=[SCHEDULE_1F1B, SCHEDULE_INTERLEAVED])
     _raise_at("parallelism.cp", cp_rule(t.seq_length, p.cp))
     n_stages = p.pp * p.vpp
     if p.stage_layers is not None:

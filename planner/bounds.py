@@ -32,7 +32,7 @@ from cost_model.specs.vocab import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
-    SCHEDULE_INTERLEAVED,
+    SPLIT_BACKWARD_SCHEDULES,
     Recompute,
     values,
 )
@@ -78,14 +78,26 @@ def table_sums(table: LayerTable, gamma: float) -> TableSums:
     )
 
 
-def _pipeline_bound_s(sums: TableSums, table: LayerTable, recompute: str, pp: int, vpp: int, m: int) -> float:
-    """(m - 1/v) W/p + W/v with W every layer's time plus the p2p sends (no tail)."""
+def bubble_share(schedule: str | None, vpp: int) -> float:
+    """The fill-and-drain the bounds may count, in slowest-rank micro-batches: 1/v (SC'21
+    §2.2's (p-1)/v bubble, whose part beyond the slowest rank's own share the bounds drop),
+    none for the zero-bubble family, whose weight-gradient work fills the bubble (the
+    bound is then m x the slowest rank, the work alone)."""
+    return 0.0 if schedule in SPLIT_BACKWARD_SCHEDULES else 1.0 / max(1, vpp)
+
+
+def _pipeline_bound_s(sums: TableSums, table: LayerTable, recompute: str, pp: int, vpp: int, m: int,
+                      schedule: str | None = None) -> float:
+    """(m - 1/v) W/p + W/v with W every layer's time plus the p2p sends (no tail); m W/p for
+    the zero-bubble family (bubble_share)."""
     W = sums.time_s[recompute] + 2 * (pp * vpp - 1) * table.p2p_s
-    return (m - 1.0 / vpp) * W / pp + W / vpp
+    share = bubble_share(schedule, vpp)
+    return (m - share) * W / pp + share * W
 
 
-def cheap_time_bound_s(sums: TableSums, table: LayerTable, recompute: str, pp: int, vpp: int, m: int) -> float:
-    return _pipeline_bound_s(sums, table, recompute, pp, vpp, m) + sums.tail_s / pp
+def cheap_time_bound_s(sums: TableSums, table: LayerTable, recompute: str, pp: int, vpp: int, m: int,
+                       schedule: str | None = None) -> float:
+    return _pipeline_bound_s(sums, table, recompute, pp, vpp, m, schedule) + sums.tail_s / pp
 
 
 @functools.lru_cache(maxsize=4096)
@@ -102,8 +114,8 @@ def in_flight_floor(schedule: str, pp: int, rank: int, m: int, vpp: int) -> floa
     rank's last chunk: its forward is followed at once by its backward, floor 1 there for any
     vpp): a rank whose activations sit on its least held chunk holds less than the uniform
     count says, so a bound using the uniform count would not be one."""
-    if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
-        return float(in_flight.interleaved_floor(pp, rank, m, vpp))
+    if vpp > 1:  # interleaved, or the V schedules' two chunks (in_flight.walk_floor)
+        return float(in_flight.walk_floor(schedule, pp, rank, m, vpp))
     return in_flight.in_flight_micro_batches(schedule, pp, rank, m, vpp)
 
 
@@ -120,7 +132,7 @@ def in_flight_lines(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tupl
     it equals the least over splits of max_w sum_c w_c k_c (tests/planner/test_bounds.py),
     at N = vpp the rank's uniform count x vpp, never below in_flight_floor x N. Without
     interleaving every stage is held alike: one line through 0."""
-    if not (schedule == SCHEDULE_INTERLEAVED and vpp > 1):
+    if vpp <= 1:
         n = in_flight.in_flight_micro_batches(schedule, pp, rank, m, vpp)
         return ((n, 0),)
     lines = {(min(w), sum(w) - vpp * min(w)) for w in in_flight.live_chunk_vectors(schedule, pp, rank, m, vpp)}
@@ -260,7 +272,7 @@ def memory_bound_bytes(
 def base_time_bound_s(sums: TableSums, table: LayerTable, c, m: int) -> float:
     """The cheap bound from the base table (dp = 1, no ZeRO): the same compute and TP/CP/EP
     communication, no ZeRO-3 gathers (>= 0) and no tail (>= 0), so it bounds every variant."""
-    return _pipeline_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
+    return _pipeline_bound_s(sums, table, c.recompute, c.pp, c.vpp, m, c.schedule)
 
 
 def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: float,
@@ -351,7 +363,7 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
     if p.more_stages_than_blocks:
         # more stages than blocks (stages.empty_end_layouts): a rank may hold fewer than v
         # blocks, the water-filling's premise; the cheap bound holds whatever the stages hold
-        return cheap_time_bound_s(sums, p.table, p.recompute, pp, v, p.num_micro_batches)
+        return cheap_time_bound_s(sums, p.table, p.recompute, pp, v, p.num_micro_batches, p.schedule)
     fns = [_rank_time_fn(p, r) for r in range(pp)]
     if any(f(v) == math.inf for f, _ in fns):
         return math.inf
@@ -371,11 +383,11 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
     if len(p.kind_coefficients) == 2:
         # two block kinds (dense + MoE, full + sliding attention): the per-block relaxation
         # above lets every rank hold the cheap kind; count each kind's blocks instead
-        m, v = p.num_micro_batches, p.vpp
+        m, share = p.num_micro_batches, bubble_share(p.schedule, p.vpp)
         rest = (sums.time_s[p.recompute] - p.table.embedding.time_s - p.table.output.time_s
-                + sum(e for _, e in fns)) / v
+                + sum(e for _, e in fns)) * share
         # the slowest rank at which the bound would reach the cutoff: proving more is not needed
-        enough = (cutoff - rest) / (m - 1.0 / v) if m * v > 1 and math.isfinite(cutoff) else math.inf
+        enough = (cutoff - rest) / (m - share) if m - share > 0 and math.isfinite(cutoff) else math.inf
         slowest = max(slowest, _two_kind_slowest_s(p, slowest, enough, rel))
         if slowest == math.inf:
             return math.inf
@@ -384,7 +396,8 @@ def tight_time_bound_s(p: StageProblem, sums: TableSums, cutoff: float = math.in
     m = p.num_micro_batches
     # sum_r T_r >= max_r T_r >= slowest as well: with one micro-batch (m = v = 1) the sum is
     # all there is, and only `slowest` holds the recompute memory forces
-    bound = (m - 1.0 / v) * slowest + max(total, slowest) / v
+    share = bubble_share(p.schedule, v)
+    bound = (m - share) * slowest + share * max(total, slowest)
     if bound >= cutoff:
         return bound
     tail = min_max_tail_s(p)

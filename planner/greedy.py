@@ -69,15 +69,15 @@ def repair_partition(p: StageProblem) -> tuple[list[int], list[int]] | None:
         # left first; the first REPAIR_RECEIVERS priced
         receivers = []
         for k in range(p.num_stages):
-            if k == kd or (k % p.pp != r and cap - ranks[k % p.pp].peak_bytes < least_block_bytes):
+            if k == kd or (p.rank_of(k) != r and cap - ranks[p.rank_of(k)].peak_bytes < least_block_bytes):
                 continue  # a block adds at least its model states to another rank
             c = list(counts)
             c[kd] -= 1
             c[k] += 1
-            rc = cost(c, k % p.pp)
+            rc = cost(c, p.rank_of(k))
             # another rank must still fit; a stage of the same rank (a chunk it holds for
             # fewer micro-batches) must lower its peak
-            if rc.peak_bytes <= cap if k % p.pp != r else rc.peak_bytes < ranks[r].peak_bytes:
+            if rc.peak_bytes <= cap if p.rank_of(k) != r else rc.peak_bytes < ranks[r].peak_bytes:
                 receivers.append((counts[k], rc.peak_bytes, k, c, rc))
         if not receivers:
             return None
@@ -86,7 +86,7 @@ def repair_partition(p: StageProblem) -> tuple[list[int], list[int]] | None:
         for _, _, k, c, rc in receivers[:REPAIR_RECEIVERS]:
             rs = list(ranks)
             rs[r] = rc_d
-            rs[k % p.pp] = rc  # the donor's own cost when the block stays on its rank
+            rs[p.rank_of(k)] = rc  # the donor's own cost when the block stays on its rank
             t = step_time_s(rs, p.num_micro_batches, p.vpp, p.schedule)
             if best is None or t < best[0]:
                 best = (t, c, rs)

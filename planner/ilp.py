@@ -52,7 +52,12 @@ from cost_model.pipeline.rank_costs import (
     StageProblem,
 )
 from cost_model.pipeline.stages import lockstep_slots, slices_from_counts, step_time_s, warmup_extra
-from cost_model.specs.vocab import SCHEDULE_GPIPE, STATUS_FEASIBLE, STATUS_OPTIMAL
+from cost_model.specs.vocab import (
+    SCHEDULE_GPIPE,
+    SPLIT_BACKWARD_SCHEDULES,
+    STATUS_FEASIBLE,
+    STATUS_OPTIMAL,
+)
 
 # Scaling: the whole model's time (every block, fully recomputed, plus the extras) maps to
 # TIME_UNITS_PER_MODEL units and one GPU's capacity to MEMORY_UNITS_PER_GPU units, so that
@@ -402,6 +407,12 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
         _memory_rows(model, p, sc, lay, r, cap_units)
 
     v, m = p.vpp, p.num_micro_batches
+    if p.schedule in SPLIT_BACKWARD_SCHEDULES:
+        # the zero-bubble family: the steady state alone, m x the slowest rank, a lower bound
+        # of the float model's pipeline (stages.split_pipeline_time_s: the weight-gradient
+        # work fills most of the bubble), so the solver's bound stays a bound; the float
+        # model prices the partition it returns
+        return v * m * slowest + v * tail, p.pp + 1
     sc21 = v * m * slowest + sum(T) - slowest  # v * SC'21's form
     if v == 1 and p.schedule == SCHEDULE_GPIPE:
         F, B = _stage_fwd_bwd(model, p, sc, lay)  # one stage per rank
@@ -531,7 +542,7 @@ def polish_hint(p: StageProblem, hint: Hint) -> Hint:
     for _ in range(POLISH_ROUNDS):
         slices = slices_from_counts(counts, fix(counts))
         ranks = [p.rank_cost(slices, r) for r in range(p.pp)]
-        chunk = {k: ranks[k % p.pp].chunk_fwd_s[k // p.pp] + ranks[k % p.pp].chunk_bwd_s[k // p.pp]
+        chunk = {k: ranks[p.rank_of(k)].chunk_fwd_s[p.chunk_of(k)] + ranks[p.rank_of(k)].chunk_bwd_s[p.chunk_of(k)]
                  for k in range(p.num_stages)}
         order = sorted(chunk, key=lambda k: (-chunk[k], k))
         moved = False
@@ -669,6 +680,8 @@ def solve(
     if capped and status == cp_model.INFEASIBLE:
         return StageSolution((), (), CUTOFF, stop_at_s, solver.wall_time)
     name = {cp_model.OPTIMAL: STATUS_OPTIMAL, cp_model.FEASIBLE: STATUS_FEASIBLE, cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown")
+    if name == STATUS_OPTIMAL and p.schedule in SPLIT_BACKWARD_SCHEDULES:
+        name = STATUS_FEASIBLE  # optimal for the steady state the model prices, not the bubble (_build)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         # no partition: none exists, or none found in time (its proven bound still holds)
         bound = 0.0

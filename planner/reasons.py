@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from cost_model.engines.support import engine_supports, get_engine
+from cost_model.engines.support import engine_supports, get_engine, schedule_probe_vpp
 from cost_model.hardware.catalog import CATALOG
 from cost_model.model import attention
 from cost_model.specs.inputs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
@@ -16,7 +16,6 @@ from cost_model.specs.vocab import (
     ENGINE_MEGATRON,
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
-    SCHEDULE_INTERLEAVED,
     Recompute,
     Schedule,
     values,
@@ -97,7 +96,7 @@ def _expert_reason(model: TransformerSpec, cluster: ClusterSpec, cfg: ParallelCo
 
 def alternative_reason(alt: Estimate, best: Estimate, alt_c: Candidate, best_c: Candidate) -> str:
     slower = alt.prediction.step_time_s / best.prediction.step_time_s - 1
-    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "moe_a2a_overlap", "moe_dispatcher") if getattr(alt_c, k) != getattr(best_c, k)]
+    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "micro_batch_size", "zero", "recompute", "sequence_parallel", "moe_a2a_overlap", "moe_dispatcher") if getattr(alt_c, k) != getattr(best_c, k)]
     ab, bb = vars(alt.prediction.breakdown), vars(best.prediction.breakdown)
     worst = max(ab, key=lambda key: ab[key] - bb[key])
     return f"{_pct(slower)} slower: {', '.join(diffs) or 'same degrees, other split'}; most of the difference is {worst} (+{ab[worst] - bb[worst]:.3g} s)"
@@ -121,7 +120,7 @@ def engine_restrictions(engine: str, space=None, pp: int | None = None) -> list[
         if allowed("recompute", r) and rule is not None:
             rules.append(rule)
     for sched in values(Schedule):
-        rule = engine_supports(engine, schedule=sched, pp=2, vpp=2 if sched == SCHEDULE_INTERLEAVED else 1)
+        rule = engine_supports(engine, schedule=sched, pp=2, vpp=schedule_probe_vpp(engine, sched))
         if allowed("schedule", sched) and rule is not None:
             rules.append(rule)
     # context-parallel variants the search was pinned to (unpinned, the engine's default runs)
@@ -333,7 +332,7 @@ def binding_engine_rules(engine: str, space) -> list[str]:
     knobs = [
         [engine_supports(engine, zero=z, pp=p) for p in pps for z in (0, 1, 2, 3) if space.ok("zero", z)],
         [engine_supports(engine, recompute=r) for r in values(Recompute) if space.ok("recompute", r)],
-        [engine_supports(engine, schedule=sc, pp=2, vpp=2 if sc == SCHEDULE_INTERLEAVED else 1)
+        [engine_supports(engine, schedule=sc, pp=2, vpp=schedule_probe_vpp(engine, sc))
          for sc in values(Schedule) if space.ok("schedule", sc)] if max(pps) > 1 else [],
         [engine_supports(engine, cp=2, cp_variant=v) for v in space.allowed.get("cp_comm") or ()],
     ]

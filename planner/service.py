@@ -61,7 +61,7 @@ from planner.request.parse import (
     training_spec,
 )
 from planner.request.schema import CheckRequest, EstimateRequest, PlanRequest, Search
-from planner.schedule import schedule_block, schedule_reason
+from planner.schedule import schedule_block, schedule_gain_reason, schedule_reason
 from planner.search import Problem, Progress, search
 from planner.space import search_space
 
@@ -171,6 +171,8 @@ def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, prog
     reasons = plan_reasons(best.estimate, best.config, prob.cluster, prob.model)
     schedule = schedule_block(prob, best.config, best.estimate.prediction.step_time_s)
     if (line := schedule_reason(schedule)) is not None:
+        reasons.append(line)
+    if (line := schedule_gain_reason(schedule)) is not None:
         reasons.append(line)
     if (line := dispatcher_hint(prob, best.config, best.estimate)) is not None:
         reasons.append(line)

@@ -9,8 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from cost_model.engines import kernels
-from cost_model.engines.support import dispatcher_rule, engine_supports, get_engine
+from cost_model.engines.support import (
+    dispatcher_rule,
+    engine_supports,
+    get_engine,
+    schedule_probe_vpp,
+)
 from cost_model.model import attention
+from cost_model.pipeline.order import split_schedule_rule
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import (
     ClusterSpec,
@@ -36,6 +42,7 @@ from cost_model.specs.vocab import (
     SCHEDULE_1F1B,
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
+    SPLIT_BACKWARD_SCHEDULES,
     Target,
     values,
 )
@@ -398,6 +405,19 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
         if space.ok("schedule", SCHEDULE_INTERLEAVED):
             for v in _vpp_values(space, pp, L, get_engine(engine).empty_ends):
                 schedules.append((SCHEDULE_INTERLEAVED, v))
+        # the zero-bubble family where the engine runs it (engines.engine_supports) and the
+        # request lists it (search.schedule): zb1p at the fewest stages per rank the engine
+        # takes, zbv and dualpipev at their two in a V; every stage holds a block (or, where the
+        # engine allows, only the embedding / loss). Opt-in: the stage ILP prices these by
+        # their steady state alone (planner/ilp.py), so their lines are found, not proven
+        # optimal, and an open search keeps its proof
+        listed = space.allowed.get("schedule") or ()
+        for sched in SPLIT_BACKWARD_SCHEDULES:
+            v = schedule_probe_vpp(engine, sched)
+            blocks_enough = pp * v <= L + (2 if get_engine(engine).empty_ends else 0)
+            if sched in listed and space.ok("vpp", v) and blocks_enough \
+                    and engine_supports(engine, schedule=sched, pp=pp, vpp=v) is None:
+                schedules.append((sched, v))
     overlaps = a2a_overlap_values(model, space, engine, ep)
     cp_comms = cp_comm_values(model, space, engine, tp, cp)
     dtype = getattr(training, "dtype", None)
@@ -407,6 +427,8 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
         for sched, v in schedules:
             if sched == SCHEDULE_INTERLEAVED and m % pp:
                 continue
+            if sched in SPLIT_BACKWARD_SCHEDULES and split_schedule_rule(sched, pp, v, m) is not None:
+                continue  # torch's class refuses this micro-batch count (order.split_schedule_rule)
             for sp in sps:
                 for zero in zeros:
                     for ov in overlaps:

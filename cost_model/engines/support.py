@@ -46,8 +46,13 @@ from cost_model.specs.vocab import (
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     SCHEDULE_1F1B,
+    SCHEDULE_DUALPIPEV,
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
+    SCHEDULE_ZB1P,
+    SCHEDULE_ZBV,
+    SPLIT_BACKWARD_SCHEDULES,
+    V_SCHEDULES,
     CpComm,
     EmptyChunks,
     StageCounts,
@@ -162,6 +167,10 @@ class EngineSupport:
     # where that was read (engine_supports; EmptyChunks)
     empty_chunks: EmptyChunks = EMPTY_NONE
     empty_chunks_source: Source | None = None
+    # the fewest stages per pipeline rank its multi-stage (looped) schedules take: zb1p runs
+    # at vpp >= this (torchtitan 2: pipeline_parallel.py get_pipeline_metadata, "Multi-stage
+    # schedule requires at least 2 stages per rank"; torch's own class takes 1)
+    multi_stage_min_vpp: int = 1
 
     @property
     def empty_ends(self) -> bool:
@@ -249,7 +258,10 @@ MEGATRON = EngineSupport(
                SCHEDULE_INTERLEAVED: "forward_backward_pipelining_with_interleaving"},
     schedule_detail=(
         "get_forward_backward_func: no pipelining, 1F1B without interleaving, interleaved 1F1B "
-        "(--num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank). No GPipe."
+        "(--num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank). No GPipe. "
+        "No zero-bubble schedule: --delay-wgrad-compute defers the weight gradients only inside the "
+        "overlapped MoE 1F1B step and needs --overlap-moe-expert-parallel-comm "
+        "(core/transformer/transformer_config.py __post_init__, megatron-core 0.16.1); no zb1p, zbv or dualpipev"
     ),
     schedule_source=megatron_source("megatron/core/pipeline_parallel/schedules.py", "get_forward_backward_func"),
     uneven_stages=(
@@ -352,12 +364,18 @@ TORCHTITAN = EngineSupport(
         "every N-th layer"
     ),
     recompute_source=_tt("torchtitan/distributed/activation_checkpoint.py", "ActivationCheckpointing.apply"),
-    schedules={SCHEDULE_GPIPE: "GPipe", SCHEDULE_1F1B: "1F1B", SCHEDULE_INTERLEAVED: "Interleaved1F1B"},
+    schedules={SCHEDULE_GPIPE: "GPipe", SCHEDULE_1F1B: "1F1B", SCHEDULE_INTERLEAVED: "Interleaved1F1B",
+               SCHEDULE_ZB1P: "InterleavedZeroBubble", SCHEDULE_ZBV: "ZBVZeroBubble", SCHEDULE_DUALPIPEV: "DualPipeV"},
     schedule_detail=(
         "parallelism.pipeline_parallel_schedule, any name of torch.distributed.pipelining "
         "get_schedule_class: GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, "
-        "ZBVZeroBubble, DualPipeV (pytorch/pytorch torch/distributed/pipelining/schedules.py)"
+        "ZBVZeroBubble, DualPipeV (pytorch/pytorch torch/distributed/pipelining/schedules.py); "
+        "multi-stage schedules take at least 2 stages per rank, ZBVZeroBubble and DualPipeV exactly 2 "
+        "in a V (distributed/pipeline_parallel.py get_pipeline_metadata, _get_pp_rank_to_stage_indices_mapping); "
+        "no OVERLAP_F_B function is registered, so DualPipeV runs each pair's forward and backward one "
+        "after the other"
     ),
+    multi_stage_min_vpp=2,
     schedule_source=_tt(_TT_CFG, "ParallelismConfig.pipeline_parallel_schedule"),
     uneven_stages=(
         "module_fqns_per_model_part (any split), or pipeline_parallel_first/last_stage_less_layers "
@@ -497,7 +515,9 @@ RUNTIME = EngineSupport(
     recompute_per_stage_counts=COUNTS_ANY,
     recompute_detail="full: the first recompute_layers[i] blocks of stage i; selective: the attention core",
     recompute_source=_rt("planner/runtime/parallelize.py", "apply_recompute"),
-    schedules={SCHEDULE_GPIPE: "ScheduleGPipe", SCHEDULE_1F1B: "Schedule1F1B", SCHEDULE_INTERLEAVED: "ScheduleInterleaved1F1B"},
+    schedules={SCHEDULE_GPIPE: "ScheduleGPipe", SCHEDULE_1F1B: "Schedule1F1B", SCHEDULE_INTERLEAVED: "ScheduleInterleaved1F1B",
+               SCHEDULE_ZB1P: "ScheduleInterleavedZeroBubble", SCHEDULE_ZBV: "ScheduleZBVZeroBubble",
+               SCHEDULE_DUALPIPEV: "ScheduleDualPipeV"},
     schedule_detail="torch.distributed.pipelining schedules",
     schedule_source=_rt("planner/runtime/pipeline.py", "build_schedule"),
     uneven_stages="stage_layers of the plan, any split",
@@ -639,9 +659,12 @@ def engine_supports(
         return rule
 
     if pp > 1:
-        sched = SCHEDULE_INTERLEAVED if vpp > 1 else schedule
+        sched = schedule if schedule in SPLIT_BACKWARD_SCHEDULES else SCHEDULE_INTERLEAVED if vpp > 1 else schedule
         if sched not in e.schedules:
             return f"{engine} has no {sched!r} schedule: {e.schedule_detail} ({e.schedule_source})"
+        if sched == SCHEDULE_ZB1P and vpp < e.multi_stage_min_vpp:
+            return (f"{engine} runs {sched!r} with at least {e.multi_stage_min_vpp} stages per rank, got vpp={vpp}: "
+                    f"{e.schedule_detail} ({e.schedule_source})")
     elif vpp > 1:
         return f"vpp={vpp} needs pipeline parallelism (pp={pp})"
 
@@ -753,3 +776,14 @@ def tp_comm_overlap(engine: str, tp: int, sequence_parallel: bool, gpus_per_node
     if engine != ENGINE_MEGATRON or tp <= 1 or not sequence_parallel:
         return False
     return tp <= gpus_per_node and gpus_per_node % tp == 0
+
+
+def schedule_probe_vpp(engine: str, schedule: str) -> int:
+    """The fewest stages per rank `engine` runs `schedule` at (interleaved and the V
+    schedules 2; zb1p the engine's multi_stage_min_vpp; else 1): the vpp at which to ask
+    engine_supports whether it runs the schedule at all."""
+    if schedule == SCHEDULE_INTERLEAVED or schedule in V_SCHEDULES:
+        return 2
+    if schedule == SCHEDULE_ZB1P:
+        return get_engine(engine).multi_stage_min_vpp
+    return 1

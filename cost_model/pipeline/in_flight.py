@@ -6,10 +6,42 @@ follow from per-chunk activation sizes. GPipe holds all m; 1F1B holds pp - rank
 
 from __future__ import annotations
 
+import operator
 from functools import lru_cache
 
-from cost_model.pipeline.order import interleaved_table
-from cost_model.specs.vocab import SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+from cost_model.pipeline.order import interleaved_table, rank_order
+from cost_model.specs.vocab import SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED, SPLIT_BACKWARD_SCHEDULES
+
+
+@lru_cache(maxsize=4096)
+def split_live_chunks(schedule: str, pp: int, rank: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+    """The zero-bubble family (order.zb1p_order, zbv_order, dualpipev_order): the
+    micro-batches each of a rank's chunks holds after each of its forwards, Pareto-maximal
+    vectors only. A micro-batch is held on a chunk from its forward to its weight-gradient op
+    (or its whole backward): torch keeps the autograd graph of the input-gradient op
+    (retain_graph=True) for the weight-gradient op (pipelining/_backward.py
+    stage_backward_input), so the input-gradient op frees nothing. What the held
+    micro-batch costs (activations plus the GEMMs' output gradients) is stages.rank_cost's."""
+    v = max(1, vpp)
+    live = [0] * v
+    states: list[tuple[int, ...]] = []
+    for kind, _, chunk in rank_order(schedule, pp, rank, m, v):
+        if kind == "F":
+            live[chunk] += 1
+            states.append(tuple(live))
+        elif kind in ("W", "B"):
+            live[chunk] -= 1
+    return _pareto(states)
+
+
+def _pareto(states: list[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
+    """The Pareto-maximal vectors of `states` (no other holds at least as much of every chunk)."""
+    uniq = sorted(set(states), key=sum, reverse=True)
+    keep: list[tuple[int, ...]] = []
+    for v in uniq:
+        if not any(all(map(operator.ge, k, v)) for k in keep):
+            keep.append(v)
+    return tuple(keep)
 
 
 def interleaved_live_chunks(pp: int, rank: int, m: int, vpp: int, warmup_extra: int = 0) -> tuple[tuple[int, ...], ...]:
@@ -132,6 +164,8 @@ def live_chunk_vectors(schedule: str, pp: int, rank: int, m: int, vpp: int,
     one block more, stages.combined_extra_bytes)."""
     if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
         return interleaved_live_chunks(pp, rank, m, vpp, warmup_extra)
+    if schedule in SPLIT_BACKWARD_SCHEDULES:
+        return split_live_chunks(schedule, pp, rank, m, vpp)
     n = in_flight_micro_batches(schedule, pp, rank, m, vpp)
     assert n == int(n)  # without interleaving a whole number of micro-batches
     return ((int(n),) * max(1, vpp),)
@@ -195,13 +229,24 @@ def peak_in_flight_bytes(schedule: str, pp: int, rank: int, m: int, vpp: int, ch
 def in_flight_micro_batches(schedule: str, pp: int, rank: int, m: int, vpp: int) -> float:
     """Micro-batches whose activations a pipeline rank holds at its peak, in units of 'one
     micro-batch through all of this rank's layers'.
-    GPipe: all m (Huang et al. 2019). 1F1B: min(m, p - rank) (Narayanan et al. SC'21 §2.2;
+    GPipe: all m (Huang et al. 2019). Zero-bubble family: the order's walk (split_live_chunks).
+    1F1B: min(m, p - rank) (Narayanan et al. SC'21 §2.2;
     Korthikanti §4.2.3: the first stage holds p). Interleaved: Megatron's warm-up of
     2(p - rank - 1) + (v - 1)p chunks plus the one in progress, each 1/v of the rank's layers
     — for rank 0 this is p(1 + (p - 1)/(p v)), Korthikanti §4.2.3's factor."""
     if schedule == SCHEDULE_GPIPE:
         return float(m)
+    if schedule in SPLIT_BACKWARD_SCHEDULES:  # the walk's largest total, in whole-rank units
+        return max(map(sum, split_live_chunks(schedule, pp, rank, m, vpp))) / max(1, vpp)
     if schedule == SCHEDULE_INTERLEAVED and vpp > 1:
         chunks = min(m * vpp, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1)
         return chunks / vpp
     return float(min(m, pp - rank))
+
+
+def walk_floor(schedule: str, pp: int, rank: int, m: int, vpp: int) -> int:
+    """The most micro-batches every chunk of the rank holds at once (max over the held
+    vectors of their least entry), for any order with vpp > 1 (interleaved_floor's rule)."""
+    if schedule == SCHEDULE_INTERLEAVED:
+        return interleaved_floor(pp, rank, m, vpp)
+    return max(min(v) for v in live_chunk_vectors(schedule, pp, rank, m, vpp))

@@ -28,6 +28,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from cost_model.pipeline import in_flight
+from cost_model.pipeline.order import rank_stages, stage_rank
 from cost_model.pipeline.stages import (
     RankCost,
     StageSlice,
@@ -39,7 +40,12 @@ from cost_model.pipeline.stages import (
     warmup_extra,
 )
 from cost_model.specs.results import GIB
-from cost_model.specs.vocab import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from cost_model.specs.vocab import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
+    SPLIT_BACKWARD_SCHEDULES,
+    V_SCHEDULES,
+)
 from cost_model.terms import memory
 from cost_model.terms.layers import LayerCost, LayerTable
 from cost_model.terms.overlap import dp_window_factor, overlap_hidden_s, overlap_window_s
@@ -52,7 +58,8 @@ def capacity_bytes(memory_gib: float, headroom: float) -> float:
 
 @dataclass(frozen=True)
 class StageProblem:
-    """Partition `table`'s blocks over pp x vpp virtual stages (stage k on rank k % pp)."""
+    """Partition `table`'s blocks over pp x vpp virtual stages (stage k on rank k % pp, or
+    in a V under the V schedules: rank_of)."""
 
     table: LayerTable
     pp: int
@@ -117,9 +124,20 @@ class StageProblem:
         """Allocated + transient bytes one rank may hold (memory.allocatable_bytes)."""
         return memory.allocatable_bytes(self.capacity_bytes, self.reserved_bytes)
 
-    def stages_of(self, rank: int) -> range:
-        """The virtual stages of pipeline rank `rank`."""
+    def stages_of(self, rank: int) -> Sequence[int]:
+        """The virtual stages of pipeline rank `rank`, in chunk order (order.rank_stages: looped,
+        or a V under the V schedules)."""
+        if self.schedule in V_SCHEDULES:
+            return rank_stages(rank, self.pp, self.vpp, self.schedule)
         return range(rank, self.num_stages, self.pp)
+
+    def rank_of(self, k: int) -> int:
+        """The pipeline rank of virtual stage k (order.stage_rank)."""
+        return stage_rank(k, self.pp, self.schedule)
+
+    def chunk_of(self, k: int) -> int:
+        """Stage k's place among its rank's chunks (RankCost.chunk_fwd_s's index)."""
+        return k // self.pp
 
     @property
     def block_transient_bytes(self) -> float:
@@ -192,7 +210,7 @@ class StageProblem:
         blocks' kinds in order (blocks of one kind cost alike, LayerTable.block_kinds)."""
         kinds = self.table.block_kind_index
         return (rank, len(slices), *((sl.index, sl.recompute_layers, kinds[sl.first:sl.last + 1])
-                                     for sl in slices if sl.index % self.pp == rank))
+                                     for sl in slices if self.rank_of(sl.index) == rank))
 
 
 def uniform_recompute_counts(counts, n: int) -> list[int]:
@@ -243,6 +261,10 @@ class BlockCoefficients(NamedTuple):
 
 def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
     act = block_act_bytes(b, p.recompute)
+    saved = act - b.act.full
+    if p.schedule in SPLIT_BACKWARD_SCHEDULES:
+        # held from the forward to the weight-gradient op, recomputed or not (stages.rank_cost)
+        act, saved = b.act.none + b.wgrad_held_bytes, 0.0
     return BlockCoefficients(
         time_s=block_time_s(b, p.recompute),
         recompute_full_s=b.recompute_full_s,
@@ -252,7 +274,7 @@ def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
         optimizer_s=b.optimizer_s,
         state_bytes=b.state_bytes,
         act_bytes=act,
-        act_saved_bytes=act - b.act.full,
+        act_saved_bytes=saved,
         fwd_s=layer_fwd_s(b),
         unpaired_s=b.ep_unpaired_s / 2,
     )

@@ -33,7 +33,12 @@ Schedule orders (the per-rank op sequence; every op names (micro-batch, model ch
   pp) through chunk 0, 1, ..., v-1; rank r runs 2(p - r - 1) + (v - 1) * group warm-up
   forwards, then forward k + warm-up with backward k, then the remaining backwards;
   backward k takes micro-batch table[k] on chunk v - 1 - chunk(table[k]).
-Virtual stage s = chunk * p + rank lives on rank s % p, as in stages.rank_cost.
+- zero-bubble family (zb1p, zbv, dualpipev): torch's orders (order.zb1p_order, zbv_order,
+  dualpipev_order); an input-gradient op (I) runs recomputation and bwd_s - wgrad_s and sends
+  the gradient on, a weight-gradient op (W) runs wgrad_s and depends only on its own I (the
+  rank's order puts it later); a whole backward (B) runs both.
+Virtual stage s = chunk * p + rank lives on rank s % p, as in stages.rank_cost; under the V
+schedules chunk 1 of rank r is stage 2p-1-r (order.stage_rank).
 
 Closed form versus simulation: stages.pipeline_time_s prices the same order. For uniform
 stages the simulated pipeline time equals it, m*t + (p-1)*t/v (tests/cost_model/
@@ -51,11 +56,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from cost_model.pipeline.order import rank_order, warmup_forwards
-from cost_model.pipeline.stages import rank_cost
+from cost_model.pipeline.order import rank_order, stage_of, stage_rank, warmup_forwards
+from cost_model.specs.vocab import SPLIT_BACKWARD_SCHEDULES
 
-Phase = Literal["forward", "recompute", "backward", "send", "recv", "dp_sync", "optimizer"]
-PHASES: tuple[str, ...] = ("forward", "recompute", "backward", "send", "recv", "dp_sync", "optimizer")
+# backward: the whole backward, or under the zero-bubble schedules its input-gradient part
+# (B); wgrad: the weight-gradient part (W) those schedules run apart
+Phase = Literal["forward", "recompute", "backward", "wgrad", "send", "recv", "dp_sync", "optimizer"]
+PHASES: tuple[str, ...] = ("forward", "recompute", "backward", "wgrad", "send", "recv", "dp_sync", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,10 @@ class StageTimes:
     # overlapped 1F1B all-to-all: fwd_s / bwd_s are combined-step times, and a forward or a
     # backward outside the steady 1F1B pairs (warm-up, cool-down) takes this much longer
     unpaired_s: float = 0.0
+    # of bwd_s: the weight-gradient GEMMs (LayerCost.wgrad_s), run as their own op (W) by the
+    # zero-bubble schedules, after the input-gradient part (B = bwd_s - wgrad_s) has sent
+    # its gradient on
+    wgrad_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -145,6 +156,9 @@ def simulate(
     # forwards, before the cool-down backwards)
     paired = []
     for r in range(pp):
+        if schedule in SPLIT_BACKWARD_SCHEDULES:  # no combined steps: nothing runs "alone"
+            paired.append(range(len(orders[r])))
+            continue
         warm, total = warmup_forwards(schedule, pp, r, m, v, group, warmup_extra)
         paired.append(range(warm, warm + 2 * (total - warm)))
     pos = [0] * pp
@@ -160,10 +174,12 @@ def simulate(
         for r in range(pp):
             while pos[r] < len(orders[r]):
                 kind, mb, chunk = orders[r][pos[r]]
-                s = chunk * pp + r
+                s = stage_of(r, chunk, pp, schedule)
                 st = stages[s]
                 if kind == "F":
                     dep = 0.0 if s == 0 else fwd_ready.get((s, mb))
+                elif kind == "W":
+                    dep = 0.0  # after its own input-gradient op, earlier in this rank's order
                 elif s == n_stages - 1:
                     dep = fwd_end.get((s, mb))  # the loss: backward follows its own forward
                 else:
@@ -179,20 +195,26 @@ def simulate(
                     t += fwd
                     fwd_end[(s, mb)] = t
                     if s < n_stages - 1:
-                        t = _send(events, r, (s + 1) % pp, mb, s, t, st.send_fwd_s)
+                        t = _send(events, r, stage_rank(s + 1, pp, schedule), mb, s, t, st.send_fwd_s)
                         fwd_ready[(s + 1, mb)] = t
                     busy[r] += fwd + (st.send_fwd_s if s < n_stages - 1 else 0.0)
+                elif kind == "W":
+                    w = min(st.wgrad_s, st.bwd_s)
+                    if events is not None:
+                        events.append(Event(r, "wgrad", mb, s, t, t + w))
+                    t += w
+                    busy[r] += w
                 else:
                     if st.recompute_s > 0:
                         if events is not None:
                             events.append(Event(r, "recompute", mb, s, t, t + st.recompute_s))
                         t += st.recompute_s
-                    bwd = st.bwd_s + extra
+                    bwd = st.bwd_s + extra - (min(st.wgrad_s, st.bwd_s) if kind == "I" else 0.0)
                     if events is not None:
                         events.append(Event(r, "backward", mb, s, t, t + bwd))
                     t += bwd
                     if s > 0:
-                        t = _send(events, r, (s - 1) % pp, mb, s, t, st.send_bwd_s)
+                        t = _send(events, r, stage_rank(s - 1, pp, schedule), mb, s, t, st.send_bwd_s)
                         bwd_ready[(s - 1, mb)] = t
                     busy[r] += st.recompute_s + bwd + (st.send_bwd_s if s > 0 else 0.0)
                 free[r] = t
@@ -226,28 +248,3 @@ def _send(events: list[Event] | None, src: int, dst: int, mb: int, stage: int, t
         events.append(Event(src, "send", mb, stage, t, t + dur, dst))
         events.append(Event(dst, "recv", mb, stage, t, t + dur, src))
     return t + dur
-
-
-# --------------------------------------------------------------------------- from the cost model
-
-
-def stage_times(table, slices, cfg) -> list[StageTimes]:
-    """Per virtual stage, the cost model's per-micro-batch times (stages.rank_cost of that
-    stage alone, so the stage times of a rank add up to its RankCost.time_s), exposed
-    communication split between forward and backward as stages.layer_fwd_s says."""
-    n = len(slices)
-    out = []
-    for sl in slices:
-        # a pipeline of n single-stage ranks isolates stage `sl` with the right neighbours
-        c = rank_cost(table, slices, sl.index, n, cfg.recompute, cfg.schedule, 1, 1)
-        send_fwd = table.p2p_s if sl.index < n - 1 else 0.0
-        send_bwd = table.p2p_s if sl.index > 0 else 0.0
-        out.append(StageTimes(
-            fwd_s=c.chunk_fwd_s[0] - send_fwd,
-            bwd_s=c.chunk_bwd_s[0] - c.recompute_s - send_bwd,
-            recompute_s=c.recompute_s,
-            send_fwd_s=send_fwd,
-            send_bwd_s=send_bwd,
-            unpaired_s=c.chunk_unpaired_s[0],
-        ))
-    return out

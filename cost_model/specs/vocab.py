@@ -37,7 +37,10 @@ RouterScore = Literal["softmax", "sigmoid"]
 
 # --------------------------------------------------------------------------- parallelism
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["gpipe", "1f1b", "interleaved"]
+# zb1p, zbv, dualpipev: the zero-bubble family, backward split into input-gradient (B) and
+# weight-gradient (W) work (torch.distributed.pipelining ScheduleInterleavedZeroBubble,
+# ScheduleZBVZeroBubble, ScheduleDualPipeV; cost_model/pipeline/order.py)
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb1p", "zbv", "dualpipev"]
 ZeroStage = Literal[0, 1, 2, 3]
 # which per-stage full-recompute counts an engine can run (cost_model/engines/support.py EngineSupport)
 StageCounts = Literal["any", "uniform", "none"]
@@ -67,7 +70,12 @@ LossKernel = Literal["torch", "torch_loss_parallel", "megatron", "megatron_fused
 
 # Named members, so code says `RECOMPUTE_FULL` and never re-types the word.
 (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL) = get_args(Recompute)
-(SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED) = get_args(Schedule)
+(SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_ZB1P, SCHEDULE_ZBV, SCHEDULE_DUALPIPEV) = get_args(Schedule)
+# the schedules that run the weight-gradient work apart from the input-gradient work
+SPLIT_BACKWARD_SCHEDULES: tuple[str, ...] = (SCHEDULE_ZB1P, SCHEDULE_ZBV, SCHEDULE_DUALPIPEV)
+# the V-shaped ones: two chunks per rank, stage r and 2pp-1-r on rank r (torch
+# pipelining/_utils.py generate_stage_to_rank_mapping style="v")
+V_SCHEDULES: tuple[str, ...] = (SCHEDULE_ZBV, SCHEDULE_DUALPIPEV)
 (MLP_GELU, MLP_SWIGLU) = get_args(Mlp)
 (NORM_LAYERNORM, NORM_RMSNORM) = get_args(Norm)
 (POSITION_LEARNED, POSITION_ROPE) = get_args(Position)

@@ -319,8 +319,14 @@ def block_compute(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig,
     op_sac_s = 0.0
     if cfg.engine == ENGINE_TORCHTITAN and not geo.moe_layer:
         op_sac_s = op_sac_gemms_fwd_s(m, gpu, t, cfg, geo) + elem_s + cast_fwd
+    # the weight-gradient GEMMs: one per forward GEMM, as long (the other backward GEMM is the
+    # input gradient), scaled as the backward is by a profile; zero-bubble schedules run them
+    # apart from the rest of the backward (pipeline/simulator.py)
+    bwd_scale = bwd_p / max(1e-12, bwd) if source != "analytic" else 1.0
     return BlockCompute(fwd_p, bwd_p, core_s * scale, core_bwd_s, source, g.qkv_s * scale, g.up_s * scale,
-                         g.out_s * scale, g.down_s * scale, g.experts_s * scale, op_sac_s * scale)
+                         g.out_s * scale, g.down_s * scale, g.experts_s * scale, op_sac_s * scale,
+                         wgrad_s=min(gemm_s * bwd_scale, bwd_p),
+                         wgrad_held_bytes=geo.tokens * g.grad_out_elems * geo.act_dt)
 
 
 def host_bound_excess_s(m: TransformerSpec, gpu, t: TrainingSpec, cfg: ParallelConfig, geo: BlockGeometry,

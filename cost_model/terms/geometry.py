@@ -76,6 +76,13 @@ class BlockCompute:
     down_s: float = 0.0  # forward time of the MLP down projection (0 in MoE blocks: expert GEMMs)
     experts_s: float = 0.0  # forward time of the routed experts' GEMMs (MoE blocks)
     op_sac_recompute_s: float = 0.0  # forward work torchtitan's per-op selective AC re-runs (dense blocks)
+    # the backward's weight-gradient GEMMs (dW = X^T dY, one per forward GEMM and as long:
+    # Narayanan et al. SC'21 §5.1); the rest of bwd_s is the input-gradient work (B)
+    wgrad_s: float = 0.0
+    # what the deferred weight-gradient work keeps between the two halves of the backward,
+    # beyond the saved activations: the output gradient of every GEMM (torch pipelining
+    # _backward.py stage_backward_input keeps each parameter group's intermediate grads)
+    wgrad_held_bytes: float = 0.0
 
 
 def cp_kind(cfg: ParallelConfig) -> str:

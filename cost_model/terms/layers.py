@@ -90,6 +90,13 @@ class LayerCost:
     # of compute_s (its forward share also in fwd_s): the wait on the host's kernel issue of a
     # host-synchronised MoE layer beyond its device time (host_bound_excess_s)
     host_wait_s: float = 0.0
+    # of compute_s: the backward's weight-gradient GEMMs (geometry.BlockCompute.wgrad_s), the
+    # W work zero-bubble schedules defer; 0 for the embedding and output layers (their whole
+    # backward counts as input-gradient work: never a shorter critical path than they run)
+    wgrad_s: float = 0.0
+    # bytes one micro-batch keeps from the input-gradient op to its weight-gradient op besides
+    # its saved activations (geometry.BlockCompute.wgrad_held_bytes)
+    wgrad_held_bytes: float = 0.0
 
     @property
     def time_s(self) -> float:
@@ -231,6 +238,8 @@ def _block_cost(
         transient_bytes=working_set,
         ep_unpaired_s=unpaired,
         host_wait_s=host_fwd + host_bwd,
+        wgrad_s=c.wgrad_s,
+        wgrad_held_bytes=c.wgrad_held_bytes,
     )
 
 

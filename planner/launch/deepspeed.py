@@ -29,6 +29,7 @@ from cost_model.specs.vocab import (
     ENGINE_DEEPSPEED,
     OPTIMIZER_ADAMW,
     RECOMPUTE_FULL,
+    SPLIT_BACKWARD_SCHEDULES,
 )
 from planner.launch import data, runtime
 from planner.launch._common import NotApplicable, join, par
@@ -116,6 +117,9 @@ def applicable(plan: dict) -> None:
         )
     if p["vpp"] > 1:
         raise NotApplicable(f"deepspeed: vpp={p['vpp']}: DeepSpeed's PipelineEngine has no interleaved schedule")
+    if p["pp"] > 1 and p["schedule"] in SPLIT_BACKWARD_SCHEDULES:
+        raise NotApplicable(f"deepspeed: schedule={p['schedule']}: DeepSpeed's PipelineEngine runs TrainSchedule "
+                            "(1F1B-like) only, no zero-bubble schedule")
 
 
 def config(plan: dict) -> dict:

@@ -29,7 +29,7 @@ model prices the grad buffer and its reduce-scatter in that dtype.
 
 from __future__ import annotations
 
-from cost_model.engines.support import tp_comm_overlap
+from cost_model.engines.support import engine_supports, tp_comm_overlap
 from cost_model.model import attention, flops
 from cost_model.specs.vocab import (
     ATTN_CHUNKED,
@@ -53,6 +53,7 @@ from cost_model.specs.vocab import (
     ROUTER_SIGMOID,
     ROUTER_SOFTMAX,
     SCHEDULE_GPIPE,
+    SPLIT_BACKWARD_SCHEDULES,
     TARGET_MEGATRON,
 )
 from planner.launch import data
@@ -449,6 +450,11 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
                             f"{plan['model'].get('name', 'the model')!r}; the job would train another model than the "
                             "one priced")
     p = par(plan)
+    if p["pp"] > 1 and p["schedule"] in SPLIT_BACKWARD_SCHEDULES:
+        # Megatron runs no zero-bubble schedule (cost_model/engines/support.py): emitting its
+        # interleaved or 1F1B order would run another schedule than the one priced
+        rule = engine_supports(ENGINE_MEGATRON, schedule=p["schedule"], pp=p["pp"], vpp=p["vpp"])
+        raise NotApplicable(f"{TARGET_MEGATRON}: {rule}")
     m = plan["model"]
     notes: list[str] = []
     a = [

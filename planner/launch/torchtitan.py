@@ -36,6 +36,8 @@ from cost_model.specs.vocab import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     SCHEDULE_1F1B,
+    SCHEDULE_INTERLEAVED,
+    SPLIT_BACKWARD_SCHEDULES,
     TARGET_TORCHTITAN,
 )
 from planner.launch import data
@@ -115,8 +117,12 @@ def dp_degrees(p: dict) -> tuple[int, int, list[str]]:
 
 
 def _schedule(p: dict) -> str:
+    """torchtitan's pipeline_parallel_schedule for the plan's schedule (data/torchtitan_words.toml):
+    the zero-bubble family by its own class names, else interleaved whenever vpp > 1."""
+    if p["schedule"] in SPLIT_BACKWARD_SCHEDULES:
+        return _SCHEDULE[p["schedule"]]
     if p["vpp"] > 1:
-        return "Interleaved1F1B"
+        return _SCHEDULE[SCHEDULE_INTERLEAVED]
     return _SCHEDULE.get(p["schedule"], _SCHEDULE[SCHEDULE_1F1B])
 
 
@@ -149,6 +155,10 @@ def layout_problems(plan: dict) -> list[str]:
             "every routed copy, slower than the plan says"
         )
     sizes = stage_sizes(plan)
+    if p["pp"] > 1 and p["schedule"] in SPLIT_BACKWARD_SCHEDULES:
+        rule = engines.engine_supports(ENGINE_TORCHTITAN, schedule=p["schedule"], pp=p["pp"], vpp=p["vpp"])
+        if rule is not None:  # e.g. zb1p with one stage per rank: torchtitan takes >= 2
+            out.append(rule)
     if p["pp"] > 1 and len(sizes) != p["pp"] * p["vpp"]:
         out.append(f"plan has {len(sizes)} stages, expected pp*vpp={p['pp'] * p['vpp']}")
     return out

@@ -14,6 +14,7 @@ FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
 COLORS = {
     "forward": "#4c78a8",
     "backward": "#f58518",
+    "wgrad": "#eeca3b",  # the weight-gradient part the zero-bubble schedules run apart
     "recompute": "#b279a2",
     "send": "#72b7b2",
     "recv": "#9ecae9",

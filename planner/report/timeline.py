@@ -1,4 +1,5 @@
-"""Pipeline timeline: one row per pipeline rank, every forward / recompute / backward of
+"""Pipeline timeline: one row per pipeline rank, every forward / recompute / backward (under
+the zero-bubble schedules its input-gradient part B and its weight-gradient part W apart) of
 every micro-batch as a coloured block on a time axis in ms, sends and receives and the DP
 sync in a thin lane under each row, idle time (the bubble) hatched.
 
@@ -20,8 +21,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from cost_model.pipeline.order import zb1p_rounds
 from cost_model.pipeline.simulator import Event, Simulation, StageTimes, simulate
-from cost_model.specs.vocab import SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+from cost_model.specs.vocab import (
+    SCHEDULE_1F1B,
+    SCHEDULE_GPIPE,
+    SCHEDULE_INTERLEAVED,
+    SCHEDULE_ZB1P,
+    SPLIT_BACKWARD_SCHEDULES,
+)
 from planner.report.common import as_dict
 from planner.report.svg import COLORS, Svg, nice_ticks, tick_label
 from planner.schedule import simulation_of
@@ -34,7 +42,7 @@ WINDOW = 5  # bins in the moving average of the shares
 
 FOLD_AFTER = 16  # micro-batches drawn in full up to this many; beyond, the steady state is folded
 FOLD_PX = 34.0  # width of the fold marker
-COMPUTE = ("forward", "recompute", "backward")
+COMPUTE = ("forward", "recompute", "backward", "wgrad")
 
 ROW_H, LANE_H, ROW_GAP = 22.0, 6.0, 8.0
 LEFT, RIGHT, TOP = 78.0, 90.0, 76.0
@@ -91,7 +99,14 @@ def fold_for(sim: Simulation, plot_w: float, fold: bool = True) -> Fold | None:
     GPipe, or the steady state is under two periods."""
     if not fold or sim.num_micro_batches <= FOLD_AFTER or sim.schedule == SCHEDULE_GPIPE:
         return None
-    group = sim.pp if sim.schedule == SCHEDULE_INTERLEAVED else 1  # micro-batches in one period
+    # micro-batches in one period: a group through every chunk under the looped orders, one
+    # under 1F1B, ZB1P with one stage per rank and the V orders (one micro-batch's F, B, W of
+    # both chunks per steady step: order.zbv_order, dualpipev_order)
+    group = 1
+    if sim.schedule == SCHEDULE_INTERLEAVED:
+        group = sim.pp
+    elif sim.schedule == SCHEDULE_ZB1P and sim.vpp > 1:
+        group = zb1p_rounds(sim.pp, sim.num_micro_batches)[1]
     period = steady_period_s(sim) * group
     first_bwd: dict[int, float] = {}
     last_fwd: dict[int, float] = {}
@@ -204,7 +219,10 @@ def timeline_svg(plan, width: float = 1000.0, fold: bool = True) -> str:
     )
     svg.text(LEFT, 20, title, size=14, weight="600")
     svg.text(LEFT, 38, _note(plan, sim, exact, cut), size=11, fill=COLORS["muted"])
-    svg.legend(LEFT, 58, [("forward", COLORS["forward"]), ("recompute", COLORS["recompute"]), ("backward", COLORS["backward"]),
+    split = sim.schedule in SPLIT_BACKWARD_SCHEDULES
+    backward = [("backward: input grad (B)", COLORS["backward"]), ("weight grad (W)", COLORS["wgrad"])] if split \
+        else [("backward", COLORS["backward"])]
+    svg.legend(LEFT, 58, [("forward", COLORS["forward"]), ("recompute", COLORS["recompute"]), *backward,
                           ("send / recv", COLORS["send"]), ("DP sync", COLORS["dp_sync"]), ("optimizer", COLORS["optimizer"]),
                           ("idle (bubble)", "url(#idle-hatch)")])
     by_rank: dict[int, list[Event]] = {}
@@ -222,7 +240,7 @@ def timeline_svg(plan, width: float = 1000.0, fold: bool = True) -> str:
         evs = sorted(by_rank.get(r, []), key=lambda e: (e.start_s, e.phase))
         if cut:
             evs = folded_events(evs, cut)
-        main = [e for e in evs if e.phase in ("forward", "recompute", "backward", "optimizer")]
+        main = [e for e in evs if e.phase in ("forward", "recompute", "backward", "wgrad", "optimizer")]
         lane = [e for e in evs if e.phase in ("send", "recv", "dp_sync")]
         idle = sim.bubble_s[r]  # not computing and not sending, inside the pipeline phase
         svg.open(class_="rank", id=f"rank-{r}", data_rank=r)
@@ -334,7 +352,7 @@ def _draw_binned(svg: Svg, r: int, y: float, main: list[Event], lane: list[Event
     """Blocks narrower than BIN_PX on average: each bin stacks its phases by time share
     (forward on top, then recompute, backward), so the steady state reads as bands and the
     bubble stays visible; the lane shows where sends, receives and the sync happen."""
-    order = ("forward", "recompute", "backward", "optimizer")
+    order = ("forward", "recompute", "backward", "wgrad", "optimizer")
     n_blocks = {p: sum(e.phase == p for e in main) for p in order}
     for a, b, shares in _binned(main, order, px, span):
         top = y

@@ -1,7 +1,11 @@
 """Pipeline parallelism with torch.distributed.pipelining and the planned stage split.
 
 Virtual stage k (of pp*vpp, in model order) lives on pp rank k % pp, the placement of
-Megatron's and torch's interleaved schedules; with vpp=1 that is one stage per rank.
+Megatron's and torch's interleaved schedules; with vpp=1 that is one stage per rank. The V
+schedules (zbv, dualpipev) put stages r and 2pp-1-r on rank r (order.stage_rank, torch's
+generate_stage_to_rank_mapping style "v"). The zero-bubble family runs torch's own classes
+(ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, ScheduleDualPipeV), which split each
+backward into its input- and weight-gradient parts (pipelining/_backward.py).
 """
 
 from __future__ import annotations
@@ -13,16 +17,31 @@ from torch import nn
 from torch.distributed.pipelining import (
     PipelineStage,
     Schedule1F1B,
+    ScheduleDualPipeV,
     ScheduleGPipe,
     ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+    ScheduleZBVZeroBubble,
 )
 
-from cost_model.specs.vocab import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED
+from cost_model.pipeline.order import stage_rank
+from cost_model.specs.vocab import (
+    SCHEDULE_1F1B,
+    SCHEDULE_DUALPIPEV,
+    SCHEDULE_INTERLEAVED,
+    SCHEDULE_ZB1P,
+    SCHEDULE_ZBV,
+)
 from planner.runtime.plan_io import RunPlan
+
+# the multi-stage classes of the zero-bubble family (cost_model/engines/support.py, runtime)
+_SPLIT_CLASSES = {SCHEDULE_ZB1P: ScheduleInterleavedZeroBubble, SCHEDULE_ZBV: ScheduleZBVZeroBubble,
+                  SCHEDULE_DUALPIPEV: ScheduleDualPipeV}
 
 
 def local_stage_ids(plan: RunPlan, pp_rank: int) -> list[int]:
-    return [k for k in range(len(plan.stages)) if k % plan.parallelism.pp == pp_rank]
+    par = plan.parallelism
+    return [k for k in range(len(plan.stages)) if stage_rank(k, par.pp, par.schedule) == pp_rank]
 
 
 def build_schedule(
@@ -47,6 +66,8 @@ def build_schedule(
     nmb = par.num_micro_batches
     if par.schedule == SCHEDULE_INTERLEAVED:
         return ScheduleInterleaved1F1B(stages, n_microbatches=nmb, loss_fn=loss_fn)
+    if par.schedule in _SPLIT_CLASSES:
+        return _SPLIT_CLASSES[par.schedule](stages, n_microbatches=nmb, loss_fn=loss_fn)
     # With fewer micro-batches than stages, 1F1B's warm-up (min(pp - rank - 1, m) forwards,
     # Megatron-LM megatron/core/pipeline_parallel/schedules.py
     # forward_backward_pipelining_without_interleaving) covers every micro-batch, so the

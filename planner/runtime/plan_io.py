@@ -13,6 +13,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pydantic import ValidationError
 
 from cost_model.model.attention import layer_type_of
+from cost_model.pipeline.order import split_schedule_rule
 from cost_model.specs.inputs import ParallelConfig, TransformerSpec
 from cost_model.specs.vocab import (
     ATTN_CHUNKED,
@@ -21,6 +22,7 @@ from cost_model.specs.vocab import (
     NORM_RMSNORM,
     POSITION_ROPE,
     SCHEDULE_INTERLEAVED,
+    SPLIT_BACKWARD_SCHEDULES,
     Mlp,
     values,
 )
@@ -257,8 +259,11 @@ def validate(p: RunPlan, world_size: int | None) -> None:
     if par.pp > 1:
         if par.schedule == SCHEDULE_INTERLEAVED and par.vpp < 2:
             raise PlanError("parallelism.schedule=interleaved needs vpp >= 2")
-        if par.schedule != SCHEDULE_INTERLEAVED and par.vpp != 1:
+        if par.schedule not in (SCHEDULE_INTERLEAVED, *SPLIT_BACKWARD_SCHEDULES) and par.vpp != 1:
             raise PlanError(f"parallelism.vpp={par.vpp} needs schedule=interleaved")
+        if par.schedule in SPLIT_BACKWARD_SCHEDULES and (
+                why := split_schedule_rule(par.schedule, par.pp, par.vpp, par.num_micro_batches)):
+            raise PlanError(f"parallelism.schedule: {why}")
         if par.schedule == SCHEDULE_INTERLEAVED:
             rounds = max(1, par.num_micro_batches // par.pp)
             if par.num_micro_batches % rounds:

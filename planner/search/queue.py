@@ -211,7 +211,7 @@ class Frontier:
         if memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved,
                               deadline=self.ctx.deadline) > self.cap:
             return None
-        return cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m)
+        return cheap_time_bound_s(sums, table, c.recompute, c.pp, c.vpp, m, c.schedule)
 
     def refine(self, e: Entry, p: StageProblem, table: LayerTable, best_t: float) -> Entry | None:
         """The candidate's own-table bounds; None when memory rules it out."""

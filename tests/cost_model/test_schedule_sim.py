@@ -13,7 +13,8 @@ import pytest
 
 from cost_model.estimate import estimate, rank_costs, resolve_slices, simulate_config
 from cost_model.pipeline.order import interleaved_table, rank_order
-from cost_model.pipeline.simulator import StageTimes, simulate, stage_times
+from cost_model.pipeline.simulator import StageTimes, simulate
+from cost_model.pipeline.stage_times import stage_times
 from cost_model.pipeline.stages import lockstep_slot, lockstep_slots, pipeline_time_s
 from cost_model.specs.inputs import ParallelConfig
 from cost_model.terms.layers import layer_table

@@ -86,6 +86,18 @@ EMPTY_END_REQUESTS = {
                                "search": {"pp": 2, "vpp": 17, "tp": 1, "cp": 1, "engine": "megatron"}},
 }
 RULE_REQUESTS.update(EMPTY_END_REQUESTS)
+# the zero-bubble family pinned for torchtitan (parallelism.pipeline_parallel_schedule
+# InterleavedZeroBubble at 2 stages per rank, ZBVZeroBubble and DualPipeV in a V)
+ZERO_BUBBLE_REQUESTS = {
+    f"llama3-8b-{sched}-torchtitan@8": {
+        "model": {"name": "llama3-8b"}, "engine": "torchtitan", "cluster": {**H100, "num_gpus": 8},
+        "training": {"global_batch_size": 32, "seq_length": 4096},
+        "search": {"pp": 4, "tp": 1, "cp": 1, "vpp": 2, "micro_batch_size": 1, "schedule": sched,
+                   "recompute": "none"}}
+    for sched in ("zb1p", "zbv", "dualpipev")
+}
+RULE_REQUESTS.update(ZERO_BUBBLE_REQUESTS)
+ZERO_BUBBLE_CASES = sorted(ZERO_BUBBLE_REQUESTS)
 EMPTY_END_CASES = sorted(EMPTY_END_REQUESTS)
 # architectures beyond a Llama block: head_dim apart from hidden / heads and QK-norm
 # (Qwen3-235B-A22B), MLA, shared experts, dense first layers and MTP (DeepSeek-V3), an MoE

@@ -18,7 +18,7 @@ import pytest
 
 from planner.launch import torchtitan as tt_emit
 
-from .conftest import CASES, fake_world, group_containing, planned
+from .conftest import CASES, ZERO_BUBBLE_CASES, fake_world, group_containing, planned
 
 pytest.importorskip("torchtitan", reason="the `engines` extra (torchtitan) is not installed")
 INSTALLED = metadata.version("torchtitan")
@@ -319,3 +319,33 @@ def test_empty_end_stages_are_torchtitans_own_split():
                            "stage_layers": [0] + [1] * 32 + [0]}}
     plan = _stage_plan(estimate(req), 2, 17)
     assert tt_emit.module_fqns(plan) == _generate_llm_fqn_per_model_part(34, 32, input_weight=1, output_weight=1)
+
+
+_ZB_CLASS = {"zb1p": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble", "dualpipev": "ScheduleDualPipeV"}
+
+
+@pytest.mark.parametrize("name", ZERO_BUBBLE_CASES)
+def test_zero_bubble_schedule_as_torchtitan_builds_it(name, config_manager):
+    """The emitted schedule name parses (ConfigManager), resolves by torch's get_schedule_class
+    (what torchtitan's _build_pipeline_schedule calls) to the class whose order the plan priced,
+    and torchtitan's own rank -> stage mapping puts on each rank the stages the plan priced there
+    (a V for ZBV and DualPipeV); the stage FQNs are one list per virtual stage."""
+    from torch.distributed.pipelining.schedules import get_schedule_class
+    from torchtitan.distributed.pipeline_parallel import _get_pp_rank_to_stage_indices_mapping
+
+    from cost_model.pipeline.order import rank_stages
+
+    plan = _runnable(name)
+    assert plan is not None, planned(name)["launch"]["skipped"]
+    p = plan["parallelism"]
+    sched = name.split("-")[2]
+    assert p["schedule"] == sched and p["vpp"] == 2
+    cfg = config_manager().parse_args(_train_argv(plan["launch"]["torchtitan"]["versions"][INSTALLED]["command"]))
+    _check_parsed(cfg, plan, INSTALLED)
+    cls = get_schedule_class(cfg.parallelism.pipeline_parallel_schedule)
+    assert cls.__name__ == _ZB_CLASS[sched]
+    n = len(cfg.parallelism.module_fqns_per_model_part)
+    assert n == p["pp"] * p["vpp"]
+    for r in range(p["pp"]):
+        got = _get_pp_rank_to_stage_indices_mapping(r, p["pp"], cfg.parallelism.pipeline_parallel_schedule, n)
+        assert tuple(got) == rank_stages(r, p["pp"], p["vpp"], sched), r

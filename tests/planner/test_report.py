@@ -216,3 +216,27 @@ def test_degrees_card_names_the_moe_schedule_and_dispatcher():
     line = knobs({**base, "moe_a2a_overlap": True, "moe_dispatcher": "deepep"})
     assert "a2a-overlap" in line and "ep:deepep" in line
     assert "ep:" not in knobs({**base, "moe_dispatcher": "alltoall"})
+
+
+def test_zbv_timeline_draws_input_and_weight_gradients_in_torchs_order():
+    """A ZBV plan (runtime engine, pp 4 x 2 chunks in a V): every rank's row draws forward,
+    input-gradient (B) and weight-gradient (W) blocks in torch's order (order.zbv_order), and
+    the reasons say what the schedule saved against the unsplit one."""
+    from cost_model.pipeline.order import rank_stages, zbv_order
+
+    plan = _plan(pp=4, tp=2, dp=1, vpp=2, schedule="zbv", micro_batch_size=1, cp=1, engine="runtime")
+    par = plan["parallelism"]
+    assert (par["schedule"], par["vpp"]) == ("zbv", 2)
+    svg = timeline_svg(plan, fold=False)
+    root = ET.fromstring(svg)
+    for r in range(4):
+        row = root.find(f".//s:g[@id='rank-{r}']", NS)
+        chunk_of = {s: c for c, s in enumerate(rank_stages(r, 4, 2, "zbv"))}
+        ops = []
+        for rect in row.findall("s:rect", NS):
+            cls = (rect.get("class") or "").split()
+            kind = {"forward": "F", "backward": "I", "wgrad": "W"}.get(next((c for c in cls if c != "op"), ""), None)
+            if "op" in cls and kind:
+                ops.append((float(rect.get("x")), kind, int(rect.get("data-mb")), chunk_of[int(rect.get("data-stage"))]))
+        assert [o[1:] for o in sorted(ops)] == list(zbv_order(4, r, par["num_micro_batches"]))
+    assert any(line.startswith("schedule zbv: bubble") for line in plan["reasons"])

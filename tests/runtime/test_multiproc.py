@@ -110,3 +110,17 @@ def test_scale_down_large_bf16_plan_gpipe(tmp_path):
     assert "run in fp32" in out
     # f = 32 // 4 = 8: stages of 14 and 18 blocks keep 2 and 3.
     assert "stages=[[0, 1], [2, 4]]" in out
+
+
+def test_zbv_pp2_vpp2_dp2(tmp_path):
+    """torch's ScheduleZBVZeroBubble (split input- and weight-gradient backward, stages r and
+    2pp-1-r on rank r): the same losses and gradient norms as one process."""
+    doc = make_plan(stages=[(0, 1), (2, 3), (4, 5), (6, 7)], pp=2, vpp=2, dp=2, schedule="zbv")
+    run_plan(tmp_path, doc)
+
+
+def test_dualpipev_zb1p_pp2_dp2(tmp_path):
+    """ScheduleDualPipeV (V placement, m >= 2pp) and ScheduleInterleavedZeroBubble with one
+    stage per rank: the same losses and gradient norms as one process."""
+    run_plan(tmp_path, make_plan(stages=[(0, 1), (2, 3), (4, 5), (6, 7)], pp=2, vpp=2, dp=2, schedule="dualpipev"))
+    run_plan(tmp_path, make_plan(pp=2, dp=2, schedule="zb1p"), steps=2)
