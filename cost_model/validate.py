@@ -49,7 +49,9 @@ from cost_model.specs.limits import (
 from cost_model.specs.vocab import (
     DISPATCHER_ALLTOALL,
     DISPATCHER_DEEPEP,
+    DTYPE_BF16,
     DTYPE_FP8,
+    DTYPE_FP16,
     ENGINE_MEGATRON,
     FP8_MXFP8,
     FP8_TENSORWISE,
@@ -323,9 +325,14 @@ def validate_fp8_all_gather(engine: str, t: specs.TrainingSpec) -> None:
 
 
 def validate_fp8_recipe(engine: str, gpu: specs.GPUSpec, t: specs.TrainingSpec) -> None:
-    """training.fp8_recipe only under fp8; mxfp8 only where the engine runs it (Megatron /
+    """training.dtype fp8 only on a GPU with FP8 tensor cores (GPUSpec.fp8);
+    training.fp8_recipe only under fp8; mxfp8 only where the engine runs it (Megatron /
     Transformer Engine; torchao's tensorwise Float8 is priced for the others) on a GPU whose
     tensor cores take it (GPUSpec.mxfp8: Blackwell, sm 10.x)."""
+    if t.dtype == DTYPE_FP8 and not gpu.fp8:
+        raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores (compute capability 8.9+; Transformer Engine's "
+                        f"check_fp8_support, torchao Float8Linear); {gpu.name} has none",
+                        allowed=[DTYPE_BF16, DTYPE_FP16])
     r = t.fp8_recipe
     if r is None:
         return

@@ -245,6 +245,11 @@ class GPUSpec:
     # MXFP8 GEMMs (microscaling, one E8M0 scale per 32 elements): Blackwell data-centre parts
     # (sm 10.x; Transformer Engine quantization.py _compute_mxfp8_support @d0067d0da6cb)
     mxfp8: bool = False
+    # FP8 tensor cores (compute capability 8.9+: Ada, Hopper, Blackwell; CDNA3+): Transformer
+    # Engine refuses FP8 below sm 8.9 (transformer_engine/pytorch/fp8.py check_fp8_support,
+    # "Device compute capability 8.9 or higher required for FP8 execution"), torchao's
+    # Float8Linear likewise; False where the part has none (catalog.py), and fp8 is refused
+    fp8: bool = True
     host: bool = False  # a CPU process as device
     reserved_gib: float = 1.0  # CUDA context + communicator buffers, not in torch's allocator
     # DeepEP's fused dispatch/combine kernels run here (the `deepep` MoE dispatcher): an NVIDIA

@@ -79,6 +79,19 @@ def test_recipe_refused_where_it_cannot_run(gpu, training, says):
     assert e.value.field == "training.fp8_recipe" and says in e.value.message
 
 
+@pytest.mark.parametrize("gpu", ["a100-80gb", "a100-40gb", "v100-32gb"])
+def test_fp8_refused_without_fp8_tensor_cores(gpu):
+    """Transformer Engine and torchao refuse FP8 below compute capability 8.9: an A100 or
+    V100 fp8 plan would not start, so it is refused by field, naming the GPU."""
+    with pytest.raises(SpecError) as e:
+        estimate(parse_model({"name": "llama3-8b"}), parse_cluster({"gpu": gpu, "num_gpus": 8}),
+                 parse_training({"global_batch_size": 8, "seq_length": 1024, "dtype": "fp8"}),
+                 parse_parallelism({"dp": 8, "zero": 1}))
+    assert e.value.field == "training.dtype" and gpu in e.value.message and "8.9" in e.value.message
+    # the parts that have them still take it
+    assert _est("h100-sxm", None).prediction.step_time_s > 0
+
+
 def test_mxfp8_weights_and_parameter_gather():
     """MXFP8 parameters keep the row- and the column-wise copies with their scales, 2 x (1 +
     1/32) bytes (TE MXFP8Tensor), where per-tensor scaling on Blackwell keeps one byte and on
