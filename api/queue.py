@@ -34,7 +34,7 @@ from dramatiq.results import Results
 from dramatiq.results.backends.redis import RedisBackend
 from dramatiq.results.errors import ResultMissing, ResultTimeout
 
-from .worker import QueueFull, SolverPool, SolveTimeout, Timing, portable, unbox
+from .worker import Admission, QueueFull, SolverPool, SolveTimeout, Timing, portable, unbox
 
 QUEUE = "planner-solves"
 # a solve whose caller gave up is marked here (message id -> 1, an hour): a worker that takes
@@ -99,18 +99,15 @@ def solve_job(fn: Callable[..., Any], args: tuple, run_limit_s: float) -> tuple[
         return False, portable(exc), start, time.time() - start
 
 
-class BrokerPool:
+class BrokerPool(Admission):
     """SolverPool's interface over the queue: admission (workers + queue_size per replica, then
     429), and each solve sent to the workers and waited for; `workers` is this replica's share
     of concurrent solves, not the workers' count (their queue is Redis's)."""
 
     def __init__(self, url: str, workers: int, queue_size: int, on_depth: Callable[[int], None] | None = None):
+        super().__init__(workers, queue_size, on_depth)
         self.broker = configure(url)
-        self.workers = workers
-        self.capacity = workers + queue_size
         self._in_flight = 0
-        self._reserved = 0
-        self._on_depth = on_depth or (lambda _n: None)
 
     @property
     def busy(self) -> int:
@@ -126,16 +123,6 @@ class BrokerPool:
     @property
     def full(self) -> bool:
         return self._in_flight >= self.capacity
-
-    @contextlib.contextmanager
-    def reserve(self):
-        if self._reserved >= self.capacity or self.full:
-            raise QueueFull()
-        self._reserved += 1
-        try:
-            yield
-        finally:
-            self._reserved -= 1
 
     async def submit_timed(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None,
                            run_limit_s: float | None = None) -> tuple[Any, Timing]:
@@ -185,10 +172,6 @@ class BrokerPool:
         finishes within its run limit: the broker cannot reach into another machine's process)."""
         with contextlib.suppress(Exception):
             self.broker.client.set(CANCELLED + message.message_id, 1, ex=CANCELLED_TTL_S)
-
-    async def submit(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None,
-                     run_limit_s: float | None = None) -> Any:
-        return (await self.submit_timed(fn, *args, timeout_s=timeout_s, run_limit_s=run_limit_s))[0]
 
     def warm(self) -> None:
         self.broker.client.ping()  # the broker answers; the workers start on their own

@@ -120,22 +120,57 @@ def _process_context():
     return ctx
 
 
-class SolverPool:
+class Admission:
+    """What both pools admit: `workers` solves at once plus `queue_size` waiting, then
+    QueueFull (429); `reserve` holds a place for a request's preparation, `submit` is
+    `submit_timed` without the timing. The pools say what is `full` and run `submit_timed`."""
+
+    def __init__(self, workers: int, queue_size: int, on_depth: Callable[[int], None] | None = None):
+        self.workers = workers
+        self.capacity = workers + queue_size
+        self._reserved = 0  # places held by reserve()
+        self._on_depth = on_depth or (lambda _n: None)
+
+    @property
+    def full(self) -> bool:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def reserve(self):
+        """A place among the `capacity` admitted, held from before a request's preparation (its
+        cross-replica lock: a database connection) to its end: QueueFull when they are taken,
+        so a burst past the queue is refused before it holds anything."""
+        if self._reserved >= self.capacity or self.full:
+            raise QueueFull()
+        self._reserved += 1
+        try:
+            yield
+        finally:
+            self._reserved -= 1
+
+    async def submit_timed(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None,
+                           run_limit_s: float | None = None) -> tuple[Any, Timing]:
+        raise NotImplementedError
+
+    async def submit(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None,
+                     run_limit_s: float | None = None) -> Any:
+        """submit_timed without the timing."""
+        return (await self.submit_timed(fn, *args, timeout_s=timeout_s, run_limit_s=run_limit_s))[0]
+
+
+class SolverPool(Admission):
     """At most `workers` solves run at once, each in a worker process; up to `queue_size` more
     wait here, in this process (not in pebble's pipe, where a cancelled task would still run:
     a solve is handed to a process only when one is free). Used from one event loop."""
 
     def __init__(self, workers: int, queue_size: int, on_depth: Callable[[int], None] | None = None,
                  max_tasks: int = 0):
-        self.workers = workers
-        self.capacity = workers + queue_size
+        super().__init__(workers, queue_size, on_depth)
         # max_tasks: solves a process runs before pebble replaces it (0: never); 1 gives each
         # solve a fresh process, so what one solve's tables and caches took goes back at its end
         self._pool = ProcessPool(max_workers=workers, max_tasks=max_tasks, context=_process_context())
         self._running = 0
-        self._reserved = 0  # places held by reserve()
         self._waiting: deque[asyncio.Future] = deque()
-        self._on_depth = on_depth or (lambda _n: None)
 
     @property
     def busy(self) -> int:
@@ -151,19 +186,6 @@ class SolverPool:
     def full(self) -> bool:
         """No solve more would be admitted now."""
         return self._running + len(self._waiting) >= self.capacity
-
-    @contextlib.contextmanager
-    def reserve(self):
-        """A place among the `capacity` admitted, held from before a request's preparation (its
-        cross-replica lock: a database connection) to its end: QueueFull when they are taken,
-        so a burst past the queue is refused before it holds anything."""
-        if self._reserved >= self.capacity or self.full:
-            raise QueueFull()
-        self._reserved += 1
-        try:
-            yield
-        finally:
-            self._reserved -= 1
 
     async def _slot(self) -> None:
         """Wait for a free worker (FIFO); a caller cancelled while waiting leaves the queue."""
@@ -235,11 +257,6 @@ class SolverPool:
             exc.solve_timing = timing  # a solve that answered with an error was timed too
             raise exc
         return value, timing
-
-    async def submit(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None,
-                     run_limit_s: float | None = None) -> Any:
-        """submit_timed without the timing."""
-        return (await self.submit_timed(fn, *args, timeout_s=timeout_s, run_limit_s=run_limit_s))[0]
 
     def warm(self, timeout_s: float = 120.0) -> None:
         """Start the worker processes and wait until each has run a task (they fork from a

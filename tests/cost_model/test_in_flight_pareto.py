@@ -12,16 +12,9 @@ import pytest
 
 from cost_model.pipeline import in_flight
 
-
-def pairwise_filter(states: list[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
-    """The filter as it was (each distinct vector, largest total first, kept unless a kept one
-    holds at least as much of every chunk)."""
-    uniq = sorted(set(states), key=sum, reverse=True)
-    keep: list[tuple[int, ...]] = []
-    for v in uniq:
-        if not any(all(map(operator.ge, k, v)) for k in keep):
-            keep.append(v)
-    return tuple(keep)
+# the filter as it was (each distinct vector, largest total first, kept unless a kept one
+# holds at least as much of every chunk), which the zero-bubble walk still uses
+pairwise_filter = in_flight._pareto
 
 
 def brute_force_maximal(states: list[tuple[int, ...]]) -> set[tuple[int, ...]]:
