@@ -85,3 +85,30 @@ def test_a_worker_killed_mid_solve_gives_an_error_and_no_row(make_server, tmp_pa
         assert httpx.get(f"{srv.url}/v1/plans").json()["total"] == total  # nothing half-written
     finally:
         stop_worker(worker)
+
+
+def test_sweep_points_go_to_the_workers(make_server, tmp_path):
+    """A sweep's points are solves like any other: with a broker they are answered by `planner
+    worker` processes. Without a worker running, no point is solved (they wait in Redis until
+    their limit); with one, every point is, and equals the library's grid."""
+    from planner.sweep import grid  # noqa: PLC0415 - the library reference of the answer
+
+    body = {**small_plan(32), "sweep": {"num_gpus": [8, 16]}}
+    body["search"]["time_limit_s"] = 2
+    srv = make_server(PLANNER_BROKER_URL=BROKER)
+    r = httpx.post(f"{srv.url}/v1/sweeps", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    unsolved = r.json()["points"]
+    assert not any(p["ok"] for p in unsolved) and all("did not finish" in p["error"] for p in unsolved), unsolved
+    worker = start_worker(tmp_path)
+    try:
+        body["search"]["time_limit_s"] = 30
+        r = httpx.post(f"{srv.url}/v1/sweeps", json=body, timeout=180)
+        assert r.status_code == 200, r.text
+        points = r.json()["points"]
+        assert [p["num_gpus"] for p in points] == [8, 16] and all(p["ok"] for p in points)
+        lib = grid({k: v for k, v in body.items() if k != "sweep"}, {"num_gpus": [8, 16]}, time_limit_s=30)
+        for a, b in zip(points, lib["points"], strict=True):
+            assert a["parallelism"] == b["parallelism"] and a["step_time_s"] == b["step_time_s"]
+    finally:
+        stop_worker(worker)
