@@ -34,7 +34,7 @@ from dramatiq.results import Results
 from dramatiq.results.backends.redis import RedisBackend
 from dramatiq.results.errors import ResultMissing, ResultTimeout
 
-from .worker import Admission, QueueFull, SolverPool, SolveTimeout, Timing, portable, unbox
+from .worker import Admission, QueueFull, SolverPool, SolveTimeout, Timing, answered, portable
 
 QUEUE = "planner-solves"
 # a solve whose caller gave up is marked here (message id -> 1, an hour): a worker that takes
@@ -53,8 +53,8 @@ def configure(url: str) -> RedisBroker:
     if not url.startswith(("redis://", "rediss://")):
         raise ValueError(f"PLANNER_BROKER_URL must be a redis:// URL, got {url.split(':', 1)[0]}://")
     broker = RedisBroker(url=url, middleware=[*default_middleware(), CurrentMessage()])
-    # no socket timeout on the results' client: a solve's answer is waited for with a blocking
-    # pop as long as the solve may take (redis-py's default would cut every wait at 5 s)
+    # the results' client without a socket timeout (BrokerPool._result polls it; a slow answer
+    # from a loaded Redis is waited for, not cut at redis-py's default)
     results = redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, socket_timeout=None))
     broker.add_middleware(Results(backend=RedisBackend(client=results, encoder=dramatiq.PickleEncoder())))
     dramatiq.set_broker(broker)
@@ -146,14 +146,10 @@ class BrokerPool(Admission):
         finally:
             self._in_flight -= 1
         timing = Timing(max(0.0, start_wall - sent_wall), run_s)
-        if not ok:
-            exc = unbox(value)
-            if isinstance(exc, SolveTimeout):
-                exc.timing = Timing(timing.queue_wait_s, exc.timing.run_s)
-                raise exc
-            exc.solve_timing = timing
-            raise exc
-        return value, timing
+        if not ok and isinstance(value, SolveTimeout):  # the worker's own kill: the queue wait is ours
+            value.timing = Timing(timing.queue_wait_s, value.timing.run_s)
+            raise value
+        return answered(ok, value, timing), timing
 
     async def _result(self, message, deadline: float):
         """The message's result, asked for every RESULT_POLL_S until `deadline` (perf_counter):

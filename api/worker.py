@@ -110,6 +110,16 @@ def run_timed(fn: Callable[..., Any], args: tuple) -> tuple[bool, Any, float, fl
         return False, portable(exc), start_wall, time.perf_counter() - t0
 
 
+def answered(ok: bool, value: Any, timing: Timing) -> Any:
+    """A worker's (ok, value) as the caller sees it: the value, or its exception raised with
+    the solve's timing (a solve that answered with an error was timed too)."""
+    if ok:
+        return value
+    exc = unbox(value)
+    exc.solve_timing = timing
+    raise exc
+
+
 def _ready() -> bool:
     return True
 
@@ -192,7 +202,7 @@ class SolverPool(Admission):
         if self._running < self.workers and not self._waiting:
             self._running += 1
             return
-        if self._running + len(self._waiting) >= self.capacity:
+        if self.full:
             raise QueueFull()
         turn = asyncio.get_running_loop().create_future()
         self._waiting.append(turn)
@@ -252,11 +262,7 @@ class SolverPool(Admission):
         finally:
             self._free()
         timing = Timing(queue_wait_s, run_s)
-        if not ok:
-            exc = unbox(value)
-            exc.solve_timing = timing  # a solve that answered with an error was timed too
-            raise exc
-        return value, timing
+        return answered(ok, value, timing), timing
 
     def warm(self, timeout_s: float = 120.0) -> None:
         """Start the worker processes and wait until each has run a task (they fork from a

@@ -78,10 +78,6 @@ def with_coords(req: PlanRequest, coords: Coords) -> PlanRequest:
     return req.model_copy(update=update)
 
 
-def _with_value(req: PlanRequest, axis: str, value: int) -> PlanRequest:
-    return with_coords(req, {axis: value})
-
-
 def parse_axis(axis: str, values: Any) -> list:
     """One axis's values, checked: GPU names (catalog, in the order given) or integers >= 1
     (sorted)."""
@@ -193,11 +189,6 @@ def point_limit_s(time_limit_s: float | None, left_s: float | None) -> float | N
     if left_s is None:
         return time_limit_s
     return left_s if time_limit_s is None else min(time_limit_s, left_s)
-
-
-def check_request(req: PlanRequest, axis: str, values: list[int]) -> None:
-    """Raise SpecError for a request that is bad whatever the swept value."""
-    check_grid(req, {axis: values})
 
 
 def check_grid(req: PlanRequest, axes: dict[str, list], deadline_days: float | None = None,

@@ -170,9 +170,14 @@ async def solve_timed(pool: SolverPool, settings: Settings, metrics: Metrics, fn
         timing = getattr(exc, "solve_timing", None)
         raise _map_solver_error(exc, "planner") from None
     finally:
-        if timing is not None:
-            metrics.queue_wait.labels(kind).observe(timing.queue_wait_s)
-            metrics.solve_time.labels(kind).observe(timing.run_s)
+        observe(metrics, kind, timing)
+
+
+def observe(metrics: Metrics, kind: str, timing: Timing | None) -> None:
+    """A solve's queue wait and run time, apart (none for one never admitted)."""
+    if timing is not None:
+        metrics.queue_wait.labels(kind).observe(timing.queue_wait_s)
+        metrics.solve_time.labels(kind).observe(timing.run_s)
 
 
 # how often a waiting request looks whether its client is still there

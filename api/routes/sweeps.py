@@ -36,7 +36,15 @@ from planner.sweep import (
 
 from ..errors import ApiError
 from ..worker import QueueFull, SolveTimeout
-from ._common import COMMON_ERRORS, SOLVE_ERRORS, solve_wait_s, time_limit, v1_router
+from ._common import (
+    COMMON_ERRORS,
+    SOLVE_ERRORS,
+    observe,
+    run_limit_s,
+    solve_wait_s,
+    time_limit,
+    v1_router,
+)
 
 router = v1_router("sweeps")
 
@@ -132,29 +140,33 @@ async def create_sweep(body: SweepRequest, request: Request):
             if left_s < MIN_POINT_S or failed.is_set():
                 return skipped_point(coords, deadline_s)
             point_s = point_limit_s(limit, left_s)
-            solve_start_s = time.perf_counter()
-            admitted = True
+            timing = None  # counted with the plan solves (observe), as every solve the pool ran
             try:
                 # waited for no longer than the deadline's grace, whatever the point's own grace
                 wait_s = min(solve_wait_s(point_s), left_s + DEADLINE_GRACE_S)
-                return await app.state.pool.submit(_run_point, body, coords, point_s, prices, timeout_s=wait_s)
+                value, timing = await app.state.pool.submit_timed(_run_point, body, coords, point_s, prices,
+                                                                  timeout_s=wait_s, run_limit_s=run_limit_s(point_s))
+                return value
             except QueueFull:
-                admitted = False
                 failed.set()
                 metrics.rejected.inc()
                 raise ApiError(429, "queue_full", "the solver queue is full; retry later", {}, headers=retry) from None
-            except SolveTimeout:
+            except SolveTimeout as exc:
+                timing = exc.timing
+                if exc.killed:
+                    metrics.killed.labels(SOLVE_KIND).inc()
                 return failed_point(coords, f"the solve did not finish within {point_s:g} s")
-            except SpecError:
+            except SpecError as exc:
+                timing = getattr(exc, "solve_timing", None)
                 failed.set()
                 raise
             except Exception as exc:  # noqa: BLE001 - the client's input at fault, as for plans
+                timing = getattr(exc, "solve_timing", None)
                 failed.set()
                 raise ApiError(422, "unprocessable", f"the planner could not evaluate this request: {type(exc).__name__}: "
                                f"{exc}", {"exception": type(exc).__name__}) from None
             finally:
-                if admitted:  # counted with the plan solves, as every solve the pool ran
-                    metrics.solve_time.labels(SOLVE_KIND).observe(time.perf_counter() - solve_start_s)
+                observe(metrics, SOLVE_KIND, timing)
 
     points = list(await asyncio.gather(*(one(c) for c in grid_coords(axes))))
     priced = GPU_AXIS in axes or spec.deadline_days is not None or spec.budget_usd is not None
