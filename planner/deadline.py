@@ -6,7 +6,7 @@ it has (or a timed-out Infeasible when it has none).
 
 The search's own time limit is soft (it stops queueing work at it, then records what it has);
 the hard deadline sits a grace beyond it (SearchPolicy.deadline_grace), for the loops that
-would otherwise outlast it (issue #33: one memory bound of a 4,096-block model ran minutes)."""
+would otherwise outlast it (one memory bound of a 4,096-block model ran for minutes)."""
 
 from __future__ import annotations
 
