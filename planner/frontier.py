@@ -31,10 +31,6 @@ def time_and_cost(p: dict[str, Any]) -> tuple[float, float] | None:
     return None if t is None or c is None else (float(t), float(c))
 
 
-def dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """`a` is at least as fast and as cheap as `b`, and strictly better in one."""
-    return a[0] <= b[0] and a[1] <= b[1] and (a[0] < b[0] or a[1] < b[1])
-
 
 def pareto_front(points: list[dict[str, Any]]) -> list[int]:
     """Indices of the non-dominated points, fastest first. Sorting by (time, cost) and keeping
