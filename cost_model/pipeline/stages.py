@@ -464,39 +464,17 @@ def rank_pipeline_time_s(ranks: Sequence[RankCost], num_micro_batches: int, vpp:
                            [r.chunk_wgrad_s or (0.0,) * len(r.chunk_fwd_s) for r in ranks])
 
 
-def zb1p_pipeline_time_s(fwd_s: Sequence[float], input_grad_s: Sequence[float], wgrad_s: Sequence[float],
-                         num_micro_batches: int) -> float:
-    """ZB1P (torch ScheduleInterleavedZeroBubble, one stage per rank), per rank r its forward
-    f_r (+ activation send), input-gradient b_r (+ recomputation + gradient send) and
-    weight-gradient w_r per micro-batch, t_r = f_r + b_r + w_r:
-      T_pipe = m max_r t_r + (p-1) max(F + B - W, F, B) + sum_r (max t - t_r)
-    with F = max_r f_r, B = max_r b_r, W = min_r w_r. Equal stages: (p-1)(f + b - w) is
-    Qi et al. ICLR'24 §2.1's ZB-H1 bubble (DeepSeek-V3 report Table 2's ZB1P row
-    (PP-1)(F+B-2W), B there the whole backward), which needs w <= f and w <= b to be filled;
-    a larger W leaves (p-1)max(f, b): the simulated order reaches exactly this for equal
-    stages, any f, b, w (tests/cost_model/test_zero_bubble.py). The last sum, zero for equal
-    stages, makes it an upper bound of the simulation on uneven ones (measured on random
-    stages within +-30% of each other: never below it, 9% above on average)."""
-    p, m = len(fwd_s), num_micro_batches
-    t = [f + b + w for f, b, w in zip(fwd_s, input_grad_s, wgrad_s, strict=True)]
-    slowest = max(t)
-    F, B, W = max(fwd_s), max(input_grad_s), min(wgrad_s)
-    return m * slowest + (p - 1) * max(F + B - W, F, B) + sum(slowest - x for x in t)
-
-
 def split_pipeline_time_s(chunk_fwd_s, chunk_bwd_s, chunk_wgrad_s, num_micro_batches: int, vpp: int,
                           schedule: str) -> float:
     """T_pipe of the zero-bubble family (chunk times as in pipeline_time_s; the weight-gradient
-    part of each backward is chunk_wgrad_s, at most the backward). ZB1P with one stage per
-    rank: zb1p_pipeline_time_s. ZBV, DualPipeV and looped ZB1P: their orders keep no
-    short form for unequal F, B and W (torch's ScheduleZBVZeroBubble docstring: zero bubble
-    "only if time forward == time backward input == time backward weights"; the simulated
-    bubble is piecewise linear in them), so the time priced is the schedule simulation's
-    (pipeline/simulator.py) of torch's order on these chunk times, memoised by its inputs."""
+    part of each backward is chunk_wgrad_s, at most the backward): the schedule simulation's
+    (pipeline/simulator.py) of torch's order on these chunk times, memoised by its inputs.
+    No short form holds for unequal F, B and W: torch's ScheduleZBVZeroBubble docstring has
+    zero bubble "only if time forward == time backward input == time backward weights", and
+    ZB1P's (p-1) max(F + B - W, F, B) (Qi et al. ICLR'24 §2.1, exact on equal stages) falls
+    up to ~3% below the simulation on stages within +-30% of each other where W exceeds B
+    (tests/cost_model/test_zero_bubble.py)."""
     wg = [[min(w, b) for w, b in zip(ws, bs, strict=True)] for ws, bs in zip(chunk_wgrad_s, chunk_bwd_s, strict=True)]
-    if schedule == SCHEDULE_ZB1P and vpp == 1:
-        return zb1p_pipeline_time_s([f[0] for f in chunk_fwd_s], [b[0] - w[0] for b, w in zip(chunk_bwd_s, wg, strict=True)],
-                                    [w[0] for w in wg], num_micro_batches)
     return _simulated_pipeline_s(tuple(map(tuple, chunk_fwd_s)), tuple(map(tuple, chunk_bwd_s)),
                                  tuple(map(tuple, wg)), num_micro_batches, vpp, schedule)
 

@@ -21,6 +21,6 @@ def test_plan_page_shows_time_to_train_and_cost():
 
 
 def test_plan_page_says_why_the_cost_is_missing():
-    p = plan({**REQ, "cluster": {"gpu": "mi300x", "num_gpus": 8}}).model_dump(mode="json")
+    p = plan({**REQ, "cluster": {"gpu": "mi325x", "num_gpus": 8}}).model_dump(mode="json")
     html = plan_section(p, svgs={})
     assert 'id="cost">—' in html and "no price for GPU" in html
