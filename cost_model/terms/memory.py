@@ -37,7 +37,10 @@ def communicators(cfg: ParallelConfig) -> int:
     peer pair). Megatron-Core parallel_state.initialize_model_parallel builds these groups."""
     dense_dp = cfg.dense_dp_size
     groups = (cfg.tp, cfg.cp, cfg.dp, dense_dp if cfg.cp > 1 else 1, cfg.ep, cfg.expert_dp_size if cfg.ep > 1 else 1)
-    return 1 + sum(g > 1 for g in groups) + (2 if cfg.pp > 1 else 0)
+    # hybrid sharding: its shard and replica groups (Megatron-Core's intra- and inter-instance
+    # groups; torchtitan's dp_shard_cp and dp_replicate meshes)
+    hybrid = 2 if cfg.dp_replicate > 1 else 0
+    return 1 + sum(g > 1 for g in groups) + (2 if cfg.pp > 1 else 0) + hybrid
 
 
 def reserved_bytes(cfg: ParallelConfig, model: ModelSpec | None = None) -> float:
