@@ -181,6 +181,10 @@ class EngineSupport:
     multi_stage_min_vpp: int = 1
     # why the engine has no hybrid sharding, where it has none (engine_supports)
     hybrid_note: str = ""
+    # engines that pipeline with torch.distributed.pipelining, whose stages allocate a receive
+    # buffer per micro-batch for the activations and for their gradients once and keep them
+    # (memory.pipeline_buffer_bytes): where that was read
+    pipeline_recv_buffers: Source | None = None
 
     @property
     def empty_ends(self) -> bool:
@@ -407,6 +411,10 @@ TORCHTITAN = EngineSupport(
         "no OVERLAP_F_B function is registered, so DualPipeV runs each pair's forward and backward one "
         "after the other"
     ),
+    pipeline_recv_buffers=Source("pytorch/pytorch", "torch 2.13.0", "torch/distributed/pipelining/stage.py",
+                                 "PipelineStage._prepare_forward_infra / _setup_backward_recv_info: for each of "
+                                 "num_microbatches a _RecvInfo whose buffer is _make_tensor_from_meta, kept in "
+                                 "args_recv_info / grad_recv_info"),
     multi_stage_min_vpp=2,
     schedule_source=_tt(_TT_CFG, "ParallelismConfig.pipeline_parallel_schedule"),
     uneven_stages=(
@@ -552,6 +560,10 @@ RUNTIME = EngineSupport(
                      "1/d of fp32 param, grad, moments", "all-gather per block forward and backward, reduce-scatter",
                      True, _rt("planner/runtime/parallelize.py", "apply_fsdp")),
     ),
+    pipeline_recv_buffers=Source("pytorch/pytorch", "torch 2.13.0", "torch/distributed/pipelining/stage.py",
+                                 "PipelineStage._prepare_forward_infra / _setup_backward_recv_info: for each of "
+                                 "num_microbatches a _RecvInfo whose buffer is _make_tensor_from_meta, kept in "
+                                 "args_recv_info / grad_recv_info"),
     hybrid_note=": its data parallelism shards over the whole data-parallel group (planner/runtime/parallelize.py)",
     recompute=(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL),
     recompute_per_stage_counts=COUNTS_ANY,

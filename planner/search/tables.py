@@ -90,7 +90,7 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         recompute=c.recompute,
         num_micro_batches=prob.training.global_batch_size // (c.dp * c.micro_batch_size),
         capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
-        reserved_bytes=memory.reserved_bytes(c, prob.model),
+        reserved_bytes=memory.reserved_bytes(c, prob.model, prob.training),
         interference=gpu.overlap_interference,
         uniform_recompute=get_engine(c.engine).one_recompute_count,
         every_block_recompute=get_engine(c.engine).recomputes_every_block,
