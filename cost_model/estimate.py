@@ -44,10 +44,11 @@ def resolve_slices(model: specs.ModelSpec, cfg: specs.ParallelConfig) -> list[St
 
 def rank_costs(
     table: LayerTable, slices: list[StageSlice], cfg: specs.ParallelConfig, m: int, cluster: specs.ClusterSpec,
-    model: specs.ModelSpec | None = None,
+    model: specs.ModelSpec | None = None, training: specs.TrainingSpec | None = None,
 ) -> list[RankCost]:
-    # CUDA context, cuBLAS workspace, NCCL buffers (and DeepEP's, which need the model)
-    reserved = memory.reserved_bytes(cfg, model)
+    # CUDA context, cuBLAS workspace, NCCL buffers (and DeepEP's, which need the model, and
+    # torch pipelining's receive buffers, which need the training shapes)
+    reserved = memory.reserved_bytes(cfg, model, training)
     return [
         rank_cost(table, slices, r, cfg.pp, cfg.recompute, cfg.schedule, m, cfg.vpp, reserved, cluster.gpu.overlap_interference)
         for r in range(cfg.pp)
@@ -76,7 +77,7 @@ def compose(
 ) -> Estimate:
     """Turn per-rank costs into the Estimate (shared by estimate() and the planner)."""
     m = cfg.micro_batches(training.global_batch_size)
-    ranks = rank_costs(table, slices, cfg, m, cluster, model)
+    ranks = rank_costs(table, slices, cfg, m, cluster, model, training)
     step = step_time_s(ranks, m, cfg.vpp, cfg.schedule)
     t_pipe = rank_pipeline_time_s(ranks, m, cfg.vpp, cfg.schedule)
     crit = max(ranks, key=lambda r: r.time_s)
@@ -186,7 +187,7 @@ def simulate_config(model, cluster, training, cfg, profile=None) -> Simulation:
     table = layer_table(model, cluster, training, cfg, profile)
     slices = resolve_slices(model, cfg)
     m = cfg.micro_batches(training.global_batch_size)
-    ranks = rank_costs(table, slices, cfg, m, cluster, model)
+    ranks = rank_costs(table, slices, cfg, m, cluster, model, training)
     tails = [RankTail(r.exposed_dp_s, r.optimizer_s, r.dp_sync_s) for r in ranks]
     return simulate(stage_times(table, slices, cfg), cfg.pp, m, cfg.schedule, cfg.vpp, tails,
                     warmup_extra=warmup_extra(table))

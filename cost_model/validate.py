@@ -158,7 +158,7 @@ _TRAINING = (
 _PARALLELISM = (
     *((k, _int(1, MAX_GPUS)) for k in ("dp", "tp", "pp", "cp", "ep", "etp")), ("vpp", _int(1, MAX_LAYERS)),
     ("micro_batch_size", _int(1, MAX_BATCH)), ("num_micro_batches", _int(1, MAX_BATCH)), ("recompute", Recompute),
-    ("zero", _int(0, 3)), ("schedule", Schedule),
+    ("zero", _int(0, 3)), ("schedule", Schedule), ("dp_replicate", _int(1, MAX_GPUS)),
     ("cp_comm", CpComm), ("engine", Engine), ("moe_dispatcher", MoeDispatcher),
     ("stage_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)), ("recompute_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)),
 )
@@ -276,6 +276,26 @@ def _raise(broken: tuple[str, str, Any] | None, path: str) -> None:
         raise SpecError(f"{path}.{field}", message, allowed=allowed)
 
 
+def hybrid_rule(m: specs.ModelSpec, p: specs.ParallelConfig) -> tuple[str, list[int]] | None:
+    """Hybrid sharding (dp_replicate > 1) splits the data-parallel ranks into replicas of one
+    shard group: it needs a sharded state (zero >= 1) and a dp, and an expert-data-parallel
+    group under MoE, that the replicas divide. None when the layout holds, else (what is
+    wrong, the values that would do)."""
+    r = p.dp_replicate
+    if r == 1:
+        return None
+    moe = isinstance(m, specs.TransformerSpec) and m.moe is not None
+    ok = [d for d in divisors(p.dp) if not moe or p.expert_dp_size % d == 0]
+    if p.dp % r:
+        return f"dp_replicate={r} does not divide dp={p.dp}", ok
+    if p.zero == 0:
+        return f"dp_replicate={r} replicates a sharded state: it needs zero >= 1, got zero 0", [1]
+    if moe and p.expert_dp_size % r:
+        return (f"dp_replicate={r} does not divide the expert-data-parallel group of "
+                f"tp*cp*dp/(ep*etp) = {p.expert_dp_size} ranks"), ok
+    return None
+
+
 def validate_model(m: specs.ModelSpec, path: str = "model") -> None:
     if isinstance(m, specs.LayerListSpec):
         _check_length(m.layers, Items(None, MAX_LAYERS, min_len=1), "model.layers")
@@ -390,6 +410,7 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
     if p.schedule in SPLIT_BACKWARD_SCHEDULES and (why := split_schedule_rule(p.schedule, p.pp, p.vpp, n_micro)):
         raise SpecError("parallelism.schedule", why, allowed=[SCHEDULE_1F1B, SCHEDULE_INTERLEAVED])
     _raise_at("parallelism.cp", cp_rule(t.seq_length, p.cp))
+    _raise_at("parallelism.dp_replicate", hybrid_rule(m, p))
     n_stages = p.pp * p.vpp
     if p.stage_layers is not None:
         if len(p.stage_layers) != n_stages:

@@ -128,7 +128,19 @@ def engine_restrictions(engine: str, space=None, pp: int | None = None) -> list[
         rule = engine_supports(engine, cp=2, cp_variant=variant)
         if rule is not None:
             rules.append(rule)
+    rules += _hybrid_rules(engine, space)
     return rules
+
+
+def _hybrid_rules(engine: str, space) -> list[str]:
+    """The engine's rule against hybrid sharding at each sharded ZeRO level the search allows,
+    where the search was pinned to replicas (search.dp_replicate > 1); none where the engine
+    shards hybrid at one of those levels."""
+    replicas = [r for r in (space.allowed.get("dp_replicate") or ()) if r > 1] if space is not None else []
+    if not replicas:
+        return []
+    refused = [engine_supports(engine, zero=z, dp_replicate=replicas[0]) for z in (1, 2, 3) if space.ok("zero", z)]
+    return list(dict.fromkeys(refused)) if refused and all(refused) else []
 
 
 def _pinned_expert_rule(space, model) -> str | None:
@@ -336,6 +348,8 @@ def binding_engine_rules(engine: str, space) -> list[str]:
          for sc in values(Schedule) if space.ok("schedule", sc)] if max(pps) > 1 else [],
         [engine_supports(engine, cp=2, cp_variant=v) for v in space.allowed.get("cp_comm") or ()],
     ]
+    if space.allowed.get("dp_replicate") and 1 not in space.allowed["dp_replicate"]:
+        knobs.append(_hybrid_rules(engine, space))
     return list(dict.fromkeys(r for refused in knobs if refused and all(refused) for r in refused))
 
 

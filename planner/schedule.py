@@ -64,7 +64,7 @@ def _inputs(problem, cfg) -> dict[str, list[dict]]:
     slices = resolve_slices(problem.model, cfg)
     m = cfg.micro_batches(problem.training.global_batch_size)
     st = stage_times(table, slices, cfg)
-    ranks = rank_costs(table, slices, cfg, m, problem.cluster, problem.model)
+    ranks = rank_costs(table, slices, cfg, m, problem.cluster, problem.model, problem.training)
     return {
         "stages": [
             {"index": i, "rank": i % cfg.pp, "fwd_ms": s.fwd_s * 1e3, "bwd_ms": s.bwd_s * 1e3,

@@ -5,7 +5,7 @@ the brute-force reference, so both search exactly the same space."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from cost_model.engines import kernels
@@ -47,15 +47,22 @@ from cost_model.specs.vocab import (
     values,
 )
 from cost_model.terms import moe
-from cost_model.validate import cp_rule, dispatcher_error, divisors, expert_fold_error, tp_rule
+from cost_model.validate import (
+    cp_rule,
+    dispatcher_error,
+    divisors,
+    expert_fold_error,
+    hybrid_rule,
+    tp_rule,
+)
 from planner.request import schema as rq
 from planner.request.schema import DEFAULT_HEADROOM, DEFAULT_TIME_LIMIT_S
 
 MAX_CP = 64  # context-parallel degrees beyond this are not searched unless asked for
 MAX_VPP = 8
 # the knobs of a `search` block that pin values (the others are settings)
-_PINNED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "zero", "schedule",
-           "sequence_parallel", "cp_comm", "moe_a2a_overlap", "moe_dispatcher")
+_PINNED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "zero", "dp_replicate",
+           "schedule", "sequence_parallel", "cp_comm", "moe_a2a_overlap", "moe_dispatcher")
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,8 @@ class DegreeGroup(NamedTuple):
     etp: int
     # the MoE token dispatchers its candidates take (dispatcher_values: the cluster decides)
     dispatchers: tuple[str, ...] = (DISPATCHER_ALLTOALL,)
+    # the hybrid-sharding replica counts its sharded candidates take (replicate_values)
+    replicas: tuple[int, ...] = (1,)
 
 
 def enumerate_candidates(
@@ -175,7 +184,8 @@ def degree_groups(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
                     for ep, etp in _expert_values(model, cluster, space, tp, cp, dp):
                         disp = dispatcher_values(model, cluster, space, ep, etp, training)
                         if disp:
-                            yield DegreeGroup(tp, cp, pp, dp, ep, etp, tuple(disp))
+                            yield DegreeGroup(tp, cp, pp, dp, ep, etp, tuple(disp),
+                                              replicate_values(model, cluster, space, tp, cp, dp, ep, etp))
 
 
 def group_candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpace, g: DegreeGroup, profile=None,
@@ -186,7 +196,31 @@ def group_candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpac
         recomputes = [r for r in recomputes if r != RECOMPUTE_SELECTIVE]
     zeros = [z for z in (0, 1, 2, 3) if space.ok("zero", z)]
     yield from _inner(model, space, training.global_batch_size, model.num_layers, g.tp, g.cp, g.pp, g.dp, g.ep,
-                      recomputes, zeros, training, _fitted_collectives(profile), dominance, g.etp, g.dispatchers)
+                      recomputes, zeros, training, _fitted_collectives(profile), dominance, g.etp, g.dispatchers,
+                      g.replicas)
+
+
+def replicate_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, tp: int, cp: int, dp: int, ep: int,
+                     etp: int) -> tuple[int, ...]:
+    """Hybrid-sharding replica counts (ParallelConfig.dp_replicate) to search at these degrees.
+    Pinned (search.dp_replicate): the listed ones the layout admits (validate.hybrid_rule).
+    Open: 1 (shard over every data-parallel rank) and, where it differs, one shard group per
+    NVLink domain: the dp x cp ranks of one node (of one NVL72 rack) shard, the nodes
+    replicate, so every gather and reduce-scatter stays on NVLink and only the reduced shards
+    cross the network. This is how HSDP is run at scale (torchtitan's HSDP layouts; Megatron's
+    distributed optimizer instances); other shard sizes are searched when listed."""
+    layout = ParallelConfig(dp=dp, tp=tp, cp=cp, ep=ep, etp=etp, zero=1)
+    pinned = space.allowed.get("dp_replicate")
+    if pinned is not None:
+        return tuple(r for r in pinned if hybrid_rule(model, replace(layout, dp_replicate=r)) is None)
+    out = [1]
+    domain = cluster.nvlink_domain or cluster.gpus_per_node
+    if domain % (tp * cp) == 0 and dp % (domain // (tp * cp)) == 0:
+        shard_dp = domain // (tp * cp)
+        r = dp // shard_dp
+        if r > 1 and shard_dp * cp > 1 and hybrid_rule(model, replace(layout, dp_replicate=r)) is None:
+            out.append(r)
+    return tuple(out)
 
 
 def micro_batch_values(space: SearchSpace, global_batch_size: int, dp: int) -> list[int]:
@@ -311,7 +345,8 @@ def engine_rule(engine: str, c: Candidate, fp8: bool, dtype: str | None = None, 
     """engines.engine_supports for every knob of a candidate (None = runnable)."""
     rule = engine_supports(engine, zero=c.zero, recompute=c.recompute, schedule=c.schedule, pp=c.pp, vpp=c.vpp,
                            tp=c.tp, cp=c.cp, cp_variant=c.cp_comm, ep=c.ep, sequence_parallel=c.sequence_parallel, fp8=fp8,
-                           moe_a2a_overlap=c.moe_a2a_overlap, dtype=dtype, mtp_layers=mtp_layers)
+                           moe_a2a_overlap=c.moe_a2a_overlap, dtype=dtype, mtp_layers=mtp_layers,
+                           dp_replicate=c.dp_replicate)
     if rule is None and c.moe_dispatcher != DISPATCHER_ALLTOALL:
         rule = dispatcher_rule(engine, c.moe_dispatcher, c.ep, c.etp)
     return rule
@@ -375,7 +410,7 @@ def a2a_overlap_values(model: ModelSpec, space: SearchSpace, engine: str, ep: in
 
 
 def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=None, fitted_collectives=False,
-           dominance=True, etp=1, dispatchers=(DISPATCHER_ALLTOALL,)):
+           dominance=True, etp=1, dispatchers=(DISPATCHER_ALLTOALL,), replicas=(1,)):
     engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
     fp8 = getattr(training, "dtype", None) == DTYPE_FP8
     sps = sequence_parallel_values(space, tp)
@@ -420,6 +455,11 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                 schedules.append((sched, v))
     overlaps = a2a_overlap_values(model, space, engine, ep)
     cp_comms = cp_comm_values(model, space, engine, tp, cp)
+    # (ZeRO stage, hybrid-sharding replicas): hybrid where the stage shards and the engine
+    # shards hybrid with it (engines.engine_supports); no dominance between them (a replica
+    # group trades memory for network traffic)
+    sharding = [(z, r) for z in zeros for r in replicas
+                if r == 1 or (z >= 1 and engine_supports(engine, zero=z, dp_replicate=r) is None)]
     dtype = getattr(training, "dtype", None)
     mtp = getattr(model, "num_nextn_predict_layers", 0)
     for mb in micro_batch_values(space, B, dp):
@@ -430,7 +470,7 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
             if sched in SPLIT_BACKWARD_SCHEDULES and split_schedule_rule(sched, pp, v, m) is not None:
                 continue  # torch's class refuses this micro-batch count (order.split_schedule_rule)
             for sp in sps:
-                for zero in zeros:
+                for zero, rep in sharding:
                     for ov in overlaps:
                         for rc in ov_recomputes if ov else recomputes:
                             for cc in cp_comms:
@@ -438,6 +478,6 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                                     c = ParallelConfig(
                                         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=v, schedule=sched, sequence_parallel=sp,
                                         zero=zero, micro_batch_size=mb, recompute=rc, engine=engine, etp=etp,
-                                        moe_a2a_overlap=ov, cp_comm=cc, moe_dispatcher=disp)
+                                        moe_a2a_overlap=ov, cp_comm=cc, moe_dispatcher=disp, dp_replicate=rep)
                                     if engine_rule(engine, c, fp8, dtype, mtp) is None:
                                         yield c

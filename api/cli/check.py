@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
             b = res["best"]
             par = b["parallelism"]
             print(f"best plan {fmt_s(b['prediction']['step_time_s'])}: dp={par['dp']} tp={par['tp']} pp={par['pp']} cp={par['cp']} "
-                  f"vpp={par['vpp']} mb={par['micro_batch_size']} zero={par['zero']} recompute={par['recompute']}; "
+                  f"vpp={par['vpp']} mb={par['micro_batch_size']} zero={par['zero']} dp_replicate={par.get('dp_replicate', 1)} "
+                  f"recompute={par['recompute']}; "
                   f"slowdown {res['slowdown'] * 100:.1f}% (allowed {max_slowdown * 100:.0f}%)")
         for r in res["reasons"]:
             print(f"  - {r}")

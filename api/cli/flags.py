@@ -4,7 +4,7 @@ take (`add_flags(parser, "problem", "config", ...)`), so `--tp` or `--json` is t
 flag everywhere.
 
 Configuration flags (`--tp --pp --dp --cp --ep --etp --vpp --micro-batch --recompute --zero
---schedule --cp-comm`) take a comma-separated list (`--[no-]sequence-parallel` and
+--dp-replicate --schedule --cp-comm`) take a comma-separated list (`--[no-]sequence-parallel` and
 `--[no-]moe-a2a-overlap` one setting): in `estimate` / `check` exactly one
 value, the configuration (`parallelism.*`); in `plan` the values the search may use
 (`search.*`, a pin: `--tp 2,4`); in `profile` the shapes to measure.
@@ -110,6 +110,8 @@ FLAGS: tuple[Flag, ...] = (
     _knob("micro-batch", "micro_batch_size", int, "sequences per micro-batch"),
     _knob("recompute", "recompute", str, "activation recomputation", V.values(V.Recompute)),
     _knob("zero", "zero", int, "ZeRO stage", V.values(V.ZeroStage)),
+    _knob("dp-replicate", "dp_replicate", int, "hybrid sharding: replicas of the shard group (1: shard over every "
+          "data-parallel rank)"),
     _knob("schedule", "schedule", str, "pipeline schedule", V.values(V.Schedule)),
     _knob("cp-comm", "cp_comm", str, "context-parallel communication", V.values(V.CpComm)),
     _knob("moe-dispatcher", "moe_dispatcher", str, "MoE token dispatcher (deepep: Megatron-Core's flex dispatcher "

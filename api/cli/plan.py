@@ -34,7 +34,8 @@ def layout(par) -> str:
         extras.append(f"moe-dispatcher={par['moe_dispatcher']}")
     return (f"dp={par['dp']} tp={par['tp']} pp={par['pp']} cp={par['cp']} ep={par['ep']}"
             + (f" ({', '.join(extras)})" if extras else "")
-            + f", micro-batch {par['micro_batch_size']} x {par['num_micro_batches']}, ZeRO-{par['zero']}, "
+            + f", micro-batch {par['micro_batch_size']} x {par['num_micro_batches']}, ZeRO-{par['zero']}"
+            + (f" in {par['dp_replicate']} replicas" if par.get("dp_replicate", 1) > 1 else "") + ", "
             f"recompute {par['recompute']}, schedule {par['schedule']}")
 
 

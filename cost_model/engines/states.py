@@ -81,8 +81,10 @@ def engine_state_bytes(
     master_dtype: str = DTYPE_FP32,
     optimizer: str = OPTIMIZER_ADAM,
     fp8_weight_bytes: float = 0.0,
+    pipeline: bool = False,
 ) -> StateBytes:
-    """What `engine` keeps per parameter at `zero` with `shard` ranks sharing the state.
+    """What `engine` keeps per parameter at `zero` with `shard` ranks sharing the state, in a
+    pipeline-parallel layout where `pipeline`.
 
     `shard` is the engine's sharding group: Megatron and DeepSpeed the data-parallel group
     (dp x cp in Megatron: the distributed optimizer shards over the dp-cp group); torchtitan
@@ -129,6 +131,17 @@ def engine_state_bytes(
         src = str(e.sharding_mode(zero).source)
         if zero == 0:
             return StateBytes(4.0, 4.0, m, source=src)
+        if pipeline:
+            # Under torch pipelining every micro-batch but the step's last runs its backward
+            # with FSDP's gradient sync and post-backward reshard off (torch 2.13
+            # distributed/pipelining/stage.py backward_maybe_with_nosync), so the stage keeps
+            # its unsharded compute parameters and accumulates its unsharded gradients in the
+            # reduce dtype, fp32 (fully_shard _fsdp_param.py to_accumulated_grad_if_needed),
+            # until the last backward: held through the steady state, the activations' peak
+            unsharded = float(DTYPE_BYTES[p_dtype])
+            return StateBytes(4.0 / d + unsharded, 4.0 / d + 4.0, m / d,
+                              source=src + "; torch pipelining: unsharded params and fp32 grads held "
+                              "(pipelining/stage.py backward_maybe_with_nosync)")
         held_compute_copy = w if (zero == 2 and p_dtype != DTYPE_FP32) else 0.0
         return StateBytes(4.0 / d + held_compute_copy, 4.0 / d, m / d, source=src + f"; total {full:g}/d")
 
@@ -196,7 +209,7 @@ def fp8_weight_bytes(gpu, t: TrainingSpec, engine: str = ENGINE_MEGATRON) -> flo
 
 
 def state_bytes_per_param(t: TrainingSpec, engine: str, zero: int, shard: int,
-                          fp8_weight: float = 0.0) -> StateBytes:
+                          fp8_weight: float = 0.0, pipeline: bool = False) -> StateBytes:
     """Model-state bytes per parameter as `engine` allocates them (engine_state_bytes:
     Megatron's distributed-optimizer table, torchtitan FSDP2's fp32 sharded master, DeepSpeed's
     BF16_Optimizer / stage_1_and_2, this project's fp32 runtime). A sharding mode the engine
@@ -208,11 +221,11 @@ def state_bytes_per_param(t: TrainingSpec, engine: str, zero: int, shard: int,
     if engines.get_engine(engine).sharding_mode(zero) is None:
         return zero_state_bytes(t, zero, shard)
     return _engine_state(engine, zero, shard, t.dtype, t.grad_dtype, t.master_weights_dtype, t.optimizer,
-                         fp8_weight)
+                         fp8_weight, pipeline)
 
 
 @lru_cache(maxsize=4096)
 def _engine_state(engine: str, zero: int, shard: int, dtype: str, grad_dtype: str, master: str,
-                  optimizer: str, fp8_weight: float = 0.0) -> StateBytes:
+                  optimizer: str, fp8_weight: float = 0.0, pipeline: bool = False) -> StateBytes:
     """engine_state_bytes, cached: the search asks it for every candidate."""
-    return engine_state_bytes(engine, zero, shard, dtype, grad_dtype, master, optimizer, fp8_weight)
+    return engine_state_bytes(engine, zero, shard, dtype, grad_dtype, master, optimizer, fp8_weight, pipeline)

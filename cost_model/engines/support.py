@@ -108,6 +108,14 @@ class ShardingMode:
     communicates: str  # what crosses the data-parallel group per step
     with_pipeline: bool  # usable together with pipeline parallelism
     source: Source
+    # hybrid sharding (ParallelConfig.dp_replicate > 1: shard inside a group, replicate across
+    # groups), where the engine runs it with this mode: how it is switched on, and where read
+    hybrid_flags: str = ""
+    hybrid_source: Source | None = None
+    # ZeRO-2 modes whose gradient reduce-scatter (and for FSDP2 the parameter all-gather)
+    # runs in every micro-batch, not once per step: what runs, and where that was read
+    every_micro_batch: str = ""
+    every_micro_batch_source: Source | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +179,12 @@ class EngineSupport:
     # at vpp >= this (torchtitan 2: pipeline_parallel.py get_pipeline_metadata, "Multi-stage
     # schedule requires at least 2 stages per rank"; torch's own class takes 1)
     multi_stage_min_vpp: int = 1
+    # why the engine has no hybrid sharding, where it has none (engine_supports)
+    hybrid_note: str = ""
+    # engines that pipeline with torch.distributed.pipelining, whose stages allocate a receive
+    # buffer per micro-batch for the activations and for their gradients once and keep them
+    # (memory.pipeline_buffer_bytes): where that was read
+    pipeline_recv_buffers: Source | None = None
 
     @property
     def empty_ends(self) -> bool:
@@ -229,6 +243,13 @@ MEGATRON = EngineSupport(
             "reduce-scatter of the grad buffer, optimizer step on the shard, all-gather of the updated params "
             "(after the step unless --overlap-param-gather, then in the next forward)",
             True, megatron_source(MEGATRON_DIST_OPTIMIZER_DOC, "'Distributed optim' column and Key Steps"),
+            hybrid_flags="--num-distributed-optimizer-instances R (the distributed optimizer sharded over dp*cp/R "
+            "consecutive ranks; gradients reduce-scattered inside an instance, then all-reduced across instances)",
+            hybrid_source=Source("NVIDIA/Megatron-LM", "megatron-core 0.16.1",
+                                 "megatron/core/distributed/param_and_grad_buffer.py",
+                                 "start_grad_sync: reduce-scatter over intra_distributed_optimizer_instance_group, "
+                                 "all-reduce over inter_distributed_optimizer_instance_group; parallel_state.py "
+                                 "intra_partial_data_parallel_size = dp*cp // num_distributed_optimizer_instances"),
         ),
         ShardingMode(
             2, "Megatron-FSDP optim_grads", "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
@@ -344,6 +365,16 @@ TORCHTITAN = EngineSupport(
             "one all-gather per block per micro-batch forward (none in backward), reduce-scatter of grads per "
             "block per micro-batch", True,
             _tt("torchtitan/distributed/fsdp.py", "get_fsdp_reshard_after_forward_policy: default = not pp_enabled"),
+            every_micro_batch="all-gather of each block's parameters in its forward and reduce-scatter of its gradients "
+            "in its backward, every micro-batch: FSDP2 reshards after every backward (torch fully_shard "
+            "FSDPParamGroup.post_backward), and the trainer's accumulation loop keeps gradient sync on",
+            every_micro_batch_source=_tt("torchtitan/trainer.py", "train_step: for _ in range(gradient_accumulation_steps) "
+                                         "forward_backward_step, no set_requires_gradient_sync(False) (0.3.0)"),
+            hybrid_flags="parallelism.data_parallel_replicate_degree=R, data_parallel_shard_degree=dp/R (HSDP: "
+            "fully_shard over the 2-D mesh (dp_replicate, dp_shard x cp))",
+            hybrid_source=_tt("torchtitan/distributed/fsdp.py", "'HSDP when the data-parallel mesh carries a replicate "
+                              "axis'; torch fully_shard HSDP: reduce-scatter over the shard dim, then all-reduce over "
+                              "the replicate dim every backward (_fsdp_collectives.py foreach_reduce)"),
         ),
         ShardingMode(
             3, "FSDP2 full shard (HSDP with dp_replicate > 1)", "parallelism.data_parallel_shard_degree=N "
@@ -353,6 +384,11 @@ TORCHTITAN = EngineSupport(
             "all-gather per block in forward and again in backward, reduce-scatter of fp32 grads "
             "(mixed_precision_reduce float32) per block; HSDP adds an all-reduce over dp_replicate", True,
             _tt("torchtitan/distributed/fsdp.py", "resolve_fsdp_mesh: shard axes dp_shard (+cp)"),
+            hybrid_flags="parallelism.data_parallel_replicate_degree=R, data_parallel_shard_degree=dp/R (HSDP: "
+            "fully_shard over the 2-D mesh (dp_replicate, dp_shard x cp))",
+            hybrid_source=_tt("torchtitan/distributed/fsdp.py", "'HSDP when the data-parallel mesh carries a replicate "
+                              "axis'; torch fully_shard HSDP: reduce-scatter over the shard dim, then all-reduce over "
+                              "the replicate dim every backward (_fsdp_collectives.py foreach_reduce)"),
         ),
     ),
     recompute=(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL),
@@ -375,6 +411,10 @@ TORCHTITAN = EngineSupport(
         "no OVERLAP_F_B function is registered, so DualPipeV runs each pair's forward and backward one "
         "after the other"
     ),
+    pipeline_recv_buffers=Source("pytorch/pytorch", "torch 2.13.0", "torch/distributed/pipelining/stage.py",
+                                 "PipelineStage._prepare_forward_infra / _setup_backward_recv_info: for each of "
+                                 "num_microbatches a _RecvInfo whose buffer is _make_tensor_from_meta, kept in "
+                                 "args_recv_info / grad_recv_info"),
     multi_stage_min_vpp=2,
     schedule_source=_tt(_TT_CFG, "ParallelismConfig.pipeline_parallel_schedule"),
     uneven_stages=(
@@ -450,6 +490,11 @@ DEEPSPEED = EngineSupport(
             "reduce-scatter of gradient buckets during backward (overlap_comm), all-gather of params after the step",
             False, _ds("deepspeed/runtime/pipe/engine.py", "assert zero stage < gradients: 'ZeRO-2 and ZeRO-3 are "
                        "incompatible with pipeline parallelism'"),
+            every_micro_batch="reduce-scatter of the gradient buckets in every backward (stage 1 reduces at the "
+            "accumulation boundary only); the all-gather of parameters follows the step",
+            every_micro_batch_source=_ds("deepspeed/runtime/zero/stage_1_and_2.py",
+                                         "reduce_ready_partitions_and_remove_grads: 'if self.partition_gradients or "
+                                         "self.is_gradient_accumulation_boundary()' (0.19.8)"),
         ),
         ShardingMode(
             3, "ZeRO-3", "zero_optimization.stage 3",
@@ -468,6 +513,10 @@ DEEPSPEED = EngineSupport(
     ),
     recompute_source=_ds("deepspeed/runtime/pipe/module.py", "activation_checkpoint_interval"),
     schedules={SCHEDULE_1F1B: "TrainSchedule"},
+    hybrid_note=(": MiCS (mics_shard_size), its shard-and-replicate ZeRO-3, is removed (deepspeed/runtime/config.py "
+                 "0.19.8: 'MiCS ZeRO-3 sharding has been removed'); ZeRO++ hpZ (zero_hpz_partition_size) keeps the "
+                 "optimizer states sharded over every rank and a second parameter copy per node, another scheme, "
+                 "not priced here"),
     schedule_detail="PipelineEngine runs TrainSchedule (1F1B-like); no interleaved or GPipe schedule",
     schedule_source=_ds("deepspeed/runtime/pipe/schedule.py", "TrainSchedule, InferenceSchedule, DataParallelSchedule"),
     uneven_stages="PipelineModule partition_method: parameters (default), uniform, type:[regex]",
@@ -511,6 +560,11 @@ RUNTIME = EngineSupport(
                      "1/d of fp32 param, grad, moments", "all-gather per block forward and backward, reduce-scatter",
                      True, _rt("planner/runtime/parallelize.py", "apply_fsdp")),
     ),
+    pipeline_recv_buffers=Source("pytorch/pytorch", "torch 2.13.0", "torch/distributed/pipelining/stage.py",
+                                 "PipelineStage._prepare_forward_infra / _setup_backward_recv_info: for each of "
+                                 "num_microbatches a _RecvInfo whose buffer is _make_tensor_from_meta, kept in "
+                                 "args_recv_info / grad_recv_info"),
+    hybrid_note=": its data parallelism shards over the whole data-parallel group (planner/runtime/parallelize.py)",
     recompute=(RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL),
     recompute_per_stage_counts=COUNTS_ANY,
     recompute_detail="full: the first recompute_layers[i] blocks of stage i; selective: the attention core",
@@ -621,6 +675,7 @@ def engine_supports(
     moe_a2a_overlap: bool = False,
     dtype: str | None = None,
     mtp_layers: int = 0,
+    dp_replicate: int = 1,
 ) -> str | None:
     """None when `engine` can run these engine-neutral knobs; otherwise the reason, quoting
     the engine's rule and where it was read. `etp` None means 'expert TP = tp' (Megatron's
@@ -638,6 +693,10 @@ def engine_supports(
                 f"{', '.join(f'{m.zero}={m.name}' for m in e.sharding)} ({e.sharding[0].source})")
     if pp > 1 and not mode.with_pipeline:
         return f"{engine} cannot combine {mode.name} (zero {zero}) with pipeline parallelism ({mode.source})"
+    if dp_replicate > 1 and mode.hybrid_source is None:
+        hybrid = [f"zero {m.zero} ({m.hybrid_flags.split(' (')[0]})" for m in e.sharding if m.hybrid_source is not None]
+        return (f"{engine} has no hybrid sharding (dp_replicate={dp_replicate}) with {mode.name} (zero {zero}): "
+                + (f"it shards hybrid with {', '.join(hybrid)}" if hybrid else f"it has none{e.hybrid_note}"))
 
     if recompute not in e.recompute:
         return f"{engine} cannot express recompute={recompute!r}: {e.recompute_detail} ({e.recompute_source})"

@@ -337,7 +337,9 @@ class ParallelConfig:
     tp x cp x dp (Megatron-Core MoE parallel folding).
     zero: 0 plain DP; 1 optimizer states sharded (Megatron distributed optimizer);
     2 + gradients; 3 + parameters (FSDP full-shard). Sharding is over the DP group
-    (dp x cp ranks share one model replica's data-parallel group as in Megatron).
+    (dp x cp ranks share one model replica's data-parallel group as in Megatron), or with
+    dp_replicate > 1 (hybrid sharding) over its shard group of dp/dp_replicate x cp ranks,
+    the groups replicating one another (dp_shard, shard_size).
     recompute: "full" recomputes `recompute_layers[i]` blocks of stage i (the first ones,
     Megatron's block method); None means every block.
     schedule: None is the default, interleaved when vpp > 1 and 1f1b otherwise.
@@ -376,6 +378,11 @@ class ParallelConfig:
     # ZeroStage's values, as a strict integer (a Literal alone would take 1.0 or true for 1)
     zero: Annotated[int, Strict(), Field(ge=0, le=3, description="0 replicated; 1 optimizer states, 2 + "
                                                                  "gradients, 3 + parameters sharded")] = 0
+    dp_replicate: Annotated[int, Strict(), Field(
+        ge=1, le=MAX_GPUS, description="hybrid sharding: the data-parallel ranks form dp_replicate groups "
+        "(outermost in rank order); ZeRO shards inside each group of dp/dp_replicate x cp ranks and the "
+        "groups replicate (torchtitan HSDP data_parallel_replicate_degree; Megatron "
+        "--num-distributed-optimizer-instances). 1: shard over the whole group")] = 1
     micro_batch_size: Annotated[int, Strict(), Field(ge=1, le=MAX_BATCH)] = 1
     num_micro_batches: Annotated[Annotated[int, Strict()] | None, Field(
         ge=1, le=MAX_BATCH, description="micro-batches per step; default (and the only value allowed) "
@@ -417,6 +424,18 @@ class ParallelConfig:
         """Ranks that replicate a dense weight and reduce its gradients (Megatron: data x
         context parallel)."""
         return self.dp * self.cp
+
+    @property
+    def dp_shard(self) -> int:
+        """Data-parallel ranks in one shard group (torchtitan's data_parallel_shard_degree)."""
+        return max(1, self.dp // self.dp_replicate)
+
+    def shard_size(self, group_size: int) -> int:
+        """Ranks a data-parallel group of `group_size` shards its states over: all of them, or
+        under hybrid sharding the group's share of one replica (its dp_replicate outermost
+        ranks replicate: torch FSDP2 HSDP mesh (replicate, shard); Megatron-Core
+        parallel_state.py intra_partial_data_parallel_size = dp*cp // instances)."""
+        return max(1, group_size // self.dp_replicate)
 
     @property
     def expert_dp_size(self) -> int:

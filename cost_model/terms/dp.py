@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from cost_model.engines import kernels
 from cost_model.engines.states import grad_dtype_bytes
+from cost_model.engines.support import get_engine
 from cost_model.hardware import comm, compute
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
 from cost_model.specs.vocab import DTYPE_BYTES, ENGINE_DEEPSPEED, ENGINE_MEGATRON
@@ -37,6 +38,47 @@ def expert_dp_stride(cfg: ParallelConfig) -> int:
     return cfg.etp * cfg.ep
 
 
+def reduces_every_micro_batch(cfg: ParallelConfig) -> bool:
+    """ZeRO-2 as the engine runs it reduces gradients in every micro-batch's backward (torchtitan's
+    FSDP2 without resharding, which also gathers in every forward; DeepSpeed stage 2), not once
+    per step (Megatron's distributed optimizer, the runtime's): engines.ShardingMode.every_micro_batch.
+    Not under a pipeline: torch's pipelining stage runs a step's micro-batches with FSDP's
+    gradient sync and post-backward reshard off until its last (torch/distributed/pipelining/
+    stage.py backward_maybe_with_nosync, perform_reduce_grad; torch 2.13), and DeepSpeed's
+    pipeline engine refuses stage 2."""
+    if cfg.zero != 2 or cfg.pp > 1:
+        return False
+    mode = get_engine(cfg.engine).sharding_mode(2)
+    return mode is not None and bool(mode.every_micro_batch)
+
+
+def hybrid_groups(cfg: ParallelConfig, size: int, stride: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((ranks, stride) of the shard group, (ranks, stride) of the replica group) of a
+    data-parallel group of `size` ranks `stride` apart. Without hybrid sharding the shard
+    group is the whole group and the replica group one rank. With dp_replicate = R the
+    outermost R-way split of the group replicates: the shard group is size/R consecutive
+    members, the replica group R members size/R members apart (torch FSDP2 HSDP mesh
+    (replicate, shard), torchtitan parallel_dims.py ["dp_replicate", "dp_shard", "cp", "tp"];
+    Megatron-Core parallel_state.py: intra-partial groups are consecutive slices of the
+    dp-cp group)."""
+    shard = cfg.shard_size(size)
+    return (shard, stride), (size // shard, stride * shard)
+
+
+def replica_all_reduce_s(cluster: ClusterSpec, nbytes: float, size: int, stride: int, cfg: ParallelConfig,
+                         fits) -> float:
+    """Hybrid sharding's all-reduce of each shard's reduced gradients (`nbytes` = the full
+    gradient bytes; a rank holds 1/shard of them) across the replica groups: Megatron-Core
+    start_grad_sync's inter-instance all-reduce after the intra-instance reduce-scatter
+    (distributed/param_and_grad_buffer.py, megatron-core 0.16.1); torch FSDP2 HSDP's
+    all-reduce over the replicate mesh dim after the reduce-scatter (fully_shard
+    _fsdp_collectives.py foreach_reduce). 0 without hybrid sharding."""
+    (shard, _), (replicas, rstride) = hybrid_groups(cfg, size, stride)
+    if replicas <= 1:
+        return 0.0
+    return comm.all_reduce_s(nbytes / shard, replicas, comm.group_link(cluster, replicas, rstride), fits)
+
+
 def grad_sync_s(
     cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, size: int, stride: int, fits
 ) -> float:
@@ -49,17 +91,20 @@ def grad_sync_s(
     (the launch emitter emits it with the distributed optimizer) runs it under the next
     forward, which this per-layer term approximates by the same overlap window as the
     gradient reduce-scatter; DeepSpeed's follows the optimizer step (`grad_sync_exposed_s`).
-    zero 3: per micro-batch, `zero3_s`."""
-    if size <= 1 or cfg.zero >= 3:
+    zero 3: per micro-batch, `zero3_s`. Hybrid sharding (dp_replicate > 1): the reduce-scatter
+    and all-gather run over the shard group, and the reduced shards are all-reduced across
+    the replicas (replica_all_reduce_s)."""
+    if size <= 1 or cfg.zero >= 3 or reduces_every_micro_batch(cfg):
         return 0.0
-    link = comm.group_link(cluster, size, stride)
     gbytes = params * grad_dtype_bytes(t)
     if cfg.zero == 0:
-        return comm.all_reduce_s(gbytes, size, link, fits)
-    rs = comm.reduce_scatter_s(gbytes, size, link, fits)
+        return comm.all_reduce_s(gbytes, size, comm.group_link(cluster, size, stride), fits)
+    (shard, sstride), _ = hybrid_groups(cfg, size, stride)
+    link = comm.group_link(cluster, shard, sstride)
+    rs = comm.reduce_scatter_s(gbytes, shard, link, fits) + replica_all_reduce_s(cluster, gbytes, size, stride, cfg, fits)
     if cfg.engine == ENGINE_DEEPSPEED:
         return rs
-    return rs + comm.all_gather_s(params * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t), size, link, fits)
+    return rs + comm.all_gather_s(params * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t), shard, link, fits)
 
 
 def grad_sync_exposed_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, groups: list[tuple[float, int, int]],
@@ -92,12 +137,14 @@ def bucket_sync_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, pa
     """One Megatron DDP bucket's gradient reduction (and with the distributed optimizer its
     parameter all-gather) over a group of `size` ranks `stride` apart (dp_last_bucket_s)."""
     bucket = min(params_rank, max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP * dense_dp_size(cfg)))
-    link = comm.group_link(cluster, size, stride)
     gbytes = bucket * grad_dtype_bytes(t)
     if cfg.zero == 0:
-        return comm.all_reduce_s(gbytes, size, link, fits)
+        return comm.all_reduce_s(gbytes, size, comm.group_link(cluster, size, stride), fits)
+    (shard, sstride), _ = hybrid_groups(cfg, size, stride)
+    link = comm.group_link(cluster, shard, sstride)
     gather = bucket * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t)
-    return comm.reduce_scatter_s(gbytes, size, link, fits) + comm.all_gather_s(gather, size, link, fits)
+    return (comm.reduce_scatter_s(gbytes, shard, link, fits) + replica_all_reduce_s(cluster, gbytes, size, stride, cfg, fits)
+            + comm.all_gather_s(gather, shard, link, fits))
 
 
 def expert_last_bucket_s(m: TransformerSpec, cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, fits) -> float:
@@ -139,10 +186,21 @@ def zero3_s(
     are not hidden: the gathered flat buffer is copied out into the layer's parameters after
     each gather, and the gradients into the flat reduce-scatter input (torch FSDP2, fully_shard
     _fsdp_collectives.py: foreach_all_gather_copy_out, foreach_reduce; DeepSpeed ZeRO-3
-    flattens and copies likewise): one read and one write of 2 W + G bytes."""
-    if size <= 1 or cfg.zero < 3:
+    flattens and copies likewise): one read and one write of 2 W + G bytes. Hybrid sharding
+    (torch FSDP2 HSDP): the gathers and the reduce-scatter run over the shard group, and every
+    backward all-reduces the reduced shard across the replicas (replica_all_reduce_s:
+    torchtitan 0.3.0 runs each micro-batch's backward with gradient sync on, trainer.py
+    train_step's accumulation loop).
+    A ZeRO-2 that reduces every micro-batch (reduces_every_micro_batch) pays the same per
+    micro-batch without the backward all-gather: torchtitan's FSDP2 without resharding gathers
+    in forward and reduce-scatters in backward; DeepSpeed stage 2 only reduce-scatters (its
+    all-gather follows the step: grad_sync_exposed_s), copying the gradients into its
+    contiguous buckets."""
+    every_micro = reduces_every_micro_batch(cfg)
+    if size <= 1 or (cfg.zero < 3 and not every_micro):
         return 0.0
-    link = comm.group_link(cluster, size, stride)
+    (shard, sstride), _ = hybrid_groups(cfg, size, stride)
+    link = comm.group_link(cluster, shard, sstride)
     if cfg.engine == ENGINE_MEGATRON:
         gather = kernels.param_gather_bytes(cfg.engine, cluster.gpu, t)  # FP8 parameters (MXFP8: staged bf16)
     elif t.fp8_all_gather:
@@ -151,8 +209,12 @@ def zero3_s(
         gather = activation_dtype_bytes(t)
     wbytes = params * gather
     gbytes = params * reduce_bytes(t, cfg.engine)
-    fwd = comm.all_gather_s(wbytes, size, link, fits)
-    bwd = comm.all_gather_s(wbytes, size, link, fits) + comm.reduce_scatter_s(gbytes, size, link, fits)
+    gathers_fwd = cfg.zero >= 3 or cfg.engine != ENGINE_DEEPSPEED
+    gathers_bwd = cfg.zero >= 3
+    fwd = comm.all_gather_s(wbytes, shard, link, fits) if gathers_fwd else 0.0
+    bwd = comm.all_gather_s(wbytes, shard, link, fits) if gathers_bwd else 0.0
+    bwd += comm.reduce_scatter_s(gbytes, shard, link, fits) + replica_all_reduce_s(cluster, gbytes, size, stride, cfg, fits)
     gamma = cluster.gpu.overlap_interference
-    copies = compute.memory_bound_time_s(cluster.gpu, 2 * (2 * wbytes + gbytes), kernels=3)
+    copied = (gathers_fwd + gathers_bwd) * wbytes + gbytes
+    copies = compute.memory_bound_time_s(cluster.gpu, 2 * copied, kernels=1 + gathers_fwd + gathers_bwd)
     return overlapped_s(fwd, fwd_compute_s, gamma) + overlapped_s(bwd, bwd_compute_s, gamma) + copies

@@ -28,16 +28,20 @@ from cost_model.terms.geometry import BlockCompute
 
 
 def layer_state_bytes(
-    t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int, fp8_weight: float = 0.0
+    t: TrainingSpec, cfg: ParallelConfig, params: float, group: int, fp8_weight: float = 0.0
 ) -> tuple[float, float, float]:
-    per = state_bytes_per_param(t, cfg.engine, cfg.zero, shard, fp8_weight)
+    """Weights, gradients and optimizer states of `params` replicated over a data-parallel
+    group of `group` ranks, sharded as the ZeRO stage says over the group, or under hybrid
+    sharding over its shard group (ParallelConfig.shard_size)."""
+    per = state_bytes_per_param(t, cfg.engine, cfg.zero, cfg.shard_size(group), fp8_weight, pipeline=cfg.pp > 1)
     return params * per.weights, params * per.grads, params * per.optimizer
 
 
-def optimizer_step_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int) -> float:
+def optimizer_step_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, group: int) -> float:
     """Optimizer step is memory-bound: each owned parameter reads and writes its optimizer
-    states, reads its gradient and writes its 16-bit copy (Adam: fused multi-tensor apply)."""
-    owned = params / (shard if cfg.zero >= 1 else 1)
+    states, reads its gradient and writes its 16-bit copy (Adam: fused multi-tensor apply).
+    A rank owns 1/shard of a data-parallel group's parameters (layer_state_bytes)."""
+    owned = params / (cfg.shard_size(group) if cfg.zero >= 1 else 1)
     k = optimizer_bytes_per_param(t)
     g = grad_dtype_bytes(t)
     nbytes = owned * (2 * k + g + kernels.param_gather_bytes(cfg.engine, cluster.gpu, t))

@@ -22,6 +22,7 @@ with pipeline parallelism", so pp > 1 plans are offered only with ZeRO 0 or 1.
 
 from __future__ import annotations
 
+from cost_model.engines.support import engine_supports
 from cost_model.specs.vocab import (
     DTYPE_BF16,
     DTYPE_FP8,
@@ -117,6 +118,9 @@ def applicable(plan: dict) -> None:
         )
     if p["vpp"] > 1:
         raise NotApplicable(f"deepspeed: vpp={p['vpp']}: DeepSpeed's PipelineEngine has no interleaved schedule")
+    replicas = int(p.get("dp_replicate", 1))
+    if replicas > 1:
+        raise NotApplicable(engine_supports(ENGINE_DEEPSPEED, zero=int(p["zero"]), dp_replicate=replicas))
     if p["pp"] > 1 and p["schedule"] in SPLIT_BACKWARD_SCHEDULES:
         raise NotApplicable(f"deepspeed: schedule={p['schedule']}: DeepSpeed's PipelineEngine runs TrainSchedule "
                             "(1F1B-like) only, no zero-bubble schedule")

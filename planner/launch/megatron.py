@@ -455,6 +455,9 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         # interleaved or 1F1B order would run another schedule than the one priced
         rule = engine_supports(ENGINE_MEGATRON, schedule=p["schedule"], pp=p["pp"], vpp=p["vpp"])
         raise NotApplicable(f"{TARGET_MEGATRON}: {rule}")
+    replicas = int(p.get("dp_replicate", 1))
+    if replicas > 1 and (rule := engine_supports(ENGINE_MEGATRON, zero=int(p["zero"]), dp_replicate=replicas)):
+        raise NotApplicable(f"{TARGET_MEGATRON}: {rule}")
     m = plan["model"]
     notes: list[str] = []
     a = [
@@ -503,6 +506,11 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     zero = int(p["zero"])
     if zero >= 1:
         a += ["--use-distributed-optimizer"]
+    if replicas > 1:
+        # hybrid sharding: the distributed optimizer over dp*cp/R consecutive ranks, the R
+        # instances all-reducing their reduced shards (megatron-core 0.16.1
+        # distributed_data_parallel_config.py num_distributed_optimizer_instances)
+        a += ["--num-distributed-optimizer-instances", str(replicas)]
     if zero >= 2:
         # the sharding the plan was priced with (cost_model/engines/support.py MEGATRON: Megatron-FSDP
         # optim_grads / optim_grads_params, which needs the distributed optimizer too)

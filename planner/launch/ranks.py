@@ -58,6 +58,14 @@ def _specs(plan: dict) -> dict[str, tuple[list[int], list[bool]]]:
         "dp": (dense, [False, False, True, False]),
         "pp": (dense, [False, False, False, True]),
     }
+    replicas = int(p.get("dp_replicate", 1))
+    if replicas > 1 and dp % replicas == 0:
+        # hybrid sharding: the shard group (dp/R x cp ranks: torchtitan's dp_shard_cp mesh,
+        # Megatron's intra-instance group) and the replica group (R ranks: torchtitan's
+        # dp_replicate mesh, Megatron's inter-instance group)
+        hybrid = [tp, cp, dp // replicas, replicas, pp]
+        specs["dp_shard"] = (hybrid, [False, True, True, False, False])
+        specs["dp_replicate"] = (hybrid, [False, False, False, True, False])
     etp = p["etp"]
     if (ep > 1 or etp > 1) and (tp * cp * dp) % (ep * etp) == 0:
         expert = [etp, ep, tp * cp * dp // (ep * etp), pp]  # etp-ep-edp-pp
@@ -76,7 +84,8 @@ def emit(plan: dict) -> dict:
     out: dict = {
         "order": ORDER,
         "world_size": world,
-        "mesh": {"pp": p["pp"], "dp": p["dp"], "cp": p["cp"], "tp": p["tp"], "ep": p["ep"], "etp": p["etp"]},
+        "mesh": {"pp": p["pp"], "dp": p["dp"], "cp": p["cp"], "tp": p["tp"], "ep": p["ep"], "etp": p["etp"],
+                 "dp_replicate": int(p.get("dp_replicate", 1))},
         "groups": {},
     }
     for kind, (sizes, mask) in _specs(plan).items():
@@ -93,6 +102,8 @@ def emit(plan: dict) -> dict:
         out["rule"] = (
             "rank = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)); a group of kind X varies X's index "
             "with the others fixed; etp/ep/edp use rank = etp_i + etp*(ep_i + ep*(edp_i + edp*pp_i)) "
-            "with edp = tp*cp*dp/(ep*etp). Only the first 4 groups of each kind are listed."
+            "with edp = tp*cp*dp/(ep*etp); with dp_replicate = R, dp_i = shard_i + (dp/R)*replica_i (dp_shard "
+            "groups vary cp_i and shard_i, dp_replicate groups replica_i). Only the first 4 groups of each kind "
+            "are listed."
         )
     return out

@@ -101,12 +101,16 @@ def module_fqns(plan: dict) -> list[list[str]]:
 
 
 def dp_degrees(p: dict) -> tuple[int, int, list[str]]:
-    """(replicate, shard, notes): torchtitan's DP is DDP (replicate) or FSDP2 (shard)."""
+    """(replicate, shard, notes): torchtitan's DP is DDP (replicate), FSDP2 (shard) or, with the
+    plan's hybrid sharding (dp_replicate > 1), HSDP: both."""
     zero = int(p["zero"])
     if p["dp"] == 1:
         return 1, 1, []
     if zero == 0:
         return p["dp"], 1, []
+    replicas = int(p.get("dp_replicate", 1))
+    if replicas > 1:
+        return replicas, p["dp"] // replicas, []
     notes = []
     if zero == 1:
         notes.append(
@@ -154,6 +158,9 @@ def layout_problems(plan: dict) -> list[str]:
             "sent once per destination rank and node); the emitted torchtitan job runs its all-to-all, which sends "
             "every routed copy, slower than the plan says"
         )
+    replicas = int(p.get("dp_replicate", 1))
+    if replicas > 1 and (rule := engines.engine_supports(ENGINE_TORCHTITAN, zero=int(p["zero"]), dp_replicate=replicas)):
+        out.append(rule)
     sizes = stage_sizes(plan)
     if p["pp"] > 1 and p["schedule"] in SPLIT_BACKWARD_SCHEDULES:
         rule = engines.engine_supports(ENGINE_TORCHTITAN, schedule=p["schedule"], pp=p["pp"], vpp=p["vpp"])

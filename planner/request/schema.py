@@ -479,6 +479,9 @@ class Search(_Strict):
     micro_batch_size: _choice(Annotated[int, Field(ge=1, le=MAX_BATCH)], [1, 2], "sequences per micro-batch")
     recompute: _choice(Recompute, list(values(Recompute)), "activation recomputation")
     zero: _choice(ZeroStage, [1, 2, 3], "ZeRO stage")
+    dp_replicate: _choice(Degree, [1, 8], "hybrid sharding: replicas of the shard group (1 = shard over every "
+                          "data-parallel rank)", null="1 and one shard group per NVLink domain, where the engine "
+                          "shards hybrid")
     schedule: _choice(Schedule, [SCHEDULE_1F1B, SCHEDULE_INTERLEAVED], "pipeline schedule")
     sequence_parallel: _choice(bool, [True], "Megatron sequence parallelism")
     cp_comm: _choice(CpComm, [CP_P2P], "context-parallel communication")

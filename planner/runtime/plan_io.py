@@ -210,6 +210,9 @@ def validate(p: RunPlan, world_size: int | None) -> None:
         raise PlanError(f"parallelism.cp={par.cp}: context parallelism is not supported by the runtime yet")
     if par.ep > 1:
         raise PlanError(f"parallelism.ep={par.ep}: expert parallelism is not supported by the runtime yet")
+    if par.dp_replicate > 1:
+        raise PlanError(f"parallelism.dp_replicate={par.dp_replicate}: the runtime shards over the whole data-parallel "
+                        "group; hybrid sharding is not supported by the runtime yet")
     if p.model.hidden_size % p.model.num_attention_heads:
         raise PlanError(
             f"model.hidden_size={p.model.hidden_size} is not divisible by num_attention_heads={p.model.num_attention_heads}"

@@ -60,7 +60,7 @@ class Dives:
             c = e.candidate
             self.dived.add(e.order)
             own = self.frontier.own_cheap_bound(c, tables.get(c), B // (c.dp * c.micro_batch_size),
-                                                memory.reserved_bytes(c, prob.model))
+                                                memory.reserved_bytes(c, prob.model, prob.training))
             if own is not None:
                 picks.append(e._replace(bound_s=max(e.bound_s, own)))
         picks.sort()

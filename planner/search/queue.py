@@ -189,7 +189,7 @@ class Frontier:
             twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
             mem_lb = self.mem_lbs.get(twin)
             if mem_lb is None:
-                reserved = memory.reserved_bytes(c, prob.model)
+                reserved = memory.reserved_bytes(c, prob.model, prob.training)
                 mem_lb = self.mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved,
                                                                           ctx.deadline)
             stats.note_memory(mem_lb / GIB, c)

@@ -79,6 +79,6 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
 def _least_memory(prob: Problem, tables: LayerTables, cands: list[Candidate], stats: SearchStats) -> None:
     for c in cands:
         m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
-        reserved = memory.reserved_bytes(c, prob.model)
+        reserved = memory.reserved_bytes(c, prob.model, prob.training)
         mem = memory_bound_bytes(tables.get_sums(c), c.recompute, c.schedule, c.pp, c.vpp, m, reserved) / GIB
         stats.note_memory(mem, c)

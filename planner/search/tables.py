@@ -27,7 +27,7 @@ def to_config(c: Candidate, counts, rcs) -> ParallelConfig:
 def table_key(c: Candidate) -> tuple:
     """What the candidate's per-layer cost table depends on (not pp, vpp, the schedule or the
     recompute setting: those are the pipeline's)."""
-    return (c.dp, c.tp, c.cp, c.ep, c.sequence_parallel, c.zero, c.micro_batch_size, c.engine,
+    return (c.dp, c.tp, c.cp, c.ep, c.sequence_parallel, c.zero, c.dp_replicate, c.micro_batch_size, c.engine,
             c.etp, c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher)
 
 
@@ -90,7 +90,7 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         recompute=c.recompute,
         num_micro_batches=prob.training.global_batch_size // (c.dp * c.micro_batch_size),
         capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
-        reserved_bytes=memory.reserved_bytes(c, prob.model),
+        reserved_bytes=memory.reserved_bytes(c, prob.model, prob.training),
         interference=gpu.overlap_interference,
         uniform_recompute=get_engine(c.engine).one_recompute_count,
         every_block_recompute=get_engine(c.engine).recomputes_every_block,

@@ -109,6 +109,19 @@ ARCH_REQUESTS = {
 }
 RULE_REQUESTS.update(ARCH_REQUESTS)
 ARCH_CASES = sorted(ARCH_REQUESTS)
+# hybrid sharding pinned (dp_replicate = 2 over 2 nodes): torchtitan HSDP at zero 3, with and
+# without cp in the shard group, and Megatron's distributed optimizer in 2 instances
+_TWO_NODES = {"model": {"name": "llama3-8b"}, "cluster": {**H100, "num_gpus": 16},
+              "training": {"global_batch_size": 64, "seq_length": 4096}}
+HYBRID_REQUESTS = {
+    "llama3-8b-hsdp-torchtitan@16": {**_TWO_NODES, "engine": "torchtitan",
+                                     "search": {"tp": 1, "pp": 1, "cp": 1, "zero": 3, "dp_replicate": 2}},
+    "llama3-8b-hsdp-cp2-torchtitan@16": {**_TWO_NODES, "engine": "torchtitan",
+                                         "search": {"tp": 1, "pp": 1, "cp": 2, "zero": 3, "dp_replicate": 2}},
+    "llama3-8b-instances-cp2@16": {**_TWO_NODES, "search": {"tp": 2, "pp": 1, "cp": 2, "zero": 1, "dp_replicate": 2}},
+}
+RULE_REQUESTS.update(HYBRID_REQUESTS)
+HYBRID_CASES = sorted(HYBRID_REQUESTS)
 FOLD_CASES = ["mixtral-8x7b-fold@64"]
 OVERLAP_CASES = ["mixtral-8x7b-a2a-overlap@64", "mixtral-8x7b-deepep-overlap@64"]
 DEEPEP_CASES = ["mixtral-8x7b-deepep@64", "mixtral-8x7b-deepep-overlap@64"]

@@ -25,6 +25,7 @@ from .conftest import (
     DEEPEP_CASES,
     EMPTY_END_CASES,
     FOLD_CASES,
+    HYBRID_CASES,
     OVERLAP_CASES,
     fake_world,
     group_containing,
@@ -650,3 +651,36 @@ def test_unexpressed_architecture_skips_the_target():
     assert unexpressed_features(sig) == ["sigmoid routing weights left unnormalised (Megatron normalises a sigmoid "
                                          "router's top-k)"]
     assert unexpressed_features(plan["model"]) == []
+
+
+@pytest.mark.parametrize("name", [c for c in HYBRID_CASES if "torchtitan" not in c])
+def test_hybrid_sharding_is_megatrons_optimizer_instances(name):
+    """A plan with hybrid sharding emits --num-distributed-optimizer-instances, which
+    megatron-core's DistributedDataParallelConfig takes, and initialize_model_parallel with it
+    builds, on every rank, the intra-instance group (the distributed optimizer's shard, with
+    CP) equal to the plan's shard group and the inter-instance group equal to its replica group:
+    the groups the plan priced its reduce-scatter and all-reduce over."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    plan, art, flags = _megatron(name)
+    p = plan["parallelism"]
+    assert p["dp_replicate"] == 2 and p["zero"] == 1
+    ddp_names = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    ddp = DistributedDataParallelConfig(**{k: v for k, v in flags.items() if k in ddp_names})
+    assert ddp.num_distributed_optimizer_instances == 2 and ddp.use_distributed_optimizer
+    world = plan["ranks"]["world_size"]
+    groups = plan["ranks"]["groups"]
+    for rank in range(world):
+        with fake_world(rank, world) as dist:
+            ps.initialize_model_parallel(
+                tensor_model_parallel_size=p["tp"], pipeline_model_parallel_size=p["pp"],
+                context_parallel_size=p["cp"], num_distributed_optimizer_instances=ddp.num_distributed_optimizer_instances,
+                order=plan["ranks"]["order"], create_gloo_process_groups=False)
+            try:
+                intra = ps.get_data_parallel_group(with_context_parallel=True, partial_data_parallel=True)
+                inter = ps.get_inter_distributed_optimizer_instance_group()
+                assert dist.get_process_group_ranks(intra) == group_containing(groups["dp_shard"], rank), rank
+                assert dist.get_process_group_ranks(inter) == group_containing(groups["dp_replicate"], rank), rank
+            finally:
+                ps.destroy_model_parallel()

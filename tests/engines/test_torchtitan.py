@@ -18,7 +18,7 @@ import pytest
 
 from planner.launch import torchtitan as tt_emit
 
-from .conftest import CASES, ZERO_BUBBLE_CASES, fake_world, group_containing, planned
+from .conftest import CASES, HYBRID_CASES, ZERO_BUBBLE_CASES, fake_world, group_containing, planned
 
 pytest.importorskip("torchtitan", reason="the `engines` extra (torchtitan) is not installed")
 INSTALLED = metadata.version("torchtitan")
@@ -42,7 +42,7 @@ def _expect(plan: dict, version: str) -> dict[str, object]:
     p = plan["parallelism"]
     seq = plan["training"]["seq_length"]
     gbs = p["micro_batch_size"] * p["num_micro_batches"] * p["dp"]
-    shard = p["dp"] if p["zero"] > 0 else 1
+    shard = p["dp"] // p["dp_replicate"] if p["zero"] > 0 else 1
     out: dict[str, object] = {
         "parallelism.tensor_parallel_degree": p["tp"], "parallelism.pipeline_parallel_degree": p["pp"],
         "parallelism.context_parallel_degree": p["cp"], "parallelism.expert_parallel_degree": p["ep"],
@@ -349,3 +349,31 @@ def test_zero_bubble_schedule_as_torchtitan_builds_it(name, config_manager):
     for r in range(p["pp"]):
         got = _get_pp_rank_to_stage_indices_mapping(r, p["pp"], cfg.parallelism.pipeline_parallel_schedule, n)
         assert tuple(got) == rank_stages(r, p["pp"], p["vpp"], sched), r
+
+
+@pytest.mark.parametrize("name", [c for c in HYBRID_CASES if "torchtitan" in c])
+def test_hybrid_sharding_is_torchtitans_hsdp_mesh(name, config_manager):
+    """A plan with hybrid sharding parses (ConfigManager) into HSDP degrees, and ParallelDims
+    builds, on every rank, a dp_replicate mesh equal to the plan's replica group and the mesh
+    FSDP shards over (dp_shard, with cp where cp > 1: full_dtensor.py resolve_fsdp_mesh) equal to
+    its shard group: the groups the plan priced its gathers and its all-reduce over
+    (cost_model.terms.dp.hybrid_groups)."""
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    plan = _runnable(name)
+    assert plan is not None, planned(name)["launch"]["skipped"]
+    p = plan["parallelism"]
+    assert p["dp_replicate"] == 2 and p["zero"] == 3
+    cfg = config_manager().parse_args(_train_argv(plan["launch"]["torchtitan"]["versions"][INSTALLED]["command"]))
+    _check_parsed(cfg, plan, INSTALLED)
+    assert cfg.parallelism.data_parallel_replicate_degree == 2
+    world = plan["ranks"]["world_size"]
+    groups = plan["ranks"]["groups"]
+    for rank in range(world):
+        with fake_world(rank, world):
+            dims = ParallelDims.from_config(cfg.parallelism, world)
+            dims.build_mesh()
+            shard_axes = ["dp_shard", "cp"] if p["cp"] > 1 else "dp_shard"
+            for axis, kind in (("dp_replicate", "dp_replicate"), (shard_axes, "dp_shard")):
+                got = dims.get_mesh(axis).mesh.flatten().tolist()
+                assert got == group_containing(groups[kind], rank), (axis, rank)

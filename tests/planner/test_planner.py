@@ -509,7 +509,7 @@ def test_bad_search_value_cli_exit_2(small_request_file):
 
 
 def _check_req(par: dict) -> dict:
-    keep = {k: par[k] for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "sequence_parallel", "zero",
+    keep = {k: par[k] for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "sequence_parallel", "zero", "dp_replicate",
                                 "micro_batch_size", "recompute", "schedule")}
     return {**SMALL, "parallelism": keep}
 
@@ -523,7 +523,7 @@ def test_check_best_plan_ok(small_plan):
 
 
 def test_check_poor_config_slowdown(small_plan):
-    poor = dict(small_plan["parallelism"], dp=1, tp=2, pp=8, vpp=1, schedule="1f1b", zero=0,
+    poor = dict(small_plan["parallelism"], dp=1, dp_replicate=1, tp=2, pp=8, vpp=1, schedule="1f1b", zero=0,
                 micro_batch_size=1, recompute="full", sequence_parallel=True)
     res = service.check(_check_req(poor))
     assert res["fits"]
@@ -546,7 +546,8 @@ def test_check_not_fitting():
 def test_check_cli_exit_codes(small_plan, small_request_file):
     par = small_plan["parallelism"]
     flags = ["--dp", str(par["dp"]), "--tp", str(par["tp"]), "--pp", str(par["pp"]), "--cp", str(par["cp"]),
-             "--micro-batch", str(par["micro_batch_size"]), "--zero", str(par["zero"]), "--recompute", par["recompute"]]
+             "--micro-batch", str(par["micro_batch_size"]), "--zero", str(par["zero"]), "--recompute", par["recompute"],
+             "--dp-replicate", str(par["dp_replicate"])]
     if par["vpp"] > 1:
         flags += ["--vpp", str(par["vpp"]), "--schedule", par["schedule"]]
     if par["sequence_parallel"]:
