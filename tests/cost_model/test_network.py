@@ -10,6 +10,7 @@ import pytest
 from cost_model.hardware import comm
 from cost_model.hardware.catalog import get_gpu
 from cost_model.hardware.network import SYSTEMS, parse_network
+from cost_model.hardware.profile_schema import profile_from_dict, profile_to_dict
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import ClusterSpec
 
@@ -77,3 +78,23 @@ def test_systems_catalog():
         assert get_gpu(s.gpu).name == s.gpu
         assert s.source
         assert s.network.nics >= 1 and s.network.nic_gb_s > 0
+
+
+def test_profile_fits_override_per_level_and_group_shape():
+    """A measured fit replaces the analytic price: one taken on a group shape (members per
+    node) prices that shape, one without it prices every shape of its level; the profile file
+    carries the shape through a round trip."""
+    c = _cluster("h100-sxm", 4, 8, "8 x 400 Gb/s")
+    rows = [{"collective": "all_gather", "level": "inter", "alpha_s": 1e-3, "beta_s_per_byte": 1e-9},
+            {"collective": "all_gather", "level": "inter", "alpha_s": 2e-3, "beta_s_per_byte": 3e-9,
+             "members_per_node": 8}]
+    prof = profile_from_dict({"schema_version": 1, "device": "h100-sxm", "comm": rows})
+    assert profile_from_dict(profile_to_dict(prof)).comm == prof.comm
+    nbytes = 1e9
+    full = comm.group_link(c, 32, 1)  # 8 members per node
+    one = comm.group_link(c, 4, 8)  # 1 member per node
+    assert comm.all_gather_s(nbytes, 32, full, prof.comm) == pytest.approx(2e-3 + 31 / 32 * nbytes * 3e-9)
+    assert comm.all_gather_s(nbytes, 4, one, prof.comm) == pytest.approx(1e-3 + 3 / 4 * nbytes * 1e-9)
+    # an intra-node group has no fit: analytic
+    intra = comm.group_link(c, 8, 1)
+    assert comm.all_gather_s(nbytes, 8, intra, prof.comm) == comm.all_gather_s(nbytes, 8, intra)
