@@ -1,9 +1,11 @@
-"""The built-in model presets and the GPU catalog as rows: what `GET /v1/models` and
-`GET /v1/gpus` answer and what `planner models` / `planner gpus` print."""
+"""The built-in model presets, the GPU catalog and the systems catalog as rows: what
+`GET /v1/models`, `GET /v1/gpus` and `GET /v1/systems` answer and what `planner models` /
+`planner gpus` / `planner systems` print."""
 
 from __future__ import annotations
 
 from cost_model.hardware.catalog import CATALOG
+from cost_model.hardware.network import SYSTEMS
 from cost_model.model.flops import total_params
 from cost_model.model.presets import PRESETS, PUBLISHED, param_counts
 
@@ -52,4 +54,26 @@ def gpus_table() -> list[dict]:
             "efficiency_source": g.efficiency_source,
         }
         for g in CATALOG.values()
+    ]
+
+
+def systems_table() -> list[dict]:
+    return [
+        {
+            "name": s.name,
+            "description": s.description,
+            "gpu": s.gpu,
+            "gpus_per_node": s.gpus_per_node,
+            "network": s.network.describe(),
+            "nics_per_node": s.network.nics,
+            "nic_gb_s": s.network.nic_gb_s,
+            "node_network_gb_s": s.network.node_gb_s,
+            "network_gb_s_per_gpu": s.network.per_gpu_gb_s(s.gpus_per_node),
+            "rail_optimized": s.rail_optimized,
+            "oversubscription": s.oversubscription,
+            "nvlink_domain": s.nvlink_domain or s.gpus_per_node,
+            "nvls": s.nvls,
+            "source": s.source,
+        }
+        for s in SYSTEMS.values()
     ]

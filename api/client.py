@@ -118,5 +118,8 @@ class PlannerClient:
     def gpus(self) -> list[dict]:
         return self._request("GET", "/v1/gpus").json()
 
+    def systems(self) -> list[dict]:
+        return self._request("GET", "/v1/systems").json()
+
     def health(self) -> dict:
         return self._request("GET", "/healthz").json()

@@ -43,6 +43,7 @@ from cost_model.specs.limits import (
     MAX_LAYERS,
     MAX_LOSS_CHUNKS,
     MAX_MOE_IMBALANCE,
+    MAX_OVERSUBSCRIPTION,
     MAX_SEQ,
     MAX_VOCAB,
 )
@@ -148,6 +149,7 @@ _CLUSTER = (
     ("num_gpus", _int(1, MAX_GPUS)), ("gpus_per_node", _int(1, MAX_GPUS_PER_NODE)), ("nvlink_domain", _int(1, MAX_GPUS)),
     ("intra_node_gb_s", _real(gt=0, le=MAX_GB_S)), ("inter_node_gb_s", _real(gt=0, le=MAX_GB_S)),
     ("intra_node_latency_s", _real(ge=0, le=1.0)), ("inter_node_latency_s", _real(ge=0, le=1.0)),
+    ("oversubscription", _real(ge=1, le=MAX_OVERSUBSCRIPTION)),
 )
 _TRAINING = (
     ("global_batch_size", _int(1, MAX_BATCH)), ("seq_length", _int(1, MAX_SEQ)), ("dtype", TrainDtype),

@@ -86,7 +86,10 @@ class ClusterEcho(Record):
     # or on rack-scale NVLink (GB200/GB300 NVL72) the equal segment of trays the job lies in
     nvlink_domain: int | None = None
     intra_node_gb_s: float | None = None
-    inter_node_gb_s: float | None = None
+    inter_node_gb_s: float | None = None  # one GPU's share of its node's NICs, as priced
+    nics_per_node: int | None = None
+    rail_optimized: bool | None = None
+    oversubscription: float | None = None
 
 
 class Alternative(Record):

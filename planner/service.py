@@ -193,6 +193,7 @@ def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, prog
         cluster=ClusterEcho(
             gpu=c.gpu.name, num_gpus=c.num_gpus, gpus_per_node=c.gpus_per_node, num_nodes=c.num_nodes,
             nvlink_domain=c.nvlink_domain, intra_node_gb_s=c.intra_node_gb_s, inter_node_gb_s=c.inter_node_gb_s,
+            nics_per_node=c.nics_per_node, rail_optimized=c.rail_optimized, oversubscription=c.oversubscription,
         ),
         parallelism=_parallelism(best.config, best.estimate.num_micro_batches),
         stages=list(best.estimate.stages),

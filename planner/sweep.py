@@ -48,7 +48,7 @@ MAX_GRID_POINTS = 64  # points of a whole grid
 # that short proves nothing, and its answer would come after the deadline anyway
 MIN_POINT_S = 0.5
 # cluster fields that describe one GPU type: a sweep over types takes each type's own
-PER_GPU_FIELDS = ("gpus_per_node", "nvlink_domain", "intra_node_gb_s", "inter_node_gb_s",
+PER_GPU_FIELDS = ("gpus_per_node", "nvlink_domain", "intra_node_gb_s", "inter_node_gb_s", "system", "network",
                   "intra_node_latency_s", "inter_node_latency_s", "profile_id", "price_per_gpu_hour")
 
 Coords = dict[str, Any]  # one point: axis -> value
@@ -240,7 +240,8 @@ def header(req: PlanRequest, axis_or_axes: str | dict[str, list], values: list |
         "axes": axes,
         "model": req.model.name or "model",
         "gpu": (", ".join(axes[GPU_AXIS]) if GPU_AXIS in axes
-                else gpu if isinstance(gpu, str) else gpu.name or gpu.base or "custom"),
+                else gpu if isinstance(gpu, str) else gpu.name or gpu.base or "custom" if gpu is not None
+                else cluster.system),
         "fixed": fixed,
     }
     if len(axes) == 1:

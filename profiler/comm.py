@@ -124,7 +124,8 @@ def benchmark(sizes: list[int], repeats: int, warmup: int, collectives=COLLECTIV
 
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
     n = dist.get_world_size()
-    level = V.LEVEL_INTRA if int(os.environ.get("LOCAL_WORLD_SIZE", n)) == n else V.LEVEL_INTER
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", n))
+    level = V.LEVEL_INTRA if local == n else V.LEVEL_INTER
     rows = []
     for c in collectives:
         if c == V.SEND_RECV and n < 2:
@@ -137,7 +138,9 @@ def benchmark(sizes: list[int], repeats: int, warmup: int, collectives=COLLECTIV
             points.append({"bytes": nbytes, "time_s": t})
         alpha, beta = fit_alpha_beta(xs, ts)
         rows.append({"collective": c, "level": level, "alpha_s": alpha, "beta_s_per_byte": beta,
-                     "world_size": n, "backend": dist.get_backend(), "statistic": stat, "points": points})
+                     "world_size": n, "backend": dist.get_backend(), "statistic": stat, "points": points,
+                     # across nodes, the group shape measured: every rank of a node is a member
+                     **({"members_per_node": local} if level == V.LEVEL_INTER else {})})
         if dist.get_rank() == 0:
             print(f"comm: {c:14s} {level} n={n}: alpha {alpha * 1e6:.1f} us, {1 / beta / 1e9:.3f} GB/s "
                   f"({len(sizes)} sizes)", file=sys.stderr, flush=True)

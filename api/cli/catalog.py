@@ -1,4 +1,5 @@
-"""`planner models` and `planner gpus`: the built-in presets and the GPU catalog."""
+"""`planner models`, `planner gpus` and `planner systems`: the built-in presets, the GPU catalog
+and the systems catalog."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 
 from cost_model.specs.vocab import DTYPE_BF16, DTYPE_FP8
 
-from ..catalog import gpus_table, models_table
+from ..catalog import gpus_table, models_table, systems_table
 from .common import print_json
 from .flags import add_flags
 
@@ -53,6 +54,18 @@ def run_gpus(args: argparse.Namespace) -> int:
     return _show(args, gpus_table(), header, _gpu_line)
 
 
+def _system_line(r: dict) -> str:
+    return (f"{r['name']:13s} {r['gpu']:10s} {r['gpus_per_node']:4d} {r['network']:16s} {r['node_network_gb_s']:8.0f} "
+            f"{'rail' if r['rail_optimized'] else 'flat':4s} {r['oversubscription']:5.1f} {r['nvlink_domain']:5d}  "
+            f"{r['source']}")
+
+
+def run_systems(args: argparse.Namespace) -> int:
+    header = (f"{'name':13s} {'gpu':10s} {'gpus':>4s} {'network':16s} {'node GB/s':>8s} {'fab':4s} {'over':>5s} "
+              f"{'NVL':>5s}  source")
+    return _show(args, systems_table(), header, _system_line)
+
+
 def register(sub) -> None:
     p = sub.add_parser("models", help="list the built-in model presets")
     add_flags(p, "output")
@@ -60,3 +73,6 @@ def register(sub) -> None:
     p = sub.add_parser("gpus", help="list the GPU catalog")
     add_flags(p, "output")
     p.set_defaults(func=run_gpus)
+    p = sub.add_parser("systems", help="list the systems catalog (GPU, node, network, with sources)")
+    add_flags(p, "output")
+    p.set_defaults(func=run_systems)

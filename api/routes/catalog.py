@@ -1,10 +1,11 @@
-"""/v1/models and /v1/gpus: the built-in presets and the GPU catalog (api/catalog.py)."""
+"""/v1/models, /v1/gpus and /v1/systems: the built-in presets, the GPU catalog and the systems
+catalog (api/catalog.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..catalog import gpus_table, models_table
+from ..catalog import gpus_table, models_table, systems_table
 from ._common import v1_router
 
 router = v1_router("catalog")
@@ -20,3 +21,10 @@ async def models() -> list[dict[str, Any]]:
 async def gpus() -> list[dict[str, Any]]:
     """The GPU catalog (use `{"cluster": {"gpu": ...}}`)."""
     return gpus_table()
+
+
+@router.get("/systems")
+async def systems() -> list[dict[str, Any]]:
+    """The systems catalog: GPU, node, NICs and fabric of common systems, each with its
+    datasheet (use `{"cluster": {"system": ...}}`)."""
+    return systems_table()

@@ -11,7 +11,8 @@ profiler installed. Layout (schema_version 1):
      "layers": [{"kind": "block", "tp": 1, "micro_batch_size": 1, "seq_length": 2048,
                  "fwd_s": ..., "bwd_s": ..., "activation_bytes": ...}, ...],
      "comm":   [{"collective": "all_reduce", "level": "intra",
-                 "alpha_s": ..., "beta_s_per_byte": ..., "world_size": 2}, ...],
+                 "alpha_s": ..., "beta_s_per_byte": ..., "world_size": 2,
+                 "members_per_node": 8}, ...],   # optional: the group shape measured
      "gemm":   [{"dim": 1024, "tflops": ...}, ...],
      "memory_bound": [{"bytes": ..., "kernels": 1, "time_s": ...}, ...],
      "attention": [{"flops": ..., "time_s": ...}, ...]}
@@ -101,10 +102,14 @@ def profile_from_dict(d: Any) -> CalibrationProfile:
             raise SpecError(path, f"duplicate entry for {key}")
         act = _num(row, "activation_bytes", path, optional=True)
         layers[key] = LayerTiming(_num(row, "fwd_s", path), _num(row, "bwd_s", path), act)
-    comm: dict[tuple[str, str], CommFit] = {}
+    comm: dict[tuple, CommFit] = {}
     for i, row in enumerate(_list(d, "comm")):
         path = f"profile.comm[{i}]"
-        key = (_choice(row, "collective", path, COLLECTIVES), _choice(row, "level", path, LEVELS))
+        key: tuple = (_choice(row, "collective", path, COLLECTIVES), _choice(row, "level", path, LEVELS))
+        # a fit measured on one group shape (members per node across nodes) prices that shape;
+        # one without it prices the level (comm._fit)
+        if row.get("members_per_node") is not None:
+            key = (*key, _int(row, "members_per_node", path))
         if key in comm:
             raise SpecError(path, f"duplicate entry for {key}")
         comm[key] = CommFit(_num(row, "alpha_s", path), _num(row, "beta_s_per_byte", path))
@@ -141,8 +146,9 @@ def profile_to_dict(p: CalibrationProfile, **meta: Any) -> dict:
         for k, t in sorted(p.layers.items())
     ]
     out["comm"] = [
-        {"collective": k[0], "level": k[1], "alpha_s": f.alpha_s, "beta_s_per_byte": f.beta_s_per_byte}
-        for k, f in sorted(p.comm.items())
+        {"collective": k[0], "level": k[1], "alpha_s": f.alpha_s, "beta_s_per_byte": f.beta_s_per_byte,
+         **({"members_per_node": k[2]} if len(k) > 2 else {})}
+        for k, f in sorted(p.comm.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] if len(kv[0]) > 2 else 0))
     ]
     out["gemm"] = [{"dim": dim, "tflops": tf} for dim, tf in sorted(p.gemm_tflops.items())]
     out["memory_bound"] = [{"bytes": k.work, "kernels": k.kernels, "time_s": k.time_s} for k in p.memory_bound]

@@ -271,10 +271,28 @@ class ClusterSpec:
     # GPUs on one NVLink fabric (NVL72: 72); None = one node's GPUs. Groups inside it use
     # the NVLink bandwidth (comm.group_link).
     nvlink_domain: int | None = None
+    # The network as operators describe it (hardware/network.py): NICs per node (None: one
+    # per GPU), of which `inter_node_gb_s` is one GPU's share (NICs x rate / GPUs per node);
+    # whether each NIC index has its own rail switch; the leaf's downlink : uplink ratio.
+    nics_per_node: int | None = None
+    rail_optimized: bool = True
+    oversubscription: float = 1.0
 
     def __post_init__(self):
         if self.nvlink_domain is None:
             object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
+        if self.nics_per_node is None:
+            object.__setattr__(self, "nics_per_node", self.gpus_per_node)
+
+    @property
+    def nic_gb_s(self) -> float:
+        """One NIC's rate, GB/s per direction."""
+        return self.inter_node_gb_s * self.gpus_per_node / max(1, self.nics_per_node)
+
+    @property
+    def node_network_gb_s(self) -> float:
+        """A node's NICs together, GB/s per direction."""
+        return self.inter_node_gb_s * self.gpus_per_node
 
     @property
     def num_nodes(self) -> int:
@@ -517,7 +535,7 @@ class CalibrationProfile:
 
     device: str
     layers: dict[tuple[str, int, int, int], LayerTiming] = field(default_factory=dict)
-    comm: dict[tuple[str, str], CommFit] = field(default_factory=dict)
+    comm: dict[tuple, CommFit] = field(default_factory=dict)  # (collective, level[, members_per_node])
     gemm_tflops: dict[int, float] = field(default_factory=dict)  # square dim -> TFLOP/s
     source: str = ""
     # micro-benchmarks cost_model.hardware.calibration fits the device's efficiency constants from

@@ -69,7 +69,7 @@ from cost_model.engines.deepep import (
 from cost_model.engines.kernels import ExpertBias
 from cost_model.hardware import comm, compute
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
-from cost_model.specs.vocab import DISPATCHER_DEEPEP, LEVEL_INTRA, MLP_SWIGLU, ROUTER_SIGMOID
+from cost_model.specs.vocab import DISPATCHER_DEEPEP, MLP_SWIGLU, ROUTER_SIGMOID
 
 PERMUTE_INDEX_BYTES = 8  # int64 row index per routed token read by the (un)permute gather/scatter
 
@@ -358,24 +358,10 @@ def host_issue_s(m: TransformerSpec, gpu, cfg: ParallelConfig, lay: ExpertLayout
 
 
 def _a2a_levels_s(cluster: ClusterSpec, nbytes: float, ep: int, etp: int, fits) -> float:
-    """One all-to-all of `nbytes` sent per rank over an EP group of `ep` ranks `etp` apart.
-    Inside one NVLink domain it is the ring formula (comm.all_to_all_s). When the group spans
-    nodes, a rank's peers split into those on its node (NVLink) and the rest (network), and
-    NCCL's pairwise exchange drives both at once: the slower share sets the time,
-    (ep-1) alpha + max(B_intra / bw_nvlink, B_inter / bw_net) (DeepSeek-V3 §3.2.2 describes
-    the same two levels; NCCL alltoall is send/recv to every peer)."""
-    if ep <= 1 or nbytes <= 0:
-        return 0.0
-    link = comm.group_link(cluster, ep, etp)
-    if link.level == LEVEL_INTRA or fits:
-        return comm.all_to_all_s(nbytes, ep, link, fits)
-    per_node = max(1, min(ep, cluster.gpus_per_node // max(1, etp)))  # EP peers sharing a node
-    intra = comm.group_link(cluster, per_node, etp)
-    b_intra = nbytes * (per_node - 1) / ep
-    b_inter = nbytes * (ep - per_node) / ep
-    t_intra = b_intra / intra.bandwidth_bytes_s if per_node > 1 else 0.0
-    return (per_node - 1) * intra.latency_s + (ep - per_node) * link.latency_s + max(
-        t_intra, b_inter / link.bandwidth_bytes_s)
+    """One all-to-all of `nbytes` sent per rank over an EP group of `ep` ranks `etp` apart:
+    comm.all_to_all_s, which splits a rank's peers into those on its NVLink domain and the
+    rest when the group spans domains (DeepSeek-V3 §3.2.2 describes the same two levels)."""
+    return comm.all_to_all_s(nbytes, ep, comm.group_link(cluster, ep, etp), fits)
 
 
 def ep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig, lay: ExpertLayout, act_dt: int,
@@ -469,9 +455,11 @@ def deepep_comm_fwd_s(m: TransformerSpec, cluster: ClusterSpec, cfg: ParallelCon
     if nodes <= 1:
         return 2.0 * t_nvl
     net = comm.group_link(cluster, group, 1)
+    # each GPU sends to the GPU of its own local rank in the other nodes (one rail), at its
+    # share of the node's NICs (comm.Link.member_rail_bytes_s)
     node_experts = local * (DEEPEP_NVL_PEERS // cfg.etp)
     nodes_hit = expected_distinct_bins(e.num_experts, e.top_k, node_experts, e.num_groups, e.group_top_k)
-    t_net = tok_bytes * nodes_hit * (1.0 - 1.0 / nodes) / net.bandwidth_bytes_s + (nodes - 1) * net.latency_s
+    t_net = tok_bytes * nodes_hit * (1.0 - 1.0 / nodes) / net.member_rail_bytes_s + (nodes - 1) * net.latency_s
     return 2.0 * max(t_nvl, t_net)
 
 

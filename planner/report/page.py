@@ -244,6 +244,7 @@ def form_html(presets: list[dict], gpus: list[dict], engines: tuple[str, ...], d
 <label>GPU <select id="gpu" name="gpu">{gpu_opts}</select></label>
 <label>GPUs <input id="num-gpus" name="num_gpus" type="number" min="1" value="8" required></label>
 <label>per node <input id="gpus-per-node" name="gpus_per_node" type="number" min="1" value="8"></label>
+<label>network <input id="network" name="network" type="text" size="22" placeholder="the GPU's: one NIC per GPU" title="the node's NICs, e.g. 8 x 400 Gb/s or 4 x 100 Gb RoCE (Gb/s as vendors write, or GB/s)"></label>
 </fieldset>
 <fieldset><legend>Training</legend>
 <label>global batch <input id="global-batch" name="global_batch_size" type="number" min="1" value="64" required></label>

@@ -13,9 +13,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from cost_model.hardware.catalog import resolve_gpu
+from cost_model.hardware.catalog import CATALOG, resolve_gpu
+from cost_model.hardware.network import get_system, parse_network
 from cost_model.model.hf_import import from_hf_config
 from cost_model.model.presets import get_preset
+from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import (
     ClusterSpec,
     LayerListSpec,
@@ -136,19 +138,44 @@ def job_nvlink_segment(fabric_gpus: int, gpus_per_node: int, num_gpus: int) -> i
 
 
 def cluster_spec(c: rq.Cluster) -> ClusterSpec:
-    gpu = resolve_gpu(c.gpu if isinstance(c.gpu, str) else c.gpu.model_dump())
-    gpus_per_node = c.gpus_per_node or min(gpu.gpus_per_node, c.num_gpus)
-    # the fabric the request names, else the part's (an NVL72 GPU: its rack), else the node
-    fabric = c.nvlink_domain or gpu.nvlink_domain or gpus_per_node
+    """The cluster a request describes. A catalog `system` fills the GPU's node, NVLink domain
+    and network; `network` ("8 x 400 Gb/s") gives the node's NICs; the per-GPU
+    `inter_node_gb_s` is the shorthand for one NIC per GPU at that rate (the GPU's catalog
+    rate when nothing is given). Fields given beside a system override it."""
+    system = get_system(c.system) if c.system else None
+    if c.network is not None and c.inter_node_gb_s is not None:
+        raise SpecError("cluster.network", "give the network or the per-GPU inter_node_gb_s, not both",
+                        allowed=["network", "inter_node_gb_s"])
+    gpu_given = c.gpu if c.gpu is not None else (system.gpu if system else None)
+    if gpu_given is None:
+        raise SpecError("cluster.gpu", "is required without a `system`", allowed=sorted(CATALOG))
+    gpu = resolve_gpu(gpu_given if isinstance(gpu_given, str) else gpu_given.model_dump())
+    node = system.gpus_per_node if system else gpu.gpus_per_node
+    gpus_per_node = c.gpus_per_node or min(node, c.num_gpus)
+    # the fabric the request names, else the system's or the part's (an NVL72 GPU: its rack), else the node
+    fabric = c.nvlink_domain or (system.nvlink_domain if system else None) or gpu.nvlink_domain or gpus_per_node
+    network = parse_network(c.network) if c.network is not None else (system.network if system else None)
+    if c.inter_node_gb_s is not None or network is None:
+        per_gpu = gpu.network_gb_s if c.inter_node_gb_s is None else c.inter_node_gb_s
+        nics = gpus_per_node  # the shorthand: one NIC per GPU
+    else:
+        per_gpu, nics = network.per_gpu_gb_s(gpus_per_node), network.nics
+    rail = c.rail_optimized
+    if rail is None:
+        rail = network.rail_optimized if network is not None and network.rail_optimized is not None else True
     spec = ClusterSpec(
         gpu=gpu,
         num_gpus=c.num_gpus,
         gpus_per_node=gpus_per_node,
         intra_node_gb_s=gpu.nvlink_gb_s if c.intra_node_gb_s is None else c.intra_node_gb_s,
-        inter_node_gb_s=gpu.network_gb_s if c.inter_node_gb_s is None else c.inter_node_gb_s,
+        inter_node_gb_s=per_gpu,
         intra_node_latency_s=gpu.intra_node_latency_s if c.intra_node_latency_s is None else c.intra_node_latency_s,
         inter_node_latency_s=gpu.inter_node_latency_s if c.inter_node_latency_s is None else c.inter_node_latency_s,
         nvlink_domain=job_nvlink_segment(fabric, gpus_per_node, c.num_gpus),
+        nics_per_node=nics,
+        rail_optimized=rail,
+        oversubscription=c.oversubscription if c.oversubscription is not None else (
+            system.oversubscription if system else 1.0),
     )
     validate_cluster(spec)
     return spec

@@ -39,6 +39,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from cost_model.hardware.network import SYSTEMS, parse_network
+from cost_model.specs.errors import SpecError, close_match
 from cost_model.specs.inputs import ParallelConfig
 from cost_model.specs.limits import (
     MAX_BATCH,
@@ -52,6 +54,7 @@ from cost_model.specs.limits import (
     MAX_LAYERS,
     MAX_LOSS_CHUNKS,
     MAX_MOE_IMBALANCE,
+    MAX_OVERSUBSCRIPTION,
     MAX_SEQ,
     MAX_TOTAL_TOKENS,
     MAX_USD_PER_GPU_H,
@@ -377,13 +380,45 @@ GpuField = Annotated[
 ]
 
 
+def _network_text(v: str) -> str:
+    """cluster.network: readable as NICs x rate (hardware/network.py parse_network)."""
+    try:
+        parse_network(v)
+    except SpecError as e:
+        meant = f"; did you mean {e.suggestion!r}?" if e.suggestion else ""
+        raise _rule("", e.message + meant, e.allowed) from None
+    return v
+
+
+def _system_name(v: str | None) -> str | None:
+    if v is not None and v.strip().lower() not in SYSTEMS:
+        meant = close_match(v, SYSTEMS)
+        raise _rule("", f"unknown system {v!r}" + (f"; did you mean {meant!r}?" if meant else ""), sorted(SYSTEMS))
+    return v
+
+
 class Cluster(_Strict):
-    gpu: GpuField = Field(description="GPU name (GET /v1/gpus), or an object {base?, ...} overriding numbers", examples=["h100-sxm"])
+    gpu: GpuField | None = Field(None, description="GPU name (GET /v1/gpus), or an object {base?, ...} overriding "
+                                 "numbers; may be left out when `system` names one", examples=["h100-sxm"])
     num_gpus: int = Field(ge=1, le=MAX_GPUS, examples=[64])
     gpus_per_node: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE, description="default: the GPU's node size, capped by num_gpus", examples=[8])
     nvlink_domain: int | None = Field(None, ge=1, le=MAX_GPUS, description="GPUs on one NVLink fabric (NVL72: 72); default the part's (catalog nvlink_domain, else gpus_per_node); the job uses its largest share of whole nodes that divides num_gpus (256 GPUs of NVL72 racks: 64)", examples=[8])
     intra_node_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="NVLink GB/s per GPU per direction; default the GPU's", examples=[450.0])
-    inter_node_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="network GB/s per GPU per direction; default the GPU's", examples=[50.0])
+    inter_node_gb_s: float | None = Field(None, gt=0, le=MAX_GB_S, description="network GB/s per GPU per direction: the "
+                                          "shorthand for one NIC per GPU at this rate; default the GPU's (or the system's "
+                                          "network)", examples=[50.0])
+    system: Annotated[str, AfterValidator(_system_name)] | None = Field(None, max_length=100, description="a catalog system (GET /v1/systems) that fills the GPU's "
+                               "node, NVLink domain and network; fields given beside it override it", examples=["dgx-h100"])
+    network: Annotated[str, AfterValidator(_network_text)] | None = Field(
+        None, max_length=200, description="the node's compute NICs as operators write them: NICs x rate, in Gb/s as "
+        "vendors quote them or GB/s, then optionally the fabric and its layout (\"8 x 400 Gb/s IB rail-optimised\", "
+        "\"4 x 100 Gb RoCE\"); excludes inter_node_gb_s", examples=["8 x 400 Gb/s"])
+    rail_optimized: bool | None = Field(None, description="each NIC index on its own rail switch (NCCL rings keep to "
+                                        "one rail, NCCL_CROSS_NIC); default the network's words, the system's, else true",
+                                        examples=[True])
+    oversubscription: float | None = Field(None, ge=1, le=MAX_OVERSUBSCRIPTION, description="leaf switches' downlink : "
+                                           "uplink bandwidth (2 = 2:1); slows all-to-all, and rings off a rail-optimised "
+                                           "fabric; default 1 (non-blocking)", examples=[1.0])
     intra_node_latency_s: float | None = Field(None, ge=0, le=1.0, description="collective latency inside a node; default the GPU's", examples=[5e-6])
     inter_node_latency_s: float | None = Field(None, ge=0, le=1.0, description="collective latency across nodes; default the GPU's", examples=[1e-5])
     profile_id: str | None = Field(None, max_length=64, description="REST: a profile stored with POST /v1/profiles", examples=["prof_0123"])
@@ -391,6 +426,15 @@ class Cluster(_Strict):
         None, gt=0, le=MAX_USD_PER_GPU_H, description="USD per GPU-hour (your contract price) for the plan's "
         "cost; overrides the list-price table (cost_model/hardware/prices.toml) and `planner plan --prices`; "
         "null: the table's price for the GPU, if it has one", examples=[2.5])
+
+    @model_validator(mode="after")
+    def _gpu_or_system(self) -> Cluster:
+        if self.gpu is None and self.system is None:
+            raise _rule("gpu", "is required (a catalog name, GET /v1/gpus) unless `system` names one", ["gpu", "system"])
+        if self.network is not None and self.inter_node_gb_s is not None:
+            raise _rule("network", "give the network or the per-GPU inter_node_gb_s, not both",
+                        ["network", "inter_node_gb_s"])
+        return self
 
 
 # ------------------------------------------------------------------ training

@@ -23,6 +23,9 @@ def test_catalog(client):
     assert "llama3-8b" in {m["name"] for m in models}
     gpus = {g["name"] for g in client.get("/v1/gpus").json()}
     assert {"a100-80gb", "h100-sxm", "cpu"} <= gpus
+    systems = {s["name"]: s for s in client.get("/v1/systems").json()}
+    assert systems["dgx-h100"]["network"] == "8 x 400 Gb/s" and systems["dgx-h100"]["source"]
+    assert {s["gpu"] for s in systems.values()} <= gpus
 
 
 def test_estimate(client):

@@ -130,6 +130,7 @@ def test_every_form_field_reaches_the_plan(make_server, tmp_path):
         page.select_option("#gpu", "h100-sxm")
         page.fill("#num-gpus", "8")
         page.fill("#gpus-per-node", "8")
+        page.fill("#network", "8 x 400 Gb/s")
         page.fill("#global-batch", "128")
         page.fill("#seq-len", "2048")
         page.select_option("#dtype", "fp16")
@@ -145,6 +146,7 @@ def test_every_form_field_reaches_the_plan(make_server, tmp_path):
         [body] = seen["posted"]
         assert body["engine"] == "torchtitan" and "engine" not in body["search"]
         assert body["model"] == {"hf_config": HF_CONFIG}
+        assert body["cluster"]["network"] == "8 x 400 Gb/s"
         assert body["training"] == {"global_batch_size": 128, "seq_length": 2048, "dtype": "fp16"}
         assert body["search"] == {"top_k": 2, "time_limit_s": 10, "tp": [1, 2], "pp": [2], "vpp": [1],
                                   "micro_batch_size": [1], "recompute": ["none", "selective"], "zero": [2, 3],

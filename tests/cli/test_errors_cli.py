@@ -93,7 +93,7 @@ def test_missing_required_flag_names_the_mistyped_one(tmp_path):
 
 @pytest.mark.parametrize("args,tail", [
     (["pln"], "invalid choice: 'pln' (choose from 'plan', 'estimate', 'check', 'sweep', 'profile', 'serve', "
-              "'worker', 'models', 'gpus') (did you mean 'plan'?)"),
+              "'worker', 'models', 'gpus', 'systems') (did you mean 'plan'?)"),
     # the command's flags are not the top parser's to guess about (--heads is no --help)
     (["pln", "--heads", "4"], "(did you mean 'plan'?)"),
     (["estimate", *PROBLEM, "--tp", "8", "--dtype", "bf15"],

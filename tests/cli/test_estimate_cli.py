@@ -235,3 +235,19 @@ def test_estimate_engine_flag_prices_as_that_engine(engine):
     want = service.estimate({**req, "engine": engine}).prediction.step_time_s
     assert json.loads(r.stdout)["prediction"]["step_time_s"] == pytest.approx(want, rel=1e-12)
     assert want != pytest.approx(service.estimate(req).prediction.step_time_s, rel=1e-6)
+
+
+def test_systems_and_network_flags():
+    """`planner systems` lists the catalog with sources; --network "8 x 200 Gb/s" on 8-GPU nodes
+    is the per-GPU --inter-node-gb-s 25 (one NIC per GPU); a bad description names the flag's field."""
+    r = planner("systems", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {s["name"]: s for s in json.loads(r.stdout)}
+    assert rows["dgx-a100"]["network"] == "8 x 200 Gb/s" and "DGX A100" in rows["dgx-a100"]["source"]
+    by_rate = planner("estimate", *ACCEPTANCE, "--inter-node-gb-s", "25", "--json")
+    by_nics = planner("estimate", *ACCEPTANCE, "--network", "8 x 200 Gb/s", "--json")
+    assert by_rate.returncode == 0 and by_nics.returncode == 0, by_nics.stderr
+    step = [json.loads(x.stdout)["prediction"]["step_time_s"] for x in (by_rate, by_nics)]
+    assert step[0] == pytest.approx(step[1], rel=1e-12)
+    bad = planner("estimate", *ACCEPTANCE, "--network", "8 x 200 Gbs")
+    assert bad.returncode != 0 and "cluster.network" in bad.stderr

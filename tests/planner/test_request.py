@@ -380,3 +380,42 @@ def test_every_error_is_reported_unknown_keys_first_with_the_key_meant():
     assert (e.value.field, e.value.suggestion) == ("training.global_batch", "global_batch_size")
     assert str(e.value) == "; ".join(str(x) for x in errors)
     assert e.value.to_dict()["errors"] == [x.to_dict() for x in errors]
+
+
+def _llama_estimate(cluster: dict, **par):
+    model = parse_model({"name": "llama3-8b"})
+    training = parse_training({"global_batch_size": 64, "seq_length": 4096})
+    cfg = parse_parallelism({"dp": 16, "tp": 1, "pp": 1, "zero": 3, "micro_batch_size": 1, **par})
+    return estimate(model, parse_cluster(cluster), training, cfg).prediction.step_time_s
+
+
+def test_network_shorthand_and_description_price_alike():
+    """The per-GPU inter_node_gb_s is one NIC per GPU at that rate: "8 x 400 Gb/s" on 8-GPU
+    nodes, and the dgx-h100 system, price the same."""
+    base = {"gpu": "h100-sxm", "num_gpus": 16}
+    t = _llama_estimate({**base, "inter_node_gb_s": 50.0})
+    assert _llama_estimate({**base, "network": "8 x 400 Gb/s"}) == pytest.approx(t, rel=1e-12)
+    assert _llama_estimate({"system": "dgx-h100", "num_gpus": 16}) == pytest.approx(t, rel=1e-12)
+    # fewer NICs: the same FSDP group crosses at half the node's rate, and is no faster
+    assert _llama_estimate({**base, "network": "4 x 400 Gb/s"}) >= t
+
+
+@pytest.mark.parametrize("cluster,field", [
+    ({"gpu": "h100-sxm", "num_gpus": 16, "network": "8 x 400 Gbit/sec"}, "cluster.network"),
+    ({"gpu": "h100-sxm", "num_gpus": 16, "network": "8 x 400 Gb/s", "inter_node_gb_s": 50.0}, "cluster.network"),
+    ({"system": "dgx-h10", "num_gpus": 16}, "cluster.system"),
+    ({"num_gpus": 16}, "cluster.gpu"),
+    ({"gpu": "h100-sxm", "num_gpus": 16, "oversubscription": 0.5}, "cluster.oversubscription"),
+])
+def test_network_fields_errors_name_the_field(cluster, field):
+    with pytest.raises(SpecError) as e:
+        parse_cluster(cluster)
+    assert e.value.field == field
+
+
+def test_system_fills_node_and_network():
+    c = parse_cluster({"system": "gb200-nvl72", "num_gpus": 144})
+    assert (c.gpu.name, c.gpus_per_node, c.nics_per_node, c.nvlink_domain) == ("gb200", 4, 4, 72)
+    assert c.node_network_gb_s == pytest.approx(200.0)
+    p4d = parse_cluster({"system": "aws-p4d", "num_gpus": 16})
+    assert (p4d.nics_per_node, p4d.nic_gb_s, p4d.rail_optimized) == (4, 12.5, False)

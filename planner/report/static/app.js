@@ -91,6 +91,8 @@
     var cluster = { gpu: document.getElementById("gpu").value, num_gpus: int("num-gpus") };
     var perNode = int("gpus-per-node");
     if (perNode) cluster.gpus_per_node = Math.min(perNode, cluster.num_gpus);
+    var network = document.getElementById("network").value.trim();
+    if (network) cluster.network = network;
     return {
       engine: document.getElementById("engine").value,
       model: model(),
