@@ -28,7 +28,7 @@ from typing import Any
 import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq.middleware import CurrentMessage
+from dramatiq.middleware import CurrentMessage, Middleware
 from dramatiq.middleware import default_middleware as _default_middleware
 from dramatiq.results import Results
 from dramatiq.results.backends.redis import RedisBackend
@@ -48,11 +48,19 @@ def default_middleware() -> list:
     return [m() for m in _default_middleware]
 
 
+class WarmPool(Middleware):
+    """In `planner worker`: its solve processes started when it boots, before it takes a
+    message, so that no solve's run time (and run limit) is charged with their start."""
+
+    def after_worker_boot(self, broker, worker) -> None:
+        _worker_pool().warm()
+
+
 def configure(url: str) -> RedisBroker:
     """The broker and result backend of `url` (redis://host:port/db), set as Dramatiq's."""
     if not url.startswith(("redis://", "rediss://")):
         raise ValueError(f"PLANNER_BROKER_URL must be a redis:// URL, got {url.split(':', 1)[0]}://")
-    broker = RedisBroker(url=url, middleware=[*default_middleware(), CurrentMessage()])
+    broker = RedisBroker(url=url, middleware=[*default_middleware(), CurrentMessage(), WarmPool()])
     # the results' client without a socket timeout (BrokerPool._result polls it; a slow answer
     # from a loaded Redis is waited for, not cut at redis-py's default)
     results = redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, socket_timeout=None))
@@ -66,8 +74,9 @@ if os.environ.get("PLANNER_BROKER_URL"):
     configure(os.environ["PLANNER_BROKER_URL"])
 else:  # importable without a broker (the actor is declared on a stub until one is configured)
     from dramatiq.brokers.stub import StubBroker
+    from dramatiq.results.backends.stub import StubBackend
 
-    dramatiq.set_broker(StubBroker())
+    dramatiq.set_broker(StubBroker(middleware=[*default_middleware(), Results(backend=StubBackend())]))
 
 _local: SolverPool | None = None
 
@@ -107,6 +116,9 @@ class BrokerPool(Admission):
     def __init__(self, url: str, workers: int, queue_size: int, on_depth: Callable[[int], None] | None = None):
         super().__init__(workers, queue_size, on_depth)
         self.broker = configure(url)
+        if solve_job.broker is not self.broker:  # declared on another (the stub, at import): sent through this one
+            solve_job.broker = self.broker
+            self.broker.declare_actor(solve_job)
         self._in_flight = 0
 
     @property

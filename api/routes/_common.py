@@ -8,7 +8,7 @@ import contextlib
 import hmac
 import json
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
@@ -147,10 +147,11 @@ async def solve(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *arg
 
 
 async def solve_timed(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *args, limit_s: float,
-                      kind: str) -> tuple[Any, Timing]:
+                      kind: str, best_so_far: Callable[[str, SolveTimeout], Any] | None = None) -> tuple[Any, Timing]:
     """Run fn(*args) in the bounded solver pool: (its answer, its queue wait and run time).
     Queue full -> 429; no answer in time (dropped from the queue, or its process killed) -> 503
-    with the reason and the timing."""
+    with the reason and the timing, unless the killed solve left its best answer so far and
+    `best_so_far` turns that text into the answer."""
     retry = {"Retry-After": str(settings.retry_after_s)}
     timing = None
     try:
@@ -163,6 +164,8 @@ async def solve_timed(pool: SolverPool, settings: Settings, metrics: Metrics, fn
         timing = exc.timing
         if exc.killed:
             metrics.killed.labels(kind).inc()
+        if exc.best_so_far is not None and best_so_far is not None:
+            return best_so_far(exc.best_so_far, exc), timing
         raise ApiError(503, "solve_timeout", f"the solve did not finish within {limit_s:g} s: {exc.reason}",
                        {"time_limit_s": limit_s, "killed": exc.killed, "queue_wait_s": round(timing.queue_wait_s, 3),
                         "run_s": round(timing.run_s, 3)}, headers=retry) from None

@@ -24,7 +24,7 @@ from ..metrics import Metrics
 from ..responses import PlanList
 from ..settings import Settings
 from ..store import Store, StoredPlan, decode_cursor, now_us
-from ..worker import SolverPool, Timing
+from ..worker import SolverPool, SolveTimeout, Timing, best_so_far_sink
 from ._common import (
     CLIENT_GONE,
     COMMON_ERRORS,
@@ -137,7 +137,7 @@ async def _solve_and_store(body: PlanRequest, h: str, limit: float, store: Store
     profile = await load_profile(store, body)
     plan_id = new_plan_id()  # given to the planner so launch artifacts name the stored plan
     plan, timing = await solve_timed(pool, settings, metrics, _run_plan, body, profile, limit, plan_id,
-                               limit_s=limit, kind="plan")
+                                     limit_s=limit, kind="plan", best_so_far=_killed_plan)
     plan = plan.model_copy(update={"id": plan_id, "request_hash": h, "links": plan_links(plan_id)})
     try:
         text = plan.to_json()  # the one serialisation: stored, answered, served on GET
@@ -150,7 +150,18 @@ async def _solve_and_store(body: PlanRequest, h: str, limit: float, store: Store
 
 
 def _run_plan(req: PlanRequest, profile, limit_s: float, plan_id: str) -> Plan:
-    return plan_request(req, profile=profile, time_limit_s=limit_s, plan_id=plan_id)
+    """In a worker process: the plan, its best so far left for the caller as the search goes
+    (api/worker.py best_so_far_sink), answered if the process is killed (_killed_plan)."""
+    sink = best_so_far_sink()
+    publish = None if sink is None else (lambda p: sink(p.to_json()))
+    return plan_request(req, profile=profile, time_limit_s=limit_s, plan_id=plan_id, publish=publish)
+
+
+def _killed_plan(text: str, exc: SolveTimeout) -> Plan:
+    """The best plan so far that a killed solve left (its search unfinished: timed out, with
+    its gap), with a reason saying why it is the answer."""
+    plan = Plan.model_validate_json(text)
+    return plan.model_copy(update={"reasons": [*plan.reasons, f"answered with the best plan so far: {exc.reason}"]})
 
 
 @router.get("/plans/{plan_id}", response_model=PLAN_ANSWER,
