@@ -48,6 +48,9 @@ QUEUE = "planner-solves"
 CANCELLED = "planner-cancelled:"
 CANCELLED_TTL_S = 3600
 RESULT_POLL_S = 0.1  # how often a replica asks for a solve's result
+# a worker answers this long before its caller stops waiting: the result's way back (stored,
+# then found by the caller's next poll)
+RESULT_TRANSIT_S = 0.5
 
 
 def default_middleware() -> list:
@@ -110,16 +113,25 @@ def _worker_pool() -> SolverPool:
 
 # max_retries 0: a solve that failed is answered as failed; a worker killed mid-solve leaves
 # its message unacked, and the broker hands it to a live worker (a retry, not counted here)
+# Dramatiq's own time limit (its TimeLimit middleware raises in the actor's thread) is not the
+# one that stops a solve: the solve runs in a process of the worker's pool, which kills it
+# (SolverPool.submit_timed); the actor's is a day, so that it never interrupts that wait.
 @dramatiq.actor(queue_name=QUEUE, store_results=True, max_retries=0, time_limit=24 * 3600 * 1000)
-def solve_job(fn: Callable[..., Any], args: tuple, run_limit_s: float) -> tuple[bool, Any, float, float]:
+def solve_job(fn: Callable[..., Any], args: tuple, run_limit_s: float,
+              answer_by: float | None = None) -> tuple[bool, Any, float, float]:
     """In `planner worker`: fn(*args) in a worker process of this machine, killed past
-    `run_limit_s`: (ok, answer or exception, wall clock at start, run seconds)."""
+    `run_limit_s` or at `answer_by` (wall clock: the request's arrival plus its limit plus
+    KILL_AFTER_S, less the answer's way back), whichever comes first; not started past it:
+    (ok, answer or exception, wall clock at start, run seconds)."""
     start = time.time()
     message = CurrentMessage.get_current_message()
     if message is not None and _results is not None and _results.exists(CANCELLED + message.message_id):
         return False, SolveTimeout(Timing(), False, "its caller gave up before a worker took it"), start, 0.0
+    left_s = run_limit_s if answer_by is None else min(run_limit_s, answer_by - start)
+    if left_s <= 0:
+        return False, SolveTimeout(Timing(), False, "no time was left when a worker took it"), start, 0.0
     try:
-        value, timing = asyncio.run(_worker_pool().submit_timed(fn, *args, timeout_s=run_limit_s))
+        value, timing = asyncio.run(_worker_pool().submit_timed(fn, *args, timeout_s=left_s))
         return True, value, start + timing.queue_wait_s, timing.run_s
     except Exception as exc:  # noqa: BLE001 - every error goes back to the API replica
         return False, portable(exc), start, time.time() - start
@@ -163,11 +175,13 @@ class BrokerPool(Admission):
             raise QueueFull()
         self._in_flight += 1
         sent_wall, t0 = time.time(), time.perf_counter()
-        limit = run_limit_s if run_limit_s is not None else (timeout_s or 3600.0)
+        wait_s = timeout_s if timeout_s is not None else 3600.0
+        limit = run_limit_s if run_limit_s is not None else wait_s
         try:
-            message = await asyncio.to_thread(solve_job.send, fn, args, limit)
+            # the worker answers by the caller's deadline, less the answer's way back to here
+            message = await asyncio.to_thread(solve_job.send, fn, args, limit, sent_wall + wait_s - RESULT_TRANSIT_S)
             try:
-                ok, value, start_wall, run_s = await self._result(message, t0 + (timeout_s or 3600.0))
+                ok, value, start_wall, run_s = await self._result(message, t0 + wait_s)
             except ResultTimeout:
                 self._cancel(message)
                 elapsed = time.perf_counter() - t0

@@ -109,8 +109,28 @@ def unbox(exc: BaseException) -> BaseException:
     return exc.unbox() if isinstance(exc, _SpecErrorBox) else exc
 
 
-# in a worker process while a solve runs: the file its best answer so far goes to (run_timed)
+# A solve may run this long past its search's time limit before its process is killed: the
+# search stops itself at its hard deadline (the limit plus SearchPolicy.deadline_grace_s, at
+# most 3 s) and the answer's launch artifacts follow; past this, something no deadline reaches runs.
+KILL_AFTER_S = 5.0
+# the least time limit a started solve's search is given (search_limit_s): enough for its
+# rescue (the greedy partitions of the most sharded candidates) to find a plan that fits
+MIN_SEARCH_S = 0.5
+
+# in a worker process while a solve runs: the file its best answer so far goes to, and the
+# wall-clock time its process is killed at (run_timed)
 _best_so_far_path: str | None = None
+_killed_at: float | None = None
+
+
+def search_limit_s(limit_s: float) -> float:
+    """In a worker process: the time limit a solve's search gets of `limit_s`, so that it stops
+    itself KILL_AFTER_S before its process is killed: less by the time its request waited for
+    a worker (the kill is at the request's arrival plus its limit plus KILL_AFTER_S),
+    MIN_SEARCH_S at least; `limit_s` outside a solve with a kill time."""
+    if _killed_at is None:
+        return limit_s
+    return max(MIN_SEARCH_S, min(limit_s, _killed_at - time.time() - KILL_AFTER_S))
 
 
 def best_so_far_sink() -> Callable[[str], None] | None:
@@ -139,18 +159,20 @@ def read_best_so_far(path: str) -> str | None:
         return None
 
 
-def run_timed(fn: Callable[..., Any], args: tuple, best_so_far_path: str | None = None) -> tuple[bool, Any, float, float]:
+def run_timed(fn: Callable[..., Any], args: tuple, best_so_far_path: str | None = None,
+              killed_at: float | None = None) -> tuple[bool, Any, float, float]:
     """In the worker: (ok, result or portable exception, wall clock at start, run seconds);
-    `best_so_far_path`: where the solve may leave its best answer so far (best_so_far_sink)."""
-    global _best_so_far_path
+    `best_so_far_path`: where the solve may leave its best answer so far (best_so_far_sink);
+    `killed_at`: the wall-clock time its process is killed at (search_limit_s)."""
+    global _best_so_far_path, _killed_at
     start_wall, t0 = time.time(), time.perf_counter()
-    _best_so_far_path = best_so_far_path
+    _best_so_far_path, _killed_at = best_so_far_path, killed_at
     try:
         return True, fn(*args), start_wall, time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - every error goes back to the caller
         return False, portable(exc), start_wall, time.perf_counter() - t0
     finally:
-        _best_so_far_path = None
+        _best_so_far_path, _killed_at = None, None
 
 
 def answered(ok: bool, value: Any, timing: Timing) -> Any:
@@ -276,9 +298,11 @@ class SolverPool(Admission):
     async def submit_timed(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None,
                            run_limit_s: float | None = None) -> tuple[Any, Timing]:
         """fn(*args) in a worker process, and how long it waited and ran. `timeout_s`: how long
-        the caller waits in all (then its solve is dropped unstarted or its process killed);
-        `run_limit_s`: how long the solve may run once started (then its process is killed;
-        default `timeout_s`). Raises QueueFull, SolveTimeout, or the solve's own exception."""
+        the caller waits in all, queue included (then its solve is dropped unstarted or its
+        process killed); `run_limit_s`: how long the solve may run once started, at most what
+        is left of `timeout_s` (then its process is killed; default `timeout_s`); the solve
+        reads what it has with search_limit_s. Raises QueueFull, SolveTimeout, or the solve's
+        own exception."""
         t0 = time.perf_counter()
         try:
             await asyncio.wait_for(self._slot(), timeout_s)
@@ -292,7 +316,8 @@ class SolverPool(Admission):
             limit_s = left_s if limit_s is None else min(limit_s, left_s)
         t1 = time.perf_counter()
         best_path = os.path.join(self._spool, f"{uuid.uuid4().hex}.txt")
-        fut = self._pool.schedule(run_timed, args=(fn, args, best_path), timeout=limit_s)
+        killed_at = None if limit_s is None else time.time() + limit_s
+        fut = self._pool.schedule(run_timed, args=(fn, args, best_path, killed_at), timeout=limit_s)
         try:
             ok, value, _start_wall, run_s = await asyncio.wrap_future(fut)
         except asyncio.CancelledError:

@@ -1,6 +1,7 @@
 """A solve whose process is killed is answered with the best plan its search had published
 (planner/publish.py, api/worker.py best_so_far_sink): a real search, killed mid-run by its
-run limit in a real worker process, locally and through a real `planner worker` behind Redis.
+run limit in a real worker process, locally and through a real `planner worker` behind Redis;
+and the service's own solve (_run_plan) stops its search before that kill.
 The plan it leaves is a real one: it re-prices through the estimate path to the same step
 time and memory, and says that its search did not finish (timed out, its gap)."""
 
@@ -13,10 +14,12 @@ import time
 import pytest
 
 from api.routes.plans import _killed_plan, _run_plan
-from api.worker import SolverPool, SolveTimeout
+from api.worker import SolverPool, SolveTimeout, best_so_far_sink
 from planner.ids import new_plan_id
+from planner.plan import Plan
 from planner.request.schema import PlanRequest
 from planner.service import estimate
+from planner.service import plan as plan_request
 
 from .test_queue import slow_plan
 
@@ -30,11 +33,20 @@ def _request() -> PlanRequest:
     return PlanRequest.model_validate(body)
 
 
+def run_past_its_kill(req: PlanRequest, profile, limit_s: float, plan_id: str) -> Plan:
+    """_run_plan with a search that does not stop before its process is killed (it is given
+    its whole limit, not search_limit_s): a solve that something no deadline reaches holds
+    past its run limit. Top level: it runs in a worker process."""
+    sink = best_so_far_sink()
+    return plan_request(req, profile=profile, time_limit_s=limit_s, plan_id=plan_id,
+                        publish=lambda p: sink(p.to_json()))
+
+
 def _killed(pool, req: PlanRequest) -> tuple[SolveTimeout, float]:
     async def go():
         t0 = time.perf_counter()
         with pytest.raises(SolveTimeout) as err:
-            await pool.submit_timed(_run_plan, req, None, SEARCH_LIMIT_S, new_plan_id(), timeout_s=60,
+            await pool.submit_timed(run_past_its_kill, req, None, SEARCH_LIMIT_S, new_plan_id(), timeout_s=60,
                                     run_limit_s=RUN_LIMIT_S)
         return err.value, time.perf_counter() - t0
 
@@ -73,5 +85,23 @@ def test_a_killed_solve_answers_with_its_best_plan_so_far():
             return err.value
 
         assert asyncio.run(bare()).best_so_far is None
+    finally:
+        pool.shutdown()
+
+
+def test_the_services_solve_stops_its_search_before_the_kill():
+    """_run_plan gives its search what is left before the kill, less KILL_AFTER_S
+    (search_limit_s): the same request and run limit are answered by the search itself."""
+    pool = SolverPool(workers=1, queue_size=0, max_tasks=1)
+    try:
+        pool.warm()
+
+        async def go():
+            return await pool.submit_timed(_run_plan, _request(), None, SEARCH_LIMIT_S, new_plan_id(), timeout_s=60,
+                                           run_limit_s=RUN_LIMIT_S + 2)
+
+        plan, timing = asyncio.run(go())
+        assert timing.run_s < RUN_LIMIT_S + 2 and plan.search.timed_out
+        assert plan.search.time_limit_s == pytest.approx(1.0, abs=0.3)  # 6 s to the kill, less 5
     finally:
         pool.shutdown()
