@@ -107,7 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             from .queue import BrokerPool  # noqa: PLC0415 (only with a broker: Dramatiq and Redis)
 
             app.state.pool = BrokerPool(settings.broker_url, settings.workers, settings.queue_size,
-                                        on_depth=metrics.queue_depth.set)
+                                        on_depth=metrics.queue_depth.set, results_url=settings.results_url)
         else:
             app.state.pool = SolverPool(settings.workers, settings.queue_size, on_depth=metrics.queue_depth.set,
                                         max_tasks=settings.worker_max_tasks)

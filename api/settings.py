@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .broker_urls import results_url_for
 
 
 class Settings(BaseSettings):
@@ -28,8 +30,13 @@ class Settings(BaseSettings):
     port: int = Field(8000, description="port of `planner serve`")
     workers: int = Field(2, ge=1, le=256, description="solver worker processes (concurrent solves)")
     broker_url: str | None = Field(
-        None, description="redis://host:port/db: solves go through a Dramatiq queue to `planner worker` processes "
-        "(docs/service.md, Scale-out); unset: this process's own worker processes"
+        None, description="redis://host:port/db or amqp://user:pw@host:port/vhost (RabbitMQ): solves go through a "
+        "Dramatiq queue to `planner worker` processes (docs/service.md, Scale-out); unset: this process's own worker "
+        "processes"
+    )
+    results_url: str | None = Field(
+        None, description="redis://host:port/db: where the workers' answers are kept; default the broker's Redis, "
+        "required with an amqp:// broker"
     )
     worker_max_tasks: int = Field(
         1, ge=0, le=1_000_000, description="solves one worker process runs before it is replaced by a fresh one "
@@ -69,3 +76,11 @@ class Settings(BaseSettings):
             raise ValueError("is set but empty; give a token, or unset PLANNER_API_TOKEN to run "
                              "without authentication")
         return token
+
+    @model_validator(mode="after")
+    def _scale_out_urls(self) -> Settings:
+        # a broker that is neither Redis nor RabbitMQ, or RabbitMQ without a Redis for the
+        # answers, is refused at startup by name, not at the first solve
+        if self.broker_url:
+            results_url_for(self.broker_url, self.results_url)
+        return self

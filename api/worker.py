@@ -9,7 +9,9 @@ launch emitters) has its process killed; pebble starts a fresh one in its place.
 that gives up (its `timeout_s`, or it is cancelled: the client went away) takes its work
 with it: a queued solve is dropped before it starts, a running one's process is killed
 (pebble kills a task's process on cancel; the queue is kept here, see SolverPool).
-Queue wait and run time are measured apart (`Timing`).
+Queue wait and run time are measured apart (`Timing`). A solve may leave its best answer so
+far in a file while it runs (`best_so_far_sink`; planner/publish.py writes there), and a solve
+whose process is killed is answered with it (`SolveTimeout.best_so_far`) where there is one.
 
 With a broker (api/queue.py) the same `submit` sends the solve to `planner worker` processes,
 which run it in this pool on their machine."""
@@ -19,8 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import pickle
+import shutil
+import tempfile
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,16 +59,18 @@ class Timing:
 
 class SolveTimeout(Exception):
     """The solve did not answer in time. `killed`: its process was killed while running (past
-    its run limit, or its caller's wait); otherwise it was dropped from the queue unstarted."""
+    its run limit, or its caller's wait); otherwise it was dropped from the queue unstarted.
+    `best_so_far`: the last answer a killed solve left (best_so_far_sink), as it wrote it."""
 
-    def __init__(self, timing: Timing, killed: bool, reason: str):
+    def __init__(self, timing: Timing, killed: bool, reason: str, best_so_far: str | None = None):
         super().__init__(reason)
         self.timing = timing
         self.killed = killed
         self.reason = reason
+        self.best_so_far = best_so_far
 
     def __reduce__(self):  # crosses the broker whole (api/queue.py)
-        return (SolveTimeout, (self.timing, self.killed, self.reason))
+        return (SolveTimeout, (self.timing, self.killed, self.reason, self.best_so_far))
 
 
 class WorkerError(Exception):
@@ -101,13 +109,70 @@ def unbox(exc: BaseException) -> BaseException:
     return exc.unbox() if isinstance(exc, _SpecErrorBox) else exc
 
 
-def run_timed(fn: Callable[..., Any], args: tuple) -> tuple[bool, Any, float, float]:
-    """In the worker: (ok, result or portable exception, wall clock at start, run seconds)."""
+# A solve may run this long past its search's time limit before its process is killed: the
+# search stops itself at its hard deadline (the limit plus SearchPolicy.deadline_grace_s, at
+# most 3 s) and the answer's launch artifacts follow; past this, something no deadline reaches runs.
+KILL_AFTER_S = 5.0
+# the least time limit a started solve's search is given (search_limit_s): enough for its
+# rescue (the greedy partitions of the most sharded candidates) to find a plan that fits
+MIN_SEARCH_S = 0.5
+
+# in a worker process while a solve runs: the file its best answer so far goes to, and the
+# wall-clock time its process is killed at (run_timed)
+_best_so_far_path: str | None = None
+_killed_at: float | None = None
+
+
+def search_limit_s(limit_s: float) -> float:
+    """In a worker process: the time limit a solve's search gets of `limit_s`, so that it stops
+    itself KILL_AFTER_S before its process is killed: less by the time its request waited for
+    a worker (the kill is at the request's arrival plus its limit plus KILL_AFTER_S),
+    MIN_SEARCH_S at least; `limit_s` outside a solve with a kill time."""
+    if _killed_at is None:
+        return limit_s
+    return max(MIN_SEARCH_S, min(limit_s, _killed_at - time.time() - KILL_AFTER_S))
+
+
+def best_so_far_sink() -> Callable[[str], None] | None:
+    """In a worker process, while a solve runs: a function that leaves the solve's best answer
+    so far (text) where its caller reads it if the process is killed (replaced whole, never
+    read half-written: written beside it, then renamed over it); None outside a solve."""
+    path = _best_so_far_path
+    if path is None:
+        return None
+
+    def write(text: str) -> None:
+        part = f"{path}.part"
+        with open(part, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(part, path)
+
+    return write
+
+
+def read_best_so_far(path: str) -> str | None:
+    """The answer a killed solve left at `path`, if it left one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def run_timed(fn: Callable[..., Any], args: tuple, best_so_far_path: str | None = None,
+              killed_at: float | None = None) -> tuple[bool, Any, float, float]:
+    """In the worker: (ok, result or portable exception, wall clock at start, run seconds);
+    `best_so_far_path`: where the solve may leave its best answer so far (best_so_far_sink);
+    `killed_at`: the wall-clock time its process is killed at (search_limit_s)."""
+    global _best_so_far_path, _killed_at
     start_wall, t0 = time.time(), time.perf_counter()
+    _best_so_far_path, _killed_at = best_so_far_path, killed_at
     try:
         return True, fn(*args), start_wall, time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - every error goes back to the caller
         return False, portable(exc), start_wall, time.perf_counter() - t0
+    finally:
+        _best_so_far_path, _killed_at = None, None
 
 
 def answered(ok: bool, value: Any, timing: Timing) -> Any:
@@ -179,6 +244,8 @@ class SolverPool(Admission):
         # max_tasks: solves a process runs before pebble replaces it (0: never); 1 gives each
         # solve a fresh process, so what one solve's tables and caches took goes back at its end
         self._pool = ProcessPool(max_workers=workers, max_tasks=max_tasks, context=_process_context())
+        # the solves' best answers so far, one file per solve while it runs (run_timed)
+        self._spool = tempfile.mkdtemp(prefix="planner-best-so-far-")
         self._running = 0
         self._waiting: deque[asyncio.Future] = deque()
 
@@ -231,9 +298,11 @@ class SolverPool(Admission):
     async def submit_timed(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None,
                            run_limit_s: float | None = None) -> tuple[Any, Timing]:
         """fn(*args) in a worker process, and how long it waited and ran. `timeout_s`: how long
-        the caller waits in all (then its solve is dropped unstarted or its process killed);
-        `run_limit_s`: how long the solve may run once started (then its process is killed;
-        default `timeout_s`). Raises QueueFull, SolveTimeout, or the solve's own exception."""
+        the caller waits in all, queue included (then its solve is dropped unstarted or its
+        process killed); `run_limit_s`: how long the solve may run once started, at most what
+        is left of `timeout_s` (then its process is killed; default `timeout_s`); the solve
+        reads what it has with search_limit_s. Raises QueueFull, SolveTimeout, or the solve's
+        own exception."""
         t0 = time.perf_counter()
         try:
             await asyncio.wait_for(self._slot(), timeout_s)
@@ -246,7 +315,9 @@ class SolverPool(Admission):
         if left_s is not None:
             limit_s = left_s if limit_s is None else min(limit_s, left_s)
         t1 = time.perf_counter()
-        fut = self._pool.schedule(run_timed, args=(fn, args), timeout=limit_s)
+        best_path = os.path.join(self._spool, f"{uuid.uuid4().hex}.txt")
+        killed_at = None if limit_s is None else time.time() + limit_s
+        fut = self._pool.schedule(run_timed, args=(fn, args, best_path, killed_at), timeout=limit_s)
         try:
             ok, value, _start_wall, run_s = await asyncio.wrap_future(fut)
         except asyncio.CancelledError:
@@ -255,12 +326,17 @@ class SolverPool(Admission):
         except TimeoutError:
             # pebble's run limit: the solve ran limit_s and its process was killed
             raise SolveTimeout(Timing(queue_wait_s, time.perf_counter() - t1), True,
-                               f"its process was killed after running {limit_s:g} s") from None
+                               f"its process was killed after running {limit_s:g} s",
+                               read_best_so_far(best_path)) from None
         except ProcessExpired as exc:
             raise SolveTimeout(Timing(queue_wait_s, time.perf_counter() - t1), True,
-                               f"its worker process died (exit code {exc.exitcode})") from None
+                               f"its worker process died (exit code {exc.exitcode})",
+                               read_best_so_far(best_path)) from None
         finally:
             self._free()
+            for leftover in (best_path, f"{best_path}.part"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
         timing = Timing(queue_wait_s, run_s)
         return answered(ok, value, timing), timing
 
@@ -280,3 +356,4 @@ class SolverPool(Admission):
     def shutdown(self) -> None:
         self._pool.stop()
         self._pool.join(timeout=5)
+        shutil.rmtree(self._spool, ignore_errors=True)

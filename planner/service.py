@@ -11,6 +11,7 @@ the CLI hash), a dict as given (planner/hashing.py)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import TypeVar
 
@@ -52,6 +53,7 @@ from planner.plan import (
     SearchReport,
     TrainingEcho,
 )
+from planner.publish import LatestPublisher
 from planner.reasons import alternative_reason, infeasible_details, plan_reasons
 from planner.request.errors import validate_as
 from planner.request.parse import (
@@ -62,7 +64,7 @@ from planner.request.parse import (
 )
 from planner.request.schema import CheckRequest, EstimateRequest, PlanRequest, Search
 from planner.schedule import schedule_block, schedule_gain_reason, schedule_reason
-from planner.search import Problem, Progress, search
+from planner.search import Problem, Progress, SearchResult, search
 from planner.space import search_space
 
 Request = TypeVar("Request", bound=BaseModel)
@@ -158,10 +160,24 @@ def dispatcher_hint(prob: Problem, cfg, est) -> str | None:
             f"{est.prediction.step_time_s:.4g} s (peak {max(alt.memory_per_rank_gib):.1f} GiB)")
 
 
-def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, progress, cost: Costing) -> Plan:
+def _limit_s(prob: Problem, time_limit_s, exhaustive) -> float | None:
+    """The time limit a search runs under (none for the exhaustive reference search)."""
+    return None if exhaustive else (prob.space.time_limit_s if time_limit_s is None else time_limit_s)
+
+
+def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, progress, cost: Costing,
+                 publish: Callable[[SearchResult], None] | None = None) -> Plan:
     """The best plan of a parsed problem (`rh`: its request's hash), without launch artifacts;
-    `cost`: the request's price, tokens to train on and goodput, for the plan's economics."""
-    res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s, progress=progress)
+    `cost`: the request's price, tokens to train on and goodput, for the plan's economics;
+    `publish`: given the search as it stands each time its best plan changes."""
+    res = search(prob, exhaustive=exhaustive, deadline_s=time_limit_s, progress=progress, publish=publish)
+    return _plan_of(prob, res, rh, _limit_s(prob, time_limit_s, exhaustive), plan_id, cost)
+
+
+def _plan_of(prob: Problem, res: SearchResult, rh: str, limit_s: float | None, plan_id, cost: Costing,
+             unfinished: bool = False) -> Plan:
+    """The plan of a search's result (raises Infeasible where it has none); `unfinished`: the
+    result is a running search's snapshot (BestFirstSearch.snapshot), its best plan so far."""
     if not res.best:
         msg, details = infeasible_details(res.stats, prob.space, prob.model, prob.cluster, prob.training)
         if res.stats.timed_out:
@@ -176,8 +192,9 @@ def _search_plan(prob: Problem, rh: str, time_limit_s, exhaustive, plan_id, prog
         reasons.append(line)
     if (line := dispatcher_hint(prob, best.config, best.estimate)) is not None:
         reasons.append(line)
-    limit_s = None if exhaustive else (prob.space.time_limit_s if time_limit_s is None else time_limit_s)
-    if res.stats.timed_out:
+    if unfinished:
+        reasons.append(_unfinished_reason(res, limit_s))
+    elif res.stats.timed_out:
         reasons.append(_timed_out_reason(res, limit_s))
     elif res.status != STATUS_OPTIMAL and 0 < res.gap <= prob.space.gap_limit:
         reasons.append(f"gap limit reached: the best plan is within {res.gap * 100:.2f}% of the optimum "
@@ -240,6 +257,13 @@ def _timed_out_reason(res, limit_s: float | None) -> str:
     return f"time limit reached: {took}; best plan found so far, within {res.gap * 100:.1f}% of the lower bound"
 
 
+def _unfinished_reason(res, limit_s: float | None) -> str:
+    """A best plan so far, published while its search ran: the search had not finished."""
+    of = f" of a {limit_s:g} s limit" if limit_s else ""
+    return (f"search unfinished: best plan found so far, {res.stats.solve_time_s:.1f} s into the search{of}, "
+            f"within {res.gap * 100:.1f}% of the lower bound of what it had not yet searched")
+
+
 def _gap(f) -> float:
     """A kept plan's gap to its own lower bound: 0 where its partition is proven."""
     t = f.estimate.prediction.step_time_s
@@ -260,14 +284,29 @@ def plan(
     plan_id: str | None = None,
     progress: Progress | None = None,
     prices: dict[str, GpuPrice] | None = None,
+    publish: Callable[[Plan], None] | None = None,
 ) -> Plan:
     """Search the best plan and emit its launch artifacts; raises SpecError (bad input) or
     Infeasible. `prices`: a user's own GPU-hour prices (gpu -> GpuPrice, `planner plan
-    --prices`), between the request's price and the list-price table."""
+    --prices`), between the request's price and the list-price table. `publish`: given the
+    best plan so far, finished as this answer would be (launch artifacts included, the reason
+    saying the search had not finished), while the search runs (planner/publish.py): what a
+    caller that stops the search from outside answers with."""
     r = validated(req, PlanRequest)
     prob = problem_from_request(r, profile)
     cost = costing(r.cluster, r.training, prob.cluster.gpu.name, prices)
-    best = _search_plan(prob, request_hash(req), time_limit_s, exhaustive, plan_id, progress, cost)
+    rh = request_hash(req)
+    if publish is None or exhaustive:
+        best = _search_plan(prob, rh, time_limit_s, exhaustive, plan_id, progress, cost)
+        return with_launch(best, prob.space.targets)
+    plan_id = plan_id or new_plan_id()  # the published plans and the answer are one plan
+
+    def build(res: SearchResult) -> Plan:
+        return with_launch(_plan_of(prob, res, rh, _limit_s(prob, time_limit_s, False), plan_id, cost,
+                                    unfinished=True), prob.space.targets)
+
+    with LatestPublisher(build, publish) as publisher:
+        best = _search_plan(prob, rh, time_limit_s, False, plan_id, progress, cost, publish=publisher.offer)
     return with_launch(best, prob.space.targets)
 
 

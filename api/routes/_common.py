@@ -8,7 +8,8 @@ import contextlib
 import hmac
 import json
 import logging
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
@@ -25,7 +26,7 @@ from ..metrics import Metrics
 from ..responses import ErrorBody
 from ..settings import Settings
 from ..store import Store
-from ..worker import QueueFull, SolverPool, SolveTimeout, Timing, WorkerError
+from ..worker import KILL_AFTER_S, QueueFull, SolverPool, SolveTimeout, Timing, WorkerError
 
 log = logging.getLogger("planner.api")
 T = TypeVar("T")
@@ -105,16 +106,12 @@ def _map_solver_error(exc: Exception, what: str) -> Exception:
 
 
 def solve_wait_s(limit_s: float) -> float:
-    """How long the service waits for a solve of time limit `limit_s`, queue included: a grace
-    beyond the solver's own limit, as enumeration and the launch emitters run outside CP-SAT.
-    A solve still queued then is dropped, one still running has its process killed."""
-    return limit_s * 1.5 + 5
-
-
-# A solve may run this long past its time limit before its process is killed: the search
-# stops itself at its hard deadline (the limit plus SearchPolicy.deadline_grace_s, at most
-# 3 s) and the answer's launch artifacts follow; past this, something no deadline reaches runs.
-KILL_AFTER_S = 5.0
+    """How long the service waits for a solve of time limit `limit_s` from the request's
+    arrival, queue included: KILL_AFTER_S beyond the limit, as the search's hard deadline,
+    enumeration and the launch emitters run past its soft limit. A solve still queued then is
+    dropped; one started has its search's limit cut by its queue wait (search_limit_s) and its
+    process killed then."""
+    return limit_s + KILL_AFTER_S
 
 
 def run_limit_s(limit_s: float) -> float:
@@ -147,14 +144,18 @@ async def solve(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *arg
 
 
 async def solve_timed(pool: SolverPool, settings: Settings, metrics: Metrics, fn, *args, limit_s: float,
-                      kind: str) -> tuple[Any, Timing]:
-    """Run fn(*args) in the bounded solver pool: (its answer, its queue wait and run time).
-    Queue full -> 429; no answer in time (dropped from the queue, or its process killed) -> 503
-    with the reason and the timing."""
+                      kind: str, best_so_far: Callable[[str, SolveTimeout], Any] | None = None,
+                      arrived: float | None = None) -> tuple[Any, Timing]:
+    """Run fn(*args) in the bounded solver pool: (its answer, its queue wait and run time),
+    answered within solve_wait_s(limit_s) of `arrived` (the request's arrival, perf_counter;
+    default now). Queue full -> 429; no answer in time (dropped from the queue, or its process
+    killed) -> 503 with the reason and the timing, unless the killed solve left its best answer
+    so far and `best_so_far` turns that text into the answer."""
     retry = {"Retry-After": str(settings.retry_after_s)}
     timing = None
+    waited_s = 0.0 if arrived is None else time.perf_counter() - arrived
     try:
-        value, timing = await pool.submit_timed(fn, *args, timeout_s=solve_wait_s(limit_s),
+        value, timing = await pool.submit_timed(fn, *args, timeout_s=max(0.0, solve_wait_s(limit_s) - waited_s),
                                                 run_limit_s=run_limit_s(limit_s))
         return value, timing
     except QueueFull:
@@ -163,6 +164,8 @@ async def solve_timed(pool: SolverPool, settings: Settings, metrics: Metrics, fn
         timing = exc.timing
         if exc.killed:
             metrics.killed.labels(kind).inc()
+        if exc.best_so_far is not None and best_so_far is not None:
+            return best_so_far(exc.best_so_far, exc), timing
         raise ApiError(503, "solve_timeout", f"the solve did not finish within {limit_s:g} s: {exc.reason}",
                        {"time_limit_s": limit_s, "killed": exc.killed, "queue_wait_s": round(timing.queue_wait_s, 3),
                         "run_s": round(timing.run_s, 3)}, headers=retry) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated, NamedTuple
 
 from fastapi import Query, Request, Response
@@ -24,7 +25,14 @@ from ..metrics import Metrics
 from ..responses import PlanList
 from ..settings import Settings
 from ..store import Store, StoredPlan, decode_cursor, now_us
-from ..worker import SolverPool, Timing
+from ..worker import (
+    KILL_AFTER_S,
+    SolverPool,
+    SolveTimeout,
+    Timing,
+    best_so_far_sink,
+    search_limit_s,
+)
 from ._common import (
     CLIENT_GONE,
     COMMON_ERRORS,
@@ -95,6 +103,7 @@ async def create_plan(
     """Best plan for a model on a cluster. Identical requests (same canonical JSON, ignoring
     `metadata`) return the stored plan unless `?refresh=true`; identical requests that arrive
     while one is being solved, on any replica, wait for that one solve and get its plan."""
+    arrived = time.perf_counter()  # its answer is due its limit + KILL_AFTER_S from here (solve_timed)
     h = request_hash(body)
     # a refresh takes only a plan stored after it arrived; a plain request any stored plan
     since_us = now_us() if refresh else 0
@@ -113,7 +122,7 @@ async def create_plan(
                 if found is not None:
                     return Answer(found, solved=False)
                 metrics.cache_misses.inc()
-                plan, timing = await _solve_and_store(body, h, limit, store, pool, settings, metrics)
+                plan, timing = await _solve_and_store(body, h, limit, store, pool, settings, metrics, arrived)
                 return Answer(plan, solved=True, timing=timing)
 
     ran = await unless_disconnected(request, inflight.run(h, answer, accept=lambda a: a.plan.created_us >= since_us))
@@ -133,11 +142,11 @@ class Answer(NamedTuple):
 
 
 async def _solve_and_store(body: PlanRequest, h: str, limit: float, store: Store, pool: SolverPool,
-                           settings: Settings, metrics: Metrics) -> tuple[StoredPlan, Timing]:
+                           settings: Settings, metrics: Metrics, arrived: float) -> tuple[StoredPlan, Timing]:
     profile = await load_profile(store, body)
     plan_id = new_plan_id()  # given to the planner so launch artifacts name the stored plan
     plan, timing = await solve_timed(pool, settings, metrics, _run_plan, body, profile, limit, plan_id,
-                               limit_s=limit, kind="plan")
+                                     limit_s=limit, kind="plan", best_so_far=_killed_plan, arrived=arrived)
     plan = plan.model_copy(update={"id": plan_id, "request_hash": h, "links": plan_links(plan_id)})
     try:
         text = plan.to_json()  # the one serialisation: stored, answered, served on GET
@@ -150,7 +159,24 @@ async def _solve_and_store(body: PlanRequest, h: str, limit: float, store: Store
 
 
 def _run_plan(req: PlanRequest, profile, limit_s: float, plan_id: str) -> Plan:
-    return plan_request(req, profile=profile, time_limit_s=limit_s, plan_id=plan_id)
+    """In a worker process: the plan, its best so far left for the caller as the search goes
+    (api/worker.py best_so_far_sink), answered if the process is killed (_killed_plan)."""
+    sink = best_so_far_sink()
+    publish = None if sink is None else (lambda p: sink(p.to_json()))
+    search_s = search_limit_s(limit_s)  # less by the time the request waited for this worker
+    plan = plan_request(req, profile=profile, time_limit_s=search_s, plan_id=plan_id, publish=publish)
+    if search_s < limit_s:
+        plan.reasons.append(f"the search ran {search_s:.1f} s of the {limit_s:g} s limit: the request waited "
+                            f"for a solver worker, and its answer is due within the limit + {KILL_AFTER_S:g} s "
+                            "of its arrival")
+    return plan
+
+
+def _killed_plan(text: str, exc: SolveTimeout) -> Plan:
+    """The best plan so far that a killed solve left (its search unfinished: timed out, with
+    its gap), with a reason saying why it is the answer."""
+    plan = Plan.model_validate_json(text)
+    return plan.model_copy(update={"reasons": [*plan.reasons, f"answered with the best plan so far: {exc.reason}"]})
 
 
 @router.get("/plans/{plan_id}", response_model=PLAN_ANSWER,

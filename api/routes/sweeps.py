@@ -35,7 +35,7 @@ from planner.sweep import (
 )
 
 from ..errors import ApiError
-from ..worker import QueueFull, SolveTimeout
+from ..worker import QueueFull, SolveTimeout, search_limit_s
 from ._common import (
     COMMON_ERRORS,
     SOLVE_ERRORS,
@@ -100,8 +100,9 @@ class SweepRequest(PlanRequest):
 
 
 def _run_point(req: PlanRequest, coords: Coords, limit_s: float, prices: dict[str, GpuPrice] | None) -> dict[str, Any]:
-    """One point on the solver pool: a top-level function of picklable arguments."""
-    return point(req, coords, None, limit_s, prices)
+    """One point on the solver pool: a top-level function of picklable arguments; its search
+    stops before its process is killed, however long it waited for the worker."""
+    return point(req, coords, None, search_limit_s(limit_s), prices)
 
 
 def _finish(result: dict[str, Any], priced: bool) -> dict[str, Any]:

@@ -6,8 +6,10 @@ follow from per-chunk activation sizes. GPipe holds all m; 1F1B holds pp - rank
 
 from __future__ import annotations
 
+import math
 import operator
 from functools import lru_cache
+from itertools import repeat
 
 from cost_model.pipeline.order import interleaved_table, rank_order
 from cost_model.specs.vocab import SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED, SPLIT_BACKWARD_SCHEDULES
@@ -184,15 +186,45 @@ def memory_row_vectors(schedule: str, pp: int, rank: int, m: int, vpp: int,
 
 @lru_cache(maxsize=1024)
 def _without_segment_points(vectors: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """`vectors` less each one a segment between two others still kept covers, in order:
+    removing one at a time keeps the maximum (the others still cover it), so a vector is
+    tested against those kept before it and all after it. Where every vector has one total
+    (Megatron's interleaved walk: its Pareto vectors are those of the largest total) a covered
+    v is a point of the segment itself (componentwise <= with equal totals is equality), and
+    is found by direction: O(n^2 vpp) in all (`_collinear_between`). Otherwise each pair is
+    tested (`_on_segment`, O(n^3 vpp))."""
     keep = list(vectors)
+    equal_totals = len({sum(v) for v in keep}) <= 1 and all(isinstance(x, int) for v in keep for x in v)
     i = 0
     while i < len(keep):
         v, others = keep[i], keep[:i] + keep[i + 1:]
-        if any(_on_segment(v, w1, w2) for j, w1 in enumerate(others) for w2 in others[j:]):
-            keep.pop(i)  # the others still cover it: removing one at a time keeps the maximum
+        if equal_totals:
+            covered = _collinear_between(v, others)
+        else:
+            covered = any(_on_segment(v, w1, w2) for j, w1 in enumerate(others) for w2 in others[j:])
+        if covered:
+            keep.pop(i)
         else:
             i += 1
     return tuple(keep)
+
+
+def _collinear_between(v: tuple[int, ...], others: list[tuple[int, ...]]) -> bool:
+    """Whether v = t w1 + (1 - t) w2 for some t in [0, 1] and w1, w2 of `others` (w1 = w2
+    allowed): v equals one of them, or two of them lie on opposite sides of v along one line
+    (w1 - v and v - w2 positive multiples of one direction). Directions are compared as
+    integer vectors reduced by the gcd of their entries, in a set: O(len(others) x len(v))."""
+    seen: set[tuple[int, ...]] = set()
+    for w in others:
+        u = tuple(map(operator.sub, w, v))  # map over operator: the loop over entries runs in C
+        g = math.gcd(*u)
+        if g == 0:
+            return True  # w == v
+        d = u if g == 1 else tuple(map(operator.floordiv, u, repeat(g)))
+        if tuple(map(operator.neg, d)) in seen:
+            return True
+        seen.add(d)
+    return False
 
 
 def _on_segment(v: tuple[int, ...], w1: tuple[int, ...], w2: tuple[int, ...]) -> bool:

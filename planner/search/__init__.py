@@ -12,6 +12,8 @@ tables.py, hints.py, incumbent.py, and reference.py (the exhaustive reference se
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from planner.search.best_first import BestFirstSearch
 from planner.search.hints import best_hint
 from planner.search.policy import SearchPolicy
@@ -50,14 +52,17 @@ def search(
     progress_every_s: float | None = None,
     policy: SearchPolicy = SearchPolicy(),
     seams: Seams = Seams(),
+    publish: Callable[[SearchResult], None] | None = None,
 ) -> SearchResult:
     """The best plans of `prob`: the best-first search (BestFirstSearch), or with
     `exhaustive` the reference search (search_exhaustive). `deadline_s`: the time limit
     (default the space's); `progress`: a sink for a progress line now and then, after
     `progress_after_s` and every `progress_every_s` at most (default the policy's); `policy`:
-    the tuning constants; `seams`: the CP-SAT solve, the group candidates and the hint."""
+    the tuning constants; `seams`: the CP-SAT solve, the group candidates and the hint;
+    `publish`: called with the search as it stands (BestFirstSearch.snapshot) each time its
+    best plan changes (the reference search publishes nothing)."""
     if exhaustive:
         return search_exhaustive(prob, progress, progress_after_s=progress_after_s,
                                  progress_every_s=progress_every_s, policy=policy)
     return BestFirstSearch(prob, deadline_s, progress, progress_after_s=progress_after_s,
-                           progress_every_s=progress_every_s, policy=policy, seams=seams).run()
+                           progress_every_s=progress_every_s, policy=policy, seams=seams, publish=publish).run()

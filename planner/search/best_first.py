@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from cost_model.specs.vocab import STATUS_FEASIBLE, STATUS_OPTIMAL
@@ -43,7 +44,8 @@ class BestFirstSearch:
 
     def __init__(self, prob: Problem, deadline_s: float | None = None, progress: Progress | None = None, *,
                  progress_after_s: float | None = None, progress_every_s: float | None = None,
-                 policy: SearchPolicy = SearchPolicy(), seams: Seams = Seams()):
+                 policy: SearchPolicy = SearchPolicy(), seams: Seams = Seams(),
+                 publish: Callable[[SearchResult], None] | None = None):
         t0 = time.perf_counter()
         limit = prob.space.time_limit_s if deadline_s is None else deadline_s
         self.ctx = ctx = Context(prob, policy, seams, Clock(t0, limit), SearchStats(), LayerTables(prob),
@@ -58,6 +60,8 @@ class BestFirstSearch:
         self.dives = Dives(ctx, self.frontier)
         self.optimal_all = True  # no plan was recorded past the deadline (the rescue)
         self.in_hand_s = math.inf  # the bound of the entry popped and being worked on
+        if publish is not None:  # each new best plan, as the search stands then (snapshot)
+            ctx.best.on_best = lambda: publish(self.snapshot())
 
     def run(self) -> SearchResult:
         ctx, solves = self.ctx, self.solves
@@ -97,6 +101,31 @@ class BestFirstSearch:
         self.optimal_all = False
         if not self.frontier.rescue:
             stats.lower_bound_s = min([stats.lower_bound_s, self.in_hand_s] + [queue[0].bound_s] * bool(queue))
+
+    def snapshot(self) -> SearchResult:
+        """The search as it stands, as if it stopped now: its plans so far (FEASIBLE, timed
+        out) and their gap from the least bound of everything not yet proven: the queue's
+        front (the least bound kept when the rescue began, where it re-keyed the queue), the
+        entry in hand, the candidates left open or being solved, the bounds set aside, and
+        the kept plans' own bounds; no gap is claimed (lower bound 0) where a table broke the
+        group bounds' monotonicity. Copies: the search goes on changing its own."""
+        ctx, frontier, solves = self.ctx, self.frontier, self.solves
+        stats, found = ctx.stats, list(ctx.best.found)
+        bounds = [stats.lower_bound_s, self.in_hand_s, frontier.aside]
+        if frontier.queue and not frontier.rescue:
+            bounds.append(frontier.queue[0].bound_s)
+        bounds += [b for b, _ in solves.open.values()]
+        bounds += [job.entry.bound_s for job in self.scheduler.flying.values()]
+        bounds += [f.bound_s for f in found]
+        lower_s = min(bounds) if frontier.monotone_ok else 0.0
+        elapsed = ctx.clock.elapsed()
+        now = replace(stats, timed_out=True, solve_time_s=elapsed, lower_bound_s=lower_s,
+                      monotone_ok=frontier.monotone_ok)
+        gap = 0.0
+        if found:
+            best_t = found[0].estimate.prediction.step_time_s
+            gap = max(0.0, (best_t - min(lower_s, best_t)) / best_t)
+        return SearchResult(found, now, STATUS_FEASIBLE, gap)
 
     def _stop_clock(self) -> None:
         """The whole search's wall time, runners-up and the solves drained at the end included;

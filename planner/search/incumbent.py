@@ -11,6 +11,7 @@ change no line of the k."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from cost_model.engines.support import get_engine
@@ -39,6 +40,9 @@ class Incumbent:
         # False while the search proves the best plan (it prunes against the best); True once
         # it searches for the runners-up (against the k-th): BestFirstSearch._runners_up
         self.widen = False
+        # called (no arguments) each time the best plan changes: BestFirstSearch publishes its
+        # best plan so far from here (planner/publish.py)
+        self.on_best: Callable[[], None] | None = None
 
     def best_s(self) -> float:
         """The best plan's step time; math.inf while none is found."""
@@ -86,9 +90,12 @@ class Incumbent:
         for f in same:  # a faster near-copy, or a retry that improved on it
             found.remove(f)
         t = est.prediction.step_time_s
+        before = found[0] if found else None
         found.append(Found(c, cfg, est, status, t if status == STATUS_OPTIMAL else min(bound_s, t)))
         found.sort(key=lambda f: (f.estimate.prediction.step_time_s, tiebreak(f.candidate)))
         del found[self.k:]
+        if found[0] is not before and self.on_best is not None:
+            self.on_best()
 
 
 def normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:

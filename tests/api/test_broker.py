@@ -112,3 +112,21 @@ def test_sweep_points_go_to_the_workers(make_server, tmp_path):
             assert a["parallelism"] == b["parallelism"] and a["step_time_s"] == b["step_time_s"]
     finally:
         stop_worker(worker)
+
+
+def test_a_worker_killed_solve_answers_with_its_best_plan_so_far(tmp_path):
+    """The worker's own kill (its run limit) sends back the best plan the search had left."""
+    from api.queue import BrokerPool  # noqa: PLC0415 - configures the process's Dramatiq broker
+
+    from .test_best_so_far import RUN_LIMIT_S, _killed, _request, check_best_so_far  # noqa: PLC0415
+
+    worker = start_worker(tmp_path)
+    pool = BrokerPool(BROKER, workers=1, queue_size=0)
+    try:
+        req = _request()
+        exc, took = _killed(pool, req)
+        assert exc.timing.run_s < RUN_LIMIT_S + 2 and took < 60
+        check_best_so_far(exc, req)
+    finally:
+        pool.shutdown()
+        stop_worker(worker)
