@@ -17,6 +17,7 @@ from typing import Any
 
 from cost_model.engines import kernels
 from cost_model.engines.deepep import DEEPEP_NVL_PEERS
+from cost_model.engines.offload import optimizer_offload_rule
 from cost_model.engines.support import (
     dispatcher_rule,
     empty_chunks_rule,
@@ -356,6 +357,10 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
     validate_loss_chunks(p.engine, t)
     validate_fp8_all_gather(p.engine, t)
     validate_fp8_recipe(p.engine, c.gpu, t)
+    if p.optimizer_offload:
+        rule = optimizer_offload_rule(p.engine, p.zero, t.dtype, t.optimizer, c.gpu.host_link_gb_s)
+        if rule is not None:
+            raise SpecError("parallelism.optimizer_offload", rule, allowed=[False])
     if p.world_size > c.num_gpus:
         raise SpecError(
             "parallelism",

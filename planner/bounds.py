@@ -280,11 +280,12 @@ def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: floa
     """memory_bound_bytes with the base table's model states rescaled to c's ZeRO stage over the
     dense data-parallel group (dp*cp ranks; expert weights shard over fewer, so this is lower)."""
     return memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved,
-                              states_scale=_states_scale(training, c.engine, c.zero, c.dp * c.cp), deadline=deadline)
+                              states_scale=_states_scale(training, c.engine, c.zero, c.dp * c.cp,
+                                                         c.get("optimizer_offload", False)), deadline=deadline)
 
 
 @functools.lru_cache(maxsize=4096)
-def _states_scale(training, engine: str, zero: int, shard: int) -> float:
+def _states_scale(training, engine: str, zero: int, shard: int, offload: bool = False) -> float:
     """Model-state bytes per parameter of `engine` under ZeRO `zero` over `shard` ranks,
     relative to the base table's (the same engine, zero 0; called once per candidate: cached).
     Under fp8 training the blocks' weights carry an FP8 copy and the embeddings none
@@ -292,7 +293,9 @@ def _states_scale(training, engine: str, zero: int, shard: int) -> float:
     below every layer's states."""
     def ratio(fp8_weight: float) -> float:
         base = state_bytes_per_param(training, engine, 0, 1, fp8_weight).total
-        return state_bytes_per_param(training, engine, zero, shard, fp8_weight).total / base
+        per = state_bytes_per_param(training, engine, zero, shard, fp8_weight)
+        # offloaded (terms/offload.py): the optimizer states are in host memory
+        return (per.total - per.optimizer if offload else per.total) / base
 
     return min(ratio(f) for f in (0.0, 1.0, 2.0))
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from cost_model.engines import kernels
+from cost_model.engines.offload import optimizer_offload_rule
 from cost_model.engines.support import (
     dispatcher_rule,
     engine_supports,
@@ -55,7 +56,7 @@ MAX_CP = 64  # context-parallel degrees beyond this are not searched unless aske
 MAX_VPP = 8
 # the knobs of a `search` block that pin values (the others are settings)
 _PINNED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "zero", "schedule",
-           "sequence_parallel", "cp_comm", "moe_a2a_overlap", "moe_dispatcher")
+           "sequence_parallel", "cp_comm", "moe_a2a_overlap", "moe_dispatcher", "optimizer_offload")
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,8 @@ def engine_rule(engine: str, c: Candidate, fp8: bool, dtype: str | None = None, 
     rule = engine_supports(engine, zero=c.zero, recompute=c.recompute, schedule=c.schedule, pp=c.pp, vpp=c.vpp,
                            tp=c.tp, cp=c.cp, cp_variant=c.cp_comm, ep=c.ep, sequence_parallel=c.sequence_parallel, fp8=fp8,
                            moe_a2a_overlap=c.moe_a2a_overlap, dtype=dtype, mtp_layers=mtp_layers)
+    if rule is None and c.optimizer_offload:
+        rule = optimizer_offload_rule(engine, c.zero, dtype)
     if rule is None and c.moe_dispatcher != DISPATCHER_ALLTOALL:
         rule = dispatcher_rule(engine, c.moe_dispatcher, c.ep, c.etp)
     return rule
@@ -362,6 +365,21 @@ def dispatcher_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace
     return [v for v in out if space.ok("moe_dispatcher", v)]
 
 
+def offload_values(space: SearchSpace, engine: str, zero: int, training: TrainingSpec | None = None) -> list[bool]:
+    """Optimizer offload settings to search at `zero`: off, and on where the engine runs it
+    (engines/offload.py optimizer_offload_rule) and the space allows it. The offload never
+    shortens a step (the host's DRAM share per GPU is an order of magnitude below its HBM in
+    every catalog system, and the copies cross the host link: terms/offload.py), so the search
+    queues an offloaded candidate only where its twin without it is ruled out by memory
+    (search/queue.py expand); the exhaustive reference prices every one."""
+    out = [False]
+    dtype = getattr(training, "dtype", None)
+    optimizer = getattr(training, "optimizer", None)
+    if optimizer_offload_rule(engine, zero, dtype, optimizer) is None:
+        out.append(True)
+    return [v for v in out if space.ok("optimizer_offload", v)]
+
+
 def a2a_overlap_values(model: ModelSpec, space: SearchSpace, engine: str, ep: int) -> list[bool]:
     """Settings of the overlapped 1F1B expert all-to-all to search: on and off for an MoE
     model with ep > 1 on an engine that has it (the engine's other rules are checked per
@@ -385,6 +403,7 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
     # the overlapped 1F1B all-to-all excludes full recompute, which dominates no recompute
     # only when both may run: its candidates take the other modes, dominance applied to them
     ov_recomputes = [r for r in recomputes if r != RECOMPUTE_FULL]
+    engine_levels = list(zeros)
     if dominance:
         ov_recomputes = dominant_options(model, training, tp, dp, cp, ov_recomputes, zeros, sps,
                                          fitted_collectives, engine)[0]
@@ -422,6 +441,14 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
     cp_comms = cp_comm_values(model, space, engine, tp, cp)
     dtype = getattr(training, "dtype", None)
     mtp = getattr(model, "num_nextn_predict_layers", 0)
+    # the twin without the offload first: queue.py expand decides on the offloaded one by it
+    offloads = {z: offload_values(space, engine, z, training) for z in zeros}
+    # a level dominance dropped (with one data-parallel rank every level keeps the same states)
+    # is still the one the engine's offload runs with (Megatron: the distributed optimizer)
+    for z in engine_levels:
+        if z not in offloads and True in offload_values(space, engine, z, training):
+            offloads[z] = [True]
+    zeros = sorted(offloads)
     for mb in micro_batch_values(space, B, dp):
         m = B // (dp * mb)
         for sched, v in schedules:
@@ -435,9 +462,11 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                         for rc in ov_recomputes if ov else recomputes:
                             for cc in cp_comms:
                                 for disp in dispatchers:
-                                    c = ParallelConfig(
-                                        dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=v, schedule=sched, sequence_parallel=sp,
-                                        zero=zero, micro_batch_size=mb, recompute=rc, engine=engine, etp=etp,
-                                        moe_a2a_overlap=ov, cp_comm=cc, moe_dispatcher=disp)
-                                    if engine_rule(engine, c, fp8, dtype, mtp) is None:
-                                        yield c
+                                    for off in offloads[zero]:
+                                        c = ParallelConfig(
+                                            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=v, schedule=sched,
+                                            sequence_parallel=sp, zero=zero, micro_batch_size=mb, recompute=rc,
+                                            engine=engine, etp=etp, moe_a2a_overlap=ov, cp_comm=cc,
+                                            moe_dispatcher=disp, optimizer_offload=off)
+                                        if engine_rule(engine, c, fp8, dtype, mtp) is None:
+                                            yield c

@@ -25,20 +25,26 @@ from cost_model.terms.dp import (
     zero3_s,
 )
 from cost_model.terms.geometry import BlockCompute
+from cost_model.terms.offload import host_bytes, offload_step_s
 
 
 def layer_state_bytes(
     t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int, fp8_weight: float = 0.0
 ) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer states) bytes on the GPU; with the optimizer offload the
+    optimizer states are in host memory (offload.host_bytes), none on the GPU."""
     per = state_bytes_per_param(t, cfg.engine, cfg.zero, shard, fp8_weight)
-    return params * per.weights, params * per.grads, params * per.optimizer
+    return params * per.weights, params * per.grads, 0.0 if cfg.optimizer_offload else params * per.optimizer
 
 
 def optimizer_step_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, shard: int) -> float:
     """Optimizer step is memory-bound: each owned parameter reads and writes its optimizer
-    states, reads its gradient and writes its 16-bit copy (Adam: fused multi-tensor apply)."""
-    owned = params / (shard if cfg.zero >= 1 else 1)
+    states, reads its gradient and writes its 16-bit copy (Adam: fused multi-tensor apply).
+    Offloaded, it runs on the host (offload.offload_step_s)."""
     k = optimizer_bytes_per_param(t)
+    if cfg.optimizer_offload:
+        return offload_step_s(cluster, t, cfg, params, shard, k)
+    owned = params / (shard if cfg.zero >= 1 else 1)
     g = grad_dtype_bytes(t)
     nbytes = owned * (2 * k + g + kernels.param_gather_bytes(cfg.engine, cluster.gpu, t))
     return compute.memory_bound_time_s(cluster.gpu, nbytes, kernels=1)
@@ -52,6 +58,7 @@ class BlockStates:
     dp_sync_s: float
     zero3_comm_s: float
     optimizer_s: float
+    host_bytes: float = 0.0  # offloaded optimizer states in host memory (offload.host_bytes)
 
 
 def block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, expert: float,
@@ -75,4 +82,5 @@ def block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, ex
     zero3 += zero3_s(cluster, t, cfg, expert, edp_size, estride, 0.0, 0.0, fits) if expert else 0.0
     opt = optimizer_step_s(cluster, t, cfg, dense, dp_size) + optimizer_step_s(cluster, t, cfg, expert, edp_size)
     opt += grad_sync_exposed_s(cluster, t, cfg, [(dense, dp_size, tp), (expert, edp_size, estride)], fits)
-    return BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt)
+    host = host_bytes(t, cfg, dense, dp_size, f8) + host_bytes(t, cfg, expert, edp_size, f8)
+    return BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt, host)

@@ -149,6 +149,7 @@ def cluster_spec(c: rq.Cluster) -> ClusterSpec:
         intra_node_latency_s=gpu.intra_node_latency_s if c.intra_node_latency_s is None else c.intra_node_latency_s,
         inter_node_latency_s=gpu.inter_node_latency_s if c.inter_node_latency_s is None else c.inter_node_latency_s,
         nvlink_domain=job_nvlink_segment(fabric, gpus_per_node, c.num_gpus),
+        host_memory_gb=c.host_memory_gb,
     )
     validate_cluster(spec)
     return spec

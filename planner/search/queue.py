@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.specs.results import GIB
 from cost_model.specs.vocab import DISPATCHER_ALLTOALL, ENGINE_MEGATRON, RECOMPUTE_FULL
-from cost_model.terms import memory
+from cost_model.terms import memory, offload
 from cost_model.terms.layers import LayerTable
 from planner.bounds import (
     base_memory_bound_bytes,
@@ -167,9 +167,12 @@ class Frontier:
             # the base memory bound does not depend on the overlapped all-to-all (its extra
             # warm-up micro-batch is left out of the bound): the two settings share it
             mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute,
-                      c.cp_comm, c.moe_dispatcher)
+                      c.cp_comm, c.moe_dispatcher, c.optimizer_offload)
             if c.micro_batch_size >= self.too_big_mb.get(mb_key, math.inf):
                 stats.pruned_memory += 1
+                continue
+            if c.optimizer_offload and self._twin_may_fit(c, mb_key):
+                stats.pruned_time += 1  # its twin without the offload is never slower and may fit
                 continue
             m = B // (c.dp * c.micro_batch_size)
             base_table, base_sums = tables.base(c)
@@ -193,7 +196,7 @@ class Frontier:
                 mem_lb = self.mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved,
                                                                           ctx.deadline)
             stats.note_memory(mem_lb / GIB, c)
-            if mem_lb > self.cap:
+            if mem_lb > self.cap or (c.optimizer_offload and self._host_too_small(c)):
                 stats.pruned_memory += 1
                 self.too_big_mb[mb_key] = min(c.micro_batch_size, self.too_big_mb.get(mb_key, math.inf))
                 continue
@@ -201,6 +204,33 @@ class Frontier:
             if not self.rescue:
                 heapq.heappush(self.pool, Entry(bound, (gi, j), "base_bound", c))
             self.queued += 1
+
+    def _twin_may_fit(self, c: Candidate, mb_key: tuple) -> bool:
+        """Whether the candidate's twin without the optimizer offload (enumerated just before
+        it: space._inner) was kept past its memory bound. The offload only adds time
+        (space.offload_values), so the offloaded candidate is searched only where the twin
+        cannot fit; a twin pruned by time prunes it too (the same base-table bound)."""
+        if not self.ctx.prob.space.ok("optimizer_offload", False):
+            return False  # the request asks for the offload alone: there is no twin to prefer
+        twin_key = (*mb_key[:-1], False)
+        if c.micro_batch_size >= self.too_big_mb.get(twin_key, math.inf):
+            return False
+        twin = replace(c, optimizer_offload=False, moe_a2a_overlap=False)
+        lb = self.mem_lbs.get(twin)
+        if lb is None and c.dp * c.cp == 1:
+            # one data-parallel rank: the level the search keeps for the twin (space.dominant_options)
+            lb = self.mem_lbs.get(replace(twin, zero=0))
+        return lb is None or lb <= self.cap
+
+    def _host_too_small(self, c: Candidate) -> bool:
+        """The node's host memory cannot hold its GPUs' offloaded states: the fullest rank holds
+        at least the average of the model's host bytes over the pipeline ranks
+        (offload.host_need_bytes; the plan's exact need is checked when it is recorded)."""
+        prob = self.ctx.prob
+        table = self.ctx.tables.get(c)
+        total = sum(b.host_bytes for b in table.blocks) + table.embedding.host_bytes + table.output.host_bytes
+        need = offload.host_need_bytes(prob.cluster, total / c.pp)
+        return need > offload.host_capacity_bytes(prob.cluster) * (1 - prob.space.memory_headroom)
 
     # --- candidates
 
