@@ -5,7 +5,7 @@ the brute-force reference, so both search exactly the same space."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from cost_model.engines import kernels
@@ -380,6 +380,23 @@ def offload_values(space: SearchSpace, engine: str, zero: int, training: Trainin
     return [v for v in out if space.ok("optimizer_offload", v)]
 
 
+def offload_twin(space: SearchSpace, c: Candidate, training: TrainingSpec | None = None) -> Candidate | None:
+    """The candidate with its optimizer offloaded, which the search tries where `c` does not
+    fit (None where the engine or the space has no offload for it): at c's ZeRO level, or with
+    one data-parallel rank (where every level keeps the same states) at the first level the
+    engine's offload runs with (Megatron: 1, the distributed optimizer)."""
+    if c.optimizer_offload:
+        return None
+    levels = [c.zero] if c.dp * c.cp > 1 else sorted({c.zero, 0, 1, 2, 3})
+    for z in levels:
+        if True in offload_values(space, c.engine, z, training) and engine_supports(c.engine, zero=z, pp=c.pp) is None:
+            twin = replace(c, zero=z, optimizer_offload=True)
+            dtype = getattr(training, "dtype", None)
+            if engine_rule(c.engine, twin, dtype == DTYPE_FP8, dtype) is None:
+                return twin
+    return None
+
+
 def a2a_overlap_values(model: ModelSpec, space: SearchSpace, engine: str, ep: int) -> list[bool]:
     """Settings of the overlapped 1F1B expert all-to-all to search: on and off for an MoE
     model with ep > 1 on an engine that has it (the engine's other rules are checked per
@@ -441,13 +458,17 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
     cp_comms = cp_comm_values(model, space, engine, tp, cp)
     dtype = getattr(training, "dtype", None)
     mtp = getattr(model, "num_nextn_predict_layers", 0)
-    # the twin without the offload first: queue.py expand decides on the offloaded one by it
-    offloads = {z: offload_values(space, engine, z, training) for z in zeros}
-    # a level dominance dropped (with one data-parallel rank every level keeps the same states)
-    # is still the one the engine's offload runs with (Megatron: the distributed optimizer)
-    for z in engine_levels:
-        if z not in offloads and True in offload_values(space, engine, z, training):
-            offloads[z] = [True]
+    if dominance and space.ok("optimizer_offload", False):
+        # the search makes the offloaded twin of a candidate only where that one does not fit
+        # (queue.py expand, offload_twin): the offload only adds time (offload_values)
+        offloads = {z: [False] for z in zeros}
+    else:
+        offloads = {z: offload_values(space, engine, z, training) for z in zeros}
+        # a level dominance dropped (with one data-parallel rank every level keeps the same
+        # states) is still the one the engine's offload runs with (Megatron: the distributed optimizer)
+        for z in engine_levels:
+            if z not in offloads and True in offload_values(space, engine, z, training):
+                offloads[z] = [True]
     zeros = sorted(offloads)
     for mb in micro_batch_values(space, B, dp):
         m = B // (dp * mb)

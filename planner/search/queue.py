@@ -33,6 +33,7 @@ from planner.space import (
     degree_groups,
     dispatcher_values,
     micro_batch_values,
+    offload_twin,
     sequence_parallel_values,
 )
 
@@ -158,69 +159,63 @@ class Frontier:
     def expand(self, e: Entry) -> None:
         """Queue the candidates of a group with their base bounds (memory pruned here)."""
         ctx = self.ctx
-        prob, stats, tables, best = ctx.prob, ctx.stats, ctx.tables, ctx.best
-        B = self.batch
+        prob, stats = ctx.prob, ctx.stats
         gi, g = e.order[0], e.candidate
         for j, c in enumerate(ctx.seams.group_candidates(prob.model, prob.training, prob.space, g, prob.profile)):
             ctx.deadline.check("a degree group's expansion")
             stats.candidates += 1
-            # the base memory bound does not depend on the overlapped all-to-all (its extra
-            # warm-up micro-batch is left out of the bound): the two settings share it
-            mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute,
-                      c.cp_comm, c.moe_dispatcher, c.optimizer_offload)
-            if c.micro_batch_size >= self.too_big_mb.get(mb_key, math.inf):
-                stats.pruned_memory += 1
+            if self._consider(e, (gi, j), c):
                 continue
-            if c.optimizer_offload and self._twin_may_fit(c, mb_key):
-                stats.pruned_time += 1  # its twin without the offload is never slower and may fit
-                continue
-            m = B // (c.dp * c.micro_batch_size)
-            base_table, base_sums = tables.base(c)
-            least = self.per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.cp_comm))
-            # 1e-9: float rounding between the group's table and this candidate's
-            if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
-                self.monotone_ok = False  # the group bounds may have pruned too much: claim nothing
-            bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
-            if not best.can_change(c, bound / ctx.caps.final_keep):  # a later phase would not search it either
-                if not best.widen and best.k > 1 and best.can_change(c, bound / ctx.caps.final_keep, widened=True):
-                    # a runner-up at most: searched once the best plan is proven (widen)
-                    heapq.heappush(self.later, Entry(bound, (gi, j), "base_bound", c))
-                    continue
-                self.set_aside(bound)
-                stats.pruned_time += 1  # no faster than the plans kept: its memory bound is not needed
-                continue
-            twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
-            mem_lb = self.mem_lbs.get(twin)
-            if mem_lb is None:
-                reserved = memory.reserved_bytes(c, prob.model)
-                mem_lb = self.mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved,
-                                                                          ctx.deadline)
-            stats.note_memory(mem_lb / GIB, c)
-            if mem_lb > self.cap or (c.optimizer_offload and self._host_too_small(c)):
-                stats.pruned_memory += 1
-                self.too_big_mb[mb_key] = min(c.micro_batch_size, self.too_big_mb.get(mb_key, math.inf))
-                continue
-            heapq.heappush(self.queue, Entry(fit_key(c) if self.rescue else bound, (gi, j), "base_bound", c))
-            if not self.rescue:
-                heapq.heappush(self.pool, Entry(bound, (gi, j), "base_bound", c))
-            self.queued += 1
+            # too big: its twin with the optimizer on the host, where the engine has one (the
+            # offload only adds time, so it is tried only here: space.offload_values)
+            twin = offload_twin(prob.space, c, prob.training)
+            if twin is not None:
+                stats.candidates += 1
+                self._consider(e, (gi, j), twin)
 
-    def _twin_may_fit(self, c: Candidate, mb_key: tuple) -> bool:
-        """Whether the candidate's twin without the optimizer offload (enumerated just before
-        it: space._inner) was kept past its memory bound. The offload only adds time
-        (space.offload_values), so the offloaded candidate is searched only where the twin
-        cannot fit; a twin pruned by time prunes it too (the same base-table bound)."""
-        if not self.ctx.prob.space.ok("optimizer_offload", False):
-            return False  # the request asks for the offload alone: there is no twin to prefer
-        twin_key = (*mb_key[:-1], False)
-        if c.micro_batch_size >= self.too_big_mb.get(twin_key, math.inf):
+    def _consider(self, e: Entry, order: Order, c: Candidate) -> bool:
+        """Queue one candidate of an expanded group with its base bound, or prune it; False
+        when its memory rules it out."""
+        ctx = self.ctx
+        prob, stats, tables, best = ctx.prob, ctx.stats, ctx.tables, ctx.best
+        # the base memory bound does not depend on the overlapped all-to-all (its extra
+        # warm-up micro-batch is left out of the bound): the two settings share it
+        mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute,
+                  c.cp_comm, c.moe_dispatcher, c.optimizer_offload)
+        if c.micro_batch_size >= self.too_big_mb.get(mb_key, math.inf):
+            stats.pruned_memory += 1
             return False
-        twin = replace(c, optimizer_offload=False, moe_a2a_overlap=False)
-        lb = self.mem_lbs.get(twin)
-        if lb is None and c.dp * c.cp == 1:
-            # one data-parallel rank: the level the search keeps for the twin (space.dominant_options)
-            lb = self.mem_lbs.get(replace(twin, zero=0))
-        return lb is None or lb <= self.cap
+        m = self.batch // (c.dp * c.micro_batch_size)
+        base_table, base_sums = tables.base(c)
+        least = self.per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.cp_comm))
+        # 1e-9: float rounding between the group's table and this candidate's
+        if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
+            self.monotone_ok = False  # the group bounds may have pruned too much: claim nothing
+        bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
+        if not best.can_change(c, bound / ctx.caps.final_keep):  # a later phase would not search it either
+            if not best.widen and best.k > 1 and best.can_change(c, bound / ctx.caps.final_keep, widened=True):
+                # a runner-up at most: searched once the best plan is proven (widen)
+                heapq.heappush(self.later, Entry(bound, order, "base_bound", c))
+                return True
+            self.set_aside(bound)
+            stats.pruned_time += 1  # no faster than the plans kept: its memory bound is not needed
+            return True
+        twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
+        mem_lb = self.mem_lbs.get(twin)
+        if mem_lb is None:
+            reserved = memory.reserved_bytes(c, prob.model)
+            mem_lb = self.mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved,
+                                                                      ctx.deadline)
+        stats.note_memory(mem_lb / GIB, c)
+        if mem_lb > self.cap or (c.optimizer_offload and self._host_too_small(c)):
+            stats.pruned_memory += 1
+            self.too_big_mb[mb_key] = min(c.micro_batch_size, self.too_big_mb.get(mb_key, math.inf))
+            return False
+        heapq.heappush(self.queue, Entry(fit_key(c) if self.rescue else bound, order, "base_bound", c))
+        if not self.rescue:
+            heapq.heappush(self.pool, Entry(bound, order, "base_bound", c))
+        self.queued += 1
+        return True
 
     def _host_too_small(self, c: Candidate) -> bool:
         """The node's host memory cannot hold its GPUs' offloaded states: the fullest rank holds

@@ -15,7 +15,7 @@ from planner.search.incumbent import Incumbent
 from planner.search.policy import SearchPolicy
 from planner.search.results import Problem, Progress, Reporter, SearchResult, SearchStats
 from planner.search.tables import LayerTables, stage_problem
-from planner.space import Candidate, enumerate_candidates
+from planner.space import Candidate, enumerate_candidates, offload_twin
 
 
 class _Tally:
@@ -54,6 +54,8 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     # option is never faster nor lighter than the one that drops it, so it is no alternative);
     # the optimum is taken over every candidate, so a wrong dominance rule shows as a better best
     listed = set(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
+    # and the offloaded twins the search makes where a listed candidate does not fit (queue.py expand)
+    listed |= {t for t in (offload_twin(prob.space, c, prob.training) for c in listed) if t is not None}
     optimum = Incumbent(prob, 1)
     after_s = policy.progress_after_s if progress_after_s is None else progress_after_s
     every_s = policy.progress_every_s if progress_every_s is None else progress_every_s
