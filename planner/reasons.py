@@ -78,15 +78,16 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
 
 
 def _offload_reasons(best: Estimate, cfg: ParallelConfig) -> list[str]:
-    """Why the optimizer offload won or lost. The search tries it only for layouts that do not
-    fit without it (space.offload_values), since it only adds time."""
+    """Why the optimizer offload won or lost (it only adds time, and frees the optimizer
+    states' memory: space.offload_values)."""
     p = best.prediction
     if cfg.optimizer_offload:
-        return [f"optimizer offload ({OFFLOAD_NAMES[cfg.engine]}) because the layout does not fit without it: the "
-                f"CPU step is {_pct(p.breakdown.optimizer_s / p.step_time_s)} of the step"]
+        return [f"optimizer offload ({OFFLOAD_NAMES[cfg.engine]}): without it this layout does not fit or recomputes "
+                f"more, and it is faster than every layout that keeps the optimizer on the GPU; its CPU step is "
+                f"{_pct(p.breakdown.optimizer_s / p.step_time_s)} of the step"]
     if cfg.engine in OFFLOAD_NAMES:
-        return ["optimizer offload not used: this plan fits with the optimizer states on the GPU, and the offload "
-                "would only add its CPU step and host copies"]
+        return ["optimizer offload not used: the memory it frees would not buy back its CPU step and host copies "
+                "in this plan"]
     return []
 
 

@@ -369,9 +369,10 @@ def offload_values(space: SearchSpace, engine: str, zero: int, training: Trainin
     """Optimizer offload settings to search at `zero`: off, and on where the engine runs it
     (engines/offload.py optimizer_offload_rule) and the space allows it. The offload never
     shortens a step (the host's DRAM share per GPU is an order of magnitude below its HBM in
-    every catalog system, and the copies cross the host link: terms/offload.py), so the search
-    queues an offloaded candidate only where its twin without it is ruled out by memory
-    (search/queue.py expand); the exhaustive reference prices every one."""
+    every catalog system, and the copies cross the host link: terms/offload.py), but it frees
+    the optimizer states' memory, for a layout that does not fit without it or fits only by
+    recomputing more: the search makes each candidate's offloaded twin (offload_twin) unless
+    the candidate's time bound prunes it, which prunes the twin too (search/queue.py expand)."""
     out = [False]
     dtype = getattr(training, "dtype", None)
     optimizer = getattr(training, "optimizer", None)
@@ -381,8 +382,8 @@ def offload_values(space: SearchSpace, engine: str, zero: int, training: Trainin
 
 
 def offload_twin(space: SearchSpace, c: Candidate, training: TrainingSpec | None = None) -> Candidate | None:
-    """The candidate with its optimizer offloaded, which the search tries where `c` does not
-    fit (None where the engine or the space has no offload for it): at c's ZeRO level, or with
+    """The candidate with its optimizer offloaded, which the search tries beside `c` (None
+    where the engine or the space has no offload for it): at c's ZeRO level, or with
     one data-parallel rank (where every level keeps the same states) at the first level the
     engine's offload runs with (Megatron: 1, the distributed optimizer)."""
     if c.optimizer_offload:
@@ -459,8 +460,8 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
     dtype = getattr(training, "dtype", None)
     mtp = getattr(model, "num_nextn_predict_layers", 0)
     if dominance and space.ok("optimizer_offload", False):
-        # the search makes the offloaded twin of a candidate only where that one does not fit
-        # (queue.py expand, offload_twin): the offload only adds time (offload_values)
+        # the search makes each candidate's offloaded twin itself (queue.py expand,
+        # offload_twin), bounded by the candidate's bound: the offload only adds time
         offloads = {z: [False] for z in zeros}
     else:
         offloads = {z: offload_values(space, engine, z, training) for z in zeros}

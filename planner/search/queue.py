@@ -41,7 +41,7 @@ from planner.space import (
 # candidate with its base-table bound (cheap, every candidate of an expanded group), or a
 # candidate refined with its own table and the tight bound (it reached the front once already).
 Stage = Literal["group", "base_bound", "refined"]
-Order = tuple[int, int]  # (group index, index in the group; -1 for the group itself)
+Order = tuple[int, int]  # (group index, index in the group; -1 for the group itself, -2 - i for the offloaded twin of i)
 
 
 class Entry(NamedTuple):
@@ -166,16 +166,18 @@ class Frontier:
             stats.candidates += 1
             if self._consider(e, (gi, j), c):
                 continue
-            # too big: its twin with the optimizer on the host, where the engine has one (the
-            # offload only adds time, so it is tried only here: space.offload_values)
+            # its twin with the optimizer on the host, where the engine has one: it may fit where
+            # the candidate does not, or with fewer blocks recomputed. The offload only adds
+            # time (space.offload_values), so the twin's bound is the candidate's base bound and
+            # a candidate pruned by time prunes its twin
             twin = offload_twin(prob.space, c, prob.training)
             if twin is not None:
                 stats.candidates += 1
-                self._consider(e, (gi, j), twin)
+                self._consider(e, (gi, -2 - j), twin)  # an order of its own (-1 is the group's)
 
     def _consider(self, e: Entry, order: Order, c: Candidate) -> bool:
-        """Queue one candidate of an expanded group with its base bound, or prune it; False
-        when its memory rules it out."""
+        """Queue one candidate of an expanded group with its base bound, or prune it; True
+        when pruned by its time bound (then its offloaded twin is too)."""
         ctx = self.ctx
         prob, stats, tables, best = ctx.prob, ctx.stats, ctx.tables, ctx.best
         # the base memory bound does not depend on the overlapped all-to-all (its extra
@@ -215,7 +217,7 @@ class Frontier:
         if not self.rescue:
             heapq.heappush(self.pool, Entry(bound, order, "base_bound", c))
         self.queued += 1
-        return True
+        return False
 
     def _host_too_small(self, c: Candidate) -> bool:
         """The node's host memory cannot hold its GPUs' offloaded states: the fullest rank holds
