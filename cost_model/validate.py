@@ -41,6 +41,7 @@ from cost_model.specs.limits import (
     MAX_GPUS_PER_NODE,
     MAX_HEADS,
     MAX_HIDDEN,
+    MAX_HOST_MEMORY_GB,
     MAX_LAYERS,
     MAX_LOSS_CHUNKS,
     MAX_MOE_IMBALANCE,
@@ -149,6 +150,7 @@ _CLUSTER = (
     ("num_gpus", _int(1, MAX_GPUS)), ("gpus_per_node", _int(1, MAX_GPUS_PER_NODE)), ("nvlink_domain", _int(1, MAX_GPUS)),
     ("intra_node_gb_s", _real(gt=0, le=MAX_GB_S)), ("inter_node_gb_s", _real(gt=0, le=MAX_GB_S)),
     ("intra_node_latency_s", _real(ge=0, le=1.0)), ("inter_node_latency_s", _real(ge=0, le=1.0)),
+    ("host_memory_gb", _real(gt=0, le=MAX_HOST_MEMORY_GB)),
 )
 _TRAINING = (
     ("global_batch_size", _int(1, MAX_BATCH)), ("seq_length", _int(1, MAX_SEQ)), ("dtype", TrainDtype),

@@ -286,7 +286,7 @@ class ClusterSpec:
     def __post_init__(self):
         if self.nvlink_domain is None:
             object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
-        if self.host_memory_gb is None:
+        if self.host_memory_gb is None and self.gpu.host_memory_gb > 0:
             object.__setattr__(self, "host_memory_gb", self.gpu.host_memory_gb)
 
     @property
