@@ -9,6 +9,7 @@ import math
 from dataclasses import replace
 from typing import Literal, NamedTuple
 
+from cost_model.engines.states import optimizer_bytes_per_param, state_bytes_per_param
 from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.specs.results import GIB
 from cost_model.specs.vocab import DISPATCHER_ALLTOALL, ENGINE_MEGATRON, RECOMPUTE_FULL
@@ -104,6 +105,7 @@ class Frontier:
         # with its micro-batch size blanked.
         self.too_big_mb: dict[tuple, int] = {}
         self.mem_lbs: dict[Candidate, float] = {}  # base memory bound per candidate (overlap setting off)
+        self.base_params: dict[int, float] = {}  # parameters per TP rank of a base table (_offload_tail_s)
 
     # --- degree groups
 
@@ -173,11 +175,33 @@ class Frontier:
             twin = offload_twin(prob.space, c, prob.training)
             if twin is not None:
                 stats.candidates += 1
-                self._consider(e, (gi, -2 - j), twin)  # an order of its own (-1 is the group's)
+                # an order of its own (-1 is the group's)
+                self._consider(e, (gi, -2 - j), twin, self._offload_tail_s(twin))
 
-    def _consider(self, e: Entry, order: Order, c: Candidate) -> bool:
-        """Queue one candidate of an expanded group with its base bound, or prune it; True
-        when pruned by its time bound (then its offloaded twin is too)."""
+    def _offload_tail_s(self, c: Candidate) -> float:
+        """A lower bound on the offloaded candidate's step tail: the step ends with the slowest
+        rank's optimizer step (stages.step_time_s), at least the mean over the pp ranks of the
+        offloaded steps of all parameters, each rank's shard no smaller than parameters / (dp x
+        cp) (expert weights shard over fewer ranks); the offloaded step is linear in the
+        parameters (terms/offload.py). The parameters per TP rank: the base table's unsharded
+        optimizer bytes over the engine's bytes per parameter."""
+        prob = self.ctx.prob
+        base_table, _ = self.ctx.tables.base(c)
+        key = id(base_table)
+        params = self.base_params.get(key)
+        if params is None:
+            k = state_bytes_per_param(prob.training, c.engine, 0, 1).optimizer
+            layers = (*base_table.blocks, base_table.embedding, base_table.output)
+            params = self.base_params[key] = sum(x.optimizer_bytes for x in layers) / k
+        shard = c.dp * c.cp
+        step_s = offload.offload_step_s(prob.cluster, prob.training, c, params, shard,
+                                        optimizer_bytes_per_param(prob.training))
+        return step_s / c.pp
+
+    def _consider(self, e: Entry, order: Order, c: Candidate, tail_s: float = 0.0) -> bool:
+        """Queue one candidate of an expanded group with its base bound (plus `tail_s`, a lower
+        bound on its step's tail where known), or prune it; True when pruned by its time bound
+        (then its offloaded twin is too, whose bound is at least this one's)."""
         ctx = self.ctx
         prob, stats, tables, best = ctx.prob, ctx.stats, ctx.tables, ctx.best
         # the base memory bound does not depend on the overlapped all-to-all (its extra
@@ -193,7 +217,7 @@ class Frontier:
         # 1e-9: float rounding between the group's table and this candidate's
         if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
             self.monotone_ok = False  # the group bounds may have pruned too much: claim nothing
-        bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
+        bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m) + tail_s)
         if not best.can_change(c, bound / ctx.caps.final_keep):  # a later phase would not search it either
             if not best.widen and best.k > 1 and best.can_change(c, bound / ctx.caps.final_keep, widened=True):
                 # a runner-up at most: searched once the best plan is proven (widen)
