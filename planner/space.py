@@ -383,18 +383,28 @@ def offload_values(space: SearchSpace, engine: str, zero: int, training: Trainin
 
 def offload_twin(space: SearchSpace, c: Candidate, training: TrainingSpec | None = None) -> Candidate | None:
     """The candidate with its optimizer offloaded, which the search tries beside `c` (None
-    where the engine or the space has no offload for it): at c's ZeRO level, or with
-    one data-parallel rank (where every level keeps the same states) at the first level the
-    engine's offload runs with (Megatron: 1, the distributed optimizer)."""
+    where the engine or the space has no offload for it): at c's ZeRO level, or with one
+    data-parallel rank (where every level keeps the same states) at the first level the
+    engine's offload runs with (Megatron: 1, the distributed optimizer). `c` passed the
+    engine's rules (engine_rule); the twin changes only the ZeRO level and the offload, whose
+    rules are checked here."""
     if c.optimizer_offload:
         return None
-    levels = [c.zero] if c.dp * c.cp > 1 else sorted({c.zero, 0, 1, 2, 3})
-    for z in levels:
-        if True in offload_values(space, c.engine, z, training) and engine_supports(c.engine, zero=z, pp=c.pp) is None:
-            twin = replace(c, zero=z, optimizer_offload=True)
-            dtype = getattr(training, "dtype", None)
-            if engine_rule(c.engine, twin, dtype == DTYPE_FP8, dtype) is None:
-                return twin
+    z = _offload_level(space.allowed.get("optimizer_offload"), c.engine, c.zero, c.dp * c.cp == 1, c.pp,
+                       getattr(training, "dtype", None), getattr(training, "optimizer", None))
+    return None if z is None else replace(c, zero=z, optimizer_offload=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _offload_level(allowed: tuple | None, engine: str, zero: int, one_rank: bool, pp: int, dtype: str | None,
+                   optimizer: str | None) -> int | None:
+    """The ZeRO level of offload_twin's twin (None: no offload), cached: the search asks it
+    for every candidate."""
+    if allowed is not None and True not in allowed:
+        return None
+    for z in sorted({zero, 0, 1, 2, 3}) if one_rank else [zero]:
+        if optimizer_offload_rule(engine, z, dtype, optimizer) is None and engine_supports(engine, zero=z, pp=pp) is None:
+            return z
     return None
 
 
