@@ -284,6 +284,20 @@ def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: floa
                                                          c.get("optimizer_offload", False)), deadline=deadline)
 
 
+def offload_may_pay(sums: TableSums, training, c, m: int, reserved: float, cap_bytes: float,
+                    deadline: Deadline = NO_DEADLINE) -> bool:
+    """Whether the search makes candidate c's offloaded twin (space.offload_twin): the offload
+    only adds time and frees the optimizer states' memory, which pays where c cannot run
+    without recomputing, i.e. its base memory bound with no recomputation exceeds the usable
+    memory (which covers a c that does not fit at all). The rule of the search
+    (search/queue.py expand) and of the exhaustive reference (search/reference.py) alike. A
+    restriction, not a proof: where that bound passes but c's own tables need recomputation,
+    the twin is not tried."""
+    return memory_bound_bytes(sums, RECOMPUTE_NONE, c.schedule, c.pp, c.vpp, m, reserved,
+                              states_scale=_states_scale(training, c.engine, c.zero, c.dp * c.cp),
+                              deadline=deadline) > cap_bytes
+
+
 @functools.lru_cache(maxsize=4096)
 def _states_scale(training, engine: str, zero: int, shard: int, offload: bool = False) -> float:
     """Model-state bytes per parameter of `engine` under ZeRO `zero` over `shard` ranks,

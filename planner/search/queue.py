@@ -22,6 +22,7 @@ from planner.bounds import (
     group_bound_applies,
     group_time_bound_s,
     memory_bound_bytes,
+    offload_may_pay,
     per_sample_time_s,
     tight_time_bound_s,
 )
@@ -173,10 +174,18 @@ class Frontier:
             # time (space.offload_values), so the twin's bound is the candidate's base bound and
             # a candidate pruned by time prunes its twin
             twin = offload_twin(prob.space, c, prob.training)
-            if twin is not None:
+            if twin is not None and self._offload_may_pay(c):
                 stats.candidates += 1
                 # an order of its own (-1 is the group's)
                 self._consider(e, (gi, -2 - j), twin, self._offload_tail_s(twin))
+
+    def _offload_may_pay(self, c: Candidate) -> bool:
+        """bounds.offload_may_pay for a candidate of an expanded group."""
+        prob = self.ctx.prob
+        m = self.batch // (c.dp * c.micro_batch_size)
+        _, sums = self.ctx.tables.base(c)
+        return offload_may_pay(sums, prob.training, c, m, memory.reserved_bytes(c, prob.model), self.cap,
+                               self.ctx.deadline)
 
     def _offload_tail_s(self, c: Candidate) -> float:
         """A lower bound on the offloaded candidate's step tail: the step ends with the slowest

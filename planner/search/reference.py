@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 
 from cost_model.engines.support import get_engine
+from cost_model.pipeline.rank_costs import capacity_bytes
 from cost_model.specs.results import GIB
 from cost_model.specs.vocab import RECOMPUTE_FULL, STATUS_OPTIMAL
 from cost_model.terms import memory
 from planner import exhaustive as brute
-from planner.bounds import memory_bound_bytes
+from planner.bounds import memory_bound_bytes, offload_may_pay
 from planner.search.incumbent import Incumbent
 from planner.search.policy import SearchPolicy
 from planner.search.results import Problem, Progress, Reporter, SearchResult, SearchStats
@@ -54,8 +55,12 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     # option is never faster nor lighter than the one that drops it, so it is no alternative);
     # the optimum is taken over every candidate, so a wrong dominance rule shows as a better best
     listed = set(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
-    # and the offloaded twins the search makes where a listed candidate does not fit (queue.py expand)
-    listed |= {t for t in (offload_twin(prob.space, c, prob.training) for c in listed) if t is not None}
+    # and the offloaded twins the search makes (queue.py expand: bounds.offload_may_pay)
+    cap = capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom)
+    listed |= {t for c in list(listed) if (t := offload_twin(prob.space, c, prob.training)) is not None
+               and offload_may_pay(tables.base(c)[1], prob.training, c,
+                                   prob.training.global_batch_size // (c.dp * c.micro_batch_size),
+                                   memory.reserved_bytes(c, prob.model), cap)}
     optimum = Incumbent(prob, 1)
     after_s = policy.progress_after_s if progress_after_s is None else progress_after_s
     every_s = policy.progress_every_s if progress_every_s is None else progress_every_s
