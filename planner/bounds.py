@@ -286,16 +286,13 @@ def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: floa
 
 def offload_may_pay(sums: TableSums, training, c, m: int, reserved: float, cap_bytes: float,
                     deadline: Deadline = NO_DEADLINE) -> bool:
-    """Whether the search makes candidate c's offloaded twin (space.offload_twin): the offload
-    only adds time and frees the optimizer states' memory, which pays where c cannot run
-    without recomputing, i.e. its base memory bound with no recomputation exceeds the usable
-    memory (which covers a c that does not fit at all). The rule of the search
-    (search/queue.py expand) and of the exhaustive reference (search/reference.py) alike. A
-    restriction, not a proof: where that bound passes but c's own tables need recomputation,
-    the twin is not tried."""
-    return memory_bound_bytes(sums, RECOMPUTE_NONE, c.schedule, c.pp, c.vpp, m, reserved,
-                              states_scale=_states_scale(training, c.engine, c.zero, c.dp * c.cp),
-                              deadline=deadline) > cap_bytes
+    """Whether the search space holds candidate c's offloaded twin (space.offload_twin): where
+    c's base memory bound exceeds the usable memory, so c cannot run at all. The offload only
+    adds time and frees the optimizer states' memory; it is not tried against recomputing more
+    blocks of a layout that fits (a restriction of the space, which keeps the search time:
+    docs/results.md). The rule of the search (search/queue.py expand, its memory prune) and of
+    the exhaustive reference (search/reference.py) alike."""
+    return base_memory_bound_bytes(sums, training, c, m, reserved, deadline) > cap_bytes
 
 
 @functools.lru_cache(maxsize=4096)

@@ -79,15 +79,16 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
 
 def _offload_reasons(best: Estimate, cfg: ParallelConfig) -> list[str]:
     """Why the optimizer offload won or lost (it only adds time, and frees the optimizer
-    states' memory: space.offload_values)."""
+    states' memory; the space holds it for layouts that do not fit without it:
+    bounds.offload_may_pay)."""
     p = best.prediction
     if cfg.optimizer_offload:
-        return [f"optimizer offload ({OFFLOAD_NAMES[cfg.engine]}): without it this layout does not fit or recomputes "
-                f"more, and it is faster than every layout that keeps the optimizer on the GPU; its CPU step is "
+        return [f"optimizer offload ({OFFLOAD_NAMES[cfg.engine]}): this layout does not fit without it, and it is "
+                f"faster than every layout that keeps the optimizer on the GPU; its CPU step is "
                 f"{_pct(p.breakdown.optimizer_s / p.step_time_s)} of the step"]
     if cfg.engine in OFFLOAD_NAMES:
-        return ["optimizer offload not used: the memory it frees would not buy back its CPU step and host copies "
-                "in this plan"]
+        return ["optimizer offload not used: it only adds its CPU step and host copies, and is tried for the "
+                "layouts that do not fit without it"]
     return []
 
 

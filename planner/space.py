@@ -370,9 +370,9 @@ def offload_values(space: SearchSpace, engine: str, zero: int, training: Trainin
     (engines/offload.py optimizer_offload_rule) and the space allows it. The offload never
     shortens a step (the host's DRAM share per GPU is an order of magnitude below its HBM in
     every catalog system, and the copies cross the host link: terms/offload.py), but it frees
-    the optimizer states' memory, for a layout that does not fit without it or fits only by
-    recomputing more: the search makes each candidate's offloaded twin (offload_twin) unless
-    the candidate's time bound prunes it, which prunes the twin too (search/queue.py expand)."""
+    the optimizer states' memory: the space holds a candidate's offloaded twin (offload_twin)
+    where the candidate does not fit (bounds.offload_may_pay). Pinned on alone, every candidate
+    is offloaded."""
     out = [False]
     dtype = getattr(training, "dtype", None)
     optimizer = getattr(training, "optimizer", None)
@@ -469,9 +469,10 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
     cp_comms = cp_comm_values(model, space, engine, tp, cp)
     dtype = getattr(training, "dtype", None)
     mtp = getattr(model, "num_nextn_predict_layers", 0)
-    if dominance and space.ok("optimizer_offload", False):
-        # the search makes each candidate's offloaded twin itself (queue.py expand,
-        # offload_twin), bounded by the candidate's bound: the offload only adds time
+    if space.ok("optimizer_offload", False):
+        # a candidate's offloaded twin is in the space where the candidate does not fit
+        # (bounds.offload_may_pay): the search makes it there (queue.py expand), the reference
+        # lists it (search/reference.py)
         offloads = {z: [False] for z in zeros}
     else:
         offloads = {z: offload_values(space, engine, z, training) for z in zeros}

@@ -22,7 +22,6 @@ from planner.bounds import (
     group_bound_applies,
     group_time_bound_s,
     memory_bound_bytes,
-    offload_may_pay,
     per_sample_time_s,
     tight_time_bound_s,
 )
@@ -167,25 +166,16 @@ class Frontier:
         for j, c in enumerate(ctx.seams.group_candidates(prob.model, prob.training, prob.space, g, prob.profile)):
             ctx.deadline.check("a degree group's expansion")
             stats.candidates += 1
-            if self._consider(e, (gi, j), c):
+            if self._consider(e, (gi, j), c) != "memory":
                 continue
-            # its twin with the optimizer on the host, where the engine has one: it may fit where
-            # the candidate does not, or with fewer blocks recomputed. The offload only adds
-            # time (space.offload_values), so the twin's bound is the candidate's base bound and
-            # a candidate pruned by time prunes its twin
+            # too big: its twin with the optimizer on the host, where the engine has one (the
+            # space holds it only here: bounds.offload_may_pay), bounded by the candidate's
+            # pipeline bound and its offloaded optimizer step
             twin = offload_twin(prob.space, c, prob.training)
-            if twin is not None and self._offload_may_pay(c):
+            if twin is not None:
                 stats.candidates += 1
                 # an order of its own (-1 is the group's)
                 self._consider(e, (gi, -2 - j), twin, self._offload_tail_s(twin))
-
-    def _offload_may_pay(self, c: Candidate) -> bool:
-        """bounds.offload_may_pay for a candidate of an expanded group."""
-        prob = self.ctx.prob
-        m = self.batch // (c.dp * c.micro_batch_size)
-        _, sums = self.ctx.tables.base(c)
-        return offload_may_pay(sums, prob.training, c, m, memory.reserved_bytes(c, prob.model), self.cap,
-                               self.ctx.deadline)
 
     def _offload_tail_s(self, c: Candidate) -> float:
         """A lower bound on the offloaded candidate's step tail: the step ends with the slowest
@@ -207,10 +197,10 @@ class Frontier:
                                         optimizer_bytes_per_param(prob.training))
         return step_s / c.pp
 
-    def _consider(self, e: Entry, order: Order, c: Candidate, tail_s: float = 0.0) -> bool:
+    def _consider(self, e: Entry, order: Order, c: Candidate, tail_s: float = 0.0) -> str:
         """Queue one candidate of an expanded group with its base bound (plus `tail_s`, a lower
-        bound on its step's tail where known), or prune it; True when pruned by its time bound
-        (then its offloaded twin is too, whose bound is at least this one's)."""
+        bound on its step's tail where known), or prune it: "queued", "time" (pruned by its
+        time bound, or set aside as a runner-up) or "memory" (its memory bound rules it out)."""
         ctx = self.ctx
         prob, stats, tables, best = ctx.prob, ctx.stats, ctx.tables, ctx.best
         # the base memory bound does not depend on the overlapped all-to-all (its extra
@@ -219,7 +209,7 @@ class Frontier:
                   c.cp_comm, c.moe_dispatcher, c.optimizer_offload)
         if c.micro_batch_size >= self.too_big_mb.get(mb_key, math.inf):
             stats.pruned_memory += 1
-            return False
+            return "memory"
         m = self.batch // (c.dp * c.micro_batch_size)
         base_table, base_sums = tables.base(c)
         least = self.per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.cp_comm))
@@ -231,10 +221,10 @@ class Frontier:
             if not best.widen and best.k > 1 and best.can_change(c, bound / ctx.caps.final_keep, widened=True):
                 # a runner-up at most: searched once the best plan is proven (widen)
                 heapq.heappush(self.later, Entry(bound, order, "base_bound", c))
-                return True
+                return "time"
             self.set_aside(bound)
             stats.pruned_time += 1  # no faster than the plans kept: its memory bound is not needed
-            return True
+            return "time"
         twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
         mem_lb = self.mem_lbs.get(twin)
         if mem_lb is None:
@@ -245,12 +235,12 @@ class Frontier:
         if mem_lb > self.cap or (c.optimizer_offload and self._host_too_small(c)):
             stats.pruned_memory += 1
             self.too_big_mb[mb_key] = min(c.micro_batch_size, self.too_big_mb.get(mb_key, math.inf))
-            return False
+            return "memory"
         heapq.heappush(self.queue, Entry(fit_key(c) if self.rescue else bound, order, "base_bound", c))
         if not self.rescue:
             heapq.heappush(self.pool, Entry(bound, order, "base_bound", c))
         self.queued += 1
-        return False
+        return "queued"
 
     def _host_too_small(self, c: Candidate) -> bool:
         """The node's host memory cannot hold its GPUs' offloaded states: the fullest rank holds

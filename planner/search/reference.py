@@ -47,6 +47,7 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     tables = LayerTables(prob)
     cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
                                       dominance=False))
+    cands += _offload_twins(prob, tables, cands)
     L = prob.model.num_layers
     work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL,
                              get_engine(c.engine).empty_ends) for c in cands)
@@ -55,12 +56,7 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     # option is never faster nor lighter than the one that drops it, so it is no alternative);
     # the optimum is taken over every candidate, so a wrong dominance rule shows as a better best
     listed = set(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
-    # and the offloaded twins the search makes (queue.py expand: bounds.offload_may_pay)
-    cap = capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom)
-    listed |= {t for c in list(listed) if (t := offload_twin(prob.space, c, prob.training)) is not None
-               and offload_may_pay(tables.base(c)[1], prob.training, c,
-                                   prob.training.global_batch_size // (c.dp * c.micro_batch_size),
-                                   memory.reserved_bytes(c, prob.model), cap)}
+    listed |= set(_offload_twins(prob, tables, list(listed)))
     optimum = Incumbent(prob, 1)
     after_s = policy.progress_after_s if progress_after_s is None else progress_after_s
     every_s = policy.progress_every_s if progress_every_s is None else progress_every_s
@@ -81,6 +77,20 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
         _least_memory(prob, tables, cands, stats)
     stats.solve_time_s = time.perf_counter() - t0
     return SearchResult(best.found, stats, STATUS_OPTIMAL, 0.0)
+
+
+def _offload_twins(prob: Problem, tables: LayerTables, cands) -> list[Candidate]:
+    """The offloaded twins the space holds for `cands` (bounds.offload_may_pay: where the
+    candidate does not fit; the search makes them in queue.py expand)."""
+    cap = capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom)
+    out = []
+    for c in cands:
+        twin = offload_twin(prob.space, c, prob.training)
+        m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
+        if twin is not None and offload_may_pay(tables.base(c)[1], prob.training, c, m,
+                                                memory.reserved_bytes(c, prob.model), cap):
+            out.append(twin)
+    return out
 
 
 def _least_memory(prob: Problem, tables: LayerTables, cands: list[Candidate], stats: SearchStats) -> None:
