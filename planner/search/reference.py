@@ -47,7 +47,12 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     tables = LayerTables(prob)
     cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
                                       dominance=False))
-    cands += _offload_twins(prob, tables, cands)
+    listed = set(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
+    # the space's offloaded twins: of the candidates the search lists, where they do not fit
+    # (bounds.offload_may_pay; queue.py expand makes the same)
+    twins = _offload_twins(prob, tables, [c for c in cands if c in listed])
+    cands += twins
+    listed |= set(twins)
     L = prob.model.num_layers
     work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL,
                              get_engine(c.engine).empty_ends) for c in cands)
@@ -55,8 +60,6 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     # the top-k's lines are the non-dominated candidates' (space.dominant_options: a dominated
     # option is never faster nor lighter than the one that drops it, so it is no alternative);
     # the optimum is taken over every candidate, so a wrong dominance rule shows as a better best
-    listed = set(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
-    listed |= set(_offload_twins(prob, tables, list(listed)))
     optimum = Incumbent(prob, 1)
     after_s = policy.progress_after_s if progress_after_s is None else progress_after_s
     every_s = policy.progress_every_s if progress_every_s is None else progress_every_s
