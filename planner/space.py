@@ -390,19 +390,21 @@ def offload_twin(space: SearchSpace, c: Candidate, training: TrainingSpec | None
     rules are checked here."""
     if c.optimizer_offload:
         return None
-    z = _offload_level(space.allowed.get("optimizer_offload"), c.engine, c.zero, c.dp * c.cp == 1, c.pp,
-                       getattr(training, "dtype", None), getattr(training, "optimizer", None))
+    z = _offload_level(space.allowed.get("optimizer_offload"), space.allowed.get("zero"), c.engine, c.zero,
+                       c.dp * c.cp == 1, c.pp, getattr(training, "dtype", None), getattr(training, "optimizer", None))
     return None if z is None else replace(c, zero=z, optimizer_offload=True)
 
 
 @functools.lru_cache(maxsize=1024)
-def _offload_level(allowed: tuple | None, engine: str, zero: int, one_rank: bool, pp: int, dtype: str | None,
-                   optimizer: str | None) -> int | None:
-    """The ZeRO level of offload_twin's twin (None: no offload), cached: the search asks it
-    for every candidate."""
+def _offload_level(allowed: tuple | None, zeros: tuple | None, engine: str, zero: int, one_rank: bool, pp: int,
+                   dtype: str | None, optimizer: str | None) -> int | None:
+    """The ZeRO level of offload_twin's twin (None: no offload), among the space's levels
+    `zeros`; cached: the search asks it for every candidate."""
     if allowed is not None and True not in allowed:
         return None
     for z in sorted({zero, 0, 1, 2, 3}) if one_rank else [zero]:
+        if zeros is not None and z not in zeros:
+            continue
         if optimizer_offload_rule(engine, z, dtype, optimizer) is None and engine_supports(engine, zero=z, pp=pp) is None:
             return z
     return None
