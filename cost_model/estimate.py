@@ -30,7 +30,7 @@ from cost_model.specs.results import (
     TimeBreakdown,
 )
 from cost_model.specs.vocab import DTYPE_FP8, RECOMPUTE_FULL
-from cost_model.terms import memory
+from cost_model.terms import memory, offload
 from cost_model.terms.layers import LayerTable, layer_table
 from cost_model.validate import validate_config
 
@@ -105,6 +105,8 @@ def compose(
     mfu_fp8 = model_f / (step * n_gpus * peak_flops(cluster.gpu, DTYPE_FP8)) if training.dtype == DTYPE_FP8 else None
     peak_rank = max(ranks, key=lambda r: r.peak_bytes)
     capacity = cluster.memory_bytes
+    host_need = offload.host_need_bytes(cluster, max(r.host_bytes for r in ranks))
+    host_capacity = offload.host_capacity_bytes(cluster)
     mem = MemoryBreakdown(
         peak_gib=peak_rank.peak_bytes / GIB,
         capacity_gib=capacity / GIB,
@@ -113,6 +115,8 @@ def compose(
         optimizer_gib=peak_rank.optimizer_bytes / GIB,
         activations_gib=peak_rank.activations_bytes / GIB,
         other_gib=peak_rank.other_bytes / GIB,
+        host_gib=host_need / GIB,
+        host_capacity_gib=host_capacity / GIB,
     )
     stages = []
     for sl in slices:
@@ -142,11 +146,11 @@ def compose(
     return Estimate(
         prediction=prediction,
         stages=tuple(stages),
-        fits=peak_rank.peak_bytes <= capacity,
+        fits=peak_rank.peak_bytes <= capacity and host_need <= host_capacity,
         num_micro_batches=m,
         memory_per_rank_gib=tuple(r.peak_bytes / GIB for r in ranks),
         sources=dict(table.sources),
-        notes=_host_bound_notes(table, cfg, m),
+        notes=_host_bound_notes(table, cfg, m) + _offload_notes(cfg, tail.optimizer_s, host_need, host_capacity),
     )
 
 
@@ -161,6 +165,17 @@ def _host_bound_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int) -> t
             f"than the GPU runs them, {per_rank_s:.3g} s per step per pipeline rank beyond the device time (in "
             f"compute_s; Megatron-Core's dispatcher syncs with the host in every MoE layer). Larger micro-batches "
             f"or fewer local experts (higher ep) shorten it",)
+
+
+def _offload_notes(cfg: specs.ParallelConfig, optimizer_s: float, host_need: float, host_capacity: float,
+                   ) -> tuple[str, ...]:
+    """What the optimizer offload costs and takes, where the configuration has it."""
+    if not cfg.optimizer_offload:
+        return ()
+    verdict = "fits" if host_need <= host_capacity else "does NOT fit"
+    return (f"optimizer offloaded to the host: the step runs on the CPU, {optimizer_s:.3g} s per step exposed "
+            f"(the longest of the gradient copy, the CPU Adam step and the parameter copy back); "
+            f"{host_need / GIB:.1f} GiB of host memory per node, which {verdict} its {host_capacity / GIB:.1f} GiB",)
 
 
 def _stage_p2p(table: LayerTable, sl: StageSlice, n: int) -> float:

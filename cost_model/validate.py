@@ -17,6 +17,7 @@ from typing import Any
 
 from cost_model.engines import kernels
 from cost_model.engines.deepep import DEEPEP_NVL_PEERS
+from cost_model.engines.offload import optimizer_offload_rule
 from cost_model.engines.support import (
     dispatcher_rule,
     empty_chunks_rule,
@@ -40,6 +41,7 @@ from cost_model.specs.limits import (
     MAX_GPUS_PER_NODE,
     MAX_HEADS,
     MAX_HIDDEN,
+    MAX_HOST_MEMORY_GB,
     MAX_LAYERS,
     MAX_LOSS_CHUNKS,
     MAX_MOE_IMBALANCE,
@@ -150,6 +152,7 @@ _CLUSTER = (
     ("intra_node_gb_s", _real(gt=0, le=MAX_GB_S)), ("inter_node_gb_s", _real(gt=0, le=MAX_GB_S)),
     ("intra_node_latency_s", _real(ge=0, le=1.0)), ("inter_node_latency_s", _real(ge=0, le=1.0)),
     ("oversubscription", _real(ge=1, le=MAX_OVERSUBSCRIPTION)),
+    ("host_memory_gb", _real(gt=0, le=MAX_HOST_MEMORY_GB)),
 )
 _TRAINING = (
     ("global_batch_size", _int(1, MAX_BATCH)), ("seq_length", _int(1, MAX_SEQ)), ("dtype", TrainDtype),
@@ -378,6 +381,10 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
     validate_loss_chunks(p.engine, t)
     validate_fp8_all_gather(p.engine, t)
     validate_fp8_recipe(p.engine, c.gpu, t)
+    if p.optimizer_offload:
+        rule = optimizer_offload_rule(p.engine, p.zero, t.dtype, t.optimizer, c.gpu.host_link_gb_s)
+        if rule is not None:
+            raise SpecError("parallelism.optimizer_offload", rule, allowed=[False])
     if p.world_size > c.num_gpus:
         raise SpecError(
             "parallelism",

@@ -281,12 +281,23 @@ def base_memory_bound_bytes(sums: TableSums, training, c, m: int, reserved: floa
     dense data-parallel group (dp*cp ranks, or its shard group under hybrid sharding; expert
     weights shard over fewer, so this is lower)."""
     return memory_bound_bytes(sums, c.recompute, c.schedule, c.pp, c.vpp, m, reserved,
-                              states_scale=_states_scale(training, c.engine, c.zero, c.shard_size(c.dp * c.cp), c.pp > 1),
-                              deadline=deadline)
+                              states_scale=_states_scale(training, c.engine, c.zero, c.shard_size(c.dp * c.cp), c.pp > 1,
+                                                         c.get("optimizer_offload", False)), deadline=deadline)
+
+
+def offload_may_pay(sums: TableSums, training, c, m: int, reserved: float, cap_bytes: float,
+                    deadline: Deadline = NO_DEADLINE) -> bool:
+    """Whether the search space holds candidate c's offloaded twin (space.offload_twin): where
+    c's base memory bound exceeds the usable memory, so c cannot run at all. The offload only
+    adds time and frees the optimizer states' memory; it is not tried against recomputing more
+    blocks of a layout that fits (a restriction of the space, which keeps the search time:
+    docs/results.md). The rule of the search (search/queue.py expand, its memory prune) and of
+    the exhaustive reference (search/reference.py) alike."""
+    return base_memory_bound_bytes(sums, training, c, m, reserved, deadline) > cap_bytes
 
 
 @functools.lru_cache(maxsize=4096)
-def _states_scale(training, engine: str, zero: int, shard: int, pipeline: bool = False) -> float:
+def _states_scale(training, engine: str, zero: int, shard: int, pipeline: bool = False, offload: bool = False) -> float:
     """Model-state bytes per parameter of `engine` under ZeRO `zero` over `shard` ranks,
     relative to the base table's (the same engine, zero 0; called once per candidate: cached).
     Under fp8 training the blocks' weights carry an FP8 copy and the embeddings none
@@ -294,7 +305,9 @@ def _states_scale(training, engine: str, zero: int, shard: int, pipeline: bool =
     below every layer's states."""
     def ratio(fp8_weight: float) -> float:
         base = state_bytes_per_param(training, engine, 0, 1, fp8_weight, pipeline).total
-        return state_bytes_per_param(training, engine, zero, shard, fp8_weight, pipeline).total / base
+        per = state_bytes_per_param(training, engine, zero, shard, fp8_weight, pipeline)
+        # offloaded (terms/offload.py): the optimizer states are in host memory
+        return (per.total - per.optimizer if offload else per.total) / base
 
     return min(ratio(f) for f in (0.0, 1.0, 2.0))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from cost_model.engines.offload import OFFLOAD_NAMES
 from cost_model.engines.support import engine_supports, get_engine, schedule_probe_vpp
 from cost_model.hardware.catalog import CATALOG
 from cost_model.model import attention
@@ -47,7 +48,10 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
         out.append(f"cp={cfg.cp} splits the {model.num_layers}-layer activations of long sequences; ring exchange exposes {b.cp_comm_s:.3g} s")
     if isinstance(model, TransformerSpec) and model.moe is not None:
         out.append(_expert_reason(model, cluster, cfg, b.ep_comm_s))
-    if cfg.zero and cfg.dp * cfg.cp == 1:  # ZeRO shards over the data-parallel ranks: one holds it all
+    if cfg.zero and cfg.dp * cfg.cp == 1 and cfg.optimizer_offload:
+        out.append(f"ZeRO-{cfg.zero} shards nothing here (dp x cp = 1): it is the sharded optimizer the "
+                   f"{cfg.engine} offload runs with")
+    elif cfg.zero and cfg.dp * cfg.cp == 1:  # ZeRO shards over the data-parallel ranks: one holds it all
         out.append(f"ZeRO-{cfg.zero} shards nothing here: dp x cp = 1, one data-parallel rank holds every state")
     elif cfg.zero:
         out.append(f"ZeRO-{cfg.zero} shards {'optimizer states' if cfg.zero == 1 else 'optimizer states and gradients' if cfg.zero == 2 else 'parameters, gradients and optimizer states'} over dp={cfg.dp * cfg.cp}")
@@ -64,12 +68,28 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
         out.append(f"recompute=selective: activations {p.memory.activations_gib:.1f} GiB at the cost of {b.recompute_s:.3g} s per step")
     out.extend(f"{ENGINE_RULE_PREFIX}{rule}" for rule in engine_restrictions(cfg.engine, pp=cfg.pp)
                if "ZeRO" in rule or "zero" in rule)
-    out.extend(best.notes)  # what the cost model flags about this plan (host-bound MoE layers)
+    out.extend(_offload_reasons(best, cfg))
+    out.extend(best.notes)  # what the cost model flags about this plan (host-bound MoE layers, the offload's cost)
     out.append(
         f"peak memory {p.memory.peak_gib:.1f} of {p.memory.capacity_gib:.1f} GiB; step {p.step_time_s:.4g} s, "
         f"MFU {_pct(p.mfu)}; largest term: {max(vars(b).items(), key=lambda kv: kv[1])[0]}"
     )
     return out
+
+
+def _offload_reasons(best: Estimate, cfg: ParallelConfig) -> list[str]:
+    """Why the optimizer offload won or lost (it only adds time, and frees the optimizer
+    states' memory; the space holds it for layouts that do not fit without it:
+    bounds.offload_may_pay)."""
+    p = best.prediction
+    if cfg.optimizer_offload:
+        return [f"optimizer offload ({OFFLOAD_NAMES[cfg.engine]}): this layout does not fit without it, and it is "
+                f"faster than every layout that keeps the optimizer on the GPU; its CPU step is "
+                f"{_pct(p.breakdown.optimizer_s / p.step_time_s)} of the step"]
+    if cfg.engine in OFFLOAD_NAMES:
+        return ["optimizer offload not used: it only adds its CPU step and host copies, and is tried for the "
+                "layouts that do not fit without it"]
+    return []
 
 
 def _expert_reason(model: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig, ep_comm_s: float) -> str:
@@ -96,7 +116,7 @@ def _expert_reason(model: TransformerSpec, cluster: ClusterSpec, cfg: ParallelCo
 
 def alternative_reason(alt: Estimate, best: Estimate, alt_c: Candidate, best_c: Candidate) -> str:
     slower = alt.prediction.step_time_s / best.prediction.step_time_s - 1
-    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "micro_batch_size", "zero", "recompute", "sequence_parallel", "moe_a2a_overlap", "moe_dispatcher") if getattr(alt_c, k) != getattr(best_c, k)]
+    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "micro_batch_size", "zero", "recompute", "sequence_parallel", "moe_a2a_overlap", "moe_dispatcher", "optimizer_offload") if getattr(alt_c, k) != getattr(best_c, k)]
     ab, bb = vars(alt.prediction.breakdown), vars(best.prediction.breakdown)
     worst = max(ab, key=lambda key: ab[key] - bb[key])
     return f"{_pct(slower)} slower: {', '.join(diffs) or 'same degrees, other split'}; most of the difference is {worst} (+{ab[worst] - bb[worst]:.3g} s)"
@@ -428,7 +448,7 @@ def infeasible_details(stats, space, model: ModelSpec, cluster: ClusterSpec, tra
             f"(lower bound) vs {usable:.1f} GiB usable"
         )
     if c is not None:
-        details["least_memory_config"] = {k: getattr(c, k) for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero", "recompute")}
+        details["least_memory_config"] = {k: getattr(c, k) for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero", "recompute", "optimizer_offload")}
     details["binding"] = "memory per GPU"
     details["suggestions"] = memory_suggestions(stats.min_memory_gib, space, model, cluster, training, c)
     return msg, details

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from cost_model.engines import kernels
+from cost_model.engines.offload import optimizer_offload_rule
 from cost_model.engines.support import (
     dispatcher_rule,
     engine_supports,
@@ -62,7 +63,7 @@ MAX_CP = 64  # context-parallel degrees beyond this are not searched unless aske
 MAX_VPP = 8
 # the knobs of a `search` block that pin values (the others are settings)
 _PINNED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "zero", "dp_replicate",
-           "schedule", "sequence_parallel", "cp_comm", "moe_a2a_overlap", "moe_dispatcher")
+           "schedule", "sequence_parallel", "cp_comm", "moe_a2a_overlap", "moe_dispatcher", "optimizer_offload")
 
 
 @dataclass(frozen=True)
@@ -347,6 +348,8 @@ def engine_rule(engine: str, c: Candidate, fp8: bool, dtype: str | None = None, 
                            tp=c.tp, cp=c.cp, cp_variant=c.cp_comm, ep=c.ep, sequence_parallel=c.sequence_parallel, fp8=fp8,
                            moe_a2a_overlap=c.moe_a2a_overlap, dtype=dtype, mtp_layers=mtp_layers,
                            dp_replicate=c.dp_replicate)
+    if rule is None and c.optimizer_offload:
+        rule = optimizer_offload_rule(engine, c.zero, dtype)
     if rule is None and c.moe_dispatcher != DISPATCHER_ALLTOALL:
         rule = dispatcher_rule(engine, c.moe_dispatcher, c.ep, c.etp)
     return rule
@@ -397,6 +400,51 @@ def dispatcher_values(model: ModelSpec, cluster: ClusterSpec, space: SearchSpace
     return [v for v in out if space.ok("moe_dispatcher", v)]
 
 
+def offload_values(space: SearchSpace, engine: str, zero: int, training: TrainingSpec | None = None) -> list[bool]:
+    """Optimizer offload settings to search at `zero`: off, and on where the engine runs it
+    (engines/offload.py optimizer_offload_rule) and the space allows it. The offload never
+    shortens a step (the host's DRAM share per GPU is an order of magnitude below its HBM in
+    every catalog system, and the copies cross the host link: terms/offload.py), but it frees
+    the optimizer states' memory: the space holds a candidate's offloaded twin (offload_twin)
+    where the candidate does not fit (bounds.offload_may_pay). Pinned on alone, every candidate
+    is offloaded."""
+    out = [False]
+    dtype = getattr(training, "dtype", None)
+    optimizer = getattr(training, "optimizer", None)
+    if optimizer_offload_rule(engine, zero, dtype, optimizer) is None:
+        out.append(True)
+    return [v for v in out if space.ok("optimizer_offload", v)]
+
+
+def offload_twin(space: SearchSpace, c: Candidate, training: TrainingSpec | None = None) -> Candidate | None:
+    """The candidate with its optimizer offloaded, which the search tries beside `c` (None
+    where the engine or the space has no offload for it): at c's ZeRO level, or with one
+    data-parallel rank (where every level keeps the same states) at the first level the
+    engine's offload runs with (Megatron: 1, the distributed optimizer). `c` passed the
+    engine's rules (engine_rule); the twin changes only the ZeRO level and the offload, whose
+    rules are checked here."""
+    if c.optimizer_offload:
+        return None
+    z = _offload_level(space.allowed.get("optimizer_offload"), space.allowed.get("zero"), c.engine, c.zero,
+                       c.dp * c.cp == 1, c.pp, getattr(training, "dtype", None), getattr(training, "optimizer", None))
+    return None if z is None else replace(c, zero=z, optimizer_offload=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _offload_level(allowed: tuple | None, zeros: tuple | None, engine: str, zero: int, one_rank: bool, pp: int,
+                   dtype: str | None, optimizer: str | None) -> int | None:
+    """The ZeRO level of offload_twin's twin (None: no offload), among the space's levels
+    `zeros`; cached: the search asks it for every candidate."""
+    if allowed is not None and True not in allowed:
+        return None
+    for z in sorted({zero, 0, 1, 2, 3}) if one_rank else [zero]:
+        if zeros is not None and z not in zeros:
+            continue
+        if optimizer_offload_rule(engine, z, dtype, optimizer) is None and engine_supports(engine, zero=z, pp=pp) is None:
+            return z
+    return None
+
+
 def a2a_overlap_values(model: ModelSpec, space: SearchSpace, engine: str, ep: int) -> list[bool]:
     """Settings of the overlapped 1F1B expert all-to-all to search: on and off for an MoE
     model with ep > 1 on an engine that has it (the engine's other rules are checked per
@@ -420,6 +468,7 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
     # the overlapped 1F1B all-to-all excludes full recompute, which dominates no recompute
     # only when both may run: its candidates take the other modes, dominance applied to them
     ov_recomputes = [r for r in recomputes if r != RECOMPUTE_FULL]
+    engine_levels = list(zeros)
     if dominance:
         ov_recomputes = dominant_options(model, training, tp, dp, cp, ov_recomputes, zeros, sps,
                                          fitted_collectives, engine)[0]
@@ -462,6 +511,19 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                 if r == 1 or (z >= 1 and engine_supports(engine, zero=z, dp_replicate=r) is None)]
     dtype = getattr(training, "dtype", None)
     mtp = getattr(model, "num_nextn_predict_layers", 0)
+    if space.ok("optimizer_offload", False):
+        # a candidate's offloaded twin is in the space where the candidate does not fit
+        # (bounds.offload_may_pay): the search makes it there (queue.py expand), the reference
+        # lists it (search/reference.py)
+        offloads = {z: [False] for z in zeros}
+    else:
+        offloads = {z: offload_values(space, engine, z, training) for z in zeros}
+        # a level dominance dropped (with one data-parallel rank every level keeps the same
+        # states) is still the one the engine's offload runs with (Megatron: the distributed optimizer)
+        for z in engine_levels:
+            if z not in offloads and True in offload_values(space, engine, z, training):
+                offloads[z] = [True]
+    zeros = sorted(offloads)
     for mb in micro_batch_values(space, B, dp):
         m = B // (dp * mb)
         for sched, v in schedules:
@@ -475,9 +537,11 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                         for rc in ov_recomputes if ov else recomputes:
                             for cc in cp_comms:
                                 for disp in dispatchers:
-                                    c = ParallelConfig(
-                                        dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=v, schedule=sched, sequence_parallel=sp,
-                                        zero=zero, micro_batch_size=mb, recompute=rc, engine=engine, etp=etp,
-                                        moe_a2a_overlap=ov, cp_comm=cc, moe_dispatcher=disp, dp_replicate=rep)
-                                    if engine_rule(engine, c, fp8, dtype, mtp) is None:
-                                        yield c
+                                    for off in offloads[zero]:
+                                        c = ParallelConfig(
+                                            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=v, schedule=sched,
+                                            sequence_parallel=sp, zero=zero, micro_batch_size=mb, recompute=rc,
+                                            engine=engine, etp=etp, moe_a2a_overlap=ov, cp_comm=cc,
+                                            moe_dispatcher=disp, optimizer_offload=off, dp_replicate=rep)
+                                        if engine_rule(engine, c, fp8, dtype, mtp) is None:
+                                            yield c

@@ -4,8 +4,8 @@ take (`add_flags(parser, "problem", "config", ...)`), so `--tp` or `--json` is t
 flag everywhere.
 
 Configuration flags (`--tp --pp --dp --cp --ep --etp --vpp --micro-batch --recompute --zero
---dp-replicate --schedule --cp-comm`) take a comma-separated list (`--[no-]sequence-parallel` and
-`--[no-]moe-a2a-overlap` one setting): in `estimate` / `check` exactly one
+--dp-replicate --schedule --cp-comm`) take a comma-separated list (`--[no-]sequence-parallel`,
+`--[no-]moe-a2a-overlap` and `--[no-]optimizer-offload` one setting): in `estimate` / `check` exactly one
 value, the configuration (`parallelism.*`); in `plan` the values the search may use
 (`search.*`, a pin: `--tp 2,4`); in `profile` the shapes to measure.
 `--seq-len` is always the training sequence length (`training.seq_length`), before context
@@ -94,6 +94,8 @@ FLAGS: tuple[Flag, ...] = (
          action=argparse.BooleanOptionalAction, field="cluster.rail_optimized"),
     Flag("--oversubscription", "problem", "leaf switches' downlink : uplink ratio (2 = 2:1; default 1)", type=float,
          metavar="X", field="cluster.oversubscription"),
+    Flag("--host-memory-gb", "problem", "host memory per node in GB, for offloaded optimizer states (default: the "
+         "GPU's system)", type=float, metavar="X", field="cluster.host_memory_gb"),
     Flag("--global-batch", "problem", "sequences per step", type=int, metavar="N", field="training.global_batch_size"),
     Flag("--seq-len", "problem", "tokens per sequence (training.seq_length; CP splits it)", type=int, metavar="N",
          field="training.seq_length"),
@@ -129,6 +131,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--moe-a2a-overlap", "config", "Megatron-Core's overlapped 1F1B expert all-to-all on "
          "(--overlap-moe-expert-parallel-comm; --no-moe-a2a-overlap: off)",
          action=argparse.BooleanOptionalAction, field="moe_a2a_overlap"),
+    Flag("--optimizer-offload", "config", "optimizer states and step on the host CPU (Megatron --optimizer-cpu-offload, "
+         "DeepSpeed offload_optimizer; --no-optimizer-offload: off)",
+         action=argparse.BooleanOptionalAction, field="optimizer_offload"),
     # ---- the search
 
     Flag("--time-limit", "search", "search time limit in seconds (default 10)", type=float, metavar="S",

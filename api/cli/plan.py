@@ -30,6 +30,7 @@ def layout(par) -> str:
     extras = [f"vpp={par['vpp']}"] if par["vpp"] > 1 else []
     extras += ["sp"] if par["sequence_parallel"] else []
     extras += ["moe-a2a-overlap"] if par.get("moe_a2a_overlap") else []
+    extras += ["optimizer-offload"] if par.get("optimizer_offload") else []
     if par.get("moe_dispatcher", V.DISPATCHER_ALLTOALL) != V.DISPATCHER_ALLTOALL:
         extras.append(f"moe-dispatcher={par['moe_dispatcher']}")
     return (f"dp={par['dp']} tp={par['tp']} pp={par['pp']} cp={par['cp']} ep={par['ep']}"

@@ -204,6 +204,59 @@ CATALOG: dict[str, GPUSpec] = {
 }
 
 
+# The host side of each system (GPUSpec.host_*; terms/offload.py prices offloading with it):
+# (host link GB/s per GPU per direction, host memory GB per node, host DRAM GB/s per node,
+# source). Link: PCIe x16 at 128b/130b encoding (PCI-SIG base specifications): Gen3 8 GT/s
+# ~16 GB/s, Gen4 16 GT/s ~32 GB/s, Gen5 32 GT/s ~63 GB/s per direction; NVLink-C2C 900 GB/s
+# bidirectional between Grace and its Hopper/Blackwell GPUs (GH200 / GB200 datasheets). DRAM:
+# channels x transfer rate x 8 bytes, per socket, summed over the node's sockets.
+_PCIE3_GB_S, _PCIE4_GB_S, _PCIE5_GB_S = 15.75, 31.5, 63.0
+_DGX_H100_HOST = (_PCIE5_GB_S, 2048.0, 614.4,
+                  "DGX H100/H200 datasheets: 2 TB system memory, 2x Xeon Platinum 8480C (8 channels DDR5-4800 = "
+                  "307.2 GB/s each); each GPU on a PCIe Gen5 x16 link")
+_GRACE_HOST = (225.0, 960.0, 1024.0,
+               "GB200/GB300 NVL72 datasheets: one Grace (480 GB LPDDR5X, up to 512 GB/s) per two GPUs, NVLink-C2C "
+               "900 GB/s bidirectional shared by the two (225 GB/s per GPU per direction); a 4-GPU tray holds two")
+_HOST: dict[str, tuple[float, float, float, str]] = {
+    "a100-40gb": (_PCIE4_GB_S, 1024.0, 409.6, "DGX A100 320GB user guide: 1 TB, 2x AMD EPYC 7742 (8 channels "
+                                              "DDR4-3200 = 204.8 GB/s each); GPUs on PCIe Gen4 x16"),
+    "a100-80gb": (_PCIE4_GB_S, 2048.0, 409.6, "DGX A100 640GB user guide: 2 TB, 2x AMD EPYC 7742 (8 channels "
+                                              "DDR4-3200 = 204.8 GB/s each); GPUs on PCIe Gen4 x16"),
+    "h100-sxm": _DGX_H100_HOST,
+    "h200": _DGX_H100_HOST,
+    "h800": (*_DGX_H100_HOST[:3], "assumed: an HGX H800 host as DGX H100's. " + _DGX_H100_HOST[3]),
+    "h20": (*_DGX_H100_HOST[:3], "assumed: an HGX H20 host as DGX H100's. " + _DGX_H100_HOST[3]),
+    "b200": (_PCIE5_GB_S, 2048.0, 716.8, "DGX B200 datasheet: 2 TB (up to 4 TB), 2x Xeon Platinum 8570 (8 "
+                                         "channels DDR5-5600 = 358.4 GB/s each); GPUs on PCIe Gen5 x16"),
+    "b300": (_PCIE5_GB_S, 2048.0, 716.8, "assumed: an HGX B300 host as DGX B200's (2 TB, 2 sockets DDR5-5600, "
+                                         "PCIe Gen5 x16 per GPU)"),
+    "gb200": _GRACE_HOST,
+    "gb300": _GRACE_HOST,
+    "gh200": (450.0, 1920.0, 2048.0, "GH200 datasheet: NVLink-C2C 900 GB/s bidirectional to its Grace (480 GB "
+                                     "LPDDR5X, up to 512 GB/s); 4 superchips per node"),
+    "mi300x": (_PCIE5_GB_S, 2048.0, 614.4, "assumed: an 8-GPU OAM server with 2x Xeon Platinum 8480+ (8 "
+                                           "channels DDR5-4800 each), 2 TB; MI300X datasheet: PCIe Gen5 x16 host link"),
+    "mi325x": (_PCIE5_GB_S, 2048.0, 614.4, "assumed as mi300x's server; MI325X datasheet: PCIe Gen5 x16"),
+    "mi355x": (_PCIE5_GB_S, 2048.0, 614.4, "assumed as mi300x's server; MI355X datasheet: PCIe Gen5 x16"),
+    "l40s": (_PCIE4_GB_S, 1024.0, 614.4, "L40S datasheet: PCIe Gen4 x16; assumed host: 2 sockets DDR5-4800 "
+                                         "(8 channels each), 1 TB"),
+    "v100-32gb": (_PCIE3_GB_S, 1536.0, 256.0, "DGX-2 datasheet: 1.5 TB, 2x Xeon Platinum 8168 (6 channels "
+                                              "DDR4-2666 = 128 GB/s each); GPUs on PCIe Gen3 x16"),
+}
+# The fraction of the node's DRAM bandwidth a streaming CPU optimizer step reaches (every
+# GPU's CPU-Adam at once over both sockets). Assumed, not fitted: CPU-Adam (Ren et al. 2021,
+# ZeRO-Offload, USENIX ATC §5.1: SIMD, loop unrolling, OpenMP over the cores) is a streaming
+# update bound by memory bandwidth, and a two-socket STREAM triad reaches ~70-80% of the
+# channels' peak; NUMA crossings and the DMA traffic of the links beside it leave less.
+HOST_MEMORY_EFFICIENCY = 0.5
+CATALOG = {
+    name: replace(g, host_link_gb_s=_HOST[name][0], host_memory_gb=_HOST[name][1], host_dram_gb_s=_HOST[name][2],
+                  host_memory_efficiency=HOST_MEMORY_EFFICIENCY, host_source=_HOST[name][3])
+    if name in _HOST else g
+    for name, g in CATALOG.items()
+}
+
+
 def get_gpu(name: str) -> GPUSpec:
     key = name.strip().lower()
     if key not in CATALOG:

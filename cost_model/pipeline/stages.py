@@ -124,6 +124,7 @@ class RankCost:
     # per virtual stage: of chunk_bwd_s, the weight-gradient work (W) the zero-bubble
     # schedules run apart (LayerCost.wgrad_s summed)
     chunk_wgrad_s: tuple[float, ...] = ()
+    host_bytes: float = 0.0  # host memory of this rank's offloaded optimizer states
 
     @property
     def exposed_dp_s(self) -> float:
@@ -231,7 +232,7 @@ def rank_cost(
     V under the V schedules: order.stage_rank)."""
     n_stages = len(slices)
     time = comp = rc = tp = cp = ep = z3 = ppc = bwd = dp = opt = 0.0
-    w = g = o = extra_flops = 0.0
+    w = g = o = host = extra_flops = 0.0
     recomputes = False
     extra_transient = 0.0
     chunk_fwd: list[float] = []
@@ -274,6 +275,7 @@ def rank_cost(
             w += lc.weights_bytes
             g += lc.grads_bytes
             o += lc.optimizer_bytes
+            host += lc.host_bytes
             if split:
                 # a split backward keeps the micro-batch's autograd graph (retain_graph=True)
                 # and its GEMMs' output gradients from the input-gradient op to the
@@ -314,6 +316,7 @@ def rank_cost(
         weights_bytes=w,
         grads_bytes=g,
         optimizer_bytes=o,
+        host_bytes=host,
         activations_bytes=act,
         transient_bytes=transient,
         hardware_extra_flops=extra_flops,

@@ -257,6 +257,15 @@ class GPUSpec:
     # NIC per GPU (catalog.py says which entries; the rule is engines.deepep_rule)
     deepep: bool = False
     nvlink_domain: int | None = None  # GPUs on one NVLink fabric (72 in a GB200 NVL72 rack); None = gpus_per_node
+    # The host side, for offloading (terms/offload.py; catalog.py gives each entry's numbers and
+    # sources): the GPU's link to host memory per direction (PCIe Gen4/5 x16, NVLink-C2C on
+    # Grace parts; 0: no offload is priced), the node's host memory and its DRAM bandwidth, and
+    # the fraction of that bandwidth a streaming CPU optimizer step reaches
+    host_link_gb_s: float = 0.0
+    host_memory_gb: float = 0.0  # per node
+    host_dram_gb_s: float = 0.0  # per node
+    host_memory_efficiency: float = 0.5
+    host_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -277,10 +286,14 @@ class ClusterSpec:
     nics_per_node: int | None = None
     rail_optimized: bool = True
     oversubscription: float = 1.0
+    # host memory per node (GB, 10^9 bytes) for offloaded states; None = the GPU entry's system
+    host_memory_gb: float | None = None
 
     def __post_init__(self):
         if self.nvlink_domain is None:
             object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
+        if self.host_memory_gb is None and self.gpu.host_memory_gb > 0:
+            object.__setattr__(self, "host_memory_gb", self.gpu.host_memory_gb)
         if self.nics_per_node is None:
             object.__setattr__(self, "nics_per_node", self.gpus_per_node)
 
@@ -424,6 +437,9 @@ class ParallelConfig:
         description="with recompute full: recomputed blocks per stage")] = None
     engine: Annotated[Engine, Field(description="the engine that runs this configuration, and so how it is "
                                                 "priced")] = ENGINE_MEGATRON
+    optimizer_offload: Annotated[bool, Strict(), Field(
+        description="optimizer states (fp32 master, moments) and the optimizer step on the host CPU: Megatron "
+        "--optimizer-cpu-offload, DeepSpeed zero_optimization.offload_optimizer (needs zero >= 1)")] = False
 
     def __post_init__(self) -> None:
         if self.schedule is None:  # the default schedule of the degrees (frozen: set once, here)

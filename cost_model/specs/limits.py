@@ -16,5 +16,6 @@ MAX_LOSS_CHUNKS = 1024  # sequence chunks of the loss (torchtitan ChunkedLossWra
 MAX_MOE_IMBALANCE = 64.0  # busiest-rank load / mean and capacity factors: E / top_k bounds both in practice
 MAX_GB_S = 1e6  # link bandwidth, GB/s
 MAX_OVERSUBSCRIPTION = 64.0  # a leaf's downlink : uplink ratio (common: 1, 2, 3, 4)
+MAX_HOST_MEMORY_GB = 1e6  # host memory per node, GB
 MAX_USD_PER_GPU_H = 1e4  # a GPU-hour price (list prices are a few dollars; 10^4 is a typo)
 MAX_TOTAL_TOKENS = 10**18  # tokens to train on (largest published runs: ~4e13)

@@ -54,6 +54,7 @@ from cost_model.terms.dp import (
 )
 from cost_model.terms.ep import block_ep_s, combined_saving_s
 from cost_model.terms.geometry import attention_dtype, geometry
+from cost_model.terms.offload import host_bytes
 from cost_model.terms.params import block_keys, block_params
 from cost_model.terms.states import block_states, layer_state_bytes, optimizer_step_s
 from cost_model.terms.tp import block_tp_bwd_s, block_tp_fwd_s, op_sac_tp_refwd_s, tp_sync_s
@@ -97,6 +98,8 @@ class LayerCost:
     # bytes one micro-batch keeps from the input-gradient op to its weight-gradient op besides
     # its saved activations (geometry.BlockCompute.wgrad_held_bytes)
     wgrad_held_bytes: float = 0.0
+    # host memory of the layer's offloaded optimizer states (ParallelConfig.optimizer_offload)
+    host_bytes: float = 0.0
 
     @property
     def time_s(self) -> float:
@@ -240,6 +243,7 @@ def _block_cost(
         host_wait_s=host_fwd + host_bwd,
         wgrad_s=c.wgrad_s,
         wgrad_held_bytes=c.wgrad_held_bytes,
+        host_bytes=st.host_bytes,
     )
 
 
@@ -272,6 +276,7 @@ def _replicated_layer(
         + tail_s,
         flops_model=flops_model,
         transient_bytes=transient_bytes,
+        host_bytes=host_bytes(t, cfg, params, dp),
     )
 
 
@@ -370,6 +375,7 @@ def _with_mtp(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig,
         flops_model=out.flops_model + 3.0 * flops.mtp_flops(m, cfg.micro_batch_size * t.seq_length, t.seq_length)
         / (cfg.tp * cfg.cp),
         transient_bytes=max(out.transient_bytes, blk.transient_bytes),
+        host_bytes=out.host_bytes + n * (blk.host_bytes + host_bytes(t, cfg, proj_params, dp)),
     )
 
 

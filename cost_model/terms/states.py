@@ -25,6 +25,7 @@ from cost_model.terms.dp import (
     zero3_s,
 )
 from cost_model.terms.geometry import BlockCompute
+from cost_model.terms.offload import host_bytes, offload_step_s
 
 
 def layer_state_bytes(
@@ -32,17 +33,22 @@ def layer_state_bytes(
 ) -> tuple[float, float, float]:
     """Weights, gradients and optimizer states of `params` replicated over a data-parallel
     group of `group` ranks, sharded as the ZeRO stage says over the group, or under hybrid
-    sharding over its shard group (ParallelConfig.shard_size)."""
+    sharding over its shard group (ParallelConfig.shard_size); with the optimizer offload the
+    optimizer states are in host memory (offload.host_bytes), none on the GPU."""
     per = state_bytes_per_param(t, cfg.engine, cfg.zero, cfg.shard_size(group), fp8_weight, pipeline=cfg.pp > 1)
-    return params * per.weights, params * per.grads, params * per.optimizer
+    return params * per.weights, params * per.grads, 0.0 if cfg.optimizer_offload else params * per.optimizer
 
 
 def optimizer_step_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, group: int) -> float:
     """Optimizer step is memory-bound: each owned parameter reads and writes its optimizer
     states, reads its gradient and writes its 16-bit copy (Adam: fused multi-tensor apply).
-    A rank owns 1/shard of a data-parallel group's parameters (layer_state_bytes)."""
-    owned = params / (cfg.shard_size(group) if cfg.zero >= 1 else 1)
+    A rank owns 1/shard of a data-parallel group's parameters (layer_state_bytes). Offloaded,
+    it runs on the host (offload.offload_step_s)."""
+    shard = cfg.shard_size(group)
     k = optimizer_bytes_per_param(t)
+    if cfg.optimizer_offload:
+        return offload_step_s(cluster, t, cfg, params, shard, k)
+    owned = params / (shard if cfg.zero >= 1 else 1)
     g = grad_dtype_bytes(t)
     nbytes = owned * (2 * k + g + kernels.param_gather_bytes(cfg.engine, cluster.gpu, t))
     return compute.memory_bound_time_s(cluster.gpu, nbytes, kernels=1)
@@ -56,6 +62,7 @@ class BlockStates:
     dp_sync_s: float
     zero3_comm_s: float
     optimizer_s: float
+    host_bytes: float = 0.0  # offloaded optimizer states in host memory (offload.host_bytes)
 
 
 def block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, expert: float,
@@ -79,4 +86,5 @@ def block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, ex
     zero3 += zero3_s(cluster, t, cfg, expert, edp_size, estride, 0.0, 0.0, fits) if expert else 0.0
     opt = optimizer_step_s(cluster, t, cfg, dense, dp_size) + optimizer_step_s(cluster, t, cfg, expert, edp_size)
     opt += grad_sync_exposed_s(cluster, t, cfg, [(dense, dp_size, tp), (expert, edp_size, estride)], fits)
-    return BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt)
+    host = host_bytes(t, cfg, dense, dp_size, f8) + host_bytes(t, cfg, expert, edp_size, f8)
+    return BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt, host)

@@ -150,7 +150,15 @@ def config(plan: dict) -> dict:
         cfg["zero_optimization"].update({"overlap_comm": True, "contiguous_gradients": True})
     if zero == 2:
         cfg["zero_optimization"].update(_WORDS["zero2_options"])
-    if zero == 1 and dtype in (DTYPE_BF16, DTYPE_FP8) and t.get("grad_dtype", DTYPE_FP32) == DTYPE_FP32:
+    offload = bool(p.get("optimizer_offload"))
+    if offload:
+        # ZeRO-Offload as priced (cost_model/terms/offload.py): optimizer states and step on the
+        # host in pinned memory (runtime/zero/offload_config.py DeepSpeedZeroOffloadOptimizerConfig,
+        # deepspeed 0.19.8); the engine then steps with DeepSpeedCPUAdam
+        cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        cfg["optimizer"]["params"]["torch_adam"] = False
+    if zero == 1 and dtype in (DTYPE_BF16, DTYPE_FP8) and t.get("grad_dtype", DTYPE_FP32) == DTYPE_FP32 \
+            and not offload:
         # the priced mode (cost_model/engines/support.py DEEPSPEED zero 1: BF16_Optimizer, fp32
         # gradient accumulation, 6 + 12/d): engine.py selects it for bf16 + ZeRO-1 with
         # data_types.grad_accum_dtype fp32 (runtime/constants.py DATA_TYPES / GRAD_ACCUM_DTYPE)

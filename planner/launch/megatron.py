@@ -442,6 +442,18 @@ def precision_args(plan: dict) -> list[str]:
     return a
 
 
+def offload_args(plan: dict) -> list[str]:
+    """The optimizer offload as priced (cost_model/terms/offload.py): every optimizer state on
+    the host (fraction 1.0), the host copies streamed under the CPU steps per parameter
+    (--overlap-cpu-optimizer-d2h-h2d), and --use-precision-aware-optimizer, without which
+    Megatron-LM validate_args refuses --optimizer-cpu-offload (megatron/training/arguments.py
+    "Optimizer CPU offload check"; megatron-core 0.16.1 optimizer/optimizer_config.py)."""
+    if not par(plan).get("optimizer_offload"):
+        return []
+    return ["--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0", "--overlap-cpu-optimizer-d2h-h2d",
+            "--use-precision-aware-optimizer"]
+
+
 def build(plan: dict) -> tuple[list[str], list[str]]:
     require_transformer(plan, TARGET_MEGATRON)
     missing = unexpressed_features(plan["model"])
@@ -527,6 +539,7 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
         notes.append(f"ZeRO-{zero} (Megatron-FSDP) with pp={p['pp']}: Megatron-FSDP does not combine with "
                      "pipeline parallelism; the planner does not propose it")
     a += precision_args(plan)
+    a += offload_args(plan)
     a += model_args(plan)
     # Runnable as-is on synthetic data; swap for --data-path/--tokenizer-model for a real run.
     a += [

@@ -28,6 +28,7 @@ FLOAT8_CONFIGS), so that the run is the program the plan was priced as.
 from __future__ import annotations
 
 from cost_model.engines import support as engines
+from cost_model.engines.offload import optimizer_offload_rule
 from cost_model.specs.vocab import (
     DISPATCHER_ALLTOALL,
     DTYPE_BF16,
@@ -214,6 +215,8 @@ def applicable(plan: dict) -> tuple[str, str]:
         )
     else:
         problems += _dtype_problems(plan, PRESETS[name][1])
+    if (plan.get("parallelism") or {}).get("optimizer_offload"):
+        problems.append(str(optimizer_offload_rule(ENGINE_TORCHTITAN, 1)))
     if problems:
         raise NotApplicable("torchtitan: " + "; ".join(problems))
     return PRESETS[name]

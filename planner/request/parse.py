@@ -176,6 +176,7 @@ def cluster_spec(c: rq.Cluster) -> ClusterSpec:
         rail_optimized=rail,
         oversubscription=c.oversubscription if c.oversubscription is not None else (
             system.oversubscription if system else 1.0),
+        host_memory_gb=c.host_memory_gb,
     )
     validate_cluster(spec)
     return spec

@@ -51,6 +51,7 @@ from cost_model.specs.limits import (
     MAX_GPUS_PER_NODE,
     MAX_HEADS,
     MAX_HIDDEN,
+    MAX_HOST_MEMORY_GB,
     MAX_LAYERS,
     MAX_LOSS_CHUNKS,
     MAX_MOE_IMBALANCE,
@@ -421,6 +422,8 @@ class Cluster(_Strict):
                                            "fabric; default 1 (non-blocking)", examples=[1.0])
     intra_node_latency_s: float | None = Field(None, ge=0, le=1.0, description="collective latency inside a node; default the GPU's", examples=[5e-6])
     inter_node_latency_s: float | None = Field(None, ge=0, le=1.0, description="collective latency across nodes; default the GPU's", examples=[1e-5])
+    host_memory_gb: float | None = Field(None, gt=0, le=MAX_HOST_MEMORY_GB, description="host (CPU) memory per node, GB, "
+                                         "for offloaded optimizer states; default the GPU's system (catalog)", examples=[2048.0])
     profile_id: str | None = Field(None, max_length=64, description="REST: a profile stored with POST /v1/profiles", examples=["prof_0123"])
     price_per_gpu_hour: float | None = Field(
         None, gt=0, le=MAX_USD_PER_GPU_H, description="USD per GPU-hour (your contract price) for the plan's "
@@ -534,6 +537,9 @@ class Search(_Strict):
     moe_dispatcher: _choice(MoeDispatcher, [DISPATCHER_ALLTOALL, DISPATCHER_DEEPEP], "MoE token dispatcher: alltoall (NCCL) "
                             "or deepep (Megatron-Core's flex dispatcher with DeepEP, which the job must have "
                             "installed; DGX/HGX nodes of 8 GPUs)", null="alltoall alone (list deepep to search it)")
+    optimizer_offload: _choice(bool, [False], "optimizer states and step on the host CPU (Megatron "
+                               "--optimizer-cpu-offload, DeepSpeed offload_optimizer)",
+                               null="searched where the engine runs it and the layout does not fit without it")
     memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom)", examples=[0.05])
     top_k: int = Field(3, ge=1, le=MAX_TOP_K, description="plans to keep (best + alternatives)", examples=[3])
     time_limit_s: float | None = Field(None, gt=0, le=MAX_TIME_LIMIT_S,

@@ -83,6 +83,9 @@ class Incumbent:
         c = normalise(c, table, rcs)
         cfg = to_config(c, counts, rcs)
         est = compose(prob.model, prob.cluster, prob.training, cfg, table, slices_from_counts(counts, cfg.recompute_layers))
+        mem = est.prediction.memory
+        if mem.host_gib > mem.host_capacity_gib * (1 - prob.space.memory_headroom):
+            return  # its offloaded states do not fit the nodes' host memory (the stage ILP does not see it)
         key = distinct_key(c)
         same = [f for f in found if distinct_key(f.candidate) == key]
         if same and same[0].estimate.prediction.step_time_s <= est.prediction.step_time_s:
@@ -113,11 +116,11 @@ def distinct_key(c: Candidate) -> tuple:
     recompute and schedule kind. vpp, sequence parallelism, the context-parallel
     communication, the MoE dispatcher and overlap are variants of one line."""
     return (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.micro_batch_size, c.zero, c.dp_replicate, c.recompute, c.schedule,
-            c.engine)
+            c.engine, c.optimizer_offload)
 
 
 def tiebreak(c: Candidate) -> tuple:
     """Among equal times prefer simpler plans: less model parallelism, less sharding."""
     return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.dp_replicate > 1, c.recompute != RECOMPUTE_NONE, c.micro_batch_size,
             c.moe_a2a_overlap, get_engine(c.engine).cp_variants.index(c.cp_comm) if c.cp_comm else 0,
-            c.moe_dispatcher != DISPATCHER_ALLTOALL)
+            c.moe_dispatcher != DISPATCHER_ALLTOALL, c.optimizer_offload)

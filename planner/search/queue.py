@@ -9,10 +9,11 @@ import math
 from dataclasses import replace
 from typing import Literal, NamedTuple
 
+from cost_model.engines.states import optimizer_bytes_per_param, state_bytes_per_param
 from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.specs.results import GIB
 from cost_model.specs.vocab import DISPATCHER_ALLTOALL, ENGINE_MEGATRON, RECOMPUTE_FULL
-from cost_model.terms import memory
+from cost_model.terms import memory, offload
 from cost_model.terms.layers import LayerTable
 from planner.bounds import (
     base_memory_bound_bytes,
@@ -33,6 +34,7 @@ from planner.space import (
     degree_groups,
     dispatcher_values,
     micro_batch_values,
+    offload_twin,
     sequence_parallel_values,
 )
 
@@ -40,7 +42,7 @@ from planner.space import (
 # candidate with its base-table bound (cheap, every candidate of an expanded group), or a
 # candidate refined with its own table and the tight bound (it reached the front once already).
 Stage = Literal["group", "base_bound", "refined"]
-Order = tuple[int, int]  # (group index, index in the group; -1 for the group itself)
+Order = tuple[int, int]  # (group index, index in the group; -1 for the group itself, -2 - i for the offloaded twin of i)
 
 
 class Entry(NamedTuple):
@@ -103,6 +105,7 @@ class Frontier:
         # with its micro-batch size blanked.
         self.too_big_mb: dict[tuple, int] = {}
         self.mem_lbs: dict[Candidate, float] = {}  # base memory bound per candidate (overlap setting off)
+        self.base_params: dict[int, float] = {}  # parameters per TP rank of a base table (_offload_tail_s)
 
     # --- degree groups
 
@@ -158,49 +161,96 @@ class Frontier:
     def expand(self, e: Entry) -> None:
         """Queue the candidates of a group with their base bounds (memory pruned here)."""
         ctx = self.ctx
-        prob, stats, tables, best = ctx.prob, ctx.stats, ctx.tables, ctx.best
-        B = self.batch
+        prob, stats = ctx.prob, ctx.stats
         gi, g = e.order[0], e.candidate
         for j, c in enumerate(ctx.seams.group_candidates(prob.model, prob.training, prob.space, g, prob.profile)):
             ctx.deadline.check("a degree group's expansion")
             stats.candidates += 1
-            # the base memory bound does not depend on the overlapped all-to-all (its extra
-            # warm-up micro-batch is left out of the bound): the two settings share it
-            mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute,
-                      c.cp_comm, c.moe_dispatcher)
-            if c.micro_batch_size >= self.too_big_mb.get(mb_key, math.inf):
-                stats.pruned_memory += 1
+            if self._consider(e, (gi, j), c) != "memory":
                 continue
-            m = B // (c.dp * c.micro_batch_size)
-            base_table, base_sums = tables.base(c)
-            least = self.per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.cp_comm))
-            # 1e-9: float rounding between the group's table and this candidate's
-            if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
-                self.monotone_ok = False  # the group bounds may have pruned too much: claim nothing
-            bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m))
-            if not best.can_change(c, bound / ctx.caps.final_keep):  # a later phase would not search it either
-                if not best.widen and best.k > 1 and best.can_change(c, bound / ctx.caps.final_keep, widened=True):
-                    # a runner-up at most: searched once the best plan is proven (widen)
-                    heapq.heappush(self.later, Entry(bound, (gi, j), "base_bound", c))
-                    continue
-                self.set_aside(bound)
-                stats.pruned_time += 1  # no faster than the plans kept: its memory bound is not needed
-                continue
-            twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
-            mem_lb = self.mem_lbs.get(twin)
-            if mem_lb is None:
-                reserved = memory.reserved_bytes(c, prob.model, prob.training)
-                mem_lb = self.mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved,
-                                                                          ctx.deadline)
-            stats.note_memory(mem_lb / GIB, c)
-            if mem_lb > self.cap:
-                stats.pruned_memory += 1
-                self.too_big_mb[mb_key] = min(c.micro_batch_size, self.too_big_mb.get(mb_key, math.inf))
-                continue
-            heapq.heappush(self.queue, Entry(fit_key(c) if self.rescue else bound, (gi, j), "base_bound", c))
-            if not self.rescue:
-                heapq.heappush(self.pool, Entry(bound, (gi, j), "base_bound", c))
-            self.queued += 1
+            # too big: its twin with the optimizer on the host, where the engine has one (the
+            # space holds it only here: bounds.offload_may_pay), bounded by the candidate's
+            # pipeline bound and its offloaded optimizer step
+            twin = offload_twin(prob.space, c, prob.training)
+            if twin is not None:
+                stats.candidates += 1
+                # an order of its own (-1 is the group's)
+                self._consider(e, (gi, -2 - j), twin, self._offload_tail_s(twin))
+
+    def _offload_tail_s(self, c: Candidate) -> float:
+        """A lower bound on the offloaded candidate's step tail: the step ends with the slowest
+        rank's optimizer step (stages.step_time_s), at least the mean over the pp ranks of the
+        offloaded steps of all parameters, each rank's shard no smaller than parameters / (dp x
+        cp) (expert weights shard over fewer ranks); the offloaded step is linear in the
+        parameters (terms/offload.py). The parameters per TP rank: the base table's unsharded
+        optimizer bytes over the engine's bytes per parameter."""
+        prob = self.ctx.prob
+        base_table, _ = self.ctx.tables.base(c)
+        key = id(base_table)
+        params = self.base_params.get(key)
+        if params is None:
+            k = state_bytes_per_param(prob.training, c.engine, 0, 1).optimizer
+            layers = (*base_table.blocks, base_table.embedding, base_table.output)
+            params = self.base_params[key] = sum(x.optimizer_bytes for x in layers) / k
+        shard = c.shard_size(c.dp * c.cp)
+        step_s = offload.offload_step_s(prob.cluster, prob.training, c, params, shard,
+                                        optimizer_bytes_per_param(prob.training))
+        return step_s / c.pp
+
+    def _consider(self, e: Entry, order: Order, c: Candidate, tail_s: float = 0.0) -> str:
+        """Queue one candidate of an expanded group with its base bound (plus `tail_s`, a lower
+        bound on its step's tail where known), or prune it: "queued", "time" (pruned by its
+        time bound, or set aside as a runner-up) or "memory" (its memory bound rules it out)."""
+        ctx = self.ctx
+        prob, stats, tables, best = ctx.prob, ctx.stats, ctx.tables, ctx.best
+        # the base memory bound does not depend on the overlapped all-to-all (its extra
+        # warm-up micro-batch is left out of the bound): the two settings share it
+        mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute,
+                  c.cp_comm, c.moe_dispatcher, c.optimizer_offload)
+        if c.micro_batch_size >= self.too_big_mb.get(mb_key, math.inf):
+            stats.pruned_memory += 1
+            return "memory"
+        m = self.batch // (c.dp * c.micro_batch_size)
+        base_table, base_sums = tables.base(c)
+        least = self.per_sample.get((c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.cp_comm))
+        # 1e-9: float rounding between the group's table and this candidate's
+        if least is not None and per_sample_time_s(base_sums, c.micro_batch_size) < least * (1 - 1e-9):
+            self.monotone_ok = False  # the group bounds may have pruned too much: claim nothing
+        bound = max(e.bound_s, base_time_bound_s(base_sums, base_table, c, m) + tail_s)
+        if not best.can_change(c, bound / ctx.caps.final_keep):  # a later phase would not search it either
+            if not best.widen and best.k > 1 and best.can_change(c, bound / ctx.caps.final_keep, widened=True):
+                # a runner-up at most: searched once the best plan is proven (widen)
+                heapq.heappush(self.later, Entry(bound, order, "base_bound", c))
+                return "time"
+            self.set_aside(bound)
+            stats.pruned_time += 1  # no faster than the plans kept: its memory bound is not needed
+            return "time"
+        twin = replace(c, moe_a2a_overlap=False) if c.moe_a2a_overlap else c
+        mem_lb = self.mem_lbs.get(twin)
+        if mem_lb is None:
+            reserved = memory.reserved_bytes(c, prob.model, prob.training)
+            mem_lb = self.mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved,
+                                                                      ctx.deadline)
+        stats.note_memory(mem_lb / GIB, c)
+        if mem_lb > self.cap or (c.optimizer_offload and self._host_too_small(c)):
+            stats.pruned_memory += 1
+            self.too_big_mb[mb_key] = min(c.micro_batch_size, self.too_big_mb.get(mb_key, math.inf))
+            return "memory"
+        heapq.heappush(self.queue, Entry(fit_key(c) if self.rescue else bound, order, "base_bound", c))
+        if not self.rescue:
+            heapq.heappush(self.pool, Entry(bound, order, "base_bound", c))
+        self.queued += 1
+        return "queued"
+
+    def _host_too_small(self, c: Candidate) -> bool:
+        """The node's host memory cannot hold its GPUs' offloaded states: the fullest rank holds
+        at least the average of the model's host bytes over the pipeline ranks
+        (offload.host_need_bytes; the plan's exact need is checked when it is recorded)."""
+        prob = self.ctx.prob
+        table = self.ctx.tables.get(c)
+        total = sum(b.host_bytes for b in table.blocks) + table.embedding.host_bytes + table.output.host_bytes
+        need = offload.host_need_bytes(prob.cluster, total / c.pp)
+        return need > offload.host_capacity_bytes(prob.cluster) * (1 - prob.space.memory_headroom)
 
     # --- candidates
 

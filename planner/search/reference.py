@@ -6,16 +6,17 @@ from __future__ import annotations
 import time
 
 from cost_model.engines.support import get_engine
+from cost_model.pipeline.rank_costs import capacity_bytes
 from cost_model.specs.results import GIB
 from cost_model.specs.vocab import RECOMPUTE_FULL, STATUS_OPTIMAL
 from cost_model.terms import memory
 from planner import exhaustive as brute
-from planner.bounds import memory_bound_bytes
+from planner.bounds import memory_bound_bytes, offload_may_pay
 from planner.search.incumbent import Incumbent
 from planner.search.policy import SearchPolicy
 from planner.search.results import Problem, Progress, Reporter, SearchResult, SearchStats
 from planner.search.tables import LayerTables, stage_problem
-from planner.space import Candidate, enumerate_candidates
+from planner.space import Candidate, enumerate_candidates, offload_twin
 
 
 class _Tally:
@@ -46,6 +47,12 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     tables = LayerTables(prob)
     cands = list(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile,
                                       dominance=False))
+    listed = set(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
+    # the space's offloaded twins: of the candidates the search lists, where they do not fit
+    # (bounds.offload_may_pay; queue.py expand makes the same)
+    twins = _offload_twins(prob, tables, [c for c in cands if c in listed])
+    cands += twins
+    listed |= set(twins)
     L = prob.model.num_layers
     work = brute.check_size((L, c.pp * c.vpp, c.pp, c.recompute == RECOMPUTE_FULL,
                              get_engine(c.engine).empty_ends) for c in cands)
@@ -53,7 +60,6 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
     # the top-k's lines are the non-dominated candidates' (space.dominant_options: a dominated
     # option is never faster nor lighter than the one that drops it, so it is no alternative);
     # the optimum is taken over every candidate, so a wrong dominance rule shows as a better best
-    listed = set(enumerate_candidates(prob.model, prob.cluster, prob.training, prob.space, prob.profile))
     optimum = Incumbent(prob, 1)
     after_s = policy.progress_after_s if progress_after_s is None else progress_after_s
     every_s = policy.progress_every_s if progress_every_s is None else progress_every_s
@@ -74,6 +80,20 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
         _least_memory(prob, tables, cands, stats)
     stats.solve_time_s = time.perf_counter() - t0
     return SearchResult(best.found, stats, STATUS_OPTIMAL, 0.0)
+
+
+def _offload_twins(prob: Problem, tables: LayerTables, cands) -> list[Candidate]:
+    """The offloaded twins the space holds for `cands` (bounds.offload_may_pay: where the
+    candidate does not fit; the search makes them in queue.py expand)."""
+    cap = capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom)
+    out = []
+    for c in cands:
+        twin = offload_twin(prob.space, c, prob.training)
+        m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
+        if twin is not None and offload_may_pay(tables.base(c)[1], prob.training, c, m,
+                                                memory.reserved_bytes(c, prob.model), cap):
+            out.append(twin)
+    return out
 
 
 def _least_memory(prob: Problem, tables: LayerTables, cands: list[Candidate], stats: SearchStats) -> None:

@@ -28,7 +28,7 @@ def table_key(c: Candidate) -> tuple:
     """What the candidate's per-layer cost table depends on (not pp, vpp, the schedule or the
     recompute setting: those are the pipeline's)."""
     return (c.dp, c.tp, c.cp, c.ep, c.sequence_parallel, c.zero, c.dp_replicate, c.micro_batch_size, c.engine,
-            c.etp, c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher)
+            c.etp, c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher, c.optimizer_offload)
 
 
 class LayerTables:

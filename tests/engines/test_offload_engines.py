@@ -1,0 +1,77 @@
+"""The engines' own code takes the emitted optimizer offload: megatron-core's OptimizerConfig
+(with Megatron-LM validate_args' offload rule: --use-precision-aware-optimizer, the
+distributed optimizer), DeepSpeedConfig's offload_optimizer block; torchtitan 0.3.0 has no
+optimizer-only offload and the launch refuses it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from functools import cache
+
+import pytest
+
+from planner import service
+from planner.launch import data
+
+from .conftest import fake_world
+from .test_megatron import parse_flags
+
+H100x8 = {"gpu": "h100-sxm", "num_gpus": 8}
+
+
+@cache
+def _plan(engine: str, model: str, seq: int) -> dict:
+    return service.plan({"model": {"name": model}, "engine": engine, "cluster": H100x8,
+                         "training": {"global_batch_size": 64, "seq_length": seq},
+                         "search": {"optimizer_offload": [True]}})
+
+
+def test_megatron_optimizer_config_takes_the_offload(monkeypatch):
+    pytest.importorskip("megatron.core")
+    from megatron.core.optimizer import OptimizerConfig, optimizer_config
+
+    # Transformer Engine is not installed here; a Megatron job has it (>= 2.1: __post_init__ asks)
+    monkeypatch.setattr(optimizer_config, "is_te_min_version", lambda *a, **k: True)
+
+    plan = _plan("megatron", "llama3-70b", 8192)
+    assert plan["parallelism"]["optimizer_offload"]
+    args = plan["launch"]["megatron"]["args"]
+    known = data.names("megatron_flags.txt")
+    assert all(f in known for f in ("--optimizer-cpu-offload", "--optimizer-offload-fraction",
+                                    "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"))
+    flags = parse_flags(args)
+    # Megatron-LM validate_args, "Optimizer CPU offload check" (megatron/training/arguments.py @d98e8a64ddf3)
+    assert flags["optimizer_cpu_offload"] and flags["use_precision_aware_optimizer"]
+    names = {f.name for f in dataclasses.fields(OptimizerConfig)}
+    kw = {k: v for k, v in flags.items() if k in names}
+    assert kw["optimizer_offload_fraction"] == 1.0 and kw["use_distributed_optimizer"]
+    cfg = OptimizerConfig(**kw)  # __post_init__: precision-aware needs adam and the distributed optimizer
+    assert cfg.optimizer_cpu_offload and cfg.overlap_cpu_optimizer_d2h_h2d and cfg.decoupled_weight_decay
+    with pytest.raises(AssertionError):
+        OptimizerConfig(**{**kw, "use_distributed_optimizer": False})  # what zero 0 would emit
+
+
+def test_deepspeed_config_takes_the_offload_block(tmp_path):
+    pytest.importorskip("deepspeed")
+    import deepspeed.comm
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum
+
+    plan = _plan("deepspeed", "llama3-8b", 8192)
+    p = plan["parallelism"]
+    assert p["optimizer_offload"] and p["zero"] >= 1
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(plan["launch"]["deepspeed"]["config"]))
+    with fake_world(0, p["dp"]):
+        deepspeed.comm.init_distributed(dist_backend="fake", auto_mpi_discovery=False)
+        ds = DeepSpeedConfig(str(path))
+    off = ds.zero_config.offload_optimizer
+    assert off is not None and off.device == OffloadDeviceEnum.cpu and off.pin_memory
+    assert ds.zero_optimization_stage == p["zero"]
+
+
+def test_torchtitan_refuses_the_offload():
+    """The Megatron plan's torchtitan artifact is skipped, with the reason."""
+    skipped = _plan("megatron", "llama3-70b", 8192)["launch"]["skipped"]
+    assert "enable_cpu_offload" in skipped["torchtitan"]
