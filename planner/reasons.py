@@ -6,6 +6,7 @@ import itertools
 import math
 
 from cost_model.engines.support import engine_supports, get_engine, schedule_probe_vpp
+from cost_model.estimate import interval_band
 from cost_model.hardware.catalog import CATALOG
 from cost_model.model import attention
 from cost_model.specs.inputs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
@@ -396,6 +397,7 @@ def infeasible_details(stats, space, model: ModelSpec, cluster: ClusterSpec, tra
         "least_memory_gib": round(stats.min_memory_gib, 2) if stats.min_memory_gib != float("inf") else None,
     }
     engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
+    details["memory_upper_factor"] = interval_band(model, cluster, engine).memory_upper
     rules = engine_restrictions(engine, space)
     if rules:
         details["engine"] = engine
@@ -475,6 +477,8 @@ def memory_suggestions(need_gib: float, space, model: ModelSpec, cluster: Cluste
     act here (ZeRO needs dp x cp > 1, CP an even split of the sequence); larger pins; a shorter
     sequence; a GPU whose memory could hold the plan."""
     engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
+    # the search keeps the upper bound of the peak within the usable memory (estimate.interval_band)
+    need_gib *= interval_band(model, cluster, engine).memory_upper
     ratio = need_gib / max(cluster.gpu.memory_gib * (1 - space.memory_headroom), 1e-9)
     out = []
     if _more_gpus_help(space):

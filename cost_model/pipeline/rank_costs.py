@@ -51,9 +51,11 @@ from cost_model.terms.layers import LayerCost, LayerTable
 from cost_model.terms.overlap import dp_window_factor, overlap_hidden_s, overlap_window_s
 
 
-def capacity_bytes(memory_gib: float, headroom: float) -> float:
-    """Usable memory of one GPU: its capacity less the requested headroom fraction."""
-    return memory_gib * GIB * (1.0 - headroom)
+def capacity_bytes(memory_gib: float, headroom: float, memory_upper: float = 1.0) -> float:
+    """Usable memory of one GPU for the point estimate of a peak: its capacity less the
+    requested headroom fraction, over the upper bound's factor on the peak
+    (intervals.Band.memory_upper), so that the bound, not the point, stays within it."""
+    return memory_gib * GIB * (1.0 - headroom) / memory_upper
 
 
 @dataclass(frozen=True)
