@@ -22,7 +22,7 @@ from cost_model.hardware.prices import GpuPrice
 from cost_model.model.flops import active_params, total_params
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import LayerListSpec, ParallelConfig, TransformerSpec
-from cost_model.specs.results import Estimate
+from cost_model.specs.results import GIB, Estimate
 from cost_model.specs.vocab import (
     DISPATCHER_ALLTOALL,
     DISPATCHER_DEEPEP,
@@ -63,6 +63,7 @@ from planner.request.parse import (
 from planner.request.schema import CheckRequest, EstimateRequest, PlanRequest, Search
 from planner.schedule import schedule_block, schedule_gain_reason, schedule_reason
 from planner.search import Problem, Progress, search
+from planner.search.tables import search_capacity_bytes
 from planner.space import search_space
 
 Request = TypeVar("Request", bound=BaseModel)
@@ -149,8 +150,8 @@ def dispatcher_hint(prob: Problem, cfg, est) -> str | None:
         alt = estimate_config(m, c, prob.training, replace(cfg, moe_dispatcher=DISPATCHER_DEEPEP), prob.profile)
     except SpecError:  # a rule of DeepEP's the plan's configuration breaks: nothing to say
         return None
-    usable = c.gpu.memory_gib * (1 - prob.space.memory_headroom)
-    if alt.prediction.step_time_s >= est.prediction.step_time_s or alt.prediction.memory.peak_upper_gib > usable:
+    usable = search_capacity_bytes(prob, cfg.engine) / GIB  # what the search lets a point estimate use
+    if alt.prediction.step_time_s >= est.prediction.step_time_s or alt.prediction.memory.peak_gib > usable:
         return None
     return (f"with DeepEP (search.moe_dispatcher: [deepep]; the job must have DeepEP installed) this plan's expert "
             f"communication would be {alt.prediction.breakdown.ep_comm_s:.3g} s instead of "

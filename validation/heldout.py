@@ -98,12 +98,12 @@ class Row:
 def _nar_rows(path: Path) -> list[Row]:
     out = []
     for raw in csv.DictReader(path.open()):
-        gpu = nar._gpu_name(raw)
+        gpu, n = nar._gpu_name(raw), int(raw["num_gpus"])
         spec = catalog.get_gpu(gpu)
-        n = int(raw["num_gpus"])
         engine = V.ENGINE_DEEPSPEED if "zero-3" in raw.get("zero_or_distopt", "").lower() else V.ENGINE_MEGATRON
         out.append(Row(
-            file=path.name, id=f"{raw['table_ref']} {raw['model']}", source=f"NAR21 {raw['table_ref']}",
+            # the id names the GPU count: Table 2 runs each model at three
+            file=path.name, id=f"{raw['table_ref']} {raw['model']} x{n}", source=f"NAR21 {raw['table_ref']}",
             # the head-to-head key: Table 2 names the same model "(ZeRO-3 (no MP))" and "(PTD-P)"
             model=re.sub(r"\s*\(.*\)$", "", raw["model"]), gpu=gpu, num_gpus=n, seq_len=int(raw["seq_len"]),
             dtype=raw.get("precision", ""), tokens_per_step=int(raw["global_batch_seqs"]) * int(raw["seq_len"]),
@@ -474,6 +474,9 @@ def load_rows(files: list[Path]) -> list[Row]:
     rows = _nar_rows(nar.DEFAULT_CSV)
     for f in files:
         rows += _modern_rows(f)
+    ids = [r.id for r in rows]
+    if len(set(ids)) != len(ids):
+        raise SystemExit(f"row ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
     for r in rows:
         p = predict(r)
         if p is None:

@@ -20,7 +20,9 @@ the checked engine does). Without the file: DEFAULT_* below, wider, stated.
 
 Step time: p10 = point x min(1, ratio p10), p90 = point x max(1, ratio p90) (so the point lies
 inside its band). Memory: upper = peak x max(1, the largest ratio): no published peak of the
-bucket lies above it. "Fits" compares the upper bound with the capacity.
+bucket lies above it. "Fits" compares the upper bound with the capacity, and the planner's
+search lets a point estimate use capacity x min(1 - headroom, 1 / memory_upper)
+(cost_model/pipeline/rank_costs.capacity_bytes), so every plan it keeps fits by the bound.
 """
 
 from __future__ import annotations

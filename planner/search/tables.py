@@ -82,9 +82,10 @@ class LayerTables:
 
 
 def search_capacity_bytes(prob: Problem, engine: str) -> float:
-    """The memory a plan's point estimate may use: capacity less headroom, over the upper
-    bound's factor of this engine, GPU family and regime (estimate.interval_band), so that a
-    plan the search keeps is one whose `fits` (the bound within capacity) holds."""
+    """The memory a plan's point estimate may use: capacity less headroom, or less where the
+    upper bound's factor of this engine, GPU family and regime (estimate.interval_band) asks
+    for more (rank_costs.capacity_bytes), so that a plan the search keeps is one whose `fits`
+    (the bound within capacity) holds."""
     band = interval_band(prob.model, prob.cluster, engine)
     return capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom, band.memory_upper)
 
