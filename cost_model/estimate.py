@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cost_model.hardware import intervals
 from cost_model.hardware.compute import mfu_peak_flops, peak_flops
 from cost_model.model import flops
 from cost_model.pipeline.order import stage_rank
@@ -107,9 +108,11 @@ def compose(
     capacity = cluster.memory_bytes
     host_need = offload.host_need_bytes(cluster, max(r.host_bytes for r in ranks))
     host_capacity = offload.host_capacity_bytes(cluster)
+    band = interval_band(model, cluster, cfg.engine)
     mem = MemoryBreakdown(
         peak_gib=peak_rank.peak_bytes / GIB,
         capacity_gib=capacity / GIB,
+        peak_upper_gib=peak_rank.peak_bytes * band.memory_upper / GIB,
         weights_gib=peak_rank.weights_bytes / GIB,
         grads_gib=peak_rank.grads_bytes / GIB,
         optimizer_gib=peak_rank.optimizer_bytes / GIB,
@@ -140,18 +143,33 @@ def compose(
         mfu_fp8_peak=mfu_fp8,
         hfu=hfu,
         tflops_per_gpu=(model_f + extra) / step / n_gpus / 1e12,
+        step_time_s_p10=step * band.time_low,
+        step_time_s_p90=step * band.time_high,
+        interval_source=band.source,
         breakdown=breakdown,
         memory=mem,
     )
     return Estimate(
         prediction=prediction,
         stages=tuple(stages),
-        fits=peak_rank.peak_bytes <= capacity and host_need <= host_capacity,
+        fits=fits_with_bound(peak_rank.peak_bytes, capacity, band) and host_need <= host_capacity,
         num_micro_batches=m,
         memory_per_rank_gib=tuple(r.peak_bytes / GIB for r in ranks),
         sources=dict(table.sources),
         notes=_host_bound_notes(table, cfg, m) + _offload_notes(cfg, tail.optimizer_s, host_need, host_capacity),
     )
+
+
+def interval_band(model: specs.ModelSpec, cluster: specs.ClusterSpec, engine: str) -> intervals.Band:
+    """The prediction interval of this run: its engine, GPU family and regime (MoE or dense,
+    one NVLink domain or more), intervals.band."""
+    moe = getattr(model, "moe", None) is not None
+    return intervals.band_of(engine, cluster.gpu.name, moe, cluster.num_gpus, cluster.nvlink_domain)
+
+
+def fits_with_bound(peak_bytes: float, capacity_bytes: float, band: intervals.Band) -> bool:
+    """The memory verdict: the upper bound of the peak (not the point estimate) within capacity."""
+    return peak_bytes * band.memory_upper <= capacity_bytes
 
 
 def _host_bound_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int) -> tuple[str, ...]:

@@ -14,6 +14,8 @@ Formulas (Economics' field descriptions say the same):
   steps             = ceil(total_tokens / tokens_per_step)   (the last step is a whole step)
   time_to_train_s   = steps x step_time_s / goodput
   cost_usd          = time_to_train_s / S_PER_H x cluster_usd_per_h
+The interval: time_to_train and cost are linear in the step time, so their p10 / p90 are the
+same formulas at the prediction's step_time_s_p10 / _p90 (cost_model/hardware/intervals.py).
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ def costing(cluster: Cluster, training: Training, gpu: str, user_prices: dict[st
     return Costing(usd, source, why, training.total_tokens, training.goodput)
 
 
-def economics(c: Costing, step_time_s: float, global_batch_size: int, seq_length: int, num_gpus: int) -> Economics:
-    """The Economics block of a plan whose step takes `step_time_s` (formulas: module docstring)."""
+def economics(c: Costing, step_time_s: float, global_batch_size: int, seq_length: int, num_gpus: int,
+              step_time_s_p10: float | None = None, step_time_s_p90: float | None = None) -> Economics:
+    """The Economics block of a plan whose step takes `step_time_s`, with the interval of the
+    time to train and its cost where the step time's p10 / p90 are given (module docstring)."""
     tokens_per_step = global_batch_size * seq_length
     wall_s_per_step = step_time_s / c.goodput
     reasons = [] if c.no_price_reason is None else [c.no_price_reason]
@@ -69,7 +73,13 @@ def economics(c: Costing, step_time_s: float, global_batch_size: int, seq_length
         tokens_per_dollar = tokens_per_step / (wall_s_per_step / S_PER_H * cluster_usd_per_h)
         if time_s is not None:
             cost_usd = time_s / S_PER_H * cluster_usd_per_h
+    band: dict[str, float | None] = {}
+    for q, t in (("p10", step_time_s_p10), ("p90", step_time_s_p90)):
+        scale = None if (t is None or time_s is None) else t / step_time_s
+        band[f"time_to_train_h_{q}"] = None if scale is None else time_s * scale / S_PER_H
+        band[f"cost_usd_{q}"] = None if (scale is None or cost_usd is None) else cost_usd * scale
     return Economics(
+        **band,
         usd_per_gpu_h=c.usd_per_gpu_h, price_source=c.price_source, goodput=c.goodput,
         tokens_per_step=tokens_per_step, cluster_usd_per_h=cluster_usd_per_h, tokens_per_dollar=tokens_per_dollar,
         total_tokens=c.total_tokens, steps=steps, time_to_train_s=time_s,

@@ -152,6 +152,10 @@ class Economics(Record):
     time_to_train_s: float | None = Field(None, description="steps x step_time_s / goodput")
     time_to_train_h: float | None = Field(None, description="time_to_train_s / 3600")
     cost_usd: float | None = Field(None, description="time_to_train_h x cluster_usd_per_h")
+    time_to_train_h_p10: float | None = Field(None, description="time_to_train_h at the prediction's step_time_s_p10")
+    time_to_train_h_p90: float | None = Field(None, description="time_to_train_h at the prediction's step_time_s_p90")
+    cost_usd_p10: float | None = Field(None, description="cost_usd at the prediction's step_time_s_p10")
+    cost_usd_p90: float | None = Field(None, description="cost_usd at the prediction's step_time_s_p90")
     reasons: list[str] = Field(default_factory=list, description="why a field is null")
 
 

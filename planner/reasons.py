@@ -7,10 +7,12 @@ import math
 
 from cost_model.engines.offload import OFFLOAD_NAMES
 from cost_model.engines.support import engine_supports, get_engine, schedule_probe_vpp
+from cost_model.estimate import interval_band
 from cost_model.hardware.catalog import CATALOG
 from cost_model.model import attention
+from cost_model.pipeline.rank_costs import capacity_bytes
 from cost_model.specs.inputs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
-from cost_model.specs.results import Estimate
+from cost_model.specs.results import GIB, Estimate
 from cost_model.specs.vocab import (
     COUNTS_UNIFORM,
     DISPATCHER_DEEPEP,
@@ -430,6 +432,7 @@ def infeasible_details(stats, space, model: ModelSpec, cluster: ClusterSpec, tra
         "least_memory_gib": round(stats.min_memory_gib, 2) if stats.min_memory_gib != float("inf") else None,
     }
     engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
+    details["memory_upper_factor"] = interval_band(model, cluster, engine).memory_upper
     rules = engine_restrictions(engine, space)
     if rules:
         details["engine"] = engine
@@ -509,7 +512,10 @@ def memory_suggestions(need_gib: float, space, model: ModelSpec, cluster: Cluste
     act here (ZeRO needs dp x cp > 1, CP an even split of the sequence); larger pins; a shorter
     sequence; a GPU whose memory could hold the plan."""
     engine = (space.allowed.get("engine") or (ENGINE_MEGATRON,))[0]
-    ratio = need_gib / max(cluster.gpu.memory_gib * (1 - space.memory_headroom), 1e-9)
+    # the memory the search lets a plan's point estimate use (rank_costs.capacity_bytes)
+    usable_gib = capacity_bytes(cluster.gpu.memory_gib, space.memory_headroom,
+                                interval_band(model, cluster, engine).memory_upper) / GIB
+    ratio = need_gib / max(usable_gib, 1e-9)
     out = []
     if _more_gpus_help(space):
         out.append(f"about {max(2, int(ratio + 0.999))}x more GPUs (more pipeline/tensor stages share the model states)")

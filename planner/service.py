@@ -23,7 +23,7 @@ from cost_model.hardware.prices import GpuPrice
 from cost_model.model.flops import active_params, total_params
 from cost_model.specs.errors import SpecError
 from cost_model.specs.inputs import LayerListSpec, ParallelConfig, TransformerSpec
-from cost_model.specs.results import Estimate
+from cost_model.specs.results import GIB, Estimate
 from cost_model.specs.vocab import (
     DISPATCHER_ALLTOALL,
     DISPATCHER_DEEPEP,
@@ -65,6 +65,7 @@ from planner.request.parse import (
 from planner.request.schema import CheckRequest, EstimateRequest, PlanRequest, Search
 from planner.schedule import schedule_block, schedule_gain_reason, schedule_reason
 from planner.search import Problem, Progress, SearchResult, search
+from planner.search.tables import search_capacity_bytes
 from planner.space import search_space
 
 Request = TypeVar("Request", bound=BaseModel)
@@ -151,8 +152,8 @@ def dispatcher_hint(prob: Problem, cfg, est) -> str | None:
         alt = estimate_config(m, c, prob.training, replace(cfg, moe_dispatcher=DISPATCHER_DEEPEP), prob.profile)
     except SpecError:  # a rule of DeepEP's the plan's configuration breaks: nothing to say
         return None
-    usable = c.gpu.memory_gib * (1 - prob.space.memory_headroom)
-    if alt.prediction.step_time_s >= est.prediction.step_time_s or max(alt.memory_per_rank_gib) > usable:
+    usable = search_capacity_bytes(prob, cfg.engine) / GIB  # what the search lets a point estimate use
+    if alt.prediction.step_time_s >= est.prediction.step_time_s or alt.prediction.memory.peak_gib > usable:
         return None
     return (f"with DeepEP (search.moe_dispatcher: [deepep]; the job must have DeepEP installed) this plan's expert "
             f"communication would be {alt.prediction.breakdown.ep_comm_s:.3g} s instead of "
@@ -243,7 +244,8 @@ def _plan_of(prob: Problem, res: SearchResult, rh: str, limit_s: float | None, p
         ),
         reasons=reasons,
         economics=economics(cost, best.estimate.prediction.step_time_s, prob.training.global_batch_size,
-                            prob.training.seq_length, c.num_gpus),
+                            prob.training.seq_length, c.num_gpus, best.estimate.prediction.step_time_s_p10,
+                            best.estimate.prediction.step_time_s_p90),
         schedule=schedule,
     )
 
@@ -355,9 +357,12 @@ def check(
     given_t = est.prediction.step_time_s
     best_t = best.prediction.step_time_s if best is not None else None
     slowdown = given_t / best_t - 1 if best_t is not None else None
+    m = est.prediction.memory
     if not est.fits:
-        m = est.prediction.memory
-        reasons.append(f"does not fit: {m.peak_gib:.1f} GiB peak per GPU > {m.capacity_gib:.1f} GiB")
+        point = (f"the point estimate {m.peak_gib:.1f} GiB would fit" if m.peak_gib <= m.capacity_gib
+                 else f"point estimate {m.peak_gib:.1f} GiB")
+        reasons.append(f"does not fit: the upper bound of the peak per GPU, {m.peak_upper_gib:.1f} GiB, > "
+                       f"{m.capacity_gib:.1f} GiB ({point}; {est.prediction.interval_source})")
     if slowdown is not None and slowdown > max_slowdown:
         reasons.append(
             f"{slowdown * 100:.1f}% slower than the best plan ({given_t:.4g} s vs {best_t:.4g} s), "
@@ -365,7 +370,8 @@ def check(
         )
     ok = bool(est.fits and (slowdown is None or slowdown <= max_slowdown))
     if ok:
-        reasons.append("fits and is within the allowed slowdown of the best plan")
+        reasons.append(f"fits (upper bound of the peak {m.peak_upper_gib:.1f} of {m.capacity_gib:.1f} GiB) and is "
+                       f"within the allowed slowdown of the best plan")
     return CheckResult(
         fits=est.fits, estimate=est, max_slowdown=max_slowdown, reasons=reasons, best=best,
         slowdown=slowdown, best_step_time_s=best_t, step_time_s=given_t, ok=ok,

@@ -70,8 +70,9 @@ _PINNED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "reco
 class SearchSpace:
     # knob -> allowed values (None = open); "engine" holds the one engine priced for
     allowed: dict[str, tuple | None] = field(default_factory=dict)
-    # usable memory = capacity x (1 - headroom): the memory model's margins (fragmentation,
-    # reserved) are estimates, so plans keep 5% spare by default
+    # usable memory = capacity x min(1 - headroom, 1 / the memory bound's factor): the memory
+    # model's margins (fragmentation, reserved) are estimates, so plans keep 5% spare by
+    # default, more where the held-out bound (cost_model/hardware/intervals.py) is wider
     memory_headroom: float = DEFAULT_HEADROOM
     top_k: int = 3
     time_limit_s: float = DEFAULT_TIME_LIMIT_S

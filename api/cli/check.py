@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import fmt_s, load_profile_arg, print_json, progress, request_from_args
+from .common import fmt_s, interval_s, load_profile_arg, print_json, progress, request_from_args
 from .flags import add_flags
 
 
@@ -25,8 +25,10 @@ def run(args: argparse.Namespace) -> int:
         print_json(res.model_dump(mode="json"))
     else:
         e = res["estimate"]["prediction"]
-        print(f"{'PASS' if res['ok'] else 'FAIL'}: given config {fmt_s(e['step_time_s'])}, "
-              f"{e['memory']['peak_gib']:.1f}/{e['memory']['capacity_gib']:.1f} GiB, {'fits' if res['fits'] else 'does not fit'}")
+        m = e["memory"]
+        print(f"{'PASS' if res['ok'] else 'FAIL'}: given config {interval_s(e)}, "
+              f"{m['peak_gib']:.1f} GiB (upper bound {m['peak_upper_gib']:.1f}) of {m['capacity_gib']:.1f} GiB, "
+              f"{'fits' if res['fits'] else 'does not fit'} (by the upper bound)")
         if res.get("best"):
             b = res["best"]
             par = b["parallelism"]

@@ -149,6 +149,12 @@ def fmt_s(x: float) -> str:
     return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s"
 
 
+def interval_s(pred: Any) -> str:
+    """A prediction's step time with its p10-p90 band (prediction.step_time_s_p10 / _p90)."""
+    t, lo, hi = pred["step_time_s"], pred.get("step_time_s_p10"), pred.get("step_time_s_p90")
+    return fmt_s(t) + (f" (p10-p90 {fmt_s(lo)} - {fmt_s(hi)})" if lo is not None and hi is not None else "")
+
+
 def progress(line: str) -> None:
     """Progress of a long search, on stderr (stdout stays the result, e.g. with --json)."""
     print(line, file=sys.stderr, flush=True)

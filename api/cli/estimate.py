@@ -7,7 +7,7 @@ import argparse
 from cost_model.specs.results import Estimate
 from planner.service import estimate as estimate_request
 
-from .common import fmt_s, load_profile_arg, print_json, request_from_args
+from .common import fmt_s, interval_s, load_profile_arg, print_json, request_from_args
 from .flags import add_flags
 
 
@@ -21,13 +21,14 @@ def print_estimate(est: Estimate, cfg_line: str = "") -> None:
     p = est.prediction
     if cfg_line:
         print(cfg_line)
-    print(f"step time      {fmt_s(p.step_time_s)}   tokens/s {p.tokens_per_s:,.0f}")
+    print(f"step time      {interval_s(p)}   tokens/s {p.tokens_per_s:,.0f}")
     print(f"MFU {p.mfu * 100:.1f}%   HFU {p.hfu * 100:.1f}%   {p.tflops_per_gpu:.1f} TFLOP/s per GPU")
     m = p.memory
     print(
-        f"memory/GPU     {m.peak_gib:.1f} of {m.capacity_gib:.1f} GiB  (weights {m.weights_gib:.1f}, grads {m.grads_gib:.1f}, "
+        f"memory/GPU     {m.peak_gib:.1f} (upper bound {m.peak_upper_gib:.1f}) of {m.capacity_gib:.1f} GiB  "
+        f"(weights {m.weights_gib:.1f}, grads {m.grads_gib:.1f}, "
         f"optimizer {m.optimizer_gib:.1f}, activations {m.activations_gib:.1f}, other {m.other_gib:.1f})  "
-        f"{'fits' if est.fits else 'DOES NOT FIT'}"
+        f"{'fits' if est.fits else 'DOES NOT FIT'} (by the upper bound)"
     )
     b = p.breakdown
     parts = [(k[:-2], v) for k, v in vars(b).items() if v > 0]

@@ -10,6 +10,7 @@ from cost_model.specs import vocab as V
 
 from .common import (
     fmt_s,
+    interval_s,
     load_prices_arg,
     load_profile_arg,
     print_json,
@@ -61,8 +62,8 @@ def print_summary(plan, emitted: str | None = None) -> None:
     print(f"plan {plan['id']}: {plan['model']['name']} on {c['num_gpus']} x {c['gpu']} ({plan['engine']}, "
           f"{plan['training']['dtype']})")
     print(f"  {layout(par)}")
-    print(f"  step {fmt_s(pred['step_time_s'])}, {pred['tokens_per_s']:,.0f} tokens/s, {_mfu(pred)}, "
-          f"memory {m['peak_gib']:.1f} / {m['capacity_gib']:.1f} GiB per GPU")
+    print(f"  step {interval_s(pred)}, {pred['tokens_per_s']:,.0f} tokens/s, {_mfu(pred)}, "
+          f"memory {m['peak_gib']:.1f} (upper bound {m['peak_upper_gib']:.1f}) / {m['capacity_gib']:.1f} GiB per GPU")
     if plan.get("economics"):
         print_economics(plan["economics"])
     best_s = pred["step_time_s"]
@@ -80,9 +81,13 @@ def print_economics(e: dict) -> None:
     why the rest is unknown only where a token budget was given (--json has every reason)."""
     parts = []
     if e["steps"] is not None:
-        parts.append(f"{e['steps']:,} steps, {e['time_to_train_h']:,.1f} h to train (goodput {e['goodput']:g})")
+        band = (f" (p10-p90 {e['time_to_train_h_p10']:,.1f}-{e['time_to_train_h_p90']:,.1f} h)"
+                if e.get("time_to_train_h_p10") is not None else "")
+        parts.append(f"{e['steps']:,} steps, {e['time_to_train_h']:,.1f} h to train{band} (goodput {e['goodput']:g})")
     if e["cost_usd"] is not None:
-        parts.append(f"${e['cost_usd']:,.0f}")
+        band = (f" (p10-p90 ${e['cost_usd_p10']:,.0f}-${e['cost_usd_p90']:,.0f})"
+                if e.get("cost_usd_p10") is not None else "")
+        parts.append(f"${e['cost_usd']:,.0f}{band}")
     if e["usd_per_gpu_h"] is not None:
         parts.append(f"{e['tokens_per_dollar']:,.0f} tokens/$ at ${e['usd_per_gpu_h']:g}/GPU-hour ({e['price_source']})")
     print("  cost: " + ("; ".join(parts) if parts else "unknown"))

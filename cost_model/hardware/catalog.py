@@ -61,6 +61,13 @@ _CDNA_EFF = dict(gemm_max_efficiency=0.48, gemm_half_dim=192.0, attention_effici
 # Transformer Engine runs the mxfp8 recipe on sm 10.x only, quantization.py
 # _compute_mxfp8_support @d0067d0da6cb).
 _BLACKWELL_ARCH = dict(fp8_gemm_tn_only=False, mxfp8=True)
+# The family of each entry: the set of efficiency constants it carries (above), and the key
+# its prediction intervals are bucketed by (cost_model/hardware/intervals.py). V100 and L40S
+# carry assumed A100-shape constants of their own: no published rows check them.
+FAMILY = {"a100-40gb": "ampere", "a100-80gb": "ampere", "h100-sxm": "hopper", "h200": "hopper", "h800": "hopper",
+          "h20": "hopper", "gh200": "hopper", "b200": "blackwell", "b300": "blackwell", "gb200": "blackwell",
+          "gb300": "blackwell", "mi300x": "cdna", "mi325x": "cdna", "mi355x": "cdna", "l40s": "ada",
+          "v100-32gb": "volta", "cpu": "cpu"}
 # New entries inherit the constants of their family's fitted/assumed member, and say so.
 # Host issue (GPUSpec.host_op_s, moe.host_issue_s): CPU seconds per counted kernel of a
 # host-synchronised MoE layer, Python and framework overhead included; one value for the

@@ -51,9 +51,14 @@ from cost_model.terms.layers import LayerCost, LayerTable
 from cost_model.terms.overlap import dp_window_factor, overlap_hidden_s, overlap_window_s
 
 
-def capacity_bytes(memory_gib: float, headroom: float) -> float:
-    """Usable memory of one GPU: its capacity less the requested headroom fraction."""
-    return memory_gib * GIB * (1.0 - headroom)
+def capacity_bytes(memory_gib: float, headroom: float, memory_upper: float = 1.0) -> float:
+    """Usable memory of one GPU for the point estimate of a peak: its capacity less the
+    requested headroom fraction, or less where the upper bound's factor on the peak
+    (intervals.Band.memory_upper) asks for more, so that the bound, not only the point, stays
+    within the capacity: capacity x min(1 - headroom, 1 / memory_upper). The headroom is the
+    least spare a plan keeps; the bound, measured on held-out published peaks, takes over
+    where it is wider."""
+    return memory_gib * GIB * min(1.0 - headroom, 1.0 / memory_upper)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,10 @@ class TimeBreakdown(Record):
 class MemoryBreakdown(Record):
     peak_gib: float
     capacity_gib: float
+    peak_upper_gib: float | None = Field(None, description="upper bound on peak_gib: the peak times the largest "
+                                         "measured / predicted ratio of held-out published runs of the same engine, "
+                                         "GPU family and regime (cost_model/hardware/intervals.py); `fits` compares "
+                                         "this bound with capacity_gib")
     weights_gib: float
     grads_gib: float
     optimizer_gib: float
@@ -92,6 +96,11 @@ class Prediction(Record):
     hfu: float = Field(description="hardware FLOPs utilisation: as mfu with the recomputed forward FLOPs, against the "
                        "same bf16 peak")
     tflops_per_gpu: float = Field(description="achieved hardware FLOP/s per GPU (recomputation included), as Megatron reports")
+    step_time_s_p10: float | None = Field(None, description="step time at the 10th percentile of the held-out "
+                                          "measured / predicted ratios of the same engine, GPU family and regime "
+                                          "(cost_model/hardware/intervals.py); <= step_time_s")
+    step_time_s_p90: float | None = Field(None, description="the same at the 90th percentile; >= step_time_s")
+    interval_source: str | None = Field(None, description="the residual bucket and row counts the band comes from")
     breakdown: TimeBreakdown
     memory: MemoryBreakdown = Field(description="of the pipeline rank with the highest peak")
 

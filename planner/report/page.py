@@ -110,12 +110,18 @@ def plan_section(plan, svgs: dict[str, str] | None = None, missing: str | None =
     h.append('<div class="cards">')
     h.append(_card("Degrees", degrees(par), knobs(par), "degrees", wide=True))
     sim = block.get("simulated_step_time_s")
-    h.append(_card("Step time", fmt_time(pred["step_time_s"]), f"simulated {fmt_time(sim)}" if sim else "closed form", "step-time"))
+    band = (f"p10-p90 {fmt_time(pred['step_time_s_p10'])} - {fmt_time(pred['step_time_s_p90'])}; "
+            if pred.get("step_time_s_p10") is not None else "")
+    h.append(_card("Step time", fmt_time(pred["step_time_s"]),
+                   band + (f"simulated {fmt_time(sim)}" if sim else "closed form"), "step-time"))
     h.append(_card("Throughput", _tokens(pred["tokens_per_s"]), f"{pred['tflops_per_gpu']:.0f} TFLOP/s/GPU"))
     fp8 = pred.get("mfu_fp8_peak")  # an fp8 run: MFU against the fp8 peak too (docs/models.md)
     h.append(_card("MFU (bf16 peak)", f"{pred['mfu'] * 100:.1f}%",
                    f"HFU {pred['hfu'] * 100:.1f}%" + (f"; {fp8 * 100:.1f}% of fp8 peak" if fp8 is not None else ""), "mfu"))
-    h.append(_card("Peak memory", f"{mem['peak_gib']:.1f} GiB", f"of {mem['capacity_gib']:.1f} GiB"))
+    upper = mem.get("peak_upper_gib")
+    h.append(_card("Peak memory", f"{mem['peak_gib']:.1f} GiB",
+                   (f"upper bound {upper:.1f} " if upper is not None else "") + f"of {mem['capacity_gib']:.1f} GiB"
+                   + ("; fits by the upper bound" if upper is not None else ""), "peak-memory"))
     h.append(_card("Micro-batches", f"{par['num_micro_batches']} x {par['micro_batch_size']}", f"{par['schedule']} schedule"))
     h.append("</div>")
     h.extend(economics_html(plan.get("economics")))
@@ -180,11 +186,15 @@ def economics_html(e: dict | None) -> list[str]:
     t_s, cost, tpd = e.get("time_to_train_s"), e.get("cost_usd"), e.get("tokens_per_dollar")
     h = ['<div class="cards economics" id="economics">']
     steps = e.get("steps")
+    t_band = (f"p10-p90 {fmt_num(e['time_to_train_h_p10'] / 24)} - {fmt_num(e['time_to_train_h_p90'] / 24)} days; "
+              if e.get("time_to_train_h_p10") is not None else "")
+    c_band = (f"p10-p90 ${e['cost_usd_p10']:,.0f} - ${e['cost_usd_p90']:,.0f}; "
+              if e.get("cost_usd_p10") is not None else "")
     h.append(_card("Time to train", "—" if t_s is None else f"{fmt_num(t_s / S_PER_DAY)} days",
-                   "" if steps is None else f"{fmt_num(steps)} steps of {fmt_num(e['tokens_per_step'])} tokens, "
+                   "" if steps is None else f"{t_band}{fmt_num(steps)} steps of {fmt_num(e['tokens_per_step'])} tokens, "
                    f"goodput {e.get('goodput', 1):g}", "time-to-train"))
     h.append(_card("Cost", "—" if cost is None else f"${cost:,.0f}",
-                   "" if e.get("usd_per_gpu_h") is None else f"${e['usd_per_gpu_h']:g} per GPU-hour", "cost"))
+                   "" if e.get("usd_per_gpu_h") is None else f"{c_band}${e['usd_per_gpu_h']:g} per GPU-hour", "cost"))
     h.append(_card("Tokens per dollar", "—" if tpd is None else fmt_num(tpd), "", "tokens-per-dollar"))
     h.append("</div>")
     notes = ([f"price: {e['price_source']}"] if e.get("price_source") else []) + list(e.get("reasons") or [])

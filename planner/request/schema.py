@@ -540,7 +540,8 @@ class Search(_Strict):
     optimizer_offload: _choice(bool, [False], "optimizer states and step on the host CPU (Megatron "
                                "--optimizer-cpu-offload, DeepSpeed offload_optimizer)",
                                null="searched where the engine runs it and the layout does not fit without it")
-    memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom)", examples=[0.05])
+    memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom), or less where the "
+                                   "held-out upper bound of the peak asks for more (its factor f: capacity / f)", examples=[0.05])
     top_k: int = Field(3, ge=1, le=MAX_TOP_K, description="plans to keep (best + alternatives)", examples=[3])
     time_limit_s: float | None = Field(None, gt=0, le=MAX_TIME_LIMIT_S,
                                        description=f"search time limit (default {DEFAULT_TIME_LIMIT_S:g} s); the service caps it by PLANNER_SOLVE_TIME_LIMIT_S",

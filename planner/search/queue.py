@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Literal, NamedTuple
 
 from cost_model.engines.states import optimizer_bytes_per_param, state_bytes_per_param
-from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
+from cost_model.pipeline.rank_costs import StageProblem
 from cost_model.specs.results import GIB
 from cost_model.specs.vocab import DISPATCHER_ALLTOALL, ENGINE_MEGATRON, RECOMPUTE_FULL
 from cost_model.terms import memory, offload
@@ -26,6 +26,7 @@ from planner.bounds import (
     tight_time_bound_s,
 )
 from planner.search.context import Context
+from planner.search.tables import search_capacity_bytes
 from planner.space import (
     Candidate,
     DegreeGroup,
@@ -89,7 +90,7 @@ class Frontier:
         self.ctx = ctx
         prob = ctx.prob
         self.batch = prob.training.global_batch_size
-        self.cap = capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom)
+        self.cap = search_capacity_bytes(prob, (prob.space.allowed.get("engine") or (ENGINE_MEGATRON,))[0])
         self.queue: list[Entry] = []
         self.pool: list[Entry] = []
         self.later: list[Entry] = []  # runners-up at most, queued by widen()

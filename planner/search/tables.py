@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cost_model.engines.support import get_engine
+from cost_model.estimate import interval_band
 from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.specs.inputs import ParallelConfig
 from cost_model.specs.vocab import DISPATCHER_ALLTOALL, RECOMPUTE_FULL
@@ -80,6 +81,15 @@ class LayerTables:
         return table, self._sums(key, table)
 
 
+def search_capacity_bytes(prob: Problem, engine: str) -> float:
+    """The memory a plan's point estimate may use: capacity less headroom, or less where the
+    upper bound's factor of this engine, GPU family and regime (estimate.interval_band) asks
+    for more (rank_costs.capacity_bytes), so that a plan the search keeps is one whose `fits`
+    (the bound within capacity) holds."""
+    band = interval_band(prob.model, prob.cluster, engine)
+    return capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom, band.memory_upper)
+
+
 def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProblem:
     gpu = prob.cluster.gpu
     return StageProblem(
@@ -89,7 +99,7 @@ def stage_problem(prob: Problem, c: Candidate, table: LayerTable) -> StageProble
         schedule=c.schedule,
         recompute=c.recompute,
         num_micro_batches=prob.training.global_batch_size // (c.dp * c.micro_batch_size),
-        capacity_bytes=capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom),
+        capacity_bytes=search_capacity_bytes(prob, c.engine),
         reserved_bytes=memory.reserved_bytes(c, prob.model, prob.training),
         interference=gpu.overlap_interference,
         uniform_recompute=get_engine(c.engine).one_recompute_count,

@@ -20,8 +20,8 @@ ACCEPTANCE = [
 ]
 
 BREAKDOWN = ("compute_s", "recompute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "dp_comm_s", "pp_comm_s", "ep_comm_s", "optimizer_s")
-MEMORY = ("peak_gib", "capacity_gib", "weights_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib",
-          "host_gib", "host_capacity_gib")
+MEMORY = ("peak_gib", "capacity_gib", "peak_upper_gib", "weights_gib", "grads_gib", "optimizer_gib", "activations_gib",
+          "other_gib", "host_gib", "host_capacity_gib")
 PREDICTION = ("step_time_s", "tokens_per_s", "mfu", "hfu", "tflops_per_gpu", "breakdown", "memory")
 STAGE = ("index", "layers", "recompute_layers", "memory_gib", "time_ms")
 
