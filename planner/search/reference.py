@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 from cost_model.engines.support import get_engine
-from cost_model.pipeline.rank_costs import capacity_bytes
 from cost_model.specs.results import GIB
 from cost_model.specs.vocab import RECOMPUTE_FULL, STATUS_OPTIMAL
 from cost_model.terms import memory
@@ -15,7 +14,7 @@ from planner.bounds import memory_bound_bytes, offload_may_pay
 from planner.search.incumbent import Incumbent
 from planner.search.policy import SearchPolicy
 from planner.search.results import Problem, Progress, Reporter, SearchResult, SearchStats
-from planner.search.tables import LayerTables, stage_problem
+from planner.search.tables import LayerTables, search_capacity_bytes, stage_problem
 from planner.space import Candidate, enumerate_candidates, offload_twin
 
 
@@ -85,13 +84,13 @@ def search_exhaustive(prob: Problem, progress: Progress | None = None, *, progre
 def _offload_twins(prob: Problem, tables: LayerTables, cands) -> list[Candidate]:
     """The offloaded twins the space holds for `cands` (bounds.offload_may_pay: where the
     candidate does not fit; the search makes them in queue.py expand)."""
-    cap = capacity_bytes(prob.cluster.gpu.memory_gib, prob.space.memory_headroom)
     out = []
     for c in cands:
+        cap = search_capacity_bytes(prob, c.engine)
         twin = offload_twin(prob.space, c, prob.training)
         m = prob.training.global_batch_size // (c.dp * c.micro_batch_size)
         if twin is not None and offload_may_pay(tables.base(c)[1], prob.training, c, m,
-                                                memory.reserved_bytes(c, prob.model), cap):
+                                                memory.reserved_bytes(c, prob.model, prob.training), cap):
             out.append(twin)
     return out
 
