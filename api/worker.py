@@ -127,10 +127,11 @@ def search_limit_s(limit_s: float) -> float:
     """In a worker process: the time limit a solve's search gets of `limit_s`, so that it stops
     itself KILL_AFTER_S before its process is killed: less by the time its request waited for
     a worker (the kill is at the request's arrival plus its limit plus KILL_AFTER_S),
-    MIN_SEARCH_S at least; `limit_s` outside a solve with a kill time."""
+    MIN_SEARCH_S at least (never more than the request asked for); `limit_s` outside a solve
+    with a kill time."""
     if _killed_at is None:
         return limit_s
-    return max(MIN_SEARCH_S, min(limit_s, _killed_at - time.time() - KILL_AFTER_S))
+    return max(min(MIN_SEARCH_S, limit_s), min(limit_s, _killed_at - time.time() - KILL_AFTER_S))
 
 
 def best_so_far_sink() -> Callable[[str], None] | None:

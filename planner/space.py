@@ -505,11 +505,6 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                 schedules.append((sched, v))
     overlaps = a2a_overlap_values(model, space, engine, ep)
     cp_comms = cp_comm_values(model, space, engine, tp, cp)
-    # (ZeRO stage, hybrid-sharding replicas): hybrid where the stage shards and the engine
-    # shards hybrid with it (engines.engine_supports); no dominance between them (a replica
-    # group trades memory for network traffic)
-    sharding = [(z, r) for z in zeros for r in replicas
-                if r == 1 or (z >= 1 and engine_supports(engine, zero=z, dp_replicate=r) is None)]
     dtype = getattr(training, "dtype", None)
     mtp = getattr(model, "num_nextn_predict_layers", 0)
     if space.ok("optimizer_offload", False):
@@ -525,6 +520,11 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
             if z not in offloads and True in offload_values(space, engine, z, training):
                 offloads[z] = [True]
     zeros = sorted(offloads)
+    # (ZeRO stage, hybrid-sharding replicas): hybrid where the stage shards and the engine
+    # shards hybrid with it (engines.engine_supports); no dominance between them (a replica
+    # group trades memory for network traffic)
+    sharding = [(z, r) for z in zeros for r in replicas
+                if r == 1 or (z >= 1 and engine_supports(engine, zero=z, dp_replicate=r) is None)]
     for mb in micro_batch_values(space, B, dp):
         m = B // (dp * mb)
         for sched, v in schedules:
