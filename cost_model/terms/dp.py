@@ -99,12 +99,22 @@ def grad_sync_s(
     gbytes = params * grad_dtype_bytes(t)
     if cfg.zero == 0:
         return comm.all_reduce_s(gbytes, size, comm.group_link(cluster, size, stride), fits)
+    # DeepSpeed's all-gather follows the optimizer step (grad_sync_exposed_s)
+    gather = 0.0 if cfg.engine == ENGINE_DEEPSPEED else params * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t)
+    return sharded_sync_s(cluster, cfg, gbytes, gather, size, stride, fits)
+
+
+def sharded_sync_s(cluster: ClusterSpec, cfg: ParallelConfig, grad_bytes: float, gather_bytes: float, size: int,
+                   stride: int, fits) -> float:
+    """A sharded optimizer's sync over a data-parallel group of `size` ranks `stride` apart: the
+    reduce-scatter of `grad_bytes` over the shard group, the all-reduce of the reduced shards
+    across the replicas (replica_all_reduce_s; none without hybrid sharding) and the
+    all-gather of `gather_bytes` of updated parameters over the shard group (0: none)."""
     (shard, sstride), _ = hybrid_groups(cfg, size, stride)
     link = comm.group_link(cluster, shard, sstride)
-    rs = comm.reduce_scatter_s(gbytes, shard, link, fits) + replica_all_reduce_s(cluster, gbytes, size, stride, cfg, fits)
-    if cfg.engine == ENGINE_DEEPSPEED:
-        return rs
-    return rs + comm.all_gather_s(params * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t), shard, link, fits)
+    out = comm.reduce_scatter_s(grad_bytes, shard, link, fits) + replica_all_reduce_s(cluster, grad_bytes, size, stride,
+                                                                                      cfg, fits)
+    return out + (comm.all_gather_s(gather_bytes, shard, link, fits) if gather_bytes > 0 else 0.0)
 
 
 def grad_sync_exposed_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, groups: list[tuple[float, int, int]],
@@ -140,11 +150,8 @@ def bucket_sync_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, pa
     gbytes = bucket * grad_dtype_bytes(t)
     if cfg.zero == 0:
         return comm.all_reduce_s(gbytes, size, comm.group_link(cluster, size, stride), fits)
-    (shard, sstride), _ = hybrid_groups(cfg, size, stride)
-    link = comm.group_link(cluster, shard, sstride)
-    gather = bucket * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t)
-    return (comm.reduce_scatter_s(gbytes, shard, link, fits) + replica_all_reduce_s(cluster, gbytes, size, stride, cfg, fits)
-            + comm.all_gather_s(gather, shard, link, fits))
+    return sharded_sync_s(cluster, cfg, gbytes, bucket * kernels.param_gather_bytes(cfg.engine, cluster.gpu, t), size,
+                          stride, fits)
 
 
 def expert_last_bucket_s(m: TransformerSpec, cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, fits) -> float:
