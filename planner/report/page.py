@@ -221,12 +221,14 @@ PINS = (
     ("recompute", "pin-recompute", "recompute", "word", "none,selective,full"),
     ("zero", "pin-zero", "zero", "int", "0,1,2,3"),
     ("schedule", "pin-schedule", "schedule", "word", "1f1b,interleaved"),
+    ("dp_replicate", "pin-dp-replicate", "dp replicas", "int", "1,2"),
+    ("optimizer_offload", "pin-offload", "optimizer offload", "bool", "false,true"),
 )
 
 
 def _pins_html() -> str:
     """The optional pins: one text input per knob, its request field in data-field and its
-    value kind (int or word) in data-kind, which app.js reads to build `search`."""
+    value kind (int, word or bool) in data-kind, which app.js reads to build `search`."""
     inputs = "".join(
         f'<label>{escape(label)} <input id="{ident}" class="pin" type="text" inputmode="{"numeric" if kind == "int" else "text"}" '
         f'data-field="{field}" data-kind="{kind}" placeholder="{escape(hint)}" size="9"></label>'

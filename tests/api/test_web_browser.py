@@ -176,8 +176,9 @@ def test_every_form_field_reaches_the_plan(make_server, tmp_path):
 
 
 def test_infeasible_banner_lists_the_suggestions(make_server, tmp_path):
-    """llama3-70b on 8 h100-sxm with tp pinned to 1 fits nowhere: the banner shows the
-    message and every suggestion of the API's 422 `infeasible` answer, in its order."""
+    """llama3-70b on 8 h100-sxm with tp pinned to 1 and the optimizer kept on the GPU fits
+    nowhere (with the optimizer offloaded Megatron's pp=8 fits): the banner shows the message
+    and every suggestion of the API's 422 `infeasible` answer, in its order."""
     server = make_server()
     with _page(server) as (page, seen):
         page.select_option("#preset", "llama3-70b")
@@ -188,10 +189,12 @@ def test_infeasible_banner_lists_the_suggestions(make_server, tmp_path):
         page.fill("#seq-len", "4096")
         page.fill("#time-limit", "10")
         page.fill("#pin-tp", "1")
+        page.fill("#pin-offload", "off")
         page.click("#submit")
         page.wait_for_selector("#error #suggestions li", timeout=60_000)
 
         [body] = seen["posted"]
+        assert body["search"]["tp"] == [1] and body["search"]["optimizer_offload"] == [False]
         answer = httpx.post(f"{server.url}/v1/plans", json=body, timeout=60)
         assert answer.status_code == 422
         err = answer.json()["error"]
@@ -213,4 +216,9 @@ def test_a_bad_pin_is_refused_before_posting(make_server):
         page.click("#submit")
         page.wait_for_selector("#error")
         assert "search.pp: 'four' is not a whole number" in page.inner_text("#error")
+        page.fill("#pin-pp", "")
+        page.fill("#pin-offload", "maybe")
+        page.click("#submit")
+        page.wait_for_function("document.querySelector('#error').textContent.includes('maybe')")
+        assert "search.optimizer_offload: 'maybe' is not true or false" in page.inner_text("#error")
         assert not seen["posted"]

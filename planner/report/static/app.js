@@ -58,11 +58,19 @@
   function int(id) { return parseInt(document.getElementById(id).value, 10); }
 
   // A pin's comma-separated allowed values, as the request spells them (whole numbers for
-  // degrees and ZeRO, words for recompute and schedule); null when left empty.
+  // degrees and ZeRO, words for recompute and schedule, true/false for switches); null when
+  // left empty.
+  var BOOLS = { "true": true, "on": true, "yes": true, "false": false, "off": false, "no": false };
   function pinValues(input) {
     var words = input.value.split(",").map(function (w) { return w.trim(); }).filter(Boolean);
     if (!words.length) return null;
-    if (input.getAttribute("data-kind") !== "int") return words;
+    var kind = input.getAttribute("data-kind");
+    if (kind === "bool") return words.map(function (w) {
+      var b = BOOLS[w.toLowerCase()];
+      if (b === undefined) throw new Error("search." + input.getAttribute("data-field") + ": '" + w + "' is not true or false");
+      return b;
+    });
+    if (kind !== "int") return words;
     return words.map(function (w) {
       if (!/^\d+$/.test(w)) throw new Error("search." + input.getAttribute("data-field") + ": '" + w + "' is not a whole number");
       return parseInt(w, 10);
