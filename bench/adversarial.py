@@ -5,16 +5,22 @@ uvicorn processes and PostgreSQL:
    time_limit_s 10) plus a cheap plan, at once: the cheap plan's status and time, each
    adversarial answer's time, and the worker processes' RSS before, during and after;
 2. a 40-request burst of slow plans, then a cheap plan: its delay after the burst's last answer;
-3. 20 concurrent identical POSTs across 2 replicas on one PostgreSQL: solves, rows, ids.
+3. 20 concurrent identical POSTs across 2 replicas on one PostgreSQL: solves, rows, ids;
+4. with a broker: one of the 2 workers killed (SIGKILL, its whole process group) while it runs a
+   plan's solve: the answer (retried by the other worker, or an error), its time, and the rows
+   stored for the request (one whole plan, or none).
 
 Run: PYTHONPATH=. python bench/adversarial.py [--postgres postgresql://postgres@127.0.0.1:5432/test]
      [--broker redis://127.0.0.1:6379/11]   (the same through 2 `planner worker` processes)
+     [--broker amqp://guest:guest@127.0.0.1:5672/ --results redis://127.0.0.1:6379/12]
 Prints one line per measurement (docs/results.md keeps them)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -163,6 +169,54 @@ async def cached_p99(urls: list[str], clients: int = 16, each: int = 25) -> None
           f"p99 {lat[int(len(lat) * 0.99)] * 1e3:.0f} ms")
 
 
+def _cpu_s(proc: subprocess.Popen) -> float:
+    """CPU seconds of a worker and its solve processes so far."""
+    total = 0.0
+    with contextlib.suppress(psutil.Error):
+        p = psutil.Process(proc.pid)
+        for q in [p, *p.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = q.cpu_times()
+                total += t.user + t.system
+    return total
+
+
+def _plan_rows(pg_url: str) -> list[tuple[str, str]]:
+    """(id, body) of every stored plan."""
+    import psycopg  # noqa: PLC0415 - only where PostgreSQL is benched
+
+    with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        return conn.execute("select id, body from plans").fetchall()
+
+
+async def kill_mid_solve(srv: Server, workers: list[subprocess.Popen], pg_url: str) -> None:
+    """A slow plan (limit 8 s); 2 s in, the worker that runs it (the one whose processes used
+    the CPU meanwhile) is killed with its solve processes. Then: the answer, and the rows it
+    added to the store (one whole plan, the answer's, or none)."""
+    before = {i for i, _ in _plan_rows(pg_url)}
+    async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
+        t0 = time.perf_counter()
+        cpu0 = [_cpu_s(w) for w in workers]
+        task = asyncio.ensure_future(c.post("/v1/plans", json=slow_plan(900, 8), params={"refresh": "true"}))
+        await asyncio.sleep(2.0)
+        used = [_cpu_s(w) - c0 for w, c0 in zip(workers, cpu0, strict=True)]
+        victim = max(range(len(workers)), key=lambda i: used[i])
+        os.killpg(workers[victim].pid, signal.SIGKILL)
+        workers[victim].wait(15)
+        killed_at = time.perf_counter() - t0
+        r = await task
+        took = time.perf_counter() - t0
+    err = r.json().get("error", {}) if r.status_code >= 400 else {}
+    print(f"kill: worker {victim} (CPU {used[victim]:.1f} s vs {used[1 - victim]:.1f} s in the first 2 s) "
+          f"SIGKILLed at {killed_at:.1f} s; the plan: HTTP {r.status_code} after {took:.1f} s (limit 8 s; "
+          f"{err.get('code', 'plan')}; Server-Timing {r.headers.get('server-timing')})")
+    added = [(i, b) for i, b in _plan_rows(pg_url) if i not in before]
+    whole = all(json.loads(b).get("id") == i for i, b in added)
+    answer_id = r.json().get("id") if r.status_code < 300 else None
+    print(f"kill: rows added {len(added)} (ids {[i for i, _ in added]}, answer's id {answer_id}; "
+          f"every row a whole plan of its id: {whole})")
+
+
 def solves(url: str) -> float:
     """planner_plan_cache_misses_total of one replica: the plan solves it ran."""
     for line in httpx.get(f"{url}/metrics").text.splitlines():
@@ -184,7 +238,11 @@ def main() -> None:
     ap.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/test")
     ap.add_argument("--workdir", default="/tmp/planner-bench-adversarial")
     ap.add_argument("--broker", default=None,
-                    help="redis://... : the replicas send their solves to 2 `planner worker` processes (scale-out)")
+                    help="redis://... or amqp://... : the replicas send their solves to 2 `planner worker` "
+                    "processes (scale-out)")
+    ap.add_argument("--results", default=None, help="redis://... for the answers (required with amqp://)")
+    ap.add_argument("--phases", default="adversarial,burst,cached,identical,kill",
+                    help="which measurements, comma-separated (kill: with --broker only)")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -198,28 +256,38 @@ def main() -> None:
     workers = []
     if args.broker:
         env["PLANNER_BROKER_URL"] = args.broker
+        if args.results:
+            env["PLANNER_RESULTS_URL"] = args.results
         for _ in range(2):
             workers.append(subprocess.Popen(  # noqa: SIM115 - stopped below
                 [sys.executable, "-m", "api.cli", "worker", "--broker-url", args.broker], cwd=work,
-                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=open(work / "worker.log", "ab"),
+                env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, stdout=open(work / "worker.log", "ab"),
                 stderr=subprocess.STDOUT, start_new_session=True))
     servers = [Server(env, work), Server(env, work)]
     try:
-        asyncio.run(adversarial(servers[0]))
-        asyncio.run(burst(servers[0]))
-        asyncio.run(cached_p99([servers[0].url]))
-        asyncio.run(cached_p99([s.url for s in servers]))
-        before = sum(solves(s.url) for s in servers)
-        ids = asyncio.run(identical([s.url for s in servers]))
-        print(f"identical: solves on the two replicas: {sum(solves(s.url) for s in servers) - before:g}")
-        if len(ids) == 1:
-            print(f"identical: rows stored for the request: {rows_of(db, ids[0])}")
+        phases = set(args.phases.split(","))
+        if "adversarial" in phases:
+            asyncio.run(adversarial(servers[0]))
+        if "burst" in phases:
+            asyncio.run(burst(servers[0]))
+        if "cached" in phases:
+            asyncio.run(cached_p99([servers[0].url]))
+            asyncio.run(cached_p99([s.url for s in servers]))
+        if "identical" in phases:
+            before = sum(solves(s.url) for s in servers)
+            ids = asyncio.run(identical([s.url for s in servers]))
+            print(f"identical: solves on the two replicas: {sum(solves(s.url) for s in servers) - before:g}")
+            if len(ids) == 1:
+                print(f"identical: rows stored for the request: {rows_of(db, ids[0])}")
+        if "kill" in phases and workers:
+            asyncio.run(kill_mid_solve(servers[0], workers, db))
     finally:
         for s in servers:
             s.stop()
         for w in workers:
-            os.killpg(w.pid, signal.SIGTERM)
-            w.wait(15)
+            if w.poll() is None:
+                os.killpg(w.pid, signal.SIGTERM)
+                w.wait(15)
         with psycopg.connect(args.postgres, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
