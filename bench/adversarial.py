@@ -197,7 +197,8 @@ async def kill_mid_solve(srv: Server, workers: list[subprocess.Popen], pg_url: s
     async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
         t0 = time.perf_counter()
         cpu0 = [_cpu_s(w) for w in workers]
-        task = asyncio.ensure_future(c.post("/v1/plans", json=slow_plan(900, 8), params={"refresh": "true"}))
+        body = {**slow_plan(0, 8), "metadata": {"run": uuid.uuid4().hex}}
+        task = asyncio.ensure_future(c.post("/v1/plans", json=body, params={"refresh": "true"}))
         await asyncio.sleep(2.0)
         used = [_cpu_s(w) - c0 for w, c0 in zip(workers, cpu0, strict=True)]
         victim = max(range(len(workers)), key=lambda i: used[i])
