@@ -177,7 +177,7 @@ class BestFirstSearch:
             p = stage_problem(ctx.prob, e.candidate, table)
             mine = best.own(e.candidate)
             hint = ((list(mine.config.stage_layers), list(mine.config.recompute_layers or [0] * len(mine.config.stage_layers)))
-                    if mine is not None else ctx.seams.best_hint(p))
+                    if mine is not None else ctx.seams.best_hint(p, ctx.deadline))
             cap = best.prune_s()
             share = ctx.caps.final_stop_share
             job = Job(e, p, table, hint, cap * share if math.isfinite(cap) else None, cap_share=share)
@@ -245,7 +245,7 @@ class BestFirstSearch:
         table = ctx.tables.get(c)
         p = stage_problem(ctx.prob, c, table)
         if out_of_time:
-            hint = ctx.seams.best_hint(p)
+            hint = ctx.seams.best_hint(p, ctx.deadline)
             if hint is not None:
                 ctx.best.record(c, table, hint[0], hint[1], STATUS_FEASIBLE, e.bound_s)
                 self.optimal_all = False

@@ -67,7 +67,7 @@ class Dives:
         for i, e in enumerate(picks):
             ctx.deadline.check("a dive")
             table = tables.get(e.candidate)
-            hint = ctx.seams.best_hint(stage_problem(prob, e.candidate, table))
+            hint = ctx.seams.best_hint(stage_problem(prob, e.candidate, table), ctx.deadline)
             if hint is not None:
                 ctx.stats.dives += 1
                 ctx.best.record(e.candidate, table, hint[0], hint[1], STATUS_FEASIBLE, e.bound_s)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cost_model.pipeline.rank_costs import StageProblem
 from planner import ilp, space
+from planner.deadline import Deadline
 from planner.search import hints
 from planner.space import Candidate
 
@@ -22,9 +23,10 @@ class Seams:
         handle=)`: one candidate's stage partition by CP-SAT (run on the solve threads).
     group_candidates: space.group_candidates's signature, `(model, training, space, group,
         profile)`: the candidates of a degree group, when it reaches the front of the queue.
-    best_hint: hints.best_hint's signature, `(StageProblem) -> Partition | None`: a
-        candidate's float-model partition, CP-SAT's hint and the fallback plan."""
+    best_hint: hints.best_hint's signature, `(StageProblem, Deadline) -> Partition | None`:
+        a candidate's float-model partition, CP-SAT's hint and the fallback plan, by the
+        solve's hard deadline."""
 
     solve: Callable[..., ilp.StageSolution] = ilp.solve
     group_candidates: Callable[..., Iterable[Candidate]] = space.group_candidates
-    best_hint: Callable[[StageProblem], Partition | None] = hints.best_hint
+    best_hint: Callable[[StageProblem, Deadline], Partition | None] = hints.best_hint

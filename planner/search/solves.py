@@ -118,7 +118,7 @@ class Solves:
         if own is not None:  # a retry: start from what the first solve found
             hint = (list(own.config.stage_layers), list(own.config.recompute_layers or [0] * len(own.config.stage_layers)))
         else:
-            hint = ctx.seams.best_hint(p)
+            hint = ctx.seams.best_hint(p, ctx.deadline)
         hint_s = step_s(p, *hint) if hint is not None else None
         if hint_s is not None:
             if not best.found and bound < hint_s * (1 - policy.proof_tol):

@@ -194,7 +194,7 @@ def test_candidates_without_a_hint_do_not_wait_for_a_running_solve():
 
     prob = service.problem_from_request(_MIXTRAL_32)
     hinted = search(prob)
-    res = search(prob, seams=Seams(solve=_DelayedSolves(solve), best_hint=lambda p: None))
+    res = search(prob, seams=Seams(solve=_DelayedSolves(solve), best_hint=lambda p, deadline: None))
     assert res.stats.deferred > 0, "no candidate without a hint was deferred"
     assert res.status == hinted.status == "optimal"
     assert res.best[0].estimate.prediction.step_time_s == pytest.approx(

@@ -17,9 +17,9 @@ _ONE = {"model": {"name": "llama3-8b"}, "cluster": {"gpu": "h100-sxm", "num_gpus
                    "zero": 1, "schedule": "1f1b", "sequence_parallel": False, "time_limit_s": 0.2}}
 
 
-def _slow_hint(p):
+def _slow_hint(p, deadline):
     time.sleep(0.4)  # a hint (or a solve, or a group's bounds) that outlasts the whole limit
-    return best_hint(p)
+    return best_hint(p, deadline)
 
 
 def test_a_search_that_ran_past_its_limit_says_timed_out():
