@@ -19,6 +19,7 @@ from cost_model.estimate import compose
 from cost_model.pipeline.rank_costs import engine_recompute_counts
 from cost_model.pipeline.stages import slices_from_counts
 from cost_model.specs.vocab import (
+    ACT_OFFLOAD_NONE,
     DISPATCHER_ALLTOALL,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
@@ -116,11 +117,11 @@ def distinct_key(c: Candidate) -> tuple:
     recompute and schedule kind. vpp, sequence parallelism, the context-parallel
     communication, the MoE dispatcher and overlap are variants of one line."""
     return (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.micro_batch_size, c.zero, c.dp_replicate, c.recompute, c.schedule,
-            c.engine, c.optimizer_offload)
+            c.engine, c.optimizer_offload, c.activation_offload)
 
 
 def tiebreak(c: Candidate) -> tuple:
     """Among equal times prefer simpler plans: less model parallelism, less sharding."""
     return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.dp_replicate > 1, c.recompute != RECOMPUTE_NONE, c.micro_batch_size,
             c.moe_a2a_overlap, get_engine(c.engine).cp_variants.index(c.cp_comm) if c.cp_comm else 0,
-            c.moe_dispatcher != DISPATCHER_ALLTOALL, c.optimizer_offload)
+            c.moe_dispatcher != DISPATCHER_ALLTOALL, c.optimizer_offload, c.activation_offload != ACT_OFFLOAD_NONE)
