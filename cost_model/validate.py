@@ -64,6 +64,7 @@ from cost_model.specs.vocab import (
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
     SPLIT_BACKWARD_SCHEDULES,
+    ActivationOffload,
     Attention,
     AttentionLayer,
     CpComm,
@@ -166,6 +167,7 @@ _PARALLELISM = (
     ("micro_batch_size", _int(1, MAX_BATCH)), ("num_micro_batches", _int(1, MAX_BATCH)), ("recompute", Recompute),
     ("zero", _int(0, 3)), ("schedule", Schedule), ("dp_replicate", _int(1, MAX_GPUS)),
     ("cp_comm", CpComm), ("engine", Engine), ("moe_dispatcher", MoeDispatcher),
+    ("activation_offload", ActivationOffload),
     ("stage_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)), ("recompute_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)),
 )
 FIELD_DOMAINS: dict[type, tuple] = {

@@ -19,12 +19,13 @@ from cost_model.estimate import compose
 from cost_model.pipeline.rank_costs import engine_recompute_counts
 from cost_model.pipeline.stages import slices_from_counts
 from cost_model.specs.vocab import (
-    ACT_OFFLOAD_NONE,
     DISPATCHER_ALLTOALL,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     STATUS_OPTIMAL,
+    ActivationOffload,
+    values,
 )
 from cost_model.terms.layers import LayerTable
 from planner.search.results import Found, Problem
@@ -111,6 +112,8 @@ def normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
         return replace(c, recompute=RECOMPUTE_NONE)
     return c
 
+ACT_OFFLOAD_LEVELS = values(ActivationOffload)
+
 
 def distinct_key(c: Candidate) -> tuple:
     """What makes two plans different lines of the top-k: degrees, micro-batch, sharding,
@@ -124,4 +127,5 @@ def tiebreak(c: Candidate) -> tuple:
     """Among equal times prefer simpler plans: less model parallelism, less sharding."""
     return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.dp_replicate > 1, c.recompute != RECOMPUTE_NONE, c.micro_batch_size,
             c.moe_a2a_overlap, get_engine(c.engine).cp_variants.index(c.cp_comm) if c.cp_comm else 0,
-            c.moe_dispatcher != DISPATCHER_ALLTOALL, c.optimizer_offload, c.activation_offload != ACT_OFFLOAD_NONE)
+            c.moe_dispatcher != DISPATCHER_ALLTOALL, c.optimizer_offload,
+            ACT_OFFLOAD_LEVELS.index(c.activation_offload))  # the fewer modules offloaded, the less host traffic
