@@ -10,6 +10,7 @@ import pytest
 
 from cost_model.specs.errors import SpecError
 from planner import service
+from planner.report.common import knobs
 from planner.service import Infeasible
 
 REQ = {"model": {"name": "llama3-70b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
@@ -48,6 +49,7 @@ def test_fits_with_the_attention_inputs_on_the_host():
     assert "--fine-grained-activation-offloading" in args
     assert _modules(args) == ["core_attn", "attn_proj"]
     assert plan["launch"]["megatron"]["env"]["NVTE_CPU_OFFLOAD_V1"] == "1"
+    assert "act-offload:attn" in knobs(par)  # the report's layout line says it
     # the other engines' artifacts are skipped, with the reason
     assert "no activation offload" in plan["launch"]["skipped"]["torchtitan"]
     assert "no activation offload" in plan["launch"]["skipped"]["runtime"]
