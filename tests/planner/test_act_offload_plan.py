@@ -89,3 +89,8 @@ def test_search_reaches_the_brute_force_optimum_with_the_levels_listed():
     assert found["parallelism"]["activation_offload"] != "none"
     unlisted = service.plan({**req, "search": {"vpp": [1], "pp": [1, 2]}})
     assert unlisted["prediction"]["step_time_s"] > found["prediction"]["step_time_s"]
+    # nodes whose host memory cannot hold the copies (32 GiB per node here) get no offloaded plan
+    assert found["prediction"]["memory"]["host_gib"] > 8
+    small = service.plan({**req, "cluster": {**req["cluster"], "host_memory_gb": 8}})
+    assert small["parallelism"]["activation_offload"] == "none"
+    assert small["prediction"]["step_time_s"] == pytest.approx(unlisted["prediction"]["step_time_s"], rel=1e-9)
