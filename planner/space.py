@@ -428,9 +428,10 @@ def offload_values(space: SearchSpace, engine: str, zero: int, training: Trainin
 def act_offload_values(model: ModelSpec, space: SearchSpace, engine: str, training: TrainingSpec | None = None,
                        ) -> list[str]:
     """Activation offload levels to search. Unpinned, none alone: the offload never shortens a
-    step and doubles the candidates, so it is opt-in (search.activation_offload). Pinned, each
-    listed level the engine runs for this model (engines/offload.py activation_offload_rule;
-    its recompute rule is checked per candidate, engine_rule)."""
+    step and multiplies the candidates by the levels listed, so it is opt-in
+    (search.activation_offload). Pinned, each listed level the engine runs for this model
+    (engines/offload.py activation_offload_rule; its recompute rule is checked per candidate,
+    engine_rule)."""
     listed = space.allowed.get("activation_offload")
     if listed is None:
         return [ACT_OFFLOAD_NONE]
