@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cost_model.engines.offload import ACT_OFFLOAD_MODULES
 from cost_model.hardware import intervals
 from cost_model.hardware.compute import mfu_peak_flops, peak_flops
 from cost_model.model import flops
@@ -30,7 +31,7 @@ from cost_model.specs.results import (
     StageEstimate,
     TimeBreakdown,
 )
-from cost_model.specs.vocab import DTYPE_FP8, RECOMPUTE_FULL
+from cost_model.specs.vocab import ACT_OFFLOAD_NONE, DTYPE_FP8, RECOMPUTE_FULL
 from cost_model.terms import memory, offload
 from cost_model.terms.layers import LayerTable, layer_table
 from cost_model.validate import validate_config
@@ -156,7 +157,8 @@ def compose(
         num_micro_batches=m,
         memory_per_rank_gib=tuple(r.peak_bytes / GIB for r in ranks),
         sources=dict(table.sources),
-        notes=_host_bound_notes(table, cfg, m) + _offload_notes(cfg, tail.optimizer_s, host_need, host_capacity),
+        notes=_host_bound_notes(table, cfg, m) + _offload_notes(cfg, tail.optimizer_s, host_need, host_capacity)
+        + _act_offload_notes(table, cfg, m, host_need, host_capacity),
     )
 
 
@@ -194,6 +196,19 @@ def _offload_notes(cfg: specs.ParallelConfig, optimizer_s: float, host_need: flo
     return (f"optimizer offloaded to the host: the step runs on the CPU, {optimizer_s:.3g} s per step exposed "
             f"(the longest of the gradient copy, the CPU Adam step and the parameter copy back); "
             f"{host_need / GIB:.1f} GiB of host memory per node, which {verdict} its {host_capacity / GIB:.1f} GiB",)
+
+
+def _act_offload_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int, host_need: float,
+                       host_capacity: float) -> tuple[str, ...]:
+    """What the activation offload costs and takes, where the configuration has it."""
+    if cfg.activation_offload == ACT_OFFLOAD_NONE:
+        return ()
+    wait_s = m * sum(b.act_offload_wait_s for b in table.blocks) / cfg.pp
+    verdict = "fits" if host_need <= host_capacity else "does NOT fit"
+    return (f"activations offloaded to the host ({cfg.activation_offload}: Megatron --offload-modules "
+            f"{' '.join(ACT_OFFLOAD_MODULES[cfg.activation_offload])}): {wait_s:.3g} s per step per pipeline rank of "
+            f"host copies beyond the compute they overlap (in compute_s); {host_need / GIB:.1f} GiB of host memory "
+            f"per node with the offloaded states, which {verdict} its {host_capacity / GIB:.1f} GiB",)
 
 
 def _stage_p2p(table: LayerTable, sl: StageSlice, n: int) -> float:

@@ -17,7 +17,7 @@ from typing import Any
 
 from cost_model.engines import kernels
 from cost_model.engines.deepep import DEEPEP_NVL_PEERS
-from cost_model.engines.offload import optimizer_offload_rule
+from cost_model.engines.offload import activation_offload_rule, optimizer_offload_rule
 from cost_model.engines.support import (
     dispatcher_rule,
     empty_chunks_rule,
@@ -50,6 +50,7 @@ from cost_model.specs.limits import (
     MAX_VOCAB,
 )
 from cost_model.specs.vocab import (
+    ACT_OFFLOAD_NONE,
     DISPATCHER_ALLTOALL,
     DISPATCHER_DEEPEP,
     DTYPE_BF16,
@@ -63,6 +64,7 @@ from cost_model.specs.vocab import (
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
     SPLIT_BACKWARD_SCHEDULES,
+    ActivationOffload,
     Attention,
     AttentionLayer,
     CpComm,
@@ -165,6 +167,7 @@ _PARALLELISM = (
     ("micro_batch_size", _int(1, MAX_BATCH)), ("num_micro_batches", _int(1, MAX_BATCH)), ("recompute", Recompute),
     ("zero", _int(0, 3)), ("schedule", Schedule), ("dp_replicate", _int(1, MAX_GPUS)),
     ("cp_comm", CpComm), ("engine", Engine), ("moe_dispatcher", MoeDispatcher),
+    ("activation_offload", ActivationOffload),
     ("stage_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)), ("recompute_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)),
 )
 FIELD_DOMAINS: dict[type, tuple] = {
@@ -385,6 +388,14 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
         rule = optimizer_offload_rule(p.engine, p.zero, t.dtype, t.optimizer, c.gpu.host_link_gb_s)
         if rule is not None:
             raise SpecError("parallelism.optimizer_offload", rule, allowed=[False])
+    if p.activation_offload != ACT_OFFLOAD_NONE:
+        mla = isinstance(m, specs.TransformerSpec) and m.mla is not None
+        rule = activation_offload_rule(p.engine, p.activation_offload, p.recompute, t.attention, mla,
+                                       c.gpu.host_link_gb_s)
+        if rule is None and not isinstance(m, specs.TransformerSpec):
+            rule = "activation offload is priced for transformer blocks, not a layer list"
+        if rule is not None:
+            raise SpecError("parallelism.activation_offload", rule, allowed=[ACT_OFFLOAD_NONE])
     if p.world_size > c.num_gpus:
         raise SpecError(
             "parallelism",

@@ -118,7 +118,7 @@ def _expert_reason(model: TransformerSpec, cluster: ClusterSpec, cfg: ParallelCo
 
 def alternative_reason(alt: Estimate, best: Estimate, alt_c: Candidate, best_c: Candidate) -> str:
     slower = alt.prediction.step_time_s / best.prediction.step_time_s - 1
-    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "micro_batch_size", "zero", "recompute", "sequence_parallel", "moe_a2a_overlap", "moe_dispatcher", "optimizer_offload") if getattr(alt_c, k) != getattr(best_c, k)]
+    diffs = [f"{k}={getattr(alt_c, k)} (best {getattr(best_c, k)})" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "micro_batch_size", "zero", "recompute", "sequence_parallel", "moe_a2a_overlap", "moe_dispatcher", "optimizer_offload", "activation_offload") if getattr(alt_c, k) != getattr(best_c, k)]
     ab, bb = vars(alt.prediction.breakdown), vars(best.prediction.breakdown)
     worst = max(ab, key=lambda key: ab[key] - bb[key])
     return f"{_pct(slower)} slower: {', '.join(diffs) or 'same degrees, other split'}; most of the difference is {worst} (+{ab[worst] - bb[worst]:.3g} s)"

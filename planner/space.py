@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from cost_model.engines import kernels
-from cost_model.engines.offload import optimizer_offload_rule
+from cost_model.engines.offload import activation_offload_rule, optimizer_offload_rule
 from cost_model.engines.support import (
     dispatcher_rule,
     engine_supports,
@@ -27,6 +27,7 @@ from cost_model.specs.inputs import (
     TransformerSpec,
 )
 from cost_model.specs.vocab import (
+    ACT_OFFLOAD_NONE,
     ALL_GATHER,
     ALL_REDUCE,
     ATTENTION_FLASH,
@@ -63,7 +64,8 @@ MAX_CP = 64  # context-parallel degrees beyond this are not searched unless aske
 MAX_VPP = 8
 # the knobs of a `search` block that pin values (the others are settings)
 _PINNED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "zero", "dp_replicate",
-           "schedule", "sequence_parallel", "cp_comm", "moe_a2a_overlap", "moe_dispatcher", "optimizer_offload")
+           "schedule", "sequence_parallel", "cp_comm", "moe_a2a_overlap", "moe_dispatcher", "optimizer_offload",
+           "activation_offload")
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,10 @@ def search_space(d: rq.Search) -> SearchSpace:
                             f"only (its data, ZeRO and pipeline parallelism; {knob} > 1 needs model code the plan "
                             f"does not emit), pinned {list(pinned)}", allowed=list(runs))
         allowed[knob] = kept
+    for level in allowed.get("activation_offload") or ():
+        rule = activation_offload_rule(d.engine, level)
+        if rule is not None:  # the engine has no activation offload: say so, not "no configuration"
+            raise SpecError("search.activation_offload", rule, allowed=[ACT_OFFLOAD_NONE])
     limit = DEFAULT_TIME_LIMIT_S if d.time_limit_s is None else float(d.time_limit_s)
     return SearchSpace(allowed, float(d.memory_headroom), d.top_k, limit, tuple(d.targets), d.use_all_gpus,
                        d.tp_within_node, float(d.gap_limit))
@@ -351,6 +357,8 @@ def engine_rule(engine: str, c: Candidate, fp8: bool, dtype: str | None = None, 
                            dp_replicate=c.dp_replicate)
     if rule is None and c.optimizer_offload:
         rule = optimizer_offload_rule(engine, c.zero, dtype)
+    if rule is None and c.activation_offload != ACT_OFFLOAD_NONE:
+        rule = activation_offload_rule(engine, c.activation_offload, c.recompute)
     if rule is None and c.moe_dispatcher != DISPATCHER_ALLTOALL:
         rule = dispatcher_rule(engine, c.moe_dispatcher, c.ep, c.etp)
     return rule
@@ -417,6 +425,22 @@ def offload_values(space: SearchSpace, engine: str, zero: int, training: Trainin
     return [v for v in out if space.ok("optimizer_offload", v)]
 
 
+def act_offload_values(model: ModelSpec, space: SearchSpace, engine: str, training: TrainingSpec | None = None,
+                       ) -> list[str]:
+    """Activation offload levels to search. Unpinned, none alone: the offload never shortens a
+    step and multiplies the candidates by the levels listed, so it is opt-in
+    (search.activation_offload). Pinned, each listed level the engine runs for this model
+    (engines/offload.py activation_offload_rule; its recompute rule is checked per candidate,
+    engine_rule)."""
+    listed = space.allowed.get("activation_offload")
+    if listed is None:
+        return [ACT_OFFLOAD_NONE]
+    mla = isinstance(model, TransformerSpec) and model.mla is not None
+    attn = getattr(training, "attention", None)
+    return [v for v in listed if v == ACT_OFFLOAD_NONE or (
+        isinstance(model, TransformerSpec) and activation_offload_rule(engine, v, None, attn, mla) is None)]
+
+
 def offload_twin(space: SearchSpace, c: Candidate, training: TrainingSpec | None = None) -> Candidate | None:
     """The candidate with its optimizer offloaded, which the search tries beside `c` (None
     where the engine or the space has no offload for it): at c's ZeRO level, or with one
@@ -470,6 +494,9 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
     # only when both may run: its candidates take the other modes, dominance applied to them
     ov_recomputes = [r for r in recomputes if r != RECOMPUTE_FULL]
     engine_levels = list(zeros)
+    # activation offload runs with recompute none (engines/offload.py), which dominance folds
+    # into full recompute's count 0: an offloaded candidate takes none where the space has it
+    offload_none = RECOMPUTE_NONE in recomputes
     if dominance:
         ov_recomputes = dominant_options(model, training, tp, dp, cp, ov_recomputes, zeros, sps,
                                          fitted_collectives, engine)[0]
@@ -505,6 +532,7 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                 schedules.append((sched, v))
     overlaps = a2a_overlap_values(model, space, engine, ep)
     cp_comms = cp_comm_values(model, space, engine, tp, cp)
+    act_offloads = act_offload_values(model, space, engine, training)
     dtype = getattr(training, "dtype", None)
     mtp = getattr(model, "num_nextn_predict_layers", 0)
     if space.ok("optimizer_offload", False):
@@ -539,10 +567,17 @@ def _inner(model, space, B, L, tp, cp, pp, dp, ep, recomputes, zeros, training=N
                             for cc in cp_comms:
                                 for disp in dispatchers:
                                     for off in offloads[zero]:
-                                        c = ParallelConfig(
-                                            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=v, schedule=sched,
-                                            sequence_parallel=sp, zero=zero, micro_batch_size=mb, recompute=rc,
-                                            engine=engine, etp=etp, moe_a2a_overlap=ov, cp_comm=cc,
-                                            moe_dispatcher=disp, optimizer_offload=off, dp_replicate=rep)
-                                        if engine_rule(engine, c, fp8, dtype, mtp) is None:
-                                            yield c
+                                        for ao in act_offloads:
+                                            if ao != ACT_OFFLOAD_NONE and not offload_none:
+                                                continue
+                                            if ao != ACT_OFFLOAD_NONE and rc != (ov_recomputes if ov else recomputes)[0]:
+                                                continue  # one offloaded candidate, at recompute none
+                                            c = ParallelConfig(
+                                                dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=v, schedule=sched,
+                                                sequence_parallel=sp, zero=zero, micro_batch_size=mb,
+                                                recompute=rc if ao == ACT_OFFLOAD_NONE else RECOMPUTE_NONE,
+                                                engine=engine, etp=etp, moe_a2a_overlap=ov, cp_comm=cc,
+                                                moe_dispatcher=disp, optimizer_offload=off, dp_replicate=rep,
+                                                activation_offload=ao)
+                                            if engine_rule(engine, c, fp8, dtype, mtp) is None:
+                                                yield c

@@ -25,11 +25,16 @@ installed source; the flags and config keys the launch emits are named here with
 from __future__ import annotations
 
 from cost_model.specs.vocab import (
+    ACT_OFFLOAD_ATTN,
+    ACT_OFFLOAD_ATTN_QKV,
+    ACT_OFFLOAD_NONE,
+    ATTENTION_EAGER,
     DTYPE_FP8,
     ENGINE_DEEPSPEED,
     ENGINE_MEGATRON,
     OPTIMIZER_ADAM,
     OPTIMIZER_ADAMW,
+    RECOMPUTE_NONE,
 )
 
 MEGATRON_CORE_VERSION = "megatron-core 0.16.1"
@@ -69,4 +74,72 @@ def optimizer_offload_rule(engine: str, zero: int, dtype: str | None = None, opt
     if engine == ENGINE_MEGATRON and dtype == DTYPE_FP8:
         return ("Megatron-LM validate_args: with --fp8-param-gather the optimizer CPU offload needs --fp8-recipe "
                 "delayed (megatron/training/arguments.py)")
+    return None
+
+
+# --------------------------------------------------------------------------- activation offload
+#
+# Megatron-Core 0.16.1 fine-grained activation offloading (read from the installed source):
+# - transformer_config.py fine_grained_activation_offloading / offload_modules ("offload the
+#   input of the module to the CPU"); __post_init__: not with cpu_offloading, attn_proj only
+#   with core_attn (its input is core_attn's output, which core_attn's backward needs).
+# - The module's forward runs inside saved-tensor hooks (pipeline_parallel/
+#   fine_grained_activation_offload.py PipelineOffloadManager.__enter__ /
+#   on_save_for_backward): every tensor the module saves for backward with at least
+#   min_offloaded_tensor_size elements (default 1024*1024, tensor_need_offloading_checker) is
+#   copied to pinned host memory on a dedicated D2H stream once the module's forward ends
+#   (on_group_commit_forward, bulk_offload_group) and freed on the GPU when the copy ends
+#   (record_stream); the backward of the next module in backward order starts the H2D copy of
+#   the group before it on a second stream (on_group_start_backward -> bulk_reload) and the
+#   group's backward waits for it (on_group_commit_backward).
+# - Not offloaded: the last layer's group of each module of the micro-batch whose backward
+#   runs next (should_bulk_offload, post_warmup_callback's offload margin).
+# - attention.py: qkv_linear wraps get_query_key_value_tensors (Megatron's TE spec fuses the
+#   input norm into linear_qkv, TELayerNormColumnParallelLinear, which saves the norm's input and
+#   its output), core_attn the core attention (flash: q, k, v, output, softmax statistics) and
+#   is skipped where the core attention is recomputed (checkpoint_core_attention, which
+#   Megatron's selective recompute sets by default: recompute_modules ["core_attn"]), while
+#   its group commit still runs (so selective recompute is refused); attn_proj linear_proj
+#   (its input, the core attention's output).
+# - Megatron-LM main @d98e8a64ddf3: flags from TransformerConfig through ArgumentGroupFactory
+#   (megatron/training/argument_utils.py: a bool field -> store_true, a list field -> nargs
+#   '+'): --fine-grained-activation-offloading, --offload-modules; validate_args
+#   (megatron/training/arguments.py) asserts --transformer-impl transformer_engine and, with
+#   Transformer Engine >= 2.10, NVTE_CPU_OFFLOAD_V1=1 in the environment.
+
+MIN_OFFLOADED_TENSOR_ELEMENTS = 1024 * 1024  # TransformerConfig.min_offloaded_tensor_size default
+ACT_OFFLOAD_ENV = {"NVTE_CPU_OFFLOAD_V1": "1"}  # validate_args with Transformer Engine >= 2.10
+# the --offload-modules of each parallelism.activation_offload level, in Megatron's words
+ACT_OFFLOAD_MODULES: dict[str, tuple[str, ...]] = {
+    ACT_OFFLOAD_NONE: (),
+    ACT_OFFLOAD_ATTN: ("core_attn", "attn_proj"),
+    ACT_OFFLOAD_ATTN_QKV: ("qkv_linear", "core_attn", "attn_proj"),
+}
+
+
+def activation_offload_rule(engine: str, level: str, recompute: str | None = None, attention: str | None = None,
+                            mla: bool = False, host_link_gb_s: float | None = None) -> str | None:
+    """None when `engine` runs activation offload `level` at these settings; else why not."""
+    if level == ACT_OFFLOAD_NONE:
+        return None
+    if host_link_gb_s is not None and host_link_gb_s <= 0:
+        return "the GPU has no host link in the catalog (host_link_gb_s 0): an offload cannot be priced"
+    if engine != ENGINE_MEGATRON:
+        names = {ENGINE_DEEPSPEED: f"{DEEPSPEED_VERSION}'s activation checkpointing offload (cpu_checkpointing, "
+                                   "runtime/activation_checkpointing/config.py) moves the checkpointed layer inputs, not a module's "
+                                   "saved tensors",
+                 "torchtitan": f"{TORCHTITAN_VERSION} has no activation offload (config/configs.py: only "
+                               "Training.enable_cpu_offload, FSDP2's parameter, gradient and optimizer offload)"}
+        return (names.get(engine, f"{engine} has no activation offload")
+                + f"; the module-level activation offload priced here is {MEGATRON_CORE_VERSION}'s "
+                "--fine-grained-activation-offloading")
+    if recompute is not None and recompute != RECOMPUTE_NONE:
+        return (f"Megatron's activation offload is priced with recompute none: full recompute keeps only each "
+                f"block's input; selective recompute checkpoints the core attention, whose offload group then "
+                f"commits without starting ({MEGATRON_CORE_VERSION} transformer/attention.py)")
+    if attention == ATTENTION_EAGER:
+        return "activation offload is priced for flash attention (q, k, v and the output saved), not eager scores"
+    if mla:
+        return ("activation offload is priced for the Q/K/V attention of transformer/attention.py; multi-latent "
+                "attention saves other tensors (multi_latent_attention.py)")
     return None

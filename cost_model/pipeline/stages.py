@@ -124,7 +124,7 @@ class RankCost:
     # per virtual stage: of chunk_bwd_s, the weight-gradient work (W) the zero-bubble
     # schedules run apart (LayerCost.wgrad_s summed)
     chunk_wgrad_s: tuple[float, ...] = ()
-    host_bytes: float = 0.0  # host memory of this rank's offloaded optimizer states
+    host_bytes: float = 0.0  # host memory of this rank's offloaded optimizer states and activations
 
     @property
     def exposed_dp_s(self) -> float:
@@ -240,11 +240,12 @@ def rank_cost(
     chunk_act: list[float] = []  # per virtual stage of this rank: bytes one micro-batch leaves
     chunk_unpaired: list[float] = []
     chunk_wgrad: list[float] = []
+    chunk_host: list[float] = []  # per virtual stage: host bytes of one micro-batch's offloaded activations
     split = schedule in SPLIT_BACKWARD_SCHEDULES
     for sl in slices:
         if stage_rank(sl.index, pp, schedule) != rank:
             continue
-        fwd_k = time_k = act_k = unpaired_k = wgrad_k = 0.0
+        fwd_k = time_k = act_k = unpaired_k = wgrad_k = host_k = 0.0
         layers = [(table.blocks[i], i - sl.first) for i in range(sl.first, sl.last + 1)]
         if sl.index == 0:
             layers.insert(0, (table.embedding, -1))
@@ -284,10 +285,12 @@ def rank_cost(
                 # plus those gradients, counted from the forward to W (in_flight)
                 a = (lc.act.none if pos >= 0 else a) + lc.wgrad_held_bytes
             act_k += a
+            host_k += lc.act_host_bytes
             unpaired_k += lc.ep_unpaired_s / 2
             wgrad_k += lc.wgrad_s
         ppc += stage_sends(sl.index, n_stages) * table.p2p_s
         chunk_act.append(act_k)
+        chunk_host.append(host_k)
         chunk_unpaired.append(unpaired_k)
         chunk_wgrad.append(wgrad_k)
         chunk_fwd.append(fwd_k + (table.p2p_s if sl.index < n_stages - 1 else 0.0))
@@ -300,6 +303,10 @@ def rank_cost(
     # bytes (in_flight.peak_in_flight_bytes)
     act = in_flight.peak_in_flight_bytes(schedule, pp, rank, num_micro_batches, vpp, tuple(chunk_act),
                                       warmup_extra(table))
+    if any(chunk_host):
+        # the offloaded activations of the micro-batches in flight (terms/act_offload.py)
+        host += in_flight.peak_in_flight_bytes(schedule, pp, rank, num_micro_batches, vpp, tuple(chunk_host),
+                                               warmup_extra(table))
     return RankCost(
         rank=rank,
         time_s=time,

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, Strict
 
 from cost_model.specs.limits import MAX_BATCH, MAX_GPUS, MAX_LAYERS
 from cost_model.specs.vocab import (
+    ACT_OFFLOAD_NONE,
     ATTENTION_FLASH,
     DISPATCHER_ALLTOALL,
     DTYPE_BF16,
@@ -28,6 +29,7 @@ from cost_model.specs.vocab import (
     RECOMPUTE_NONE,
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
+    ActivationOffload,
     Attention,
     CpComm,
     Dtype,
@@ -440,6 +442,11 @@ class ParallelConfig:
     optimizer_offload: Annotated[bool, Strict(), Field(
         description="optimizer states (fp32 master, moments) and the optimizer step on the host CPU: Megatron "
         "--optimizer-cpu-offload, DeepSpeed zero_optimization.offload_optimizer (needs zero >= 1)")] = False
+    activation_offload: Annotated[ActivationOffload, Field(
+        description="saved activations of each block's attention copied to the host in the forward and back in "
+        "the backward (Megatron-Core --fine-grained-activation-offloading --offload-modules): none; attn "
+        "(core_attn attn_proj); attn_qkv (qkv_linear core_attn attn_proj). Megatron only, with recompute none "
+        "and flash attention")] = ACT_OFFLOAD_NONE
 
     def __post_init__(self) -> None:
         if self.schedule is None:  # the default schedule of the degrees (frozen: set once, here)

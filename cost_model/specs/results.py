@@ -71,8 +71,8 @@ class MemoryBreakdown(Record):
     optimizer_gib: float
     activations_gib: float
     other_gib: float
-    host_gib: float = Field(0.0, description="host memory one node needs for its GPUs' offloaded optimizer states "
-                            "(parallelism.optimizer_offload; 0 without)")
+    host_gib: float = Field(0.0, description="host memory one node needs for its GPUs' offloaded optimizer states and activations "
+                            "(parallelism.optimizer_offload, activation_offload; 0 without)")
     host_capacity_gib: float = Field(0.0, description="host memory per node (cluster.host_memory_gb, default the "
                                      "GPU's system)")
 

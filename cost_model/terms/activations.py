@@ -96,13 +96,13 @@ def block_activation_bytes(
 
     # --- residual-path tensors (split by tp only with SP)
     ln_inputs = 2 * dt * sbh  # two norms' inputs
-    qkv_input = gin * sbh
+    qkv_input = gin * sbh  # attention_saved_tensors: the same terms, per tensor
     # an MoE block's norm is apart from its GEMMs (Megatron's TENorm): the router keeps its output
     mlp_input = (dt if moe_layer and m.moe is not None else gin) * sbh
     residual_masks = 2 * mask * sbh  # dropout after attention and after MLP
     replicated = (ln_inputs + qkv_input + mlp_input + residual_masks) / rep
 
-    # --- attention internals (split by tp)
+    # --- attention internals (split by tp; attention_saved_tensors names them one by one)
     q = dt * s * b * a * d
     k = dt * s * b * g * d
     v = dt * s * b * g * d
@@ -142,6 +142,43 @@ def block_activation_bytes(
         selective = min(selective, op_sac + core / tp)
     full = dt * sbh / rep
     return ActivationBytes(none=none, selective=selective, full=full)
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One tensor a block's attention saves for backward, on one GPU for one micro-batch:
+    its bytes and elements (the engine's offload threshold counts elements)."""
+
+    name: str
+    nbytes: float
+    elements: float
+
+
+def attention_saved_tensors(m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int,
+                            sequence_parallel: bool, engine: str | None = None) -> dict[str, SavedTensor]:
+    """The attention half's saved tensors that block_activation_bytes counts, one by one
+    (the same Korthikanti et al. 2022 §4.1 terms, flash attention): the input norm's input
+    (one of its ln_inputs) and the QKV GEMM's input (qkv_input), split by tp only with
+    sequence parallelism; q, k, v and the core's output (proj_input, which the output
+    projection saves too), split by tp."""
+    dt = activation_dtype_bytes(t)
+    s, b = t.seq_length / cp, micro_batch
+    rep = float(tp) if sequence_parallel else 1.0
+    sb = s * b
+    a, g, d = m.num_attention_heads, m.num_kv_heads, m.kv_channels
+    gin = _saved_gemm_input_bytes(t, engine, dt)
+
+    def tensor(name: str, width: float, nbytes: float, split: float) -> SavedTensor:
+        return SavedTensor(name, nbytes * sb * width / split, sb * width / split)
+
+    return {x.name: x for x in (
+        tensor("norm_input", m.hidden_size, dt, rep),
+        tensor("qkv_input", m.hidden_size, gin, rep),
+        tensor("q", a * d, dt, tp),
+        tensor("k", g * d, dt, tp),
+        tensor("v", g * d, dt, tp),
+        tensor("attn_out", a * d, dt, tp),
+    )}
 
 
 def _saved_gemm_input_bytes(t: TrainingSpec, engine: str | None, dt: float) -> float:

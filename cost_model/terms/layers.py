@@ -32,6 +32,7 @@ from cost_model.specs.vocab import (
     KIND_MOE_BLOCK,
 )
 from cost_model.terms import moe
+from cost_model.terms.act_offload import NO_OFFLOAD, block_act_offload
 from cost_model.terms.activations import (
     ActivationBytes,
     activation_dtype_bytes,
@@ -100,6 +101,11 @@ class LayerCost:
     wgrad_held_bytes: float = 0.0
     # host memory of the layer's offloaded optimizer states (ParallelConfig.optimizer_offload)
     host_bytes: float = 0.0
+    # activation offload (ParallelConfig.activation_offload, terms/act_offload.py): of compute_s
+    # (its forward share also in fwd_s), the copies' time beyond the compute they run under;
+    # the host memory one micro-batch's copies take (times the micro-batches in flight)
+    act_offload_wait_s: float = 0.0
+    act_host_bytes: float = 0.0
 
     @property
     def time_s(self) -> float:
@@ -219,12 +225,19 @@ def _block_cost(
     act = block_activation_bytes(m, t, b, cfg.tp, cfg.cp, cfg.sequence_parallel, geo.moe_layer, cfg.engine,
                                         expert_load=load)
     working_set = block_working_set_bytes(m, t, cfg, geo.moe_layer, dense + expert)
+    off = block_act_offload(m, cluster, t, cfg, c.fwd_s, c.bwd_s)
+    if off is not NO_OFFLOAD:
+        # the offloaded inputs leave every micro-batch in flight; two blocks' come back at the
+        # backward (terms/act_offload.py)
+        act = ActivationBytes(none=act.none - off.saved_bytes, selective=act.selective - off.saved_bytes,
+                              full=act.full)
+        working_set += off.held_bytes
     model_f = 3.0 * flops.block_flops(m, b * t.seq_length, t.seq_length, geo.moe_layer, index=index,
                                       causal=True).total / (cfg.tp * cfg.cp)
     return LayerCost(
         name=f"block{index}",
-        compute_s=c.fwd_s + c.bwd_s + host_fwd + host_bwd,
-        fwd_s=c.fwd_s + host_fwd,
+        compute_s=c.fwd_s + c.bwd_s + host_fwd + host_bwd + off.fwd_exposed_s + off.bwd_exposed_s,
+        fwd_s=c.fwd_s + host_fwd + off.fwd_exposed_s,
         tp_comm_s=tp_fwd + tp_bwd,
         cp_comm_s=cp_comm,
         ep_comm_s=ep_comm - unpaired,
@@ -244,6 +257,8 @@ def _block_cost(
         wgrad_s=c.wgrad_s,
         wgrad_held_bytes=c.wgrad_held_bytes,
         host_bytes=st.host_bytes,
+        act_offload_wait_s=off.fwd_exposed_s + off.bwd_exposed_s,
+        act_host_bytes=off.copied_bytes,
     )
 
 
@@ -376,6 +391,8 @@ def _with_mtp(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig,
         / (cfg.tp * cfg.cp),
         transient_bytes=max(out.transient_bytes, blk.transient_bytes),
         host_bytes=out.host_bytes + n * (blk.host_bytes + host_bytes(t, cfg, proj_params, dp)),
+        act_offload_wait_s=n * blk.act_offload_wait_s,
+        act_host_bytes=n * blk.act_host_bytes,
     )
 
 

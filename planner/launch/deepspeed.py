@@ -22,8 +22,10 @@ with pipeline parallelism", so pp > 1 plans are offered only with ZeRO 0 or 1.
 
 from __future__ import annotations
 
+from cost_model.engines.offload import activation_offload_rule
 from cost_model.engines.support import engine_supports
 from cost_model.specs.vocab import (
+    ACT_OFFLOAD_NONE,
     DTYPE_BF16,
     DTYPE_FP8,
     DTYPE_FP32,
@@ -116,6 +118,9 @@ def applicable(plan: dict) -> None:
             "zero_optimization_stage() < ZeroStageEnum.gradients (\"ZeRO-2 and ZeRO-3 are incompatible with "
             "pipeline parallelism\", deepspeed/runtime/pipe/engine.py)"
         )
+    level = p.get("activation_offload") or ACT_OFFLOAD_NONE
+    if level != ACT_OFFLOAD_NONE:
+        raise NotApplicable(f"deepspeed: {activation_offload_rule(ENGINE_DEEPSPEED, level)}")
     if p["vpp"] > 1:
         raise NotApplicable(f"deepspeed: vpp={p['vpp']}: DeepSpeed's PipelineEngine has no interleaved schedule")
     replicas = int(p.get("dp_replicate", 1))

@@ -29,9 +29,11 @@ model prices the grad buffer and its reduce-scatter in that dtype.
 
 from __future__ import annotations
 
+from cost_model.engines.offload import ACT_OFFLOAD_MODULES
 from cost_model.engines.support import engine_supports, tp_comm_overlap
 from cost_model.model import attention, flops
 from cost_model.specs.vocab import (
+    ACT_OFFLOAD_NONE,
     ATTN_CHUNKED,
     ATTN_FULL,
     ATTN_SLIDING,
@@ -454,6 +456,18 @@ def offload_args(plan: dict) -> list[str]:
             "--use-precision-aware-optimizer"]
 
 
+def act_offload_args(plan: dict) -> list[str]:
+    """The activation offload as priced (cost_model/terms/act_offload.py): the level's
+    modules (engines/offload.py ACT_OFFLOAD_MODULES) under Megatron-LM's flags for
+    TransformerConfig.fine_grained_activation_offloading and .offload_modules (built from the
+    dataclass by ArgumentGroupFactory, megatron/training/argument_utils.py @d98e8a64ddf3: a
+    bool field is store_true, a list field nargs '+'). The default --min-offloaded-tensor-size
+    (1024*1024 elements) is the one priced; megatron.sh exports NVTE_CPU_OFFLOAD_V1=1
+    (process.env), which validate_args asks for with Transformer Engine >= 2.10."""
+    modules = ACT_OFFLOAD_MODULES[par(plan).get("activation_offload") or ACT_OFFLOAD_NONE]
+    return ["--fine-grained-activation-offloading", "--offload-modules", *modules] if modules else []
+
+
 def build(plan: dict) -> tuple[list[str], list[str]]:
     require_transformer(plan, TARGET_MEGATRON)
     missing = unexpressed_features(plan["model"])
@@ -540,6 +554,7 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
                      "pipeline parallelism; the planner does not propose it")
     a += precision_args(plan)
     a += offload_args(plan)
+    a += act_offload_args(plan)
     a += model_args(plan)
     # Runnable as-is on synthetic data; swap for --data-path/--tokenizer-model for a real run.
     a += [

@@ -4,7 +4,8 @@ CPU processes."""
 
 from __future__ import annotations
 
-from cost_model.specs.vocab import ENGINE_MEGATRON
+from cost_model.engines.offload import ACT_OFFLOAD_ENV
+from cost_model.specs.vocab import ACT_OFFLOAD_NONE, ENGINE_MEGATRON
 from planner.launch._common import (
     RDZV_PORT,
     TORCHRUN,
@@ -34,6 +35,9 @@ def env(plan: dict) -> dict[str, str]:
         # Blackwell. 8: Megatron-Bridge's value for it with the alltoall dispatcher
         # (scripts/performance/utils/overrides.py @067f987df).
         out["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
+    if megatron and (p.get("activation_offload") or ACT_OFFLOAD_NONE) != ACT_OFFLOAD_NONE:
+        # Megatron-LM validate_args with Transformer Engine >= 2.10 (engines/offload.py)
+        out.update(ACT_OFFLOAD_ENV)
     return out
 
 

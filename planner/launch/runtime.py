@@ -7,11 +7,13 @@ refuses, the plan's `skipped` says why before anything is launched.
 
 from __future__ import annotations
 
+from cost_model.specs.vocab import ACT_OFFLOAD_NONE
 from planner.launch._common import (
     TORCHRUN,
     NotApplicable,
     join,
     node_layout,
+    par,
     torchrun_argv,
     world_size,
 )
@@ -32,6 +34,8 @@ def refusal(plan: dict) -> str | None:
 
 def emit(plan: dict) -> dict:
     reason = refusal(plan)
+    if not reason and (par(plan).get("activation_offload") or ACT_OFFLOAD_NONE) != ACT_OFFLOAD_NONE:
+        reason = "it has no activation offload (parallelism.activation_offload is Megatron-Core's)"
     if reason:
         raise NotApplicable(f"runtime: the project runtime refuses this plan before launch: {reason}")
     nnodes, nproc = node_layout(plan)

@@ -28,8 +28,9 @@ FLOAT8_CONFIGS), so that the run is the program the plan was priced as.
 from __future__ import annotations
 
 from cost_model.engines import support as engines
-from cost_model.engines.offload import optimizer_offload_rule
+from cost_model.engines.offload import activation_offload_rule, optimizer_offload_rule
 from cost_model.specs.vocab import (
+    ACT_OFFLOAD_NONE,
     DISPATCHER_ALLTOALL,
     DTYPE_BF16,
     DTYPE_FP8,
@@ -217,6 +218,9 @@ def applicable(plan: dict) -> tuple[str, str]:
         problems += _dtype_problems(plan, PRESETS[name][1])
     if (plan.get("parallelism") or {}).get("optimizer_offload"):
         problems.append(str(optimizer_offload_rule(ENGINE_TORCHTITAN, 1)))
+    level = (plan.get("parallelism") or {}).get("activation_offload") or ACT_OFFLOAD_NONE
+    if level != ACT_OFFLOAD_NONE:
+        problems.append(str(activation_offload_rule(ENGINE_TORCHTITAN, level)))
     if problems:
         raise NotApplicable("torchtitan: " + "; ".join(problems))
     return PRESETS[name]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_model.specs.vocab import DISPATCHER_ALLTOALL, RECOMPUTE_NONE
+from cost_model.specs.vocab import ACT_OFFLOAD_NONE, DISPATCHER_ALLTOALL, RECOMPUTE_NONE
 
 
 def as_dict(plan: Any) -> dict:
@@ -41,6 +41,8 @@ def knobs(par: dict) -> str:
         out.append("a2a-overlap")
     if par.get("moe_dispatcher") and par["moe_dispatcher"] != DISPATCHER_ALLTOALL:
         out.append(f"ep:{par['moe_dispatcher']}")
+    if par.get("activation_offload", ACT_OFFLOAD_NONE) != ACT_OFFLOAD_NONE:
+        out.append(f"act-offload:{par['activation_offload']}")
     out.append(str(par.get("schedule", "")))
     return " ".join(out)
 

@@ -62,6 +62,8 @@ from cost_model.specs.limits import (
     MAX_VOCAB,
 )
 from cost_model.specs.vocab import (
+    ACT_OFFLOAD_ATTN,
+    ACT_OFFLOAD_NONE,
     ATTENTION_FLASH,
     ATTN_GQA,
     ATTN_MHA,
@@ -81,6 +83,7 @@ from cost_model.specs.vocab import (
     ROUTER_SOFTMAX,
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
+    ActivationOffload,
     Attention,
     AttentionKind,
     AttentionLayer,
@@ -540,6 +543,10 @@ class Search(_Strict):
     optimizer_offload: _choice(bool, [False], "optimizer states and step on the host CPU (Megatron "
                                "--optimizer-cpu-offload, DeepSpeed offload_optimizer)",
                                null="searched where the engine runs it and the layout does not fit without it")
+    activation_offload: _choice(ActivationOffload, [ACT_OFFLOAD_NONE, ACT_OFFLOAD_ATTN], "activation offload levels: "
+                                "none; attn (Megatron --fine-grained-activation-offloading --offload-modules core_attn "
+                                "attn_proj); attn_qkv (also qkv_linear). Megatron only, with recompute none",
+                                null="none alone (list levels to search them)")
     memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom), or less where the "
                                    "held-out upper bound of the peak asks for more (its factor f: capacity / f)", examples=[0.05])
     top_k: int = Field(3, ge=1, le=MAX_TOP_K, description="plans to keep (best + alternatives)", examples=[3])

@@ -24,6 +24,8 @@ from cost_model.specs.vocab import (
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     STATUS_OPTIMAL,
+    ActivationOffload,
+    values,
 )
 from cost_model.terms.layers import LayerTable
 from planner.search.results import Found, Problem
@@ -110,17 +112,20 @@ def normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
         return replace(c, recompute=RECOMPUTE_NONE)
     return c
 
+ACT_OFFLOAD_LEVELS = values(ActivationOffload)
+
 
 def distinct_key(c: Candidate) -> tuple:
     """What makes two plans different lines of the top-k: degrees, micro-batch, sharding,
     recompute and schedule kind. vpp, sequence parallelism, the context-parallel
     communication, the MoE dispatcher and overlap are variants of one line."""
     return (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.micro_batch_size, c.zero, c.dp_replicate, c.recompute, c.schedule,
-            c.engine, c.optimizer_offload)
+            c.engine, c.optimizer_offload, c.activation_offload)
 
 
 def tiebreak(c: Candidate) -> tuple:
     """Among equal times prefer simpler plans: less model parallelism, less sharding."""
     return (c.pp * c.vpp, c.tp, c.cp, c.ep, c.zero, c.dp_replicate > 1, c.recompute != RECOMPUTE_NONE, c.micro_batch_size,
             c.moe_a2a_overlap, get_engine(c.engine).cp_variants.index(c.cp_comm) if c.cp_comm else 0,
-            c.moe_dispatcher != DISPATCHER_ALLTOALL, c.optimizer_offload)
+            c.moe_dispatcher != DISPATCHER_ALLTOALL, c.optimizer_offload,
+            ACT_OFFLOAD_LEVELS.index(c.activation_offload))  # the fewer modules offloaded, the less host traffic

@@ -12,7 +12,12 @@ from typing import Literal, NamedTuple
 from cost_model.engines.states import optimizer_bytes_per_param, state_bytes_per_param
 from cost_model.pipeline.rank_costs import StageProblem
 from cost_model.specs.results import GIB
-from cost_model.specs.vocab import DISPATCHER_ALLTOALL, ENGINE_MEGATRON, RECOMPUTE_FULL
+from cost_model.specs.vocab import (
+    ACT_OFFLOAD_NONE,
+    DISPATCHER_ALLTOALL,
+    ENGINE_MEGATRON,
+    RECOMPUTE_FULL,
+)
 from cost_model.terms import memory, offload
 from cost_model.terms.layers import LayerTable
 from planner.bounds import (
@@ -207,7 +212,7 @@ class Frontier:
         # the base memory bound does not depend on the overlapped all-to-all (its extra
         # warm-up micro-batch is left out of the bound): the two settings share it
         mb_key = (c.dp, c.tp, c.pp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel, c.zero, c.recompute,
-                  c.cp_comm, c.moe_dispatcher, c.optimizer_offload)
+                  c.cp_comm, c.moe_dispatcher, c.optimizer_offload, c.activation_offload)
         if c.micro_batch_size >= self.too_big_mb.get(mb_key, math.inf):
             stats.pruned_memory += 1
             return "memory"
@@ -233,7 +238,8 @@ class Frontier:
             mem_lb = self.mem_lbs[twin] = base_memory_bound_bytes(base_sums, prob.training, c, m, reserved,
                                                                       ctx.deadline)
         stats.note_memory(mem_lb / GIB, c)
-        if mem_lb > self.cap or (c.optimizer_offload and self._host_too_small(c)):
+        offloads = c.optimizer_offload or c.activation_offload != ACT_OFFLOAD_NONE
+        if mem_lb > self.cap or (offloads and self._host_too_small(c)):
             stats.pruned_memory += 1
             self.too_big_mb[mb_key] = min(c.micro_batch_size, self.too_big_mb.get(mb_key, math.inf))
             return "memory"
@@ -245,11 +251,13 @@ class Frontier:
 
     def _host_too_small(self, c: Candidate) -> bool:
         """The node's host memory cannot hold its GPUs' offloaded states: the fullest rank holds
-        at least the average of the model's host bytes over the pipeline ranks
-        (offload.host_need_bytes; the plan's exact need is checked when it is recorded)."""
+        at least the average of the model's host bytes over the pipeline ranks, and of its
+        offloaded activations at least one micro-batch's (offload.host_need_bytes; the plan's
+        exact need is checked when it is recorded)."""
         prob = self.ctx.prob
         table = self.ctx.tables.get(c)
-        total = sum(b.host_bytes for b in table.blocks) + table.embedding.host_bytes + table.output.host_bytes
+        total = sum(b.host_bytes + b.act_host_bytes for b in table.blocks) + table.embedding.host_bytes \
+            + table.output.host_bytes + table.output.act_host_bytes
         need = offload.host_need_bytes(prob.cluster, total / c.pp)
         return need > offload.host_capacity_bytes(prob.cluster) * (1 - prob.space.memory_headroom)
 

@@ -9,7 +9,7 @@ from cost_model.engines.support import get_engine
 from cost_model.estimate import interval_band
 from cost_model.pipeline.rank_costs import StageProblem, capacity_bytes
 from cost_model.specs.inputs import ParallelConfig
-from cost_model.specs.vocab import DISPATCHER_ALLTOALL, RECOMPUTE_FULL
+from cost_model.specs.vocab import ACT_OFFLOAD_NONE, DISPATCHER_ALLTOALL, RECOMPUTE_FULL
 from cost_model.terms import memory
 from cost_model.terms.layers import LayerTable, layer_table
 from planner.bounds import TableSums, table_sums
@@ -29,7 +29,7 @@ def table_key(c: Candidate) -> tuple:
     """What the candidate's per-layer cost table depends on (not pp, vpp, the schedule or the
     recompute setting: those are the pipeline's)."""
     return (c.dp, c.tp, c.cp, c.ep, c.sequence_parallel, c.zero, c.dp_replicate, c.micro_batch_size, c.engine,
-            c.etp, c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher, c.optimizer_offload)
+            c.etp, c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher, c.optimizer_offload, c.activation_offload)
 
 
 class LayerTables:
@@ -60,23 +60,27 @@ class LayerTables:
 
     def base(self, c: Candidate) -> tuple[LayerTable, TableSums]:
         return self.base_at(c.tp, c.cp, c.ep, c.etp, c.sequence_parallel, c.micro_batch_size, c.engine,
-                            c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher)
+                            c.moe_a2a_overlap, c.cp_comm, c.moe_dispatcher, c.activation_offload)
 
     def base_at(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mb: int, engine: str,
                 overlap: bool | None = None, cp_comm: str | None = None,
-                dispatcher: str = DISPATCHER_ALLTOALL) -> tuple[LayerTable, TableSums]:
+                dispatcher: str = DISPATCHER_ALLTOALL,
+                act_offload: str = ACT_OFFLOAD_NONE) -> tuple[LayerTable, TableSums]:
         """The base table of a candidate with the overlapped 1F1B all-to-all `overlap`, the
         context-parallel communication `cp_comm` and the MoE token `dispatcher`; overlap None:
         on where the space holds it (a bound over several settings takes the least of their
-        tables: the degree groups' bounds, queue.py)."""
+        tables: the degree groups' bounds, queue.py). `act_offload`: the candidate's activation
+        offload, whose smaller activations its memory bound must see (without it the table
+        bounds the time alone: the offload only adds time)."""
         if overlap is None:
             overlap = True in a2a_overlap_values(self.prob.model, self.prob.space, engine, ep)
-        key = ("base", tp, cp, ep, etp, sp, mb, engine, overlap, cp_comm, dispatcher)
+        key = ("base", tp, cp, ep, etp, sp, mb, engine, overlap, cp_comm, dispatcher, act_offload)
         sums = self.sums.get(key)
         if sums is not None:  # the common case: no config to build
             return self.cache[key], sums
         cfg = ParallelConfig(dp=1, tp=tp, cp=cp, ep=ep, etp=etp, sequence_parallel=sp, micro_batch_size=mb,
-                             engine=engine, moe_a2a_overlap=overlap, cp_comm=cp_comm, moe_dispatcher=dispatcher)
+                             engine=engine, moe_a2a_overlap=overlap, cp_comm=cp_comm, moe_dispatcher=dispatcher,
+                             activation_offload=act_offload)
         table = self._build(key, cfg)
         return table, self._sums(key, table)
 

@@ -43,7 +43,7 @@ _RENAMED = {
 
 
 # flags Megatron-LM declares with nargs='+' (megatron/training/arguments.py): a list
-_LISTS = {"hierarchical_context_parallel_sizes"}
+_LISTS = {"hierarchical_context_parallel_sizes", "offload_modules"}
 
 
 def parse_flags(args: list[str]) -> dict[str, object]:

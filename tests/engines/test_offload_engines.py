@@ -75,3 +75,44 @@ def test_torchtitan_refuses_the_offload():
     """The Megatron plan's torchtitan artifact is skipped, with the reason."""
     skipped = _plan("megatron", "llama3-70b", 8192)["launch"]["skipped"]
     assert "enable_cpu_offload" in skipped["torchtitan"]
+
+
+@cache
+def _act_plan(level: str) -> dict:
+    """llama3-70b on one DGX H100, pinned where it fits only with activations offloaded
+    (tests/planner/test_act_offload_plan.py)."""
+    return service.plan({"model": {"name": "llama3-70b"}, "cluster": H100x8,
+                         "training": {"global_batch_size": 64, "seq_length": 8192},
+                         "search": {"tp": [8], "pp": [1], "micro_batch_size": [1], "zero": [1],
+                                    "optimizer_offload": [True], "recompute": ["none"],
+                                    "activation_offload": [level]}})
+
+
+@pytest.mark.parametrize("level, modules", [("attn", ["core_attn", "attn_proj"]),
+                                            ("attn_qkv", ["qkv_linear", "core_attn", "attn_proj"])])
+def test_megatron_transformer_config_takes_the_activation_offload(level, modules):
+    """The emitted flags are Megatron-LM's names (TransformerConfig fields through
+    ArgumentGroupFactory, megatron_flags.txt @d98e8a64ddf3) and megatron-core 0.16.1's
+    TransformerConfig.__post_init__ accepts them (not with cpu_offloading; attn_proj with
+    core_attn), with the fields the planner priced."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.transformer import TransformerConfig
+
+    from .test_megatron import transformer_kwargs
+
+    plan = _act_plan(level)
+    assert plan["parallelism"]["activation_offload"] == level and plan["parallelism"]["recompute"] == "none"
+    args = plan["launch"]["megatron"]["args"]
+    known = data.names("megatron_flags.txt")
+    assert {"--fine-grained-activation-offloading", "--offload-modules"} <= known
+    flags = parse_flags(args)
+    cfg = TransformerConfig(**transformer_kwargs(flags))
+    assert cfg.fine_grained_activation_offloading is True
+    assert cfg.offload_modules == modules
+    assert not cfg.cpu_offloading and cfg.recompute_granularity is None  # no checkpointed core attention
+    assert cfg.min_offloaded_tensor_size == 1024 * 1024  # the threshold priced (engines/offload.py)
+    # Megatron-LM validate_args with Transformer Engine >= 2.10 (megatron/training/arguments.py @d98e8a64ddf3)
+    assert plan["launch"]["megatron"]["env"]["NVTE_CPU_OFFLOAD_V1"] == "1"
+    # the engine's own rule, which the levels keep: attn_proj alone is refused
+    with pytest.raises(ValueError, match="attn_proj"):
+        TransformerConfig(**{**transformer_kwargs(flags), "offload_modules": ["attn_proj"]})
