@@ -32,6 +32,8 @@ def layout(par) -> str:
     extras += ["sp"] if par["sequence_parallel"] else []
     extras += ["moe-a2a-overlap"] if par.get("moe_a2a_overlap") else []
     extras += ["optimizer-offload"] if par.get("optimizer_offload") else []
+    if par.get("activation_offload", V.ACT_OFFLOAD_NONE) != V.ACT_OFFLOAD_NONE:
+        extras.append(f"activation-offload={par['activation_offload']}")
     if par.get("moe_dispatcher", V.DISPATCHER_ALLTOALL) != V.DISPATCHER_ALLTOALL:
         extras.append(f"moe-dispatcher={par['moe_dispatcher']}")
     return (f"dp={par['dp']} tp={par['tp']} pp={par['pp']} cp={par['cp']} ep={par['ep']}"
