@@ -408,11 +408,21 @@ def _build(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layout):
 
     v, m = p.vpp, p.num_micro_batches
     if p.schedule in SPLIT_BACKWARD_SCHEDULES:
-        # the zero-bubble family: the steady state alone, m x the slowest rank, a lower bound
-        # of the float model's pipeline (stages.split_pipeline_time_s: the weight-gradient
-        # work fills most of the bubble), so the solver's bound stays a bound; the float
-        # model prices the partition it returns
-        return v * m * slowest + v * tail, p.pp + 1
+        # the zero-bubble family, priced by the schedule's simulation (stages.split_pipeline_time_s)
+        # which has no closed form on uneven stages: a lower bound of it, so the solver's bound
+        # stays a bound, and the float model prices the partition it returns. Rank r can start
+        # only once micro-batch 0 has run forward through the stages before its first one
+        # (stages 0..r-1: chunk 0 is stage r on every rank, order.stage_of), and then has m x
+        # T_r of work: pipe >= sum_{k<r} F_k + m T_r for every r (with r = the slowest rank's,
+        # m x the slowest rank, the steady state). On equal stages with F = B = W it is the
+        # simulated time itself: the last rank's start skew (p-1)F is ZBV's and DualPipeV's
+        # whole bubble and ZB1P's (p-1)(F+B-W) (docs/results.md, zero-bubble schedules)
+        F, _ = _stage_fwd_bwd(model, p, sc, lay)
+        pipe = model.new_int_var(0, VAR_MAX_UNITS, "pipeline")
+        model.add(pipe >= v * m * slowest)
+        for r in range(1, p.pp):
+            model.add(pipe >= v * (sum(F[:r]) + m * T[r]))
+        return pipe + v * tail, 2 * p.pp + 1
     sc21 = v * m * slowest + sum(T) - slowest  # v * SC'21's form
     if v == 1 and p.schedule == SCHEDULE_GPIPE:
         F, B = _stage_fwd_bwd(model, p, sc, lay)  # one stage per rank
