@@ -160,6 +160,10 @@ def _columns_block(row: dict) -> dict:
     }
     if _int(row.get("head_dim")):
         t["head_dim"] = _int(row["head_dim"])
+    if _bool(row.get("dropout")):
+        # the optional dropout column: hidden/attention dropout on (GPT-era Megatron-LM's 0.1
+        # defaults, where the row's launch left them), so the masks are held for the backward
+        t["dropout"] = True
     if _int(row.get("moe_experts")):
         t["moe"] = {
             "num_experts": _int(row["moe_experts"]),
@@ -220,11 +224,14 @@ def compiled(row: dict) -> bool:
 
 
 def grad_dtype(row: dict) -> str:
-    """The gradient dtype the row's engine recipe ran. Megatron-Bridge 25.11's performance
+    """The gradient dtype the row's engine recipe ran: the optional grad_dtype column where
+    the row states it (cited in its notes). Megatron-Bridge 25.11's performance
     scripts reduce gradients in bf16: every model family's set_*_common_configs sets
     mixed_precision.grad_reduce_in_fp32 = ddp.grad_reduce_in_fp32 = False
     (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/{llama,qwen,gpt_oss,deepseek,
     nemotronh}/*_llm_pretrain.py @5776a6d). Elsewhere the engines' fp32 default."""
+    if (row.get("grad_dtype") or "").strip():
+        return row["grad_dtype"].strip()
     return V.DTYPE_BF16 if "megatron-bridge" in row["framework"].lower() else V.DTYPE_FP32
 
 
@@ -266,6 +273,10 @@ def training_block(row: dict) -> dict:
         "grad_dtype": grad_dtype(row),
         "compile": compile_setting(row),
     }
+    if (row.get("attention") or "").strip():
+        # the optional attention column: eager where the row's engine ran without fused
+        # attention (the s x s scores are materialised and saved), cited in its notes
+        t["attention"] = row["attention"].strip()
     recipe = fp8_recipe_of(row)
     if recipe:
         t["fp8_recipe"] = recipe
@@ -295,6 +306,10 @@ def parallelism_block(row: dict) -> dict:
     disp = (row.get("moe_dispatcher") or "").strip()
     if disp in V.values(V.MoeDispatcher):
         p["moe_dispatcher"] = disp
+    if (row.get("stage_layers") or "").strip():
+        # the optional stage_layers column: blocks per stage where the run split them unevenly
+        # (space-separated, pp x vpp entries, model order), cited in the row's notes
+        p["stage_layers"] = [int(x) for x in row["stage_layers"].split()]
     return p
 
 
