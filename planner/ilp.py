@@ -458,6 +458,11 @@ def _memory_rows(model: cp_model.CpModel, p: StageProblem, sc: Scale, lay: _Layo
     ex = p.extras[r]
     stages = list(p.stages_of(r))
     states = lay.total(r, "state", lambda c: c.state_bytes, sc.mem_up) + sc.mem_up(ex.state_bytes)
+    # the optimizer step's moment: its own buffers beside the states, the activations freed
+    # (stages.rank_cost: the peak is the larger of the two moments)
+    if p.table.has_step_bytes:
+        step = lay.total(r, "step", lambda c: c.step_bytes, sc.mem_up) + sc.mem_up(ex.step_bytes)
+        model.add(states + step <= cap_units)
     chunk_act = []
     for k in stages:
         a = lay.stage_total(k, "act", lambda c: c.act_bytes, sc.mem_up) + sc.mem_up(p.stage_extras[k].act_bytes)

@@ -38,8 +38,9 @@ from cost_model.specs.vocab import (
 class StateBytes:
     """Bytes per parameter one rank keeps for model states (weights, gradients, optimizer
     states), and `step_transient`: bytes per parameter allocated only around the optimizer
-    step (a fp32 gradient partition or flat copy) — add it to the peak if the step is the
-    peak. `source`: where the engine's allocation is documented."""
+    step (a fp32 gradient partition or flat copy), once the backward has freed the
+    activations: the rank's peak is the larger of the two moments (stages.rank_cost; the
+    stage ILP's step row). `source`: where the engine's allocation is documented."""
 
     weights: float
     grads: float
@@ -162,8 +163,9 @@ def engine_state_bytes(
     # this project's runtime: fp32 throughout (runtime/__main__.py)
     src = str(e.sharding_mode(zero).source)
     if zero in (1, 2):
-        # whole param and grad; fp32 master slice + grad slice + moments per rank; flat fp32
-        # gradient copy built for the reduce-scatter at the step
+        # whole param and grad; fp32 master slice + grad slice + moments per rank; at the step
+        # one flat fp32 buffer of every parameter at a time: the gradient copy for the
+        # reduce-scatter, freed before the all-gather's (planner/runtime/dist_optimizer.py step)
         return StateBytes(4.0, 4.0, (4.0 + 4.0 + m) / d, step_transient=4.0, source=src)
     return zero_ladder(zero, d, 4.0, 4.0, m, source=src)
 

@@ -262,6 +262,7 @@ class BlockCoefficients(NamedTuple):
     act_saved_bytes: float  # per micro-batch held, saved by full recompute
     fwd_s: float  # the forward's part of time_s (stages.layer_fwd_s)
     unpaired_s: float = 0.0  # what its forward, and again its backward, adds run alone (RankCost.chunk_unpaired_s)
+    step_bytes: float = 0.0  # allocated only around the optimizer step (LayerCost.step_bytes)
 
 
 def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
@@ -282,6 +283,7 @@ def block_coefficients(p: StageProblem, b: LayerCost) -> BlockCoefficients:
         act_saved_bytes=saved,
         fwd_s=layer_fwd_s(b),
         unpaired_s=b.ep_unpaired_s / 2,
+        step_bytes=b.step_bytes,
     )
 
 
@@ -298,6 +300,7 @@ class RankExtras(NamedTuple):
     state_bytes: float  # their model states
     act_bytes: float  # their activations per micro-batch held (stage_extras' act_bytes, summed)
     transient_bytes: float = 0.0  # the loss transient of the last stage (stages.rank_cost)
+    step_bytes: float = 0.0  # their optimizer step's own buffers (LayerCost.step_bytes)
 
 
 def rank_extras(p: StageProblem, rank: int) -> RankExtras:
@@ -313,7 +316,7 @@ def rank_extras(p: StageProblem, rank: int) -> RankExtras:
     if not layers:  # a middle rank: only its sends (most ranks; the search makes many)
         return RankExtras((), 0.0 + sends * p.table.p2p_s, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     g = p.interference
-    time = dp = window = hidden = opt = state = act = 0.0
+    time = dp = window = hidden = opt = state = act = step = 0.0
     transient = p.table.output.transient_bytes if S - 1 in p.stages_of(rank) else 0.0
     for x in layers:
         time += x.time_s
@@ -323,7 +326,9 @@ def rank_extras(p: StageProblem, rank: int) -> RankExtras:
         opt += x.optimizer_s
         state += x.state_bytes
         act += x.act.none
-    return RankExtras(tuple(layers), time + sends * p.table.p2p_s, dp, window, hidden, opt, state, act, transient)
+        step += x.step_bytes
+    return RankExtras(tuple(layers), time + sends * p.table.p2p_s, dp, window, hidden, opt, state, act, transient,
+                      step)
 
 
 class StageExtras(NamedTuple):

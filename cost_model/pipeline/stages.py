@@ -232,7 +232,7 @@ def rank_cost(
     V under the V schedules: order.stage_rank)."""
     n_stages = len(slices)
     time = comp = rc = tp = cp = ep = z3 = ppc = bwd = dp = opt = 0.0
-    w = g = o = host = extra_flops = 0.0
+    w = g = o = host = step = extra_flops = 0.0
     recomputes = False
     extra_transient = 0.0
     chunk_fwd: list[float] = []
@@ -277,6 +277,7 @@ def rank_cost(
             g += lc.grads_bytes
             o += lc.optimizer_bytes
             host += lc.host_bytes
+            step += lc.step_bytes
             if split:
                 # a split backward keeps the micro-batch's autograd graph (retain_graph=True)
                 # and its GEMMs' output gradients from the input-gradient op to the
@@ -303,6 +304,10 @@ def rank_cost(
     # bytes (in_flight.peak_in_flight_bytes)
     act = in_flight.peak_in_flight_bytes(schedule, pp, rank, num_micro_batches, vpp, tuple(chunk_act),
                                       warmup_extra(table))
+    # the optimizer step's own buffers (LayerCost.step_bytes) are allocated once the backward
+    # has freed the activations: the rank's peak is the larger of the two moments, so they
+    # count where they exceed the activations and the transients (ilp.py's step row)
+    transient = max(transient, step - act)
     if any(chunk_host):
         # the offloaded activations of the micro-batches in flight (terms/act_offload.py)
         host += in_flight.peak_in_flight_bytes(schedule, pp, rank, num_micro_batches, vpp, tuple(chunk_host),

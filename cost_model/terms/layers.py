@@ -57,7 +57,12 @@ from cost_model.terms.ep import block_ep_s, combined_saving_s
 from cost_model.terms.geometry import attention_dtype, geometry
 from cost_model.terms.offload import host_bytes
 from cost_model.terms.params import block_keys, block_params
-from cost_model.terms.states import block_states, layer_state_bytes, optimizer_step_s
+from cost_model.terms.states import (
+    block_states,
+    layer_state_bytes,
+    layer_step_bytes,
+    optimizer_step_s,
+)
 from cost_model.terms.tp import block_tp_bwd_s, block_tp_fwd_s, op_sac_tp_refwd_s, tp_sync_s
 
 
@@ -106,6 +111,9 @@ class LayerCost:
     # the host memory one micro-batch's copies take (times the micro-batches in flight)
     act_offload_wait_s: float = 0.0
     act_host_bytes: float = 0.0
+    # allocated only around the optimizer step, when the activations are freed
+    # (states.layer_step_bytes): the rank's peak is the larger of the two (stages.rank_cost)
+    step_bytes: float = 0.0
 
     @property
     def time_s(self) -> float:
@@ -140,6 +148,11 @@ class LayerTable:
         index_of: dict[LayerCost, int] = {}
         kind_of_id = {i: index_of.setdefault(b, len(index_of)) for i, b in objects.items()}
         return tuple(index_of), tuple(kind_of_id[id(b)] for b in self.blocks)
+
+    @cached_property
+    def has_step_bytes(self) -> bool:
+        """Whether any layer's optimizer step allocates its own buffers (LayerCost.step_bytes)."""
+        return any(x.step_bytes > 0 for x in (self.embedding, self.output, *self.block_kinds))
 
     @property
     def block_kinds(self) -> tuple[LayerCost, ...]:
@@ -259,6 +272,7 @@ def _block_cost(
         host_bytes=st.host_bytes,
         act_offload_wait_s=off.fwd_exposed_s + off.bwd_exposed_s,
         act_host_bytes=off.copied_bytes,
+        step_bytes=st.step_bytes,
     )
 
 
@@ -292,6 +306,7 @@ def _replicated_layer(
         flops_model=flops_model,
         transient_bytes=transient_bytes,
         host_bytes=host_bytes(t, cfg, params, dp),
+        step_bytes=layer_step_bytes(t, cfg, params, dp),
     )
 
 
@@ -393,6 +408,7 @@ def _with_mtp(m: TransformerSpec, cluster, t: TrainingSpec, cfg: ParallelConfig,
         host_bytes=out.host_bytes + n * (blk.host_bytes + host_bytes(t, cfg, proj_params, dp)),
         act_offload_wait_s=n * blk.act_offload_wait_s,
         act_host_bytes=n * blk.act_host_bytes,
+        step_bytes=out.step_bytes + n * (blk.step_bytes + layer_step_bytes(t, cfg, proj_params, dp)),
     )
 
 

@@ -39,6 +39,17 @@ def layer_state_bytes(
     return params * per.weights, params * per.grads, 0.0 if cfg.optimizer_offload else params * per.optimizer
 
 
+def layer_step_bytes(t: TrainingSpec, cfg: ParallelConfig, params: float, group: int) -> float:
+    """Bytes the optimizer step allocates beside the model states for `params` (StateBytes.
+    step_transient: DeepSpeed ZeRO's fp32 gradient partition, built in step() and freed after
+    it, runtime/zero/stage_1_and_2.py; the runtime's flat fp32 gradient copy): none where the
+    step runs on the host (the offloaded partition is the host's)."""
+    if cfg.optimizer_offload:
+        return 0.0
+    per = state_bytes_per_param(t, cfg.engine, cfg.zero, cfg.shard_size(group), pipeline=cfg.pp > 1)
+    return params * per.step_transient
+
+
 def optimizer_step_s(cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig, params: float, group: int) -> float:
     """Optimizer step is memory-bound: each owned parameter reads and writes its optimizer
     states, reads its gradient and writes its 16-bit copy (Adam: fused multi-tensor apply).
@@ -63,6 +74,7 @@ class BlockStates:
     zero3_comm_s: float
     optimizer_s: float
     host_bytes: float = 0.0  # offloaded optimizer states in host memory (offload.host_bytes)
+    step_bytes: float = 0.0  # allocated only around the optimizer step (layer_step_bytes)
 
 
 def block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, expert: float,
@@ -87,4 +99,5 @@ def block_states(cluster, t: TrainingSpec, cfg: ParallelConfig, dense: float, ex
     opt = optimizer_step_s(cluster, t, cfg, dense, dp_size) + optimizer_step_s(cluster, t, cfg, expert, edp_size)
     opt += grad_sync_exposed_s(cluster, t, cfg, [(dense, dp_size, tp), (expert, edp_size, estride)], fits)
     host = host_bytes(t, cfg, dense, dp_size, f8) + host_bytes(t, cfg, expert, edp_size, f8)
-    return BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt, host)
+    step = layer_step_bytes(t, cfg, dense, dp_size) + layer_step_bytes(t, cfg, expert, edp_size)
+    return BlockStates(w1 + w2, g1 + g2, o1 + o2, dp_sync, zero3, opt, host, step)

@@ -75,6 +75,9 @@ class DistributedOptimizer:
         flat_grad = self._flatten(self._local_grads(), device)
         # sum of the dp ranks' gradients for this rank's slice, then the dp average
         dist.reduce_scatter_tensor(self.grad_slice, flat_grad, group=self.group)
+        # freed before the gathered copy below is allocated: the step holds one flat fp32
+        # buffer at a time (cost_model/engines/states.py prices 4 bytes per parameter)
+        del flat_grad
         self.grad_slice.div_(self.dp)
         self.master.grad = self.grad_slice
         self.opt.step()
