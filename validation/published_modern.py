@@ -366,12 +366,14 @@ def predict(row: dict) -> dict:
         pred = est.prediction
         return {
             "predicted_s": pred.step_time_s, "peak_gib": pred.memory.peak_gib, "fits": est.fits,
+            "peak_upper_gib": pred.memory.peak_upper_gib,
             "config": req["parallelism"],
         }
     out = plan(req)
     p = out["prediction"]
     return {
         "predicted_s": p["step_time_s"], "peak_gib": p["memory"]["peak_gib"], "fits": out["fits"],
+        "peak_upper_gib": p["memory"].get("peak_upper_gib"),
         "config": out["parallelism"],
     }
 

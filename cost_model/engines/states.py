@@ -114,15 +114,23 @@ def engine_state_bytes(
     if engine == ENGINE_MEGATRON:
         # dist_optimizer.md table: 16-bit grads get an fp32 main-grad copy inside the optimizer
         # (fp16/fp16: 20 = 2 + 2 + 16); fp32 grads are the main grads themselves (bf16/fp32: 18).
+        # The table sums it with the states, but the copy lives only from the step to the next
+        # zero_grad(set_to_none=True), which train_step calls before its forward: megatron-core
+        # 0.16.1 optimizer/optimizer.py _copy_model_grads_to_main_grads (main_param.grad =
+        # main_grad.float()) and zero_grad; distrib_optimizer.py _copy_model_grads_to_main_grads
+        # (shard_main_param.grad = shard_model_grad.float(), a copy of the shard only when the
+        # grad buffer is 16-bit) and zero_grad. So it is the step's buffer, not a state.
         g = float(DTYPE_BYTES[grad_dtype]) if p_dtype != DTYPE_FP32 else 4.0
-        k = m + master + (4.0 if g < 4 else 0.0)
+        k = m + master
+        step = 4.0 if g < 4 else 0.0
         src = str(megatron_source(MEGATRON_DIST_OPTIMIZER_DOC, "bytes-per-parameter table"))
         fp8 = fp8_weight_bytes if dtype == DTYPE_FP8 else 0.0
         if zero == 0:
-            return StateBytes(w + fp8, g, k, source=src)
+            return StateBytes(w + fp8, g, k, step_transient=step, source=src)
         # --fp8-param-gather: the FP8 tensor is the parameter (master fp32 in the optimizer)
         w = fp8 or w
-        return zero_ladder(zero, d, w, g, k, source=src if zero == 1 else str(e.sharding_mode(zero).source))
+        return zero_ladder(zero, d, w, g, k, step_transient=step / d,
+                           source=src if zero == 1 else str(e.sharding_mode(zero).source))
 
     if engine == ENGINE_TORCHTITAN:
         # FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the sharded

@@ -137,7 +137,8 @@ class RankCost:
 
     @property
     def other_bytes(self) -> float:
-        """Transient buffers + reserved + allocator fragmentation margin."""
+        """Transient buffers (the optimizer step's own included where they set the peak:
+        rank_cost) + reserved + allocator fragmentation margin."""
         return self.peak_bytes - self.allocated_bytes
 
     @property

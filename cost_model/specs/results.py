@@ -70,7 +70,9 @@ class MemoryBreakdown(Record):
     grads_gib: float
     optimizer_gib: float
     activations_gib: float
-    other_gib: float
+    other_gib: float = Field(description="the rest of the peak: the transient buffers (a block's working set, the loss; "
+                             "where larger, the optimizer step's own buffers less the activations it outlives), "
+                             "the allocator's fragmentation, the CUDA context and communicator buffers")
     host_gib: float = Field(0.0, description="host memory one node needs for its GPUs' offloaded optimizer states and activations "
                             "(parallelism.optimizer_offload, activation_offload; 0 without)")
     host_capacity_gib: float = Field(0.0, description="host memory per node (cluster.host_memory_gb, default the "

@@ -30,10 +30,17 @@ MEGATRON_TABLE = {
 @pytest.mark.parametrize("dtypes", list(MEGATRON_TABLE))
 @pytest.mark.parametrize("d", [1, 2, 8, 64])
 def test_megatron_distributed_optimizer_table(dtypes, d):
+    """The doc's bytes are what the step holds: the states, and with 16-bit gradients the fp32
+    copy of the (shard of the) gradients the optimizer makes at the step and frees at the next
+    zero_grad (optimizer.py / distrib_optimizer.py _copy_model_grads_to_main_grads), counted
+    apart as the step's buffer (4 bytes, or 4/d of a shard)."""
     dtype, grad = dtypes
     plain, dist = MEGATRON_TABLE[dtypes]
-    assert engine_state_bytes("megatron", 0, d, dtype, grad).total == pytest.approx(plain)
-    assert engine_state_bytes("megatron", 1, d, dtype, grad).total == pytest.approx(dist(d))
+    s0, s1 = engine_state_bytes("megatron", 0, d, dtype, grad), engine_state_bytes("megatron", 1, d, dtype, grad)
+    assert s0.total + s0.step_transient == pytest.approx(plain)
+    assert s1.total + s1.step_transient == pytest.approx(dist(d))
+    copy = 4.0 if grad == "fp16" else 0.0
+    assert (s0.step_transient, s1.step_transient) == pytest.approx((copy, copy / d))
 
 
 def test_megatron_distributed_optimizer_keeps_full_fp32_grads():

@@ -94,12 +94,15 @@ def test_peak_rank_holds_the_hand_counted_bytes(row_id, in_flight):
     assert mem.grads_gib * GIB == pytest.approx(2 * params, rel=1e-3)
 
 
-def test_peaks_are_never_below_the_published_ones():
-    """Every 1F1B row: the predicted peak is at least the published one (the fp32 main-grad
-    copy Megatron frees before the forward is still counted as held: up to +29% on the
-    smallest-m rows) and the step time within 7%."""
+def test_peaks_within_the_memory_band():
+    """Every 1F1B row (issue #31's memory band): the predicted upper bound at least the
+    published peak, the point estimate within 2% below it (the published figures are whole
+    GB; the three 1.5B rows at micro-batch 12 are 1.3% under their 57) and 15% above it,
+    and the step time within 7%. The fp32 gradient copy of the fp16 runs is the step's
+    buffer, freed before the forward (engines/states.py): counted as held, these rows were
+    up to 29% over."""
     rows = run(CSV)["rows"]
     assert len(rows) == 31 and not any("error" in r for r in rows)
-    assert all(r["mem_err_pct"] >= 0 for r in rows)
-    assert all(r["mem_err_pct"] <= 30 for r in rows)
+    assert all(r["peak_upper_gib"] >= r["published_gib"] for r in rows)
+    assert all(-2 <= r["mem_err_pct"] <= 15 for r in rows)
     assert all(abs(r["time_err_pct"]) <= 7 for r in rows)
