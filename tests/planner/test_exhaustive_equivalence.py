@@ -127,3 +127,30 @@ def test_planner_matches_brute_force():
     assert compared >= MIN_COMPARED
     # the draw exercises the interesting parts of the space
     assert features["pp>1"] and features["recompute"] and features["zero"] and features["moe"] and features["layers"]
+
+
+def test_runtime_and_deepspeed_plans_match_brute_force():
+    """The same on engines whose optimizer step holds its own buffers (the runtime's flat fp32
+    copy, DeepSpeed's fp32 gradient partition: a memory row of its own in the float model and
+    the ILP): a smaller draw, each request on one of the two engines."""
+    rng = random.Random(SEED + 1)
+    compared, mismatches = 0, []
+    for _ in range(MAX_DRAWS):
+        if compared >= 10:
+            break
+        req = {**draw_request(rng), "engine": rng.choice(["runtime", "deepspeed"])}
+        try:
+            ref = _solve(req, exhaustive=True)
+        except SpecError:
+            continue
+        got = _solve(req, exhaustive=False)
+        if ref is None or got is None:
+            if (ref is None) != (got is None):
+                mismatches.append(("only one is infeasible", req))
+            continue
+        compared += 1
+        t_ref, t_got = ref["prediction"]["step_time_s"], got["prediction"]["step_time_s"]
+        if not math.isclose(t_got, t_ref, rel_tol=REL):
+            mismatches.append((t_got, t_ref, req))
+    assert compared >= 10
+    assert not mismatches, mismatches
