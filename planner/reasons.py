@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
-from cost_model.engines.offload import OFFLOAD_NAMES
+from cost_model.engines.offload import ACT_OFFLOAD_MODULES, OFFLOAD_NAMES
 from cost_model.engines.support import engine_supports, get_engine, schedule_probe_vpp
+from cost_model.estimate import estimate as estimate_config
 from cost_model.estimate import interval_band
 from cost_model.hardware.catalog import CATALOG
 from cost_model.model import attention
 from cost_model.pipeline.rank_costs import capacity_bytes
-from cost_model.specs.inputs import ClusterSpec, ModelSpec, ParallelConfig, TransformerSpec
+from cost_model.specs.inputs import (
+    ClusterSpec,
+    ModelSpec,
+    ParallelConfig,
+    TrainingSpec,
+    TransformerSpec,
+)
 from cost_model.specs.results import GIB, Estimate
 from cost_model.specs.vocab import (
+    ACT_OFFLOAD_NONE,
     COUNTS_UNIFORM,
     DISPATCHER_DEEPEP,
     ENGINE_MEGATRON,
@@ -32,7 +41,8 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
-def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, model: ModelSpec) -> list[str]:
+def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, model: ModelSpec,
+                 training: TrainingSpec | None = None, headroom: float = 0.0) -> list[str]:
     p = best.prediction
     b = p.breakdown
     out = []
@@ -71,6 +81,8 @@ def plan_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, mode
     out.extend(f"{ENGINE_RULE_PREFIX}{rule}" for rule in engine_restrictions(cfg.engine, pp=cfg.pp)
                if "ZeRO" in rule or "zero" in rule)
     out.extend(_offload_reasons(best, cfg))
+    if training is not None:
+        out.extend(_act_offload_reasons(best, cfg, cluster, model, training, headroom))
     out.extend(best.notes)  # what the cost model flags about this plan (host-bound MoE layers, the offload's cost)
     out.append(
         f"peak memory {p.memory.peak_gib:.1f} of {p.memory.capacity_gib:.1f} GiB; step {p.step_time_s:.4g} s, "
@@ -92,6 +104,23 @@ def _offload_reasons(best: Estimate, cfg: ParallelConfig) -> list[str]:
         return ["optimizer offload not used: it only adds its CPU step and host copies, and is tried for the "
                 "layouts that do not fit without it"]
     return []
+
+
+def _act_offload_reasons(best: Estimate, cfg: ParallelConfig, cluster: ClusterSpec, model: ModelSpec,
+                         training: TrainingSpec, headroom: float) -> list[str]:
+    """What the activation offload bought this layout: its peak against the same layout
+    without it, within the memory the search lets a plan use or not (rank_costs.capacity_bytes:
+    the capacity less the headroom or the upper bound's margin); the search chose it over that
+    twin and every other layout it kept."""
+    if cfg.activation_offload == ACT_OFFLOAD_NONE:
+        return []
+    twin = estimate_config(model, cluster, training, replace(cfg, activation_offload=ACT_OFFLOAD_NONE))
+    peak, twin_peak = best.prediction.memory.peak_gib, twin.prediction.memory.peak_gib
+    usable = capacity_bytes(cluster.gpu.memory_gib, headroom, interval_band(model, cluster, cfg.engine).memory_upper) / GIB
+    verdict = (f"over the {usable:.1f} GiB a plan may use" if twin_peak > usable
+               else f"which fits, {_pct(twin.prediction.step_time_s / best.prediction.step_time_s - 1)} slower")
+    return [f"activation offload {cfg.activation_offload} ({' '.join(ACT_OFFLOAD_MODULES[cfg.activation_offload])}): "
+            f"peak {peak:.1f} GiB per GPU against {twin_peak:.1f} GiB for this layout without it, {verdict}"]
 
 
 def _expert_reason(model: TransformerSpec, cluster: ClusterSpec, cfg: ParallelConfig, ep_comm_s: float) -> str:

@@ -185,7 +185,8 @@ def _plan_of(prob: Problem, res: SearchResult, rh: str, limit_s: float | None, p
             msg = "the time limit ran out before any feasible plan was found; " + msg
         raise Infeasible(msg, details)
     best = res.best[0]
-    reasons = plan_reasons(best.estimate, best.config, prob.cluster, prob.model)
+    reasons = plan_reasons(best.estimate, best.config, prob.cluster, prob.model, prob.training,
+                           prob.space.memory_headroom)
     schedule = schedule_block(prob, best.config, best.estimate.prediction.step_time_s)
     if (line := schedule_reason(schedule)) is not None:
         reasons.append(line)

@@ -94,3 +94,20 @@ def test_search_reaches_the_brute_force_optimum_with_the_levels_listed():
     small = service.plan({**req, "cluster": {**req["cluster"], "host_memory_gb": 8}})
     assert small["parallelism"]["activation_offload"] == "none"
     assert small["prediction"]["step_time_s"] == pytest.approx(unlisted["prediction"]["step_time_s"], rel=1e-9)
+
+
+def test_the_reason_prices_the_same_layout_without_the_offload():
+    """The plan says what the offload bought: its peak beside the same configuration's without
+    it, as an estimate of that configuration gives it, and that the latter is over the memory
+    a plan may use (capacity less the default 5% headroom)."""
+    plan = _plan(activation_offload=["none", "attn", "attn_qkv"])
+    par = plan.model_dump(mode="json")["parallelism"]
+    assert par["activation_offload"] != "none"
+    twin = service.estimate({**REQ, "engine": "megatron",
+                             "parallelism": {**{k: v for k, v in par.items() if k not in ("num_micro_batches",)},
+                                             "activation_offload": "none"}})
+    [line] = [r for r in plan.reasons if r.startswith("activation offload ")]
+    assert f"against {twin.prediction.memory.peak_gib:.1f} GiB for this layout without it" in line
+    assert f"peak {plan.prediction.memory.peak_gib:.1f} GiB" in line
+    usable = 0.95 * twin.prediction.memory.capacity_gib
+    assert twin.prediction.memory.peak_gib > usable and f"over the {usable:.1f} GiB a plan may use" in line
