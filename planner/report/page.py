@@ -223,6 +223,7 @@ PINS = (
     ("schedule", "pin-schedule", "schedule", "word", "1f1b,interleaved"),
     ("dp_replicate", "pin-dp-replicate", "dp replicas", "int", "1,2"),
     ("optimizer_offload", "pin-offload", "optimizer offload", "bool", "false,true"),
+    ("activation_offload", "pin-act-offload", "activation offload", "word", "none,attn"),
 )
 
 

@@ -23,7 +23,7 @@ def test_index_is_the_form_with_local_assets(server):
     html = r.text
     for ident in ("plan-form", "preset", "hf-config", "gpu", "num-gpus", "global-batch", "seq-len", "engine",
                   "dtype", "top-k", "time-limit", "pin-tp", "pin-pp", "pin-dp", "pin-cp", "pin-ep", "pin-vpp", "pin-mbs",
-                  "pin-recompute", "pin-zero", "pin-schedule", "pin-dp-replicate", "pin-offload"):
+                  "pin-recompute", "pin-zero", "pin-schedule", "pin-dp-replicate", "pin-offload", "pin-act-offload"):
         assert f'id="{ident}"' in html
     for dtype in ("bf16", "fp16", "fp8", "fp32"):
         assert f'<option value="{dtype}"' in html

@@ -190,11 +190,13 @@ def test_infeasible_banner_lists_the_suggestions(make_server, tmp_path):
         page.fill("#time-limit", "10")
         page.fill("#pin-tp", "1")
         page.fill("#pin-offload", "off")
+        page.fill("#pin-act-offload", "none")
         page.click("#submit")
         page.wait_for_selector("#error #suggestions li", timeout=60_000)
 
         [body] = seen["posted"]
         assert body["search"]["tp"] == [1] and body["search"]["optimizer_offload"] == [False]
+        assert body["search"]["activation_offload"] == ["none"]
         answer = httpx.post(f"{server.url}/v1/plans", json=body, timeout=60)
         assert answer.status_code == 422
         err = answer.json()["error"]
