@@ -125,8 +125,10 @@ def optimizer_offload_rule(engine: str, zero: int, dtype: str | None = None, opt
 #   set_save_original_input swaps the FP8 input copy for the 16-bit input, another saved set,
 #   and the clamped GLU (activation_func_clamp_value) runs the unfused glu, which saves more
 #   tensors: both are refused rather than priced.
-# - mlp_norm (transformer_layer.py _forward_pre_mlp_layernorm) would offload the pre-MLP
-#   norm's input of an MoE block; it is not offered here.
+# - mlp_norm (transformer_layer.py _forward_pre_mlp_layernorm, committed after mlp_bda with
+#   the residual force-released) would offload the pre-MLP norm's input of an MoE block (its
+#   TENorm; a dense block's norm is fused into fc1, an IdentityOp here). Not offered: it adds
+#   an h-wide tensor to copies the expert tensors already make longer than the block's forward.
 
 MIN_OFFLOADED_TENSOR_ELEMENTS = 1024 * 1024  # TransformerConfig.min_offloaded_tensor_size default
 ACT_OFFLOAD_ENV = {"NVTE_CPU_OFFLOAD_V1": "1"}  # validate_args with Transformer Engine >= 2.10
