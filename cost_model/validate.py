@@ -389,9 +389,11 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
         if rule is not None:
             raise SpecError("parallelism.optimizer_offload", rule, allowed=[False])
     if p.activation_offload != ACT_OFFLOAD_NONE:
-        mla = isinstance(m, specs.TransformerSpec) and m.mla is not None
-        rule = activation_offload_rule(p.engine, p.activation_offload, p.recompute, t.attention, mla,
-                                       c.gpu.host_link_gb_s)
+        tf = isinstance(m, specs.TransformerSpec)
+        rule = activation_offload_rule(p.engine, p.activation_offload, p.recompute, t.attention,
+                                       tf and m.mla is not None, c.gpu.host_link_gb_s,
+                                       moe=tf and m.moe is not None, dtype=t.dtype,
+                                       clamped=tf and m.swiglu_limit is not None)
         if rule is None and not isinstance(m, specs.TransformerSpec):
             rule = "activation offload is priced for transformer blocks, not a layer list"
         if rule is not None:

@@ -66,7 +66,7 @@ from planner.request.schema import CheckRequest, EstimateRequest, PlanRequest, S
 from planner.schedule import schedule_block, schedule_gain_reason, schedule_reason
 from planner.search import Problem, Progress, SearchResult, search
 from planner.search.tables import search_capacity_bytes
-from planner.space import search_space
+from planner.space import check_expert_offload_levels, search_space
 
 Request = TypeVar("Request", bound=BaseModel)
 
@@ -112,6 +112,7 @@ def problem_from_request(req: PlanRequest | CheckRequest | dict, profile=None) -
     validate_fp8_all_gather(_engine(prob), prob.training)
     validate_fp8_recipe(_engine(prob), prob.cluster.gpu, prob.training)
     validate_moe_load(prob.model, prob.training, _engine(prob))
+    check_expert_offload_levels(prob.model, prob.space, prob.training)
     # the FP8 scaling the engine runs on this GPU, stated in the plan (its launch emits it)
     return replace(prob, training=replace(prob.training, fp8_recipe=fp8_recipe(_engine(prob), prob.cluster.gpu,
                                                                                  prob.training)))

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from cost_model.engines import kernels
-from cost_model.engines.offload import activation_offload_rule, optimizer_offload_rule
+from cost_model.engines.offload import (
+    activation_offload_rule,
+    expert_offload_rule,
+    optimizer_offload_rule,
+)
 from cost_model.engines.support import (
     dispatcher_rule,
     engine_supports,
@@ -358,7 +362,7 @@ def engine_rule(engine: str, c: Candidate, fp8: bool, dtype: str | None = None, 
     if rule is None and c.optimizer_offload:
         rule = optimizer_offload_rule(engine, c.zero, dtype)
     if rule is None and c.activation_offload != ACT_OFFLOAD_NONE:
-        rule = activation_offload_rule(engine, c.activation_offload, c.recompute)
+        rule = activation_offload_rule(engine, c.activation_offload, c.recompute, dtype=dtype)
     if rule is None and c.moe_dispatcher != DISPATCHER_ALLTOALL:
         rule = dispatcher_rule(engine, c.moe_dispatcher, c.ep, c.etp)
     return rule
@@ -435,10 +439,26 @@ def act_offload_values(model: ModelSpec, space: SearchSpace, engine: str, traini
     listed = space.allowed.get("activation_offload")
     if listed is None:
         return [ACT_OFFLOAD_NONE]
-    mla = isinstance(model, TransformerSpec) and model.mla is not None
-    attn = getattr(training, "attention", None)
-    return [v for v in listed if v == ACT_OFFLOAD_NONE or (
-        isinstance(model, TransformerSpec) and activation_offload_rule(engine, v, None, attn, mla) is None)]
+    if not isinstance(model, TransformerSpec):
+        return [v for v in listed if v == ACT_OFFLOAD_NONE]
+    attn, dtype = getattr(training, "attention", None), getattr(training, "dtype", None)
+    return [v for v in listed if v == ACT_OFFLOAD_NONE or activation_offload_rule(
+        engine, v, None, attn, model.mla is not None, moe=model.moe is not None, dtype=dtype,
+        clamped=model.swiglu_limit is not None) is None]
+
+
+def check_expert_offload_levels(model: ModelSpec, space: SearchSpace, training: TrainingSpec | None = None) -> None:
+    """A listed MoE activation offload level (search.activation_offload: moe, attn_moe) the
+    model cannot run (no MoE layers, fp8, a clamped GLU) is an error naming the field, not a
+    level the search drops in silence (engines/offload.py expert_offload_rule)."""
+    listed = space.allowed.get("activation_offload") or ()
+    tf = isinstance(model, TransformerSpec)
+    for level in listed:
+        rule = expert_offload_rule(level, tf and model.moe is not None, getattr(training, "dtype", None),
+                                   tf and model.swiglu_limit is not None)
+        if rule is not None:
+            raise SpecError("search.activation_offload", rule,
+                            allowed=[v for v in listed if expert_offload_rule(v, False, None, False) is None])
 
 
 def offload_twin(space: SearchSpace, c: Candidate, training: TrainingSpec | None = None) -> Candidate | None:

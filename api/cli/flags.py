@@ -128,7 +128,8 @@ FLAGS: tuple[Flag, ...] = (
           "with DeepEP, which must be installed)", V.values(V.MoeDispatcher)),
     _knob("activation-offload", "activation_offload", str, "activation offload to the host (Megatron "
           "--fine-grained-activation-offloading; attn: --offload-modules core_attn attn_proj, attn_qkv: also "
-          "qkv_linear); plan: opt-in, default none", V.values(V.ActivationOffload)),
+          "qkv_linear; MoE models: moe: expert_fc1 moe_act, attn_moe: core_attn attn_proj expert_fc1 moe_act); "
+          "plan: opt-in, default none", V.values(V.ActivationOffload)),
     Flag("--sequence-parallel", "config", "Megatron sequence parallelism on (--no-sequence-parallel: off)",
          action=argparse.BooleanOptionalAction, field="sequence_parallel"),
     Flag("--moe-a2a-overlap", "config", "Megatron-Core's overlapped 1F1B expert all-to-all on "

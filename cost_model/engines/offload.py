@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from cost_model.specs.vocab import (
     ACT_OFFLOAD_ATTN,
+    ACT_OFFLOAD_ATTN_MOE,
     ACT_OFFLOAD_ATTN_QKV,
+    ACT_OFFLOAD_MOE,
     ACT_OFFLOAD_NONE,
     ATTENTION_EAGER,
     DTYPE_FP8,
@@ -107,6 +109,27 @@ def optimizer_offload_rule(engine: str, zero: int, dtype: str | None = None, opt
 #   (megatron/training/arguments.py) asserts --transformer-impl transformer_engine and, with
 #   Transformer Engine >= 2.10, NVTE_CPU_OFFLOAD_V1=1 in the environment.
 
+# - MoE (transformer/moe/experts.py TEGroupedMLP.forward, the grouped-GEMM experts that
+#   --moe-grouped-gemm builds): expert_fc1 wraps linear_fc1, a TEGroupedLinear on which the
+#   offload calls set_save_original_input ("to avoid the CPU overhead of multiple d2h copies"),
+#   so its one saved activation is the permuted input of every local expert as one tensor in
+#   the activation dtype (Transformer Engine grouped_linear.py: the backward reads
+#   inputmats[0], the original input), h wide per routed token; the group commits after fc1
+#   and force-releases that input (group_commit forced_released_tensors). moe_act wraps the
+#   activation (the fused weighted_bias_swiglu_impl / bias_gelu path, bias_act_func), which
+#   saves its input, fc1's output (2f wide per routed token gated, f otherwise), and the
+#   routing probabilities (one fp32 value per routed token, under the threshold below a
+#   million routed tokens per rank, and not counted); it commits after linear_fc2 and
+#   force-releases fc1's output. The fc2 input (the activation's output) stays on the GPU.
+#   Shared experts (SharedExpertMLP) and dense blocks have no such hooks. Under fp8
+#   set_save_original_input swaps the FP8 input copy for the 16-bit input, another saved set,
+#   and the clamped GLU (activation_func_clamp_value) runs the unfused glu, which saves more
+#   tensors: both are refused rather than priced.
+# - mlp_norm (transformer_layer.py _forward_pre_mlp_layernorm, committed after mlp_bda with
+#   the residual force-released) would offload the pre-MLP norm's input of an MoE block (its
+#   TENorm; a dense block's norm is fused into fc1, an IdentityOp here). Not offered: it adds
+#   an h-wide tensor to copies the expert tensors already make longer than the block's forward.
+
 MIN_OFFLOADED_TENSOR_ELEMENTS = 1024 * 1024  # TransformerConfig.min_offloaded_tensor_size default
 ACT_OFFLOAD_ENV = {"NVTE_CPU_OFFLOAD_V1": "1"}  # validate_args with Transformer Engine >= 2.10
 # the --offload-modules of each parallelism.activation_offload level, in Megatron's words
@@ -114,12 +137,41 @@ ACT_OFFLOAD_MODULES: dict[str, tuple[str, ...]] = {
     ACT_OFFLOAD_NONE: (),
     ACT_OFFLOAD_ATTN: ("core_attn", "attn_proj"),
     ACT_OFFLOAD_ATTN_QKV: ("qkv_linear", "core_attn", "attn_proj"),
+    ACT_OFFLOAD_MOE: ("expert_fc1", "moe_act"),
+    ACT_OFFLOAD_ATTN_MOE: ("core_attn", "attn_proj", "expert_fc1", "moe_act"),
 }
+# the modules that run only in an MoE block's routed experts
+EXPERT_MODULES = frozenset({"expert_fc1", "moe_act"})
+
+
+def offloads_experts(level: str) -> bool:
+    """Whether `level` offloads tensors of the routed experts (an MoE model's level)."""
+    return bool(EXPERT_MODULES & set(ACT_OFFLOAD_MODULES[level]))
+
+
+def expert_offload_rule(level: str, moe: bool | None, dtype: str | None, clamped: bool) -> str | None:
+    """The MoE levels' own terms (see the comment above ACT_OFFLOAD_MODULES); `moe` None: the
+    model is not known yet (the request's search block alone)."""
+    if not offloads_experts(level):
+        return None
+    if moe is False:
+        return (f"activation offload {level!r} offloads the routed experts' tensors (expert_fc1 moe_act, "
+                f"{MEGATRON_CORE_VERSION} transformer/moe/experts.py); the model has no MoE layers (model.moe): "
+                "use attn or attn_qkv")
+    if dtype == DTYPE_FP8:
+        return (f"activation offload {level!r} is priced in 16-bit: under fp8 expert_fc1 makes the experts' fc1 "
+                "save its 16-bit input instead of its FP8 copy (set_save_original_input, transformer/moe/experts.py)")
+    if clamped:
+        return (f"activation offload {level!r} is priced for the fused expert activation; a clamped GLU "
+                "(activation_func_clamp_value) saves more tensors in moe_act (transformer/moe/experts.py glu)")
+    return None
 
 
 def activation_offload_rule(engine: str, level: str, recompute: str | None = None, attention: str | None = None,
-                            mla: bool = False, host_link_gb_s: float | None = None) -> str | None:
-    """None when `engine` runs activation offload `level` at these settings; else why not."""
+                            mla: bool = False, host_link_gb_s: float | None = None, moe: bool | None = None,
+                            dtype: str | None = None, clamped: bool = False) -> str | None:
+    """None when `engine` runs activation offload `level` at these settings; else why not.
+    `moe`: whether the model has MoE layers (None: not known); `clamped`: a clamped GLU."""
     if level == ACT_OFFLOAD_NONE:
         return None
     if host_link_gb_s is not None and host_link_gb_s <= 0:
@@ -137,9 +189,10 @@ def activation_offload_rule(engine: str, level: str, recompute: str | None = Non
         return (f"Megatron's activation offload is priced with recompute none: full recompute keeps only each "
                 f"block's input; selective recompute checkpoints the core attention, whose offload group then "
                 f"commits without starting ({MEGATRON_CORE_VERSION} transformer/attention.py)")
-    if attention == ATTENTION_EAGER:
+    attn = bool(set(ACT_OFFLOAD_MODULES[level]) - EXPERT_MODULES)  # offloads attention tensors
+    if attn and attention == ATTENTION_EAGER:
         return "activation offload is priced for flash attention (q, k, v and the output saved), not eager scores"
-    if mla:
+    if attn and mla:
         return ("activation offload is priced for the Q/K/V attention of transformer/attention.py; multi-latent "
                 "attention saves other tensors (multi_latent_attention.py)")
-    return None
+    return expert_offload_rule(level, moe, dtype, clamped)

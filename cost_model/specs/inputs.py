@@ -445,8 +445,9 @@ class ParallelConfig:
     activation_offload: Annotated[ActivationOffload, Field(
         description="saved activations of each block's attention copied to the host in the forward and back in "
         "the backward (Megatron-Core --fine-grained-activation-offloading --offload-modules): none; attn "
-        "(core_attn attn_proj); attn_qkv (qkv_linear core_attn attn_proj). Megatron only, with recompute none "
-        "and flash attention")] = ACT_OFFLOAD_NONE
+        "(core_attn attn_proj); attn_qkv (qkv_linear core_attn attn_proj); MoE models, 16-bit only: moe (expert_fc1 "
+        "moe_act), attn_moe (core_attn attn_proj expert_fc1 moe_act). Megatron only, with recompute none and "
+        "flash attention")] = ACT_OFFLOAD_NONE
 
     def __post_init__(self) -> None:
         if self.schedule is None:  # the default schedule of the degrees (frozen: set once, here)

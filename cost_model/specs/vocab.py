@@ -61,9 +61,11 @@ MoeDispatcher = Literal["alltoall", "deepep"]
 # activation offload (Megatron-Core --fine-grained-activation-offloading --offload-modules):
 # "none"; "attn": core_attn attn_proj (the core attention's saved q, k, v and output, and the
 # output projection's input, the same output); "attn_qkv": qkv_linear core_attn attn_proj (also
-# the fused norm + QKV linear's saved input and normalised input). engines/offload.py
+# the fused norm + QKV linear's saved input and normalised input); MoE models only: "moe":
+# expert_fc1 moe_act (the routed experts' grouped fc1 input and their activation's input, the
+# fc1 output); "attn_moe": core_attn attn_proj expert_fc1 moe_act. engines/offload.py
 # ACT_OFFLOAD_MODULES names the modules, terms/act_offload.py prices them
-ActivationOffload = Literal["none", "attn", "attn_qkv"]
+ActivationOffload = Literal["none", "attn", "attn_qkv", "moe", "attn_moe"]
 Target = Literal["megatron", "torchtitan", "deepspeed", "torchrun", "slurm", "kubernetes", "trainjob", "ranks", "runtime"]
 
 # --------------------------------------------------------------------------- profile
@@ -101,7 +103,8 @@ V_SCHEDULES: tuple[str, ...] = (SCHEDULE_ZBV, SCHEDULE_DUALPIPEV)
 (EMPTY_ANY, EMPTY_ENDS, EMPTY_NONE) = get_args(EmptyChunks)
 (CP_P2P, CP_ALL_GATHER, CP_A2A, CP_A2A_P2P) = get_args(CpComm)
 (DISPATCHER_ALLTOALL, DISPATCHER_DEEPEP) = get_args(MoeDispatcher)
-(ACT_OFFLOAD_NONE, ACT_OFFLOAD_ATTN, ACT_OFFLOAD_ATTN_QKV) = get_args(ActivationOffload)
+(ACT_OFFLOAD_NONE, ACT_OFFLOAD_ATTN, ACT_OFFLOAD_ATTN_QKV, ACT_OFFLOAD_MOE, ACT_OFFLOAD_ATTN_MOE) = get_args(
+    ActivationOffload)
 (
     TARGET_MEGATRON, TARGET_TORCHTITAN, TARGET_DEEPSPEED, TARGET_TORCHRUN, TARGET_SLURM,
     TARGET_KUBERNETES, TARGET_TRAINJOB, TARGET_RANKS, TARGET_RUNTIME,

@@ -7,8 +7,11 @@ Per block and micro-batch on one GPU, for the level's modules (ACT_OFFLOAD_MODUL
   MIN_OFFLOADED_TENSOR_ELEMENTS elements (activations.attention_saved_tensors; Korthikanti et
   al. 2022 §4.1 terms): qkv_linear the input norm's input and the QKV GEMM's input; core_attn
   q, k, v and its output; attn_proj its input, that same output, copied a second time;
+  in an MoE block (activations.expert_saved_tensors, routed part at the busiest rank's load)
+  expert_fc1 the grouped fc1's permuted input, moe_act fc1's output (the activation's input);
 - freed: what no module left on the GPU still holds: q, k, v; the output only with attn_proj
-  too (attn_proj's linear holds it otherwise); the two qkv_linear inputs;
+  too (attn_proj's linear holds it otherwise); the two qkv_linear inputs; the two expert
+  tensors (each force-released by its group's commit, transformer/moe/experts.py);
 - host memory: the copies, for every micro-batch the rank holds in flight (pinned pool,
   fine_grained_activation_offload.py GPUTensorPool, reused across steps).
 
@@ -36,7 +39,7 @@ from dataclasses import dataclass
 from cost_model.engines.offload import ACT_OFFLOAD_MODULES, MIN_OFFLOADED_TENSOR_ELEMENTS
 from cost_model.specs.inputs import ClusterSpec, ParallelConfig, TrainingSpec, TransformerSpec
 from cost_model.specs.vocab import ACT_OFFLOAD_NONE
-from cost_model.terms.activations import SavedTensor, attention_saved_tensors
+from cost_model.terms.activations import SavedTensor, attention_saved_tensors, expert_saved_tensors
 from cost_model.terms.offload import gpus_per_host
 
 # the saved tensors each Megatron module's offload group copies (engines/offload.py)
@@ -44,6 +47,8 @@ MODULE_TENSORS: dict[str, tuple[str, ...]] = {
     "qkv_linear": ("norm_input", "qkv_input"),
     "core_attn": ("q", "k", "v", "attn_out"),
     "attn_proj": ("attn_out",),
+    "expert_fc1": ("expert_fc1_input",),
+    "moe_act": ("expert_fc1_output",),
 }
 
 
@@ -82,10 +87,12 @@ def _holders(name: str) -> set[str]:
 
 
 def offloaded_bytes(tensors: dict[str, SavedTensor], level: str) -> tuple[float, float]:
-    """(freed, copied) bytes of `tensors` under `level` (module docstring)."""
+    """(freed, copied) bytes of `tensors` under `level` (module docstring); a module whose
+    tensors the block lacks (the experts' in a dense block) offloads nothing there."""
     modules = ACT_OFFLOAD_MODULES[level]
-    copied = sum(tensors[n].nbytes for mod in modules for n in MODULE_TENSORS[mod] if _offloaded(tensors[n]))
-    names = {n for mod in modules for n in MODULE_TENSORS[mod]}
+    copied = sum(tensors[n].nbytes for mod in modules for n in MODULE_TENSORS[mod]
+                 if n in tensors and _offloaded(tensors[n]))
+    names = {n for mod in modules for n in MODULE_TENSORS[mod] if n in tensors}
     freed = sum(tensors[n].nbytes for n in names if _offloaded(tensors[n]) and _holders(n) <= set(modules))
     return freed, copied
 
@@ -100,12 +107,15 @@ def host_path_b_s(cluster: ClusterSpec) -> float:
 
 
 def block_act_offload(m: TransformerSpec, cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig,
-                      fwd_s: float, bwd_s: float) -> ActOffload:
+                      fwd_s: float, bwd_s: float, moe_layer: bool = False, expert_load: float = 1.0) -> ActOffload:
     """The block's activation offload at cfg.activation_offload, with its forward and
-    backward compute `fwd_s`, `bwd_s` (per micro-batch) as the copies' overlap windows."""
+    backward compute `fwd_s`, `bwd_s` (per micro-batch) as the copies' overlap windows; an
+    MoE block (`moe_layer`) adds its routed experts' tensors at `expert_load`."""
     if cfg.activation_offload == ACT_OFFLOAD_NONE:
         return NO_OFFLOAD
     tensors = attention_saved_tensors(m, t, cfg.micro_batch_size, cfg.tp, cfg.cp, cfg.sequence_parallel, cfg.engine)
+    if moe_layer:
+        tensors |= expert_saved_tensors(m, t, cfg.micro_batch_size, cfg.tp, cfg.cp, cfg.engine, expert_load)
     freed, copied = offloaded_bytes(tensors, cfg.activation_offload)
     rate = host_path_b_s(cluster)
     copy_s = copied / rate if rate > 0 else float("inf")

@@ -123,7 +123,8 @@ def block_activation_bytes(
         e = m.moe
         f = e.ffn_hidden_size
         routed_tokens = e.top_k
-        # fc1's output (kept by the activation), fc2's input and the permuted input (the GEMMs')
+        # fc1's output (kept by the activation), fc2's input and the permuted input (the GEMMs';
+        # expert_saved_tensors names the routed experts' first and last one by one)
         per_expert_token = (2 if m.mlp == MLP_SWIGLU else 1) * dt * f + gin * f + gin * h
         mlp_sharded = s * b * per_expert_token * (routed_tokens * expert_load + e.num_shared_experts)
         mlp_sharded += 4.0 * s * b * e.num_experts / max(1, tp)  # fp32 router logits
@@ -179,6 +180,25 @@ def attention_saved_tensors(m: TransformerSpec, t: TrainingSpec, micro_batch: in
         tensor("v", g * d, dt, tp),
         tensor("attn_out", a * d, dt, tp),
     )}
+
+
+def expert_saved_tensors(m: TransformerSpec, t: TrainingSpec, micro_batch: int, tp: int, cp: int,
+                         engine: str | None = None, expert_load: float = 1.0) -> dict[str, SavedTensor]:
+    """Two of the routed experts' saved tensors that block_activation_bytes counts in an MoE
+    block, one by one (the same terms, routed part only, at the busiest rank's `expert_load`):
+    the grouped fc1's input (the permuted tokens, h wide; gin bytes) and fc1's output, which
+    the activation keeps (2f wide gated, f otherwise; dt bytes), for s*b*top_k*load/tp routed
+    token copies. Empty for a model without MoE."""
+    if m.moe is None:
+        return {}
+    dt = activation_dtype_bytes(t)
+    tokens = t.seq_length / cp * micro_batch * m.moe.top_k * expert_load / tp
+    fc1_width = (2 if m.mlp == MLP_SWIGLU else 1) * m.moe.ffn_hidden_size
+    gin = _saved_gemm_input_bytes(t, engine, dt)
+    return {
+        "expert_fc1_input": SavedTensor("expert_fc1_input", gin * tokens * m.hidden_size, tokens * m.hidden_size),
+        "expert_fc1_output": SavedTensor("expert_fc1_output", dt * tokens * fc1_width, tokens * fc1_width),
+    }
 
 
 def _saved_gemm_input_bytes(t: TrainingSpec, engine: str | None, dt: float) -> float:

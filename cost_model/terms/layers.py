@@ -238,7 +238,7 @@ def _block_cost(
     act = block_activation_bytes(m, t, b, cfg.tp, cfg.cp, cfg.sequence_parallel, geo.moe_layer, cfg.engine,
                                         expert_load=load)
     working_set = block_working_set_bytes(m, t, cfg, geo.moe_layer, dense + expert)
-    off = block_act_offload(m, cluster, t, cfg, c.fwd_s, c.bwd_s)
+    off = block_act_offload(m, cluster, t, cfg, c.fwd_s, c.bwd_s, geo.moe_layer, load)
     if off is not NO_OFFLOAD:
         # the offloaded inputs leave every micro-batch in flight; two blocks' come back at the
         # backward (terms/act_offload.py)

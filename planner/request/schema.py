@@ -545,7 +545,9 @@ class Search(_Strict):
                                null="searched where the engine runs it and the layout does not fit without it")
     activation_offload: _choice(ActivationOffload, [ACT_OFFLOAD_NONE, ACT_OFFLOAD_ATTN], "activation offload levels: "
                                 "none; attn (Megatron --fine-grained-activation-offloading --offload-modules core_attn "
-                                "attn_proj); attn_qkv (also qkv_linear). Megatron only, with recompute none",
+                                "attn_proj); attn_qkv (also qkv_linear); MoE models only: moe (expert_fc1 moe_act, "
+                                "the routed experts' fc1 input and activation input); attn_moe (core_attn attn_proj "
+                                "expert_fc1 moe_act). Megatron only, with recompute none",
                                 null="none alone (list levels to search them)")
     memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1, description="usable memory = capacity x (1 - headroom), or less where the "
                                    "held-out upper bound of the peak asks for more (its factor f: capacity / f)", examples=[0.05])

@@ -116,3 +116,31 @@ def test_megatron_transformer_config_takes_the_activation_offload(level, modules
     # the engine's own rule, which the levels keep: attn_proj alone is refused
     with pytest.raises(ValueError, match="attn_proj"):
         TransformerConfig(**{**transformer_kwargs(flags), "offload_modules": ["attn_proj"]})
+
+
+@pytest.mark.parametrize("levels, modules", [(["moe"], ["expert_fc1", "moe_act"]),
+                                             (["attn_moe"], ["core_attn", "attn_proj", "expert_fc1", "moe_act"])])
+def test_megatron_transformer_config_takes_the_moe_activation_offload(levels, modules):
+    """An MoE plan's emitted modules (Mixtral 8x7B, tests/planner/test_act_offload_plan.py) are
+    among megatron-core 0.16.1 TransformerConfig.__post_init__'s allowed offload_modules, with
+    the grouped-GEMM experts (TEGroupedMLP, whose forward runs the expert_fc1 and moe_act
+    groups) and no moe_act recompute."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.transformer import TransformerConfig
+
+    from .test_megatron import transformer_kwargs
+
+    plan = service.plan({"model": {"name": "mixtral-8x7b"}, "cluster": H100x8,
+                         "training": {"global_batch_size": 64, "seq_length": 4608},
+                         "search": {"tp": [1], "pp": [1], "cp": [1], "ep": [8], "etp": [1], "micro_batch_size": [1],
+                                    "zero": [1], "optimizer_offload": [True], "recompute": ["none"],
+                                    "activation_offload": levels}})
+    assert plan["parallelism"]["activation_offload"] == levels[0]
+    flags = parse_flags(plan["launch"]["megatron"]["args"])
+    cfg = TransformerConfig(**transformer_kwargs(flags))
+    assert cfg.fine_grained_activation_offloading is True and cfg.offload_modules == modules
+    assert cfg.num_moe_experts == 8 and cfg.moe_grouped_gemm
+    assert cfg.recompute_granularity is None and cfg.min_offloaded_tensor_size == 1024 * 1024
+    # the engine's own list: a module it does not know is refused
+    with pytest.raises(AssertionError, match="offload_modules"):
+        TransformerConfig(**{**transformer_kwargs(flags), "offload_modules": ["expert_fc2"]})

@@ -111,3 +111,36 @@ def test_the_reason_prices_the_same_layout_without_the_offload():
     assert f"peak {plan.prediction.memory.peak_gib:.1f} GiB" in line
     usable = 0.95 * twin.prediction.memory.capacity_gib
     assert twin.prediction.memory.peak_gib > usable and f"over the {usable:.1f} GiB a plan may use" in line
+
+
+MOE_REQ = {"model": {"name": "mixtral-8x7b"}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"global_batch_size": 64, "seq_length": 4608}}
+MOE_PINS = {"tp": [1], "pp": [1], "cp": [1], "ep": [8], "etp": [1], "micro_batch_size": [1], "zero": [1],
+            "optimizer_offload": [True], "recompute": ["none"]}
+
+
+def _moe_plan(levels: list[str]) -> dict:
+    return service.plan({**MOE_REQ, "search": {**MOE_PINS, "activation_offload": levels}})
+
+
+def test_moe_fits_only_with_the_experts_inputs_on_the_host():
+    """Mixtral 8x7B on one DGX H100 at 4608 tokens, pinned to ep 8 with the optimizer on the
+    host: the attention levels leave it over the usable memory; moe (the experts' fc1 input
+    and fc1 output, 4608 x 2 routed copies x (4096 + 2 x 14336) 16-bit elements per block)
+    fits, and the launch offloads those two modules."""
+    with pytest.raises(Infeasible):
+        _moe_plan(["none", "attn", "attn_qkv"])
+    plan = _moe_plan(["none", "attn", "attn_qkv", "moe", "attn_moe"])
+    par, mem = plan["parallelism"], plan["prediction"]["memory"]
+    assert par["activation_offload"] == "moe" and par["recompute"] == "none"
+    assert mem["peak_upper_gib"] <= mem["capacity_gib"] and 0 < mem["host_gib"] <= mem["host_capacity_gib"]
+    args = plan["launch"]["megatron"]["args"]
+    assert _modules(args) == ["expert_fc1", "moe_act"] and "--moe-grouped-gemm" in args
+
+
+def test_moe_levels_refused_for_a_dense_model():
+    """llama3-70b has no MoE layers: listing moe is an error naming the field, not a level
+    dropped in silence."""
+    with pytest.raises(SpecError) as err:
+        _plan(activation_offload=["none", "moe"])
+    assert err.value.field == "search.activation_offload" and "model.moe" in str(err.value)
