@@ -17,7 +17,11 @@ from typing import Any
 
 from cost_model.engines import kernels
 from cost_model.engines.deepep import DEEPEP_NVL_PEERS
-from cost_model.engines.offload import activation_offload_rule, optimizer_offload_rule
+from cost_model.engines.offload import (
+    activation_offload_rule,
+    layer_offload_rule,
+    optimizer_offload_rule,
+)
 from cost_model.engines.support import (
     dispatcher_rule,
     empty_chunks_rule,
@@ -167,7 +171,7 @@ _PARALLELISM = (
     ("micro_batch_size", _int(1, MAX_BATCH)), ("num_micro_batches", _int(1, MAX_BATCH)), ("recompute", Recompute),
     ("zero", _int(0, 3)), ("schedule", Schedule), ("dp_replicate", _int(1, MAX_GPUS)),
     ("cp_comm", CpComm), ("engine", Engine), ("moe_dispatcher", MoeDispatcher),
-    ("activation_offload", ActivationOffload),
+    ("activation_offload", ActivationOffload), ("cpu_offload_layers", _int(0, MAX_LAYERS)),
     ("stage_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)), ("recompute_layers", Items(_int(0, MAX_LAYERS), MAX_LAYERS)),
 )
 FIELD_DOMAINS: dict[type, tuple] = {
@@ -375,6 +379,22 @@ def validate_fp8_recipe(engine: str, gpu: specs.GPUSpec, t: specs.TrainingSpec) 
                         f"Engine quantization.py _compute_mxfp8_support); {gpu.name} has none", allowed=[FP8_TENSORWISE])
 
 
+def _check_layer_offload(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingSpec,
+                         p: specs.ParallelConfig) -> None:
+    """parallelism.cpu_offload_layers: Megatron-Core's rules (engines/offload.py layer_offload_rule)."""
+    if p.cpu_offload_layers == 0:
+        return
+    if not isinstance(m, specs.TransformerSpec):
+        raise SpecError("parallelism.cpu_offload_layers",
+                        "the layer-level activation offload is priced for transformer blocks, not a layer list",
+                        allowed=[0])
+    rule = layer_offload_rule(p.engine, p.cpu_offload_layers, m.num_layers, p.pp, p.recompute, p.activation_offload,
+                              c.gpu.host_link_gb_s, moe=m.moe is not None, attention=t.attention,
+                              mla=m.mla is not None)
+    if rule is not None:
+        raise SpecError("parallelism.cpu_offload_layers", rule, allowed=[0])
+
+
 def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingSpec, p: specs.ParallelConfig) -> None:
     """A configuration `estimate` can cost: degrees divide what they split."""
     validate_model(m)
@@ -398,6 +418,7 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
             rule = "activation offload is priced for transformer blocks, not a layer list"
         if rule is not None:
             raise SpecError("parallelism.activation_offload", rule, allowed=[ACT_OFFLOAD_NONE])
+    _check_layer_offload(m, c, t, p)
     if p.world_size > c.num_gpus:
         raise SpecError(
             "parallelism",

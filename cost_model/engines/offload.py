@@ -196,3 +196,64 @@ def activation_offload_rule(engine: str, level: str, recompute: str | None = Non
         return ("activation offload is priced for the Q/K/V attention of transformer/attention.py; multi-latent "
                 "attention saves other tensors (multi_latent_attention.py)")
     return expert_offload_rule(level, moe, dtype, clamped)
+
+
+# --------------------------------------------------------------------------- layer-level offload
+#
+# Megatron-Core 0.16.1 layer-level activation CPU offloading (parallelism.cpu_offload_layers):
+# - transformer_config.py: cpu_offloading, cpu_offloading_num_layers (N), cpu_offloading_activations
+#   (default True), cpu_offloading_weights (default False); __post_init__: N in [0, num_layers),
+#   pipeline_model_parallel_size 1 ("no support for Pipeline parallelism with CPU offloading"),
+#   recompute_granularity None ("CPU offloading does not work when activation recomputation is
+#   enabled"), and fine_grained_activation_offloading "cannot be enabled with cpu_offloading".
+# - transformer/transformer_block.py: each layer's forward runs inside the offload context of
+#   Transformer Engine's get_cpu_offload_context(cpu_offloading, N, config.num_layers, ...) and its
+#   output goes through group_prefetch_offload_commit_async (the backward hook).
+# - Transformer Engine transformer_engine/pytorch/cpu_offload.py (NVIDIA/TransformerEngine
+#   @00382b96b46c, OffloadSynchronizer._default_offload_sync_init): layers 0..N-1 of the L
+#   layers are offloaded; every tensor a layer saves for backward with at least 2**20 elements
+#   that is not a weight (_check_if_offload) is copied to pinned host memory on one side stream
+#   once the layer's forward ends (fwd_step of the next layer); layer i's GPU copy is freed, and
+#   the compute stream waits for its copy, before the forward of layer L-N+i; its reload starts
+#   on the same stream before the backward of layer L-1-N+i and the backward of layer i waits
+#   for it; its host copy is freed once reloaded (retain_pinned_cpu_buffers False). The
+#   docstring's result: the saved activations on the GPU peak at (L-N) layers' worth.
+# - Megatron-LM main @d98e8a64ddf3 (megatron/training/arguments.py): --cpu-offloading-num-layers
+#   N (TransformerConfig field through ArgumentGroupFactory); validate_args sets
+#   args.cpu_offloading = True when N > 0; cpu_offloading, cpu_offloading_activations and
+#   cpu_offloading_weights have no flag (_add_network_size_args exclude): their defaults hold.
+
+LAYER_OFFLOAD_MIN_ELEMENTS = 2**20  # cpu_offload.py DEFAULT_MIN_TENSOR_SIZE_TO_OFFLOAD (elements)
+LAYER_OFFLOAD_FLAG = "--cpu-offloading-num-layers"
+
+
+def layer_offload_rule(engine: str, layers: int, num_layers: int | None = None, pp: int = 1,
+                       recompute: str | None = None, activation_offload: str = ACT_OFFLOAD_NONE,
+                       host_link_gb_s: float | None = None, moe: bool | None = None,
+                       attention: str | None = None, mla: bool = False) -> str | None:
+    """None when `engine` runs the layer-level activation offload of its first `layers`
+    blocks at these settings; else why not (the comment above says where each rule was read)."""
+    if layers == 0:
+        return None
+    if engine != ENGINE_MEGATRON:
+        return (f"the layer-level activation offload is {MEGATRON_CORE_VERSION}'s cpu_offloading "
+                f"(--cpu-offloading-num-layers); {engine} has none")
+    if host_link_gb_s is not None and host_link_gb_s <= 0:
+        return "the GPU has no host link in the catalog (host_link_gb_s 0): an offload cannot be priced"
+    if num_layers is not None and not 0 <= layers < num_layers:
+        return (f"cpu_offloading_num_layers must be in [0, num_layers) = [0, {num_layers}) "
+                f"({MEGATRON_CORE_VERSION} transformer_config.py __post_init__)")
+    if pp > 1:
+        return ("Megatron-Core has no support for pipeline parallelism with CPU offloading: pp must be 1 "
+                f"({MEGATRON_CORE_VERSION} transformer_config.py __post_init__)")
+    if recompute is not None and recompute != RECOMPUTE_NONE:
+        return ("CPU offloading does not work when activation recomputation is enabled: recompute must be none "
+                f"({MEGATRON_CORE_VERSION} transformer_config.py __post_init__)")
+    if activation_offload != ACT_OFFLOAD_NONE:
+        return ("fine_grained_activation_offloading cannot be enabled with cpu_offloading: activation_offload "
+                f"must be none ({MEGATRON_CORE_VERSION} transformer_config.py __post_init__)")
+    if moe:
+        return "the layer-level activation offload is priced for dense blocks; the model has MoE layers"
+    if attention == ATTENTION_EAGER or mla:
+        return "the layer-level activation offload is priced for flash attention over Q/K/V heads (no eager, no MLA)"
+    return None

@@ -55,6 +55,7 @@ from cost_model.terms.dp import (
 )
 from cost_model.terms.ep import block_ep_s, combined_saving_s
 from cost_model.terms.geometry import attention_dtype, geometry
+from cost_model.terms.layer_offload import block_layer_offload
 from cost_model.terms.offload import host_bytes
 from cost_model.terms.params import block_keys, block_params
 from cost_model.terms.states import (
@@ -274,6 +275,24 @@ def _block_cost(
         act_host_bytes=off.copied_bytes,
         step_bytes=st.step_bytes,
     )
+
+
+def _layer_offloaded(m: TransformerSpec, cluster: ClusterSpec, t: TrainingSpec, cfg: ParallelConfig,
+                     index: int, blk: LayerCost) -> LayerCost:
+    """Block `index` under the layer-level offload (ParallelConfig.cpu_offload_layers,
+    terms/layer_offload.py): an offloaded block keeps only its small saved tensors on the GPU
+    (the engine's peak is the L-N blocks never offloaded or reloaded), puts its copies in host
+    memory and adds its share of the copies' wait beyond the compute they overlap (its forward
+    and backward, host waits included, as the windows). Validation keeps it apart from the
+    module-level offload, so the block has none of that."""
+    lay = block_layer_offload(m, cluster, t, cfg, index, blk.fwd_s, blk.compute_s - blk.fwd_s)
+    if lay is None:
+        return blk
+    wait_s = lay.fwd_exposed_s + lay.bwd_exposed_s
+    kept = lay.kept_bytes
+    return replace(blk, compute_s=blk.compute_s + wait_s, fwd_s=blk.fwd_s + lay.fwd_exposed_s,
+                   act=ActivationBytes(none=kept, selective=kept, full=min(blk.act.full, kept)),
+                   act_offload_wait_s=blk.act_offload_wait_s + wait_s, act_host_bytes=lay.copied_bytes)
 
 
 def _replicated_layer(
@@ -561,6 +580,8 @@ def _layer_table(model, cluster, training, cfg, profile) -> LayerTable:
     for i, key in _first_of_kind(model):
         cache[key] = _block_cost(model, cluster, training, cfg, i, profile, sources)
     blocks = [cache[key] for key in block_keys(model)]
+    if cfg.cpu_offload_layers:
+        blocks = [_layer_offloaded(model, cluster, training, cfg, i, b) for i, b in enumerate(blocks)]
     # collectives: measured alpha-beta fits (profiler.comm) or the catalog's link numbers
     sources["comm"] = "profile" if profile is not None and profile.comm else "analytic"
     output = _output_cost(model, cluster, training, cfg, profile, sources)

@@ -22,7 +22,7 @@ with pipeline parallelism", so pp > 1 plans are offered only with ZeRO 0 or 1.
 
 from __future__ import annotations
 
-from cost_model.engines.offload import activation_offload_rule
+from cost_model.engines.offload import activation_offload_rule, layer_offload_rule
 from cost_model.engines.support import engine_supports
 from cost_model.specs.vocab import (
     ACT_OFFLOAD_NONE,
@@ -121,6 +121,8 @@ def applicable(plan: dict) -> None:
     level = p.get("activation_offload") or ACT_OFFLOAD_NONE
     if level != ACT_OFFLOAD_NONE:
         raise NotApplicable(f"deepspeed: {activation_offload_rule(ENGINE_DEEPSPEED, level)}")
+    if p.get("cpu_offload_layers"):
+        raise NotApplicable(f"deepspeed: {layer_offload_rule(ENGINE_DEEPSPEED, 1)}")
     if p["vpp"] > 1:
         raise NotApplicable(f"deepspeed: vpp={p['vpp']}: DeepSpeed's PipelineEngine has no interleaved schedule")
     replicas = int(p.get("dp_replicate", 1))

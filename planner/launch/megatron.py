@@ -29,7 +29,7 @@ model prices the grad buffer and its reduce-scatter in that dtype.
 
 from __future__ import annotations
 
-from cost_model.engines.offload import ACT_OFFLOAD_MODULES
+from cost_model.engines.offload import ACT_OFFLOAD_MODULES, LAYER_OFFLOAD_FLAG
 from cost_model.engines.support import engine_supports, tp_comm_overlap
 from cost_model.model import attention, flops
 from cost_model.specs.vocab import (
@@ -468,6 +468,17 @@ def act_offload_args(plan: dict) -> list[str]:
     return ["--fine-grained-activation-offloading", "--offload-modules", *modules] if modules else []
 
 
+def layer_offload_args(plan: dict) -> list[str]:
+    """The layer-level activation offload as priced (cost_model/terms/layer_offload.py):
+    Megatron-LM's --cpu-offloading-num-layers N (megatron/training/arguments.py @d98e8a64ddf3:
+    the TransformerConfig field through ArgumentGroupFactory; validate_args sets
+    cpu_offloading when N > 0, and cpu_offloading_activations True / cpu_offloading_weights
+    False keep their defaults, having no flag). Transformer Engine's default code path is the
+    one priced: no NVTE_CPU_OFFLOAD_V1 is exported for it."""
+    n = int(par(plan).get("cpu_offload_layers") or 0)
+    return [LAYER_OFFLOAD_FLAG, str(n)] if n else []
+
+
 def build(plan: dict) -> tuple[list[str], list[str]]:
     require_transformer(plan, TARGET_MEGATRON)
     missing = unexpressed_features(plan["model"])
@@ -555,6 +566,7 @@ def build(plan: dict) -> tuple[list[str], list[str]]:
     a += precision_args(plan)
     a += offload_args(plan)
     a += act_offload_args(plan)
+    a += layer_offload_args(plan)
     a += model_args(plan)
     # Runnable as-is on synthetic data; swap for --data-path/--tokenizer-model for a real run.
     a += [

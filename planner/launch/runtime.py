@@ -36,6 +36,8 @@ def emit(plan: dict) -> dict:
     reason = refusal(plan)
     if not reason and (par(plan).get("activation_offload") or ACT_OFFLOAD_NONE) != ACT_OFFLOAD_NONE:
         reason = "it has no activation offload (parallelism.activation_offload is Megatron-Core's)"
+    if not reason and par(plan).get("cpu_offload_layers"):
+        reason = "it has no activation offload (parallelism.cpu_offload_layers is Megatron-Core's)"
     if reason:
         raise NotApplicable(f"runtime: the project runtime refuses this plan before launch: {reason}")
     nnodes, nproc = node_layout(plan)

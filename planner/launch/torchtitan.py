@@ -28,7 +28,11 @@ FLOAT8_CONFIGS), so that the run is the program the plan was priced as.
 from __future__ import annotations
 
 from cost_model.engines import support as engines
-from cost_model.engines.offload import activation_offload_rule, optimizer_offload_rule
+from cost_model.engines.offload import (
+    activation_offload_rule,
+    layer_offload_rule,
+    optimizer_offload_rule,
+)
 from cost_model.specs.vocab import (
     ACT_OFFLOAD_NONE,
     DISPATCHER_ALLTOALL,
@@ -221,6 +225,8 @@ def applicable(plan: dict) -> tuple[str, str]:
     level = (plan.get("parallelism") or {}).get("activation_offload") or ACT_OFFLOAD_NONE
     if level != ACT_OFFLOAD_NONE:
         problems.append(str(activation_offload_rule(ENGINE_TORCHTITAN, level)))
+    if (plan.get("parallelism") or {}).get("cpu_offload_layers"):
+        problems.append(str(layer_offload_rule(ENGINE_TORCHTITAN, 1)))
     if problems:
         raise NotApplicable("torchtitan: " + "; ".join(problems))
     return PRESETS[name]

@@ -11,7 +11,7 @@ from functools import cache
 
 import pytest
 
-from planner import service
+from planner import launch, service
 from planner.launch import data
 
 from .conftest import fake_world
@@ -144,3 +144,54 @@ def test_megatron_transformer_config_takes_the_moe_activation_offload(levels, mo
     # the engine's own list: a module it does not know is refused
     with pytest.raises(AssertionError, match="offload_modules"):
         TransformerConfig(**{**transformer_kwargs(flags), "offload_modules": ["expert_fc2"]})
+
+
+@cache
+def _layer_offload_plan(n: int) -> dict:
+    """llama3-70b on one DGX H100 at pp 1, recompute none (the layer-level offload's terms),
+    with its first `n` blocks offloaded, the launch emitted from the plan."""
+    plan = service.plan({"model": {"name": "llama3-70b"}, "cluster": H100x8,
+                         "training": {"global_batch_size": 64, "seq_length": 8192},
+                         "search": {"tp": [8], "pp": [1], "micro_batch_size": [1], "zero": [1],
+                                    "optimizer_offload": [True], "recompute": ["none"],
+                                    "activation_offload": ["attn"]}}).model_dump(mode="json")
+    plan["parallelism"] = {**plan["parallelism"], "activation_offload": "none", "cpu_offload_layers": n}
+    return {**plan, "launch": launch.emit(plan, ["megatron", "torchtitan", "deepspeed", "runtime"])}
+
+
+def test_megatron_transformer_config_takes_the_layer_offload():
+    """The emitted flag is Megatron-LM's (--cpu-offloading-num-layers, a TransformerConfig field
+    through ArgumentGroupFactory, megatron_flags.txt @d98e8a64ddf3; validate_args sets
+    cpu_offloading when it is > 0) and megatron-core 0.16.1's TransformerConfig.__post_init__
+    accepts the result with the fields priced: the first 20 of 80 layers' activations, no weights."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.transformer import TransformerConfig
+
+    from .test_megatron import transformer_kwargs
+
+    plan = _layer_offload_plan(20)
+    args = plan["launch"]["megatron"]["args"]
+    assert "--cpu-offloading-num-layers" in data.names("megatron_flags.txt")
+    flags = parse_flags(args)
+    assert flags["cpu_offloading_num_layers"] == 20
+    assert "fine_grained_activation_offloading" not in flags and "recompute_granularity" not in flags
+    flags["cpu_offloading"] = flags["cpu_offloading_num_layers"] > 0  # validate_args (arguments.py @d98e8a64ddf3)
+    kw = transformer_kwargs(flags)
+    cfg = TransformerConfig(**kw)
+    assert cfg.cpu_offloading and cfg.cpu_offloading_num_layers == 20 and cfg.num_layers == 80
+    assert cfg.cpu_offloading_activations and not cfg.cpu_offloading_weights
+    assert cfg.pipeline_model_parallel_size == 1 and cfg.recompute_granularity is None
+    # the engine's own rules, which validation repeats (cost_model/engines/offload.py layer_offload_rule)
+    with pytest.raises(ValueError, match="less than 80"):
+        TransformerConfig(**{**kw, "cpu_offloading_num_layers": 80})
+    with pytest.raises(ValueError, match="Pipeline"):
+        TransformerConfig(**{**kw, "pipeline_model_parallel_size": 2})
+    with pytest.raises(ValueError, match="recomputation"):
+        TransformerConfig(**{**kw, "recompute_granularity": "full", "recompute_method": "uniform",
+                             "recompute_num_layers": 1})
+
+
+def test_other_launches_refuse_the_layer_offload():
+    skipped = _layer_offload_plan(20)["launch"]["skipped"]
+    assert "cpu_offloading" in skipped["torchtitan"]  # (deepspeed refuses tp 8 before it looks)
+    assert "cpu_offload_layers" in skipped["runtime"]
