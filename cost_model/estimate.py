@@ -158,7 +158,8 @@ def compose(
         memory_per_rank_gib=tuple(r.peak_bytes / GIB for r in ranks),
         sources=dict(table.sources),
         notes=_host_bound_notes(table, cfg, m) + _offload_notes(cfg, tail.optimizer_s, host_need, host_capacity)
-        + _act_offload_notes(table, cfg, m, host_need, host_capacity),
+        + _act_offload_notes(table, cfg, m, host_need, host_capacity)
+        + _layer_offload_notes(table, cfg, m, host_need, host_capacity),
     )
 
 
@@ -209,6 +210,21 @@ def _act_offload_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int, hos
             f"{' '.join(ACT_OFFLOAD_MODULES[cfg.activation_offload])}): {wait_s:.3g} s per step per pipeline rank of "
             f"host copies beyond the compute they overlap (in compute_s); {host_need / GIB:.1f} GiB of host memory "
             f"per node with the offloaded states, which {verdict} its {host_capacity / GIB:.1f} GiB",)
+
+
+def _layer_offload_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int, host_need: float,
+                         host_capacity: float) -> tuple[str, ...]:
+    """What the layer-level activation offload (terms/layer_offload.py) frees, costs and takes."""
+    n = cfg.cpu_offload_layers
+    if n == 0:
+        return ()
+    wait_s = m * sum(b.act_offload_wait_s for b in table.blocks)
+    copied = sum(b.act_host_bytes for b in table.blocks)
+    verdict = "fits" if host_need <= host_capacity else "does NOT fit"
+    return (f"activations of the first {n} blocks offloaded to the host (Megatron --cpu-offloading-num-layers {n}): "
+            f"{copied / GIB:.1f} GiB per micro-batch off each GPU; {wait_s:.3g} s per step of host copies beyond the "
+            f"compute they overlap (in compute_s); {host_need / GIB:.1f} GiB of host memory per node with the "
+            f"offloaded states, which {verdict} its {host_capacity / GIB:.1f} GiB",)
 
 
 def _stage_p2p(table: LayerTable, sl: StageSlice, n: int) -> float:
