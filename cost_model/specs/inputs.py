@@ -449,7 +449,7 @@ class ParallelConfig:
         "moe_act), attn_moe (core_attn attn_proj expert_fc1 moe_act). Megatron only, with recompute none and "
         "flash attention")] = ACT_OFFLOAD_NONE
     cpu_offload_layers: Annotated[int, Strict(), Field(
-        description="layer-level activation offload: every saved activation of the first N blocks copied to the "
+        ge=0, le=MAX_LAYERS, description="layer-level activation offload: every saved activation of the first N blocks copied to the "
         "host after the block's forward and reloaded one window ahead in the backward (Megatron-Core cpu_offloading, "
         "Megatron-LM --cpu-offloading-num-layers N); 0: none. Megatron only, with pp 1, recompute none, "
         "activation_offload none, N < num_layers, dense blocks and flash attention")] = 0

@@ -43,6 +43,8 @@ def knobs(par: dict) -> str:
         out.append(f"ep:{par['moe_dispatcher']}")
     if par.get("activation_offload", ACT_OFFLOAD_NONE) != ACT_OFFLOAD_NONE:
         out.append(f"act-offload:{par['activation_offload']}")
+    if par.get("cpu_offload_layers"):
+        out.append(f"cpu-offload-layers:{par['cpu_offload_layers']}")
     out.append(str(par.get("schedule", "")))
     return " ".join(out)
 
