@@ -188,15 +188,21 @@ def _host_bound_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int) -> t
             f"or fewer local experts (higher ep) shorten it",)
 
 
+def _host_memory_clause(host_need: float, host_capacity: float, what: str = "") -> str:
+    """The offload notes' closing clause: the host memory one node needs against what it has."""
+    verdict = "fits" if host_need <= host_capacity else "does NOT fit"
+    return (f"{host_need / GIB:.1f} GiB of host memory per node{what}, which {verdict} its "
+            f"{host_capacity / GIB:.1f} GiB")
+
+
 def _offload_notes(cfg: specs.ParallelConfig, optimizer_s: float, host_need: float, host_capacity: float,
                    ) -> tuple[str, ...]:
     """What the optimizer offload costs and takes, where the configuration has it."""
     if not cfg.optimizer_offload:
         return ()
-    verdict = "fits" if host_need <= host_capacity else "does NOT fit"
     return (f"optimizer offloaded to the host: the step runs on the CPU, {optimizer_s:.3g} s per step exposed "
             f"(the longest of the gradient copy, the CPU Adam step and the parameter copy back); "
-            f"{host_need / GIB:.1f} GiB of host memory per node, which {verdict} its {host_capacity / GIB:.1f} GiB",)
+            f"{_host_memory_clause(host_need, host_capacity)}",)
 
 
 def _act_offload_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int, host_need: float,
@@ -205,11 +211,10 @@ def _act_offload_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int, hos
     if cfg.activation_offload == ACT_OFFLOAD_NONE:
         return ()
     wait_s = m * sum(b.act_offload_wait_s for b in table.blocks) / cfg.pp
-    verdict = "fits" if host_need <= host_capacity else "does NOT fit"
     return (f"activations offloaded to the host ({cfg.activation_offload}: Megatron --offload-modules "
             f"{' '.join(ACT_OFFLOAD_MODULES[cfg.activation_offload])}): {wait_s:.3g} s per step per pipeline rank of "
-            f"host copies beyond the compute they overlap (in compute_s); {host_need / GIB:.1f} GiB of host memory "
-            f"per node with the offloaded states, which {verdict} its {host_capacity / GIB:.1f} GiB",)
+            f"host copies beyond the compute they overlap (in compute_s); "
+            f"{_host_memory_clause(host_need, host_capacity, ' with the offloaded states')}",)
 
 
 def _layer_offload_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int, host_need: float,
@@ -220,11 +225,10 @@ def _layer_offload_notes(table: LayerTable, cfg: specs.ParallelConfig, m: int, h
         return ()
     wait_s = m * sum(b.act_offload_wait_s for b in table.blocks)
     copied = sum(b.act_host_bytes for b in table.blocks)
-    verdict = "fits" if host_need <= host_capacity else "does NOT fit"
     return (f"activations of the first {n} blocks offloaded to the host (Megatron --cpu-offloading-num-layers {n}): "
             f"{copied / GIB:.1f} GiB per micro-batch off each GPU; {wait_s:.3g} s per step of host copies beyond the "
-            f"compute they overlap (in compute_s); {host_need / GIB:.1f} GiB of host memory per node with the "
-            f"offloaded states, which {verdict} its {host_capacity / GIB:.1f} GiB",)
+            f"compute they overlap (in compute_s); "
+            f"{_host_memory_clause(host_need, host_capacity, ' with the offloaded states')}",)
 
 
 def _stage_p2p(table: LayerTable, sl: StageSlice, n: int) -> float:

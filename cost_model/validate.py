@@ -379,6 +379,22 @@ def validate_fp8_recipe(engine: str, gpu: specs.GPUSpec, t: specs.TrainingSpec) 
                         f"Engine quantization.py _compute_mxfp8_support); {gpu.name} has none", allowed=[FP8_TENSORWISE])
 
 
+def _check_act_offload(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingSpec,
+                       p: specs.ParallelConfig) -> None:
+    """parallelism.activation_offload: Megatron-Core's rules (engines/offload.py activation_offload_rule)."""
+    if p.activation_offload == ACT_OFFLOAD_NONE:
+        return
+    tf = isinstance(m, specs.TransformerSpec)
+    rule = activation_offload_rule(p.engine, p.activation_offload, p.recompute, t.attention,
+                                   tf and m.mla is not None, c.gpu.host_link_gb_s,
+                                   moe=tf and m.moe is not None, dtype=t.dtype,
+                                   clamped=tf and m.swiglu_limit is not None)
+    if rule is None and not tf:
+        rule = "activation offload is priced for transformer blocks, not a layer list"
+    if rule is not None:
+        raise SpecError("parallelism.activation_offload", rule, allowed=[ACT_OFFLOAD_NONE])
+
+
 def _check_layer_offload(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingSpec,
                          p: specs.ParallelConfig) -> None:
     """parallelism.cpu_offload_layers: Megatron-Core's rules (engines/offload.py layer_offload_rule)."""
@@ -408,16 +424,7 @@ def validate_config(m: specs.ModelSpec, c: specs.ClusterSpec, t: specs.TrainingS
         rule = optimizer_offload_rule(p.engine, p.zero, t.dtype, t.optimizer, c.gpu.host_link_gb_s)
         if rule is not None:
             raise SpecError("parallelism.optimizer_offload", rule, allowed=[False])
-    if p.activation_offload != ACT_OFFLOAD_NONE:
-        tf = isinstance(m, specs.TransformerSpec)
-        rule = activation_offload_rule(p.engine, p.activation_offload, p.recompute, t.attention,
-                                       tf and m.mla is not None, c.gpu.host_link_gb_s,
-                                       moe=tf and m.moe is not None, dtype=t.dtype,
-                                       clamped=tf and m.swiglu_limit is not None)
-        if rule is None and not isinstance(m, specs.TransformerSpec):
-            rule = "activation offload is priced for transformer blocks, not a layer list"
-        if rule is not None:
-            raise SpecError("parallelism.activation_offload", rule, allowed=[ACT_OFFLOAD_NONE])
+    _check_act_offload(m, c, t, p)
     _check_layer_offload(m, c, t, p)
     if p.world_size > c.num_gpus:
         raise SpecError(

@@ -52,12 +52,20 @@ OFFLOAD_NAMES = {
 }
 
 
+def host_link_rule(host_link_gb_s: float | None) -> str | None:
+    """Why no offload can be priced on a GPU without a host link in the catalog; None otherwise
+    (or where the GPU is not known yet)."""
+    if host_link_gb_s is not None and host_link_gb_s <= 0:
+        return "the GPU has no host link in the catalog (host_link_gb_s 0): an offload cannot be priced"
+    return None
+
+
 def optimizer_offload_rule(engine: str, zero: int, dtype: str | None = None, optimizer: str | None = None,
                            host_link_gb_s: float | None = None) -> str | None:
     """None when `engine` runs the optimizer-state offload at these settings; else why not,
     quoting the engine's rule (see the module docstring for where each was read)."""
-    if host_link_gb_s is not None and host_link_gb_s <= 0:
-        return "the GPU has no host link in the catalog (host_link_gb_s 0): an offload cannot be priced"
+    if (rule := host_link_rule(host_link_gb_s)) is not None:
+        return rule
     if engine not in OFFLOAD_NAMES:
         if engine == "torchtitan":
             return (f"{TORCHTITAN_VERSION} has no optimizer-only offload: training.enable_cpu_offload (FSDP2 "
@@ -174,8 +182,8 @@ def activation_offload_rule(engine: str, level: str, recompute: str | None = Non
     `moe`: whether the model has MoE layers (None: not known); `clamped`: a clamped GLU."""
     if level == ACT_OFFLOAD_NONE:
         return None
-    if host_link_gb_s is not None and host_link_gb_s <= 0:
-        return "the GPU has no host link in the catalog (host_link_gb_s 0): an offload cannot be priced"
+    if (rule := host_link_rule(host_link_gb_s)) is not None:
+        return rule
     if engine != ENGINE_MEGATRON:
         names = {ENGINE_DEEPSPEED: f"{DEEPSPEED_VERSION}'s activation checkpointing offload (cpu_checkpointing, "
                                    "runtime/activation_checkpointing/config.py) moves the checkpointed layer inputs, not a module's "
@@ -238,8 +246,8 @@ def layer_offload_rule(engine: str, layers: int, num_layers: int | None = None, 
     if engine != ENGINE_MEGATRON:
         return (f"the layer-level activation offload is {MEGATRON_CORE_VERSION}'s cpu_offloading "
                 f"(--cpu-offloading-num-layers); {engine} has none")
-    if host_link_gb_s is not None and host_link_gb_s <= 0:
-        return "the GPU has no host link in the catalog (host_link_gb_s 0): an offload cannot be priced"
+    if (rule := host_link_rule(host_link_gb_s)) is not None:
+        return rule
     if num_layers is not None and not 0 <= layers < num_layers:
         return (f"cpu_offloading_num_layers must be in [0, num_layers) = [0, {num_layers}) "
                 f"({MEGATRON_CORE_VERSION} transformer_config.py __post_init__)")

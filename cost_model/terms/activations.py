@@ -37,7 +37,7 @@ def activation_dtype_bytes(t: TrainingSpec) -> int:
     that fp8 training (Transformer Engine) keeps and sends activations in bf16 and casts
     to fp8 only inside the GEMMs (Micikevicius et al. 2022, "FP8 Formats for Deep
     Learning" §4); the GEMM inputs it keeps for the weight gradients are its FP8 copies
-    (_saved_gemm_input_bytes)."""
+    (saved_gemm_input_bytes)."""
     return DTYPE_BYTES[DTYPE_BF16 if t.dtype == DTYPE_FP8 else t.dtype]
 
 
@@ -92,7 +92,7 @@ def block_activation_bytes(
     # Engine keeps one FP8 copy (kernels.TE_FP8_SAVED_INPUT_BYTES; Megatron's qkv and dense
     # fc1 are LayerNormLinear, whose FP8 normalised output is saved, the norm input in bf16),
     # torchao the bf16 input (kernels.Fp8Casts.saved_input_bytes None)
-    gin = _saved_gemm_input_bytes(t, engine, dt)
+    gin = saved_gemm_input_bytes(t, engine, dt)
 
     # --- residual-path tensors (split by tp only with SP)
     ln_inputs = 2 * dt * sbh  # two norms' inputs
@@ -167,7 +167,7 @@ def attention_saved_tensors(m: TransformerSpec, t: TrainingSpec, micro_batch: in
     rep = float(tp) if sequence_parallel else 1.0
     sb = s * b
     a, g, d = m.num_attention_heads, m.num_kv_heads, m.kv_channels
-    gin = _saved_gemm_input_bytes(t, engine, dt)
+    gin = saved_gemm_input_bytes(t, engine, dt)
 
     def tensor(name: str, width: float, nbytes: float, split: float) -> SavedTensor:
         return SavedTensor(name, nbytes * sb * width / split, sb * width / split)
@@ -194,14 +194,14 @@ def expert_saved_tensors(m: TransformerSpec, t: TrainingSpec, micro_batch: int, 
     dt = activation_dtype_bytes(t)
     tokens = t.seq_length / cp * micro_batch * m.moe.top_k * expert_load / tp
     fc1_width = (2 if m.mlp == MLP_SWIGLU else 1) * m.moe.ffn_hidden_size
-    gin = _saved_gemm_input_bytes(t, engine, dt)
+    gin = saved_gemm_input_bytes(t, engine, dt)
     return {
         "expert_fc1_input": SavedTensor("expert_fc1_input", gin * tokens * m.hidden_size, tokens * m.hidden_size),
         "expert_fc1_output": SavedTensor("expert_fc1_output", dt * tokens * fc1_width, tokens * fc1_width),
     }
 
 
-def _saved_gemm_input_bytes(t: TrainingSpec, engine: str | None, dt: float) -> float:
+def saved_gemm_input_bytes(t: TrainingSpec, engine: str | None, dt: float) -> float:
     """Bytes per element of a GEMM input kept for the weight gradient: the engine's FP8 copy
     under fp8 training where it keeps one (kernels.Fp8Casts.saved_input_bytes), else `dt`.
     An unnamed engine is Megatron's (the spec's default)."""

@@ -41,10 +41,10 @@ from cost_model.specs.vocab import MLP_SWIGLU
 from cost_model.terms.act_offload import host_path_b_s
 from cost_model.terms.activations import (
     SavedTensor,
-    _saved_gemm_input_bytes,
     activation_dtype_bytes,
     attention_saved_tensors,
     glu_clamp_bytes,
+    saved_gemm_input_bytes,
 )
 
 FLASH_LSE_BYTES = 4.0  # FlashAttention's fp32 logsumexp per head and token (activations.block_activation_bytes)
@@ -68,7 +68,7 @@ def dense_block_saved_tensors(m: TransformerSpec, t: TrainingSpec, cfg: Parallel
     sequence parallelism), the two residual dropout masks (1 byte, with dropout), fc1's output
     (2f wide gated) and fc2's input, split by tp."""
     dt = activation_dtype_bytes(t)
-    gin = _saved_gemm_input_bytes(t, cfg.engine, dt)
+    gin = saved_gemm_input_bytes(t, cfg.engine, dt)
     sb = t.seq_length / cfg.cp * cfg.micro_batch_size
     rep = float(cfg.tp) if cfg.sequence_parallel else 1.0
     h, f, tp = m.hidden_size, m.ffn_hidden_size, cfg.tp

@@ -220,12 +220,12 @@ def applicable(plan: dict) -> tuple[str, str]:
         )
     else:
         problems += _dtype_problems(plan, PRESETS[name][1])
-    if (plan.get("parallelism") or {}).get("optimizer_offload"):
+    p = par(plan)
+    if p.optimizer_offload:
         problems.append(str(optimizer_offload_rule(ENGINE_TORCHTITAN, 1)))
-    level = (plan.get("parallelism") or {}).get("activation_offload") or ACT_OFFLOAD_NONE
-    if level != ACT_OFFLOAD_NONE:
-        problems.append(str(activation_offload_rule(ENGINE_TORCHTITAN, level)))
-    if (plan.get("parallelism") or {}).get("cpu_offload_layers"):
+    if p.activation_offload != ACT_OFFLOAD_NONE:
+        problems.append(str(activation_offload_rule(ENGINE_TORCHTITAN, p.activation_offload)))
+    if p.cpu_offload_layers:
         problems.append(str(layer_offload_rule(ENGINE_TORCHTITAN, 1)))
     if problems:
         raise NotApplicable("torchtitan: " + "; ".join(problems))

@@ -32,6 +32,9 @@ from planner.search.results import Found, Problem
 from planner.search.tables import to_config
 from planner.space import Candidate
 
+# the activation offload levels in the vocabulary order: fewer modules offloaded first (tiebreak)
+ACT_OFFLOAD_LEVELS = values(ActivationOffload)
+
 
 class Incumbent:
     """The k best distinct plans found so far, best first (`found`)."""
@@ -111,8 +114,6 @@ def normalise(c: Candidate, table: LayerTable, rcs) -> Candidate:
     if c.recompute == RECOMPUTE_SELECTIVE and all(b.recompute_selective_s == 0 and b.act.selective == b.act.none for b in table.blocks):
         return replace(c, recompute=RECOMPUTE_NONE)
     return c
-
-ACT_OFFLOAD_LEVELS = values(ActivationOffload)
 
 
 def distinct_key(c: Candidate) -> tuple:
